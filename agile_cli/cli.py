@@ -1,0 +1,136 @@
+"""The ``agile`` command line: a small click core plus commands contributed by plugins.
+
+Errors raised as :class:`~agile_cli.errors.AgileError` are rendered here, in one place: one line
+per problem, exit code 2 for a user's mistake (invalid manifest or usage), 1 at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agile_cli import __version__
+from agile_cli.errors import AgileError, ManifestError, PluginError
+from agile_cli.plugins import PluginHost, build_host
+
+CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate")
+
+
+class ReportedError(click.ClickException):
+    """An AgileError on its way out through click, printed without a traceback."""
+
+    def __init__(self, error: AgileError) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.exit_code = error.exit_code
+
+    def show(self, file: Any = None) -> None:
+        lines = self.error.lines()
+        if isinstance(self.error, ManifestError):
+            lines = [self.error.message, *("  " + line for line in lines)]
+        for number, line in enumerate(lines):
+            click.echo(line if number else f"error: {line}", err=True)
+
+
+def plugin_host(ctx: click.Context) -> PluginHost:
+    """The plugin host of this invocation, built on first use (tests pass one as ``obj``)."""
+    root = ctx.find_root()
+    if isinstance(root.obj, PluginHost):
+        return root.obj
+    host = root.meta.get("agile.host")
+    if host is None:
+        host = build_host(reserved_commands=CORE_COMMANDS)
+        root.meta["agile.host"] = host
+        for warning in host.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    return host
+
+
+class AgileGroup(click.Group):
+    """The root group: core commands, then those plugins registered."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = list(super().list_commands(ctx))
+        try:
+            names += sorted(plugin_host(ctx).registry.commands)
+        except PluginError as error:
+            click.echo(f"warning: {error.message}", err=True)
+        return names
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        try:
+            entry = plugin_host(ctx).registry.commands.get(cmd_name)
+        except PluginError as error:
+            raise ReportedError(error) from None
+        return entry.command if entry is not None else None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AgileError as error:
+            raise ReportedError(error) from None
+
+
+@click.group(cls=AgileGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="agile")
+def cli() -> None:
+    """Train populations of RL agents with evolutionary hyperparameter optimisation.
+
+    Describe a run in a YAML or JSON manifest, check it with `agile validate`, and train it
+    with `agile train`. Shell completion: eval "$(_AGILE_COMPLETE=bash_source agile)".
+    """
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved manifest(s) as JSON.")
+@click.option(
+    "--check-env", is_flag=True, help="Also resolve each environment (imports its package)."
+)
+@click.pass_context
+def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_env: bool) -> None:
+    """Check manifests and report every problem with its field path.
+
+    Exit status: 0 when every file is valid, 2 when any is invalid or unreadable.
+    """
+    from agile_cli.commands.validate import run_validate
+
+    ctx.exit(run_validate(plugin_host(ctx), files, as_json=as_json, check_env=check_env))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def plugins(ctx: click.Context, as_json: bool) -> None:
+    """List plugins: distribution, version, contributions, and failures."""
+    from agile_cli.commands.plugins import show_plugins
+
+    show_plugins(plugin_host(ctx), as_json=as_json)
+
+
+@cli.command()
+@click.option("--algorithm", "algorithm", metavar="NAME", help="Only this algorithm.")
+@click.option("--indent", default=2, show_default=True, help="JSON indentation.")
+@click.pass_context
+def schema(ctx: click.Context, algorithm: str | None, indent: int) -> None:
+    """Print the JSON Schema of the manifest, for editors and the YAML language server."""
+    from agile_cli.schema import manifest_schema
+
+    document = manifest_schema(plugin_host(ctx).registry, algorithm=algorithm)
+    click.echo(json.dumps(document, indent=indent))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="agile")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

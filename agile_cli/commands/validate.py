@@ -1,0 +1,64 @@
+"""``agile validate``: check manifests, one report line per file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agile_cli.errors import EXIT_USAGE, AgileError, ManifestError
+from agile_cli.manifest import TrainingManifest
+from agile_cli.plugins import PluginHost
+
+
+def run_validate(host: PluginHost, files: Sequence[Path], *, as_json: bool, check_env: bool) -> int:
+    """Validate each file; print a report (or JSON); return the exit status."""
+    resolved: dict[str, Any] = {}
+    status = 0
+    for path in files:
+        try:
+            manifest = TrainingManifest.get_validated(path, registry=host.registry)
+            if check_env:
+                _check_environment(host, manifest)
+        except ManifestError as error:
+            status = EXIT_USAGE
+            _report_invalid(str(path), error, err=as_json)
+            continue
+        except AgileError as error:
+            status = max(status, error.exit_code)
+            _report_invalid(str(path), ManifestError([_as_field(error)], str(path)), err=as_json)
+            continue
+        if as_json:
+            resolved[str(path)] = manifest.to_dict()
+        else:
+            click.echo(f"{path}: ok ({manifest.summary()})")
+        for warning in manifest.warnings:
+            click.echo(f"  warning: {warning}", err=as_json)
+    if as_json and resolved:
+        document = next(iter(resolved.values())) if len(files) == 1 else resolved
+        click.echo(json.dumps(document, indent=2))
+    return status
+
+
+def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:
+    count = len(error.errors)
+    click.echo(f"{source}: invalid, {count} error{'s' if count != 1 else ''}", err=err)
+    for line in error.lines():
+        click.echo(f"  {line}", err=err)
+
+
+def _as_field(error: AgileError) -> Any:
+    from agile_cli.errors import FieldError
+
+    return FieldError("environment", error.message, error.hint)
+
+
+def _check_environment(host: PluginHost, manifest: TrainingManifest) -> None:
+    assert manifest.family is not None
+    entry = host.registry.environment_for(manifest.family)
+    assert entry is not None  # validation found one
+    builder = entry.load()
+    builder.check(manifest.environment)

@@ -1,0 +1,99 @@
+"""The one error hierarchy of agile.
+
+Library code raises :class:`AgileError` subclasses; the CLI turns them into output in one place
+(:func:`agile_cli.cli.main`) and exits with the error's ``exit_code``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field of a manifest.
+
+    :param path: dotted path of the field, e.g. ``training.evo_steps`` (empty for the whole file).
+    :param message: what is wrong.
+    :param hint: how to fix it, if there is something useful to say.
+    """
+
+    path: str
+    message: str
+    hint: str | None = None
+
+    def render(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        tail = f" ({self.hint})" if self.hint else ""
+        return f"{where}{self.message}{tail}"
+
+    def under(self, prefix: str) -> FieldError:
+        """The same error, with its path placed under ``prefix``."""
+        if not prefix:
+            return self
+        if not self.path:
+            path = prefix
+        elif self.path.startswith("["):
+            path = f"{prefix}{self.path}"
+        else:
+            path = f"{prefix}.{self.path}"
+        return FieldError(path, self.message, self.hint)
+
+
+class AgileError(Exception):
+    """Base class of every error agile raises on purpose."""
+
+    exit_code = EXIT_RUNTIME
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def lines(self) -> list[str]:
+        """What the CLI prints for this error, one line each."""
+        tail = f" ({self.hint})" if self.hint else ""
+        return [f"{self.message}{tail}"]
+
+
+class UsageError(AgileError):
+    """The user asked for something that cannot be done as asked."""
+
+    exit_code = EXIT_USAGE
+
+
+class ManifestError(AgileError):
+    """A manifest could not be read or is invalid; carries every field error found."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, errors: Iterable[FieldError], source: str | None = None) -> None:
+        self.errors = list(errors)
+        self.source = source
+        count = len(self.errors)
+        noun = "error" if count == 1 else "errors"
+        super().__init__(f"{source or 'manifest'}: {count} {noun}")
+
+    def lines(self) -> list[str]:
+        return [error.render() for error in self.errors]
+
+    def __str__(self) -> str:
+        return "\n".join([self.message, *("  " + line for line in self.lines())])
+
+
+class PluginError(AgileError):
+    """A plugin is broken or conflicts with another one."""
+
+
+class EnvironmentNotFoundError(AgileError):
+    """An environment could not be resolved (unknown id, missing package, bad entry point)."""
+
+    exit_code = EXIT_USAGE
+
+
+class TrainingError(AgileError):
+    """Training failed at run time."""

@@ -1,0 +1,62 @@
+"""Base classes of algorithm and environment specs, which plugins subclass."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import Field
+
+from agile_cli.errors import FieldError
+from agile_cli.models.base import Spec
+from agile_cli.models.network import NetworkSpec
+
+if TYPE_CHECKING:
+    from agile_cli.manifest import TrainingManifest
+
+
+class Family(str, enum.Enum):
+    """The kind of training loop an algorithm needs; environment builders serve families."""
+
+    OFF_POLICY = "off_policy"
+    ON_POLICY = "on_policy"
+    MULTI_AGENT = "multi_agent"
+    OFFLINE = "offline"
+    BANDIT = "bandit"
+    LLM = "llm"
+
+    @property
+    def uses_replay_buffer(self) -> bool:
+        return self in (Family.OFF_POLICY, Family.OFFLINE, Family.BANDIT)
+
+
+class AlgorithmSpec(Spec):
+    """Base of every algorithm's spec.
+
+    Subclasses add their hyperparameters as fields (each with a ``description``) and declare:
+
+    - ``mutable_hyperparameters``: the numeric fields ``mutation.rl_hp_selection`` may name;
+    - ``default_mutable``: the ones mutated when ``rl_hp_selection`` is empty;
+    - ``default_evo_steps``: evolution interval when ``training.evo_steps`` is omitted;
+    - ``network_spec``: the class the ``network`` section is validated against;
+    - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from.
+    """
+
+    batch_size: int = Field(64, ge=1, description="Transitions (or samples) per gradient step.")
+
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("batch_size",)
+    default_mutable: ClassVar[tuple[str, ...]] = ()
+    default_evo_steps: ClassVar[int] = 10_000
+    network_spec: ClassVar[type[NetworkSpec]] = NetworkSpec
+    supports_per: ClassVar[bool] = False
+    supports_n_step: ClassVar[bool] = False
+
+    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
+        """Rules that involve other sections; paths are relative to the manifest root."""
+        return []
+
+
+class EnvironmentSpec(Spec):
+    """Base of every environment builder's spec."""
+
+    name: str = Field(description="Environment id or label.")

@@ -1,0 +1,72 @@
+"""The ``mutation`` section: which mutations happen how often, and within which ranges."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from agile_cli.models.base import Spec, located_error
+
+
+class MutationProbabilities(Spec):
+    """Relative weights of the mutation kinds; normalised, so they need not sum to 1."""
+
+    no_mut: float = Field(0.4, ge=0, le=1, description="Weight of leaving an agent unchanged.")
+    arch_mut: float = Field(0.2, ge=0, le=1, description="Weight of an architecture mutation.")
+    new_layer: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description=(
+            "Within an architecture mutation, the share of layer add/remove moves "
+            "(the rest are node moves). Not a mutation kind of its own."
+        ),
+    )
+    params_mut: float = Field(0.2, ge=0, le=1, description="Weight of Gaussian weight noise.")
+    act_mut: float = Field(0.0, ge=0, le=1, description="Weight of a hidden activation swap.")
+    rl_hp_mut: float = Field(0.2, ge=0, le=1, description="Weight of an RL hyperparameter change.")
+
+    def weights(self) -> dict[str, float]:
+        """The mutation kinds in their fixed order, with their weights (new_layer excluded)."""
+        return {
+            "none": self.no_mut,
+            "architecture": self.arch_mut,
+            "parameters": self.params_mut,
+            "activation": self.act_mut,
+            "rl_hp": self.rl_hp_mut,
+        }
+
+
+class RLHyperparameter(Spec):
+    """The range an RL hyperparameter may be mutated within."""
+
+    min: float = Field(description="Smallest value a mutation may produce.")
+    max: float = Field(description="Largest value a mutation may produce.")
+    grow_factor: float = Field(1.2, ge=1, description="Factor applied when the value grows.")
+    shrink_factor: float = Field(
+        0.8, ge=0, le=1, description="Factor applied when the value shrinks."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RLHyperparameter:
+        if self.min > self.max:
+            raise located_error("max", f"{self.max} is below min ({self.min})", "swap them")
+        return self
+
+
+class MutationSpec(Spec):
+    """Evolutionary hyperparameter optimisation: mutation weights, ranges, noise and seed."""
+
+    probabilities: MutationProbabilities = Field(
+        default_factory=MutationProbabilities, description="Weights of the mutation kinds."
+    )
+    rl_hp_selection: dict[str, RLHyperparameter] = Field(
+        default_factory=dict,
+        description=(
+            "Hyperparameters to mutate and their ranges. Empty: the algorithm's default set, "
+            "each within [value/10, value*10] (floats) or [value//4, value*4] (integers)."
+        ),
+    )
+    mutation_sd: float = Field(
+        0.1, ge=0, description="Relative standard deviation of parameter mutations."
+    )
+    rand_seed: int = Field(42, ge=0, description="Seed of the mutation and selection generator.")

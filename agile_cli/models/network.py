@@ -1,0 +1,299 @@
+"""The ``network`` section: the evolvable encoder and head every RL algorithm builds.
+
+``encoder_config`` takes one of five shapes, chosen by ``arch`` (written there or at the top of
+the section) or, when ``arch`` is omitted, by the keys present; with no distinguishing key the
+encoder is chosen from the observation space when the environment is built (Dict -> multiinput,
+image -> cnn, otherwise mlp).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from agile_cli.models.base import Spec, located_error
+
+Activation = Literal[
+    "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
+    "GumbelSoftmax", "PReLU", "Identity",
+]  # fmt: skip
+Arch = Literal["mlp", "cnn", "lstm", "simba", "multiinput"]
+
+
+def _check_bounds(name: str, values: list[int], low: int, high: int, bound: str) -> None:
+    for index, value in enumerate(values):
+        if not low <= value <= high:
+            raise located_error(
+                f"{name}.{index}" if len(values) > 1 else name,
+                f"{value} is outside [{low}, {high}]",
+                f"change it or widen min_{bound}/max_{bound}",
+            )
+
+
+def _check_order(spec: Spec, low: str, high: str) -> None:
+    if getattr(spec, low) > getattr(spec, high):
+        raise located_error(high, f"{getattr(spec, high)} is below {low} ({getattr(spec, low)})")
+
+
+class MLPConfig(Spec):
+    """A multi-layer perceptron: the schema of every head and of the MLP encoder."""
+
+    hidden_size: list[int] = Field(
+        default_factory=lambda: [64], min_length=1, description="Width of each hidden layer."
+    )
+    activation: Activation = Field("ReLU", description="Hidden-layer activation.")
+    output_activation: Activation | None = Field(None, description="Output activation, if any.")
+    layer_norm: bool = Field(True, description="Layer normalisation after each hidden layer.")
+    init_layers: bool = Field(True, description="Orthogonal initialisation of the layers.")
+    output_vanish: bool = Field(True, description="Scale the output layer's weights down.")
+    min_hidden_layers: int = Field(1, gt=0, description="Fewest hidden layers mutation keeps.")
+    max_hidden_layers: int = Field(3, gt=1, description="Most hidden layers mutation allows.")
+    min_mlp_nodes: int = Field(8, gt=0, description="Narrowest a hidden layer may become.")
+    max_mlp_nodes: int = Field(500, gt=1, description="Widest a hidden layer may become.")
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> MLPConfig:
+        _check_order(self, "min_hidden_layers", "max_hidden_layers")
+        _check_order(self, "min_mlp_nodes", "max_mlp_nodes")
+        _check_bounds(
+            "hidden_size", [len(self.hidden_size)], self.min_hidden_layers,
+            self.max_hidden_layers, "hidden_layers",
+        )  # fmt: skip
+        _check_bounds(
+            "hidden_size", self.hidden_size, self.min_mlp_nodes, self.max_mlp_nodes, "mlp_nodes"
+        )
+        return self
+
+
+class MLPEncoderConfig(MLPConfig):
+    """MLP encoder for vector observations."""
+
+    arch: Literal["mlp"] | None = Field(
+        None, description="Encoder kind; null lets the observation space decide."
+    )
+    hidden_size: list[int] = Field(
+        default_factory=lambda: [64, 64], min_length=1, description="Width of each hidden layer."
+    )
+
+
+class CNNEncoderConfig(Spec):
+    """Convolutional encoder for image observations (channels-first or channels-last)."""
+
+    arch: Literal["cnn"] = Field("cnn", description="Encoder kind.")
+    channel_size: list[int] = Field(
+        default_factory=lambda: [32, 32], min_length=1, description="Channels of each layer."
+    )
+    kernel_size: list[int] = Field(
+        default_factory=lambda: [3, 3], min_length=1, description="Kernel size of each layer."
+    )
+    stride_size: list[int] = Field(
+        default_factory=lambda: [1, 1], min_length=1, description="Stride of each layer."
+    )
+    activation: Activation = Field("ReLU", description="Activation after each convolution.")
+    layer_norm: bool = Field(False, description="Layer normalisation after each convolution.")
+    init_layers: bool = Field(True, description="Orthogonal initialisation of the layers.")
+    min_hidden_layers: int = Field(1, gt=0, description="Fewest convolutions mutation keeps.")
+    max_hidden_layers: int = Field(6, gt=1, description="Most convolutions mutation allows.")
+    min_channel_size: int = Field(8, gt=0, description="Fewest channels a layer may have.")
+    max_channel_size: int = Field(256, gt=1, description="Most channels a layer may have.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CNNEncoderConfig:
+        lengths = {len(self.channel_size), len(self.kernel_size), len(self.stride_size)}
+        if len(lengths) > 1:
+            raise located_error(
+                "kernel_size", "channel_size, kernel_size and stride_size differ in length",
+                "give one entry per layer in each",
+            )  # fmt: skip
+        _check_order(self, "min_hidden_layers", "max_hidden_layers")
+        _check_order(self, "min_channel_size", "max_channel_size")
+        _check_bounds(
+            "channel_size", [len(self.channel_size)], self.min_hidden_layers,
+            self.max_hidden_layers, "hidden_layers",
+        )  # fmt: skip
+        _check_bounds(
+            "channel_size", self.channel_size, self.min_channel_size, self.max_channel_size,
+            "channel_size",
+        )  # fmt: skip
+        return self
+
+
+class LSTMEncoderConfig(Spec):
+    """Recurrent (LSTM) encoder, used by recurrent PPO."""
+
+    arch: Literal["lstm"] = Field("lstm", description="Encoder kind.")
+    hidden_state_size: int = Field(128, gt=0, description="Size of the LSTM hidden state.")
+    num_layers: int = Field(1, gt=0, description="Stacked LSTM layers.")
+    min_hidden_state_size: int = Field(8, gt=0, description="Smallest hidden state allowed.")
+    max_hidden_state_size: int = Field(512, gt=1, description="Largest hidden state allowed.")
+    min_layers: int = Field(1, ge=0, description="Fewest LSTM layers allowed.")
+    max_layers: int = Field(3, ge=1, description="Most LSTM layers allowed.")
+    dropout: float = Field(0.0, ge=0, le=1, description="Dropout between LSTM layers.")
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> LSTMEncoderConfig:
+        _check_order(self, "min_hidden_state_size", "max_hidden_state_size")
+        _check_order(self, "min_layers", "max_layers")
+        _check_bounds(
+            "hidden_state_size", [self.hidden_state_size], self.min_hidden_state_size,
+            self.max_hidden_state_size, "hidden_state_size",
+        )  # fmt: skip
+        _check_bounds("num_layers", [self.num_layers], self.min_layers, self.max_layers, "layers")
+        return self
+
+
+class SimBaEncoderConfig(Spec):
+    """SimBa residual MLP encoder (Lee et al., 2024)."""
+
+    arch: Literal["simba"] = Field("simba", description="Encoder kind.")
+    hidden_size: int = Field(128, gt=0, description="Width of the residual blocks.")
+    num_blocks: int = Field(2, gt=0, description="Residual blocks.")
+    output_activation: Activation | None = Field(None, description="Output activation, if any.")
+    scale_factor: int = Field(4, gt=0, description="Expansion factor inside each block.")
+    min_blocks: int = Field(1, gt=0, description="Fewest blocks mutation keeps.")
+    max_blocks: int = Field(4, gt=1, description="Most blocks mutation allows.")
+    min_mlp_nodes: int = Field(16, gt=0, description="Narrowest the blocks may become.")
+    max_mlp_nodes: int = Field(500, gt=1, description="Widest the blocks may become.")
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> SimBaEncoderConfig:
+        _check_order(self, "min_blocks", "max_blocks")
+        _check_order(self, "min_mlp_nodes", "max_mlp_nodes")
+        _check_bounds(
+            "hidden_size", [self.hidden_size], self.min_mlp_nodes, self.max_mlp_nodes, "mlp_nodes"
+        )
+        _check_bounds("num_blocks", [self.num_blocks], self.min_blocks, self.max_blocks, "blocks")
+        return self
+
+
+class MultiInputEncoderConfig(Spec):
+    """Encoder for Dict observations: one sub-encoder per entry, concatenated."""
+
+    arch: Literal["multiinput"] = Field("multiinput", description="Encoder kind.")
+    latent_dim: int = Field(64, gt=0, description="Output size of each sub-encoder.")
+    vector_space_mlp: bool = Field(
+        False, description="Give vector entries their own MLP instead of passing them through."
+    )
+    min_latent_dim: int = Field(8, gt=0, description="Smallest latent size allowed.")
+    max_latent_dim: int = Field(128, gt=1, description="Largest latent size allowed.")
+    mlp_config: MLPEncoderConfig | None = Field(None, description="MLP for vector entries.")
+    cnn_config: CNNEncoderConfig | None = Field(None, description="CNN for image entries.")
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> MultiInputEncoderConfig:
+        _check_order(self, "min_latent_dim", "max_latent_dim")
+        _check_bounds(
+            "latent_dim", [self.latent_dim], self.min_latent_dim, self.max_latent_dim, "latent_dim"
+        )
+        return self
+
+
+_KEY_HINTS: dict[str, str] = {
+    "channel_size": "cnn", "kernel_size": "cnn", "stride_size": "cnn",
+    "hidden_state_size": "lstm", "num_layers": "lstm", "dropout": "lstm",
+    "num_blocks": "simba", "scale_factor": "simba",
+    "vector_space_mlp": "multiinput", "mlp_config": "multiinput", "cnn_config": "multiinput",
+}  # fmt: skip
+
+
+def encoder_arch(data: Any) -> str:
+    """Which encoder shape a mapping describes: its ``arch``, else the keys it uses."""
+    if isinstance(data, Spec):
+        return f"<{getattr(data, 'arch', None) or 'mlp'}>"
+    if not isinstance(data, dict):
+        return "<mlp>"
+    if data.get("arch") in _ENCODERS:
+        return f"<{data['arch']}>"
+    for key, arch in _KEY_HINTS.items():
+        if key in data:
+            return f"<{arch}>"
+    if isinstance(data.get("hidden_size"), int):
+        return "<simba>"
+    return "<mlp>"
+
+
+_ENCODERS: dict[str, type[Spec]] = {
+    "mlp": MLPEncoderConfig,
+    "cnn": CNNEncoderConfig,
+    "lstm": LSTMEncoderConfig,
+    "simba": SimBaEncoderConfig,
+    "multiinput": MultiInputEncoderConfig,
+}
+
+EncoderConfig = Annotated[
+    Annotated[MLPEncoderConfig, Tag("<mlp>")]
+    | Annotated[CNNEncoderConfig, Tag("<cnn>")]
+    | Annotated[LSTMEncoderConfig, Tag("<lstm>")]
+    | Annotated[SimBaEncoderConfig, Tag("<simba>")]
+    | Annotated[MultiInputEncoderConfig, Tag("<multiinput>")],
+    Discriminator(encoder_arch),
+]
+
+
+class NetworkSpec(Spec):
+    """The evolvable network: an encoder, a latent layer, and an MLP head."""
+
+    latent_dim: int = Field(64, gt=0, description="Width of the encoder's output.")
+    min_latent_dim: int = Field(8, gt=0, description="Smallest latent width mutation allows.")
+    max_latent_dim: int = Field(128, gt=1, description="Largest latent width mutation allows.")
+    encoder_config: EncoderConfig | None = Field(
+        None,
+        description="Encoder options; null (or no arch) lets the observation space decide.",
+    )
+    head_config: MLPConfig = Field(
+        default_factory=MLPConfig, description="MLP head(s) on top of the latent."
+    )
+    random_seed: int | None = Field(None, description="Seed of the network's own generator.")
+    simba: bool = Field(False, description="Use the SimBa residual encoder for vectors.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_arch(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "arch" not in data:
+            return data
+        data = dict(data)
+        arch = data.pop("arch")
+        encoder = data.get("encoder_config")
+        encoder = dict(encoder) if isinstance(encoder, dict) else {}
+        if encoder.get("arch", arch) != arch:
+            raise located_error(
+                "arch", f"'{arch}' disagrees with encoder_config.arch '{encoder['arch']}'",
+                "write arch once",
+            )  # fmt: skip
+        encoder["arch"] = arch
+        data["encoder_config"] = encoder
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NetworkSpec:
+        _check_order(self, "min_latent_dim", "max_latent_dim")
+        _check_bounds(
+            "latent_dim", [self.latent_dim], self.min_latent_dim, self.max_latent_dim, "latent_dim"
+        )
+        arch = getattr(self.encoder_config, "arch", None)
+        if self.simba and arch not in (None, "simba"):
+            raise located_error("simba", f"true, but the encoder arch is '{arch}'")
+        if arch == "simba" and not self.simba:
+            object.__setattr__(self, "simba", True)
+        return self
+
+    @property
+    def arch(self) -> str | None:
+        """The declared encoder kind, or None when the observation space decides."""
+        if self.encoder_config is not None and self.encoder_config.arch is not None:
+            return self.encoder_config.arch
+        return "simba" if self.simba else None
+
+    @staticmethod
+    def encoder_types() -> dict[str, type[Spec]]:
+        """Each encoder kind and its spec."""
+        return dict(_ENCODERS)
+
+
+class StochasticNetworkSpec(NetworkSpec):
+    """Network of a stochastic policy (PPO): adds output squashing."""
+
+    squash_output: bool = Field(
+        False, description="Squash continuous actions with tanh instead of clipping them."
+    )

@@ -1,0 +1,51 @@
+"""The ``replay_buffer`` section for off-policy algorithms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AliasChoices, Field, model_validator
+
+from agile_cli.models.base import Spec, reject_both_spellings
+
+
+class NStepBufferArgs(Spec):
+    """Options of the n-step return buffer."""
+
+    n_step: int = Field(3, ge=1, description="Steps summed into each n-step return.")
+
+
+class PERBufferArgs(Spec):
+    """Options of the prioritised replay buffer."""
+
+    alpha: float = Field(0.5, ge=0, le=1, description="Priority exponent (0 is uniform).")
+
+
+class ReplayBufferSpec(Spec):
+    """The replay memory shared by the whole population."""
+
+    max_size: int = Field(
+        100_000,
+        ge=1,
+        validation_alias=AliasChoices("max_size", "memory_size"),
+        description="Transitions kept (alias memory_size).",
+    )
+    standard_buffer: bool = Field(
+        True, description="Accepted for compatibility; a uniform buffer is the default anyway."
+    )
+    n_step_buffer: bool = Field(False, description="Learn from n-step returns (single-agent).")
+    n_step_buffer_args: NStepBufferArgs = Field(
+        default_factory=NStepBufferArgs, description="Options of the n-step buffer."
+    )
+    per_buffer: bool = Field(
+        False, description="Prioritised experience replay (algorithms that support it)."
+    )
+    per_buffer_args: PERBufferArgs = Field(
+        default_factory=PERBufferArgs, description="Options of the prioritised buffer."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        reject_both_spellings(data, ("max_size", "memory_size"))
+        return data

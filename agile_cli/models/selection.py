@@ -1,0 +1,21 @@
+"""The ``tournament_selection`` section (also spelled ``selection_strategy``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from agile_cli.models.base import Spec
+
+
+class TournamentSelectionSpec(Spec):
+    """Tournament selection with optional elitism, run between generations."""
+
+    strategy: Literal["tournament"] = Field(
+        "tournament", description="Selection strategy; only 'tournament' is available."
+    )
+    tournament_size: int = Field(
+        2, ge=2, description="Members drawn (with replacement) for each tournament."
+    )
+    elitism: bool = Field(True, description="Carry the best member into the next generation.")

@@ -1,0 +1,113 @@
+"""The ``training`` section: step budget, evolution interval, population, exploration schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AliasChoices, Field, model_validator
+
+from agile_cli.models.base import Spec, located_error, reject_both_spellings
+
+
+class TrainingSpec(Spec):
+    """How long to train, how often to evolve, and how large the population is."""
+
+    max_steps: int = Field(
+        1_000_000, ge=1, description="Environment steps each population member trains for."
+    )
+    evo_steps: int | None = Field(
+        None,
+        ge=1,
+        validation_alias=AliasChoices("evo_steps", "metrics_interval"),
+        description=(
+            "Environment steps between evaluations and evolution (alias metrics_interval). "
+            "Omitted: the algorithm's default, capped at max_steps; the resolved manifest shows it."
+        ),
+    )
+    pop_size: int = Field(
+        1,
+        ge=1,
+        validation_alias=AliasChoices("pop_size", "population_size"),
+        description="Number of agents trained side by side (alias population_size).",
+    )
+    eval_steps: int | None = Field(
+        None, ge=1, description="Step cap per evaluation episode; null runs episodes to the end."
+    )
+    eval_loop: int = Field(1, ge=1, description="Evaluation episodes averaged into one fitness.")
+    target_score: float | None = Field(
+        None,
+        description=(
+            "Stop early once the best member's mean fitness over its last few evaluations "
+            "reaches this score."
+        ),
+    )
+    learning_delay: int = Field(
+        0, ge=0, description="Transitions collected before off-policy learning starts."
+    )
+    eps_start: float = Field(1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy).")
+    eps_end: float = Field(0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
+    eps_decay: float = Field(
+        0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
+    )
+    checkpoint_steps: int | None = Field(
+        None, ge=1, description="Save the whole population every this many environment steps."
+    )
+    checkpoint_path: str | None = Field(
+        None, description="Where checkpoints go; default is the run folder's checkpoints/."
+    )
+    overwrite_checkpoints: bool = Field(
+        False, description="Keep only the latest checkpoint instead of one per save."
+    )
+    evaluation_interval: int = Field(
+        10, ge=1, description="LLM finetuning only: iterations between evaluations."
+    )
+    num_epochs: int | None = Field(
+        None, ge=1, description="LLM finetuning only: stop after this many passes over the data."
+    )
+    max_wall_seconds: float | None = Field(
+        None, gt=0, description="Multi-turn LLM finetuning only: wall-clock budget in seconds."
+    )
+    episode_steps: int = Field(500, ge=1, description="Bandits only: steps per training episode.")
+    sum_scores: bool = Field(
+        True, description="Multi-agent only: sum the agents' rewards into one fitness."
+    )
+    hpo: bool = Field(
+        True,
+        description=(
+            "Evolve the population when both mutation and tournament_selection are given; "
+            "false trains the members independently."
+        ),
+    )
+    reporting_interval: int = Field(
+        1024, ge=1, description="Arena only: environment steps between progress reports."
+    )
+    experience_sharing: bool = Field(
+        False,
+        description="Arena only: share experience between nodes (locally it is always shared).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "replay_buffer" in data:
+            raise located_error(
+                "replay_buffer", "not read here; move it to the top-level replay_buffer section"
+            )
+        reject_both_spellings(data, ("pop_size", "population_size"))
+        reject_both_spellings(data, ("evo_steps", "metrics_interval"))
+        return data
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> TrainingSpec:
+        if self.evo_steps is not None and self.evo_steps > self.max_steps:
+            raise located_error(
+                "evo_steps", f"{self.evo_steps} exceeds max_steps ({self.max_steps})"
+            )
+        if self.eps_start < self.eps_end:
+            raise located_error("eps_end", f"{self.eps_end} is above eps_start ({self.eps_start})")
+        return self
+
+    @property
+    def population_size(self) -> int:
+        """The population size (the brief's Python spelling)."""
+        return self.pop_size

@@ -1,0 +1,120 @@
+"""The JSON Schema of the manifest, assembled from the core specs and registered plugins."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, create_model
+from pydantic.json_schema import models_json_schema
+
+from agile_cli.errors import UsageError
+from agile_cli.models.base import suggest
+from agile_cli.models.mutation import MutationSpec
+from agile_cli.models.replay_buffer import ReplayBufferSpec
+from agile_cli.models.selection import TournamentSelectionSpec
+from agile_cli.models.training import TrainingSpec
+from agile_cli.registry import AlgorithmEntry, Registry
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[str, Any]:
+    """A JSON Schema accepting exactly the manifests ``agile validate`` accepts (structurally).
+
+    :param algorithm: restrict to one registered algorithm.
+    """
+    entries = _entries(registry, algorithm)
+    named = {entry.name: _named_spec(entry) for entry in entries}
+    builders = {
+        builder.name: builder
+        for builder in (registry.environment_for(entry.family) for entry in entries)
+        if builder is not None
+    }
+    networks = {entry.spec.network_spec for entry in entries}
+    models = [
+        *named.values(),
+        *(builder.spec for builder in builders.values()),
+        *networks,
+        TrainingSpec,
+        MutationSpec,
+        TournamentSelectionSpec,
+        ReplayBufferSpec,
+    ]
+    refs, definitions = models_json_schema(
+        [(model, "validation") for model in models], ref_template="#/$defs/{model}"
+    )
+
+    def ref(model: type) -> dict[str, Any]:
+        return refs[(model, "validation")]
+
+    def one_of(items: list[dict[str, Any]]) -> dict[str, Any]:
+        return items[0] if len(items) == 1 else {"oneOf": items}
+
+    properties: dict[str, Any] = {
+        "algorithm": one_of([ref(model) for model in named.values()]),
+        "environment": one_of([ref(b.spec) for b in builders.values()] or [{"type": "object"}]),
+        "training": ref(TrainingSpec),
+        "network": _any_of([ref(model) for model in networks]),
+        "mutation": ref(MutationSpec),
+        "tournament_selection": ref(TournamentSelectionSpec),
+        "selection_strategy": ref(TournamentSelectionSpec),
+        "replay_buffer": ref(ReplayBufferSpec),
+    }
+    return {
+        "$schema": DRAFT,
+        "title": "agile training manifest",
+        "type": "object",
+        "required": ["algorithm", "environment"],
+        "additionalProperties": False,
+        "properties": properties,
+        "allOf": _per_family_rules(entries, registry, ref),
+        "$defs": definitions.get("$defs", {}),
+    }
+
+
+def _any_of(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return items[0] if len(items) == 1 else {"anyOf": items}
+
+
+def _entries(registry: Registry, algorithm: str | None) -> list[AlgorithmEntry]:
+    if algorithm is None:
+        return [registry.algorithms[name] for name in sorted(registry.algorithms)]
+    if algorithm not in registry.algorithms:
+        close = suggest(algorithm, registry.algorithms)
+        raise UsageError(
+            f"unknown algorithm '{algorithm}'",
+            f"did you mean '{close}'?" if close else "see `agile plugins`",
+        )
+    return [registry.algorithms[algorithm]]
+
+
+def _named_spec(entry: AlgorithmEntry) -> type:
+    """The algorithm's spec with its ``name`` field, as it appears in a manifest."""
+    return create_model(
+        f"{entry.name}Algorithm",
+        __base__=entry.spec,
+        __doc__=entry.spec.__doc__,
+        name=(Literal[entry.name], Field(description="Algorithm name (case-sensitive).")),  # type: ignore[valid-type]
+    )
+
+
+def _per_family_rules(
+    entries: list[AlgorithmEntry], registry: Registry, ref: Any
+) -> list[dict[str, Any]]:
+    """if algorithm.name is one of these, then environment and network use these specs."""
+    rules = []
+    for entry in entries:
+        builder = registry.environment_for(entry.family)
+        then: dict[str, Any] = {"network": ref(entry.spec.network_spec)}
+        if builder is not None:
+            then["environment"] = ref(builder.spec)
+        rules.append(
+            {
+                "if": {
+                    "properties": {"algorithm": {"properties": {"name": {"const": entry.name}}}},
+                    "required": ["algorithm"],
+                },
+                "then": {"properties": then},
+            }
+        )
+    return rules

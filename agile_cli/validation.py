@@ -1,0 +1,228 @@
+"""Validating a manifest mapping section by section, collecting every error with its path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from agile_cli.errors import FieldError, ManifestError
+from agile_cli.manifest import SECTIONS, SELECTION_ALIAS, TrainingManifest
+from agile_cli.models.base import field_errors, suggest
+from agile_cli.models.mutation import MutationSpec
+from agile_cli.models.network import NetworkSpec
+from agile_cli.models.replay_buffer import ReplayBufferSpec
+from agile_cli.models.selection import TournamentSelectionSpec
+from agile_cli.models.training import TrainingSpec
+from agile_cli.registry import AlgorithmEntry, Registry
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Collector:
+    """Validates sections one by one, keeping every error instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+        self.warnings: list[str] = []
+
+    def add(self, path: str, message: str, hint: str | None = None) -> None:
+        self.errors.append(FieldError(path, message, hint))
+
+    def section(self, path: str, model: type[M], raw: Any) -> M | None:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            self.add(path, f"must be a mapping, not {type(raw).__name__}")
+            return None
+        try:
+            return model.model_validate(dict(raw))
+        except ValidationError as exc:
+            self.errors.extend(error.under(path) for error in field_errors(exc, model))
+            return None
+
+
+def validate_mapping(
+    data: Mapping[str, Any], registry: Registry, source: str | None = None
+) -> TrainingManifest:
+    """Validate a parsed manifest against the core specs and the registered plugins.
+
+    :raises ManifestError: listing every problem found, each with its dotted path.
+    """
+    check = _Collector()
+    _check_top_level(data, check)
+    entry = _algorithm_entry(data.get("algorithm"), registry, check)
+    algorithm = environment = None
+    if entry is not None:
+        raw = {k: v for k, v in dict(data["algorithm"]).items() if k != "name"}
+        algorithm = check.section("algorithm", entry.spec, raw)
+        environment = _environment(data.get("environment"), entry, registry, check)
+    elif "environment" in data and not isinstance(data["environment"], Mapping):
+        check.add("environment", "must be a mapping")
+    training = check.section("training", TrainingSpec, data.get("training"))
+    network_spec = entry.spec.network_spec if entry is not None else NetworkSpec
+    network = check.section("network", network_spec, data.get("network"))
+    mutation = _optional(check, "mutation", MutationSpec, data)
+    selection = _selection(data, check)
+    replay = _optional(check, "replay_buffer", ReplayBufferSpec, data)
+    if entry is not None and mutation is not None:
+        _check_hp_selection(mutation, entry, check)
+    if entry is not None and replay is not None:
+        replay = _check_replay_buffer(replay, entry, registry, check)
+    if check.errors or None in (algorithm, environment, training, network):
+        raise ManifestError(check.errors, source=source)
+    assert entry is not None and training is not None
+    if training.evo_steps is None:
+        training.evo_steps = min(entry.spec.default_evo_steps, training.max_steps)
+    if replay is None and entry.family.uses_replay_buffer:
+        replay = ReplayBufferSpec()
+    manifest = TrainingManifest(
+        algorithm=algorithm,
+        environment=environment,
+        training=training,
+        network=network,
+        mutation=mutation,
+        tournament_selection=selection,
+        replay_buffer=replay,
+    )
+    manifest._algorithm_name, manifest._family = entry.name, entry.family
+    manifest._warnings = check.warnings
+    late = algorithm.check_manifest(manifest)  # type: ignore[union-attr]
+    if late:
+        raise ManifestError(late, source=source)
+    return manifest
+
+
+def _check_top_level(data: Mapping[str, Any], check: _Collector) -> None:
+    known = (*SECTIONS, SELECTION_ALIAS)
+    for key in data:
+        if key not in known:
+            close = suggest(str(key), known)
+            hint = f"did you mean '{close}'?" if close else "valid sections: " + ", ".join(SECTIONS)
+            check.add(str(key), "unknown section", hint)
+    if SELECTION_ALIAS in data and "tournament_selection" in data:
+        check.add(
+            SELECTION_ALIAS,
+            "given together with 'tournament_selection', its other spelling",
+            "keep only one",
+        )
+    for required in ("algorithm", "environment"):
+        if data.get(required) is None:
+            check.add(required, "required section is missing", _EXAMPLES[required])
+
+
+_EXAMPLES = {
+    "algorithm": "e.g. algorithm: {name: DQN}",
+    "environment": "e.g. environment: {name: CartPole-v1}",
+}
+
+
+def _algorithm_entry(raw: Any, registry: Registry, check: _Collector) -> AlgorithmEntry | None:
+    if raw is None:
+        return None
+    names = sorted(registry.algorithms)
+    if not isinstance(raw, Mapping):
+        check.add("algorithm", f"must be a mapping, not {type(raw).__name__}", "e.g. {name: DQN}")
+        return None
+    name = raw.get("name")
+    if name is None:
+        check.add("algorithm.name", "required field is missing", "one of: " + ", ".join(names))
+        return None
+    entry = registry.algorithms.get(name) if isinstance(name, str) else None
+    if entry is None:
+        close = suggest(str(name), names)
+        hint = f"did you mean '{close}'?" if close else None
+        listing = "installed: " + ", ".join(names) if names else "no algorithm plugin is installed"
+        check.add("algorithm.name", f"unknown algorithm {name!r}", hint or listing)
+    return entry
+
+
+def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Collector) -> Any:
+    if raw is None:
+        return None
+    builder = registry.environment_for(entry.family)
+    if builder is None:
+        check.add(
+            "environment",
+            f"no installed plugin builds environments for {entry.family.value} algorithms "
+            f"like {entry.name}",
+            "install the plugin that provides them",
+        )
+        return None
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    return check.section("environment", builder.spec, raw)
+
+
+def _optional(check: _Collector, key: str, model: type[M], data: Mapping[str, Any]) -> M | None:
+    raw = data.get(key)
+    return None if raw is None else check.section(key, model, raw)
+
+
+def _selection(data: Mapping[str, Any], check: _Collector) -> TournamentSelectionSpec | None:
+    key = SELECTION_ALIAS if SELECTION_ALIAS in data else "tournament_selection"
+    raw = data.get(key)
+    if raw is None:
+        return None
+    if isinstance(raw, Mapping) and raw.get("strategy") == "multi_frequency":
+        check.add(
+            f"{key}.strategy",
+            "multi-frequency PBT is not available yet",
+            "use strategy: tournament (the default)",
+        )
+        return None
+    return check.section(key, TournamentSelectionSpec, raw)
+
+
+def _check_hp_selection(mutation: MutationSpec, entry: AlgorithmEntry, check: _Collector) -> None:
+    valid = entry.spec.mutable_hyperparameters
+    for name, bounds in mutation.rl_hp_selection.items():
+        path = f"mutation.rl_hp_selection.{name}"
+        if name not in valid:
+            close = suggest(name, valid)
+            hint = (f"did you mean '{close}'? " if close else "") + "mutable: " + ", ".join(valid)
+            check.add(path, f"{entry.name} has no mutable hyperparameter '{name}'", hint)
+            continue
+        field = entry.spec.model_fields[name]
+        typed = (
+            Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        )
+        adapter: TypeAdapter[Any] = TypeAdapter(typed)
+        for end in ("min", "max"):
+            try:
+                adapter.validate_python(getattr(bounds, end))
+            except ValidationError as exc:
+                for error in field_errors(exc, BaseModel):
+                    check.add(f"{path}.{end}", error.message, f"{name} itself must allow it")
+        initial = field.default
+        if isinstance(initial, int | float) and not bounds.min <= initial <= bounds.max:
+            check.warnings.append(
+                f"{path}: the default {name} ({initial}) lies outside "
+                f"[{bounds.min}, {bounds.max}]; the first mutation clips it into range"
+            )
+
+
+def _check_replay_buffer(
+    replay: ReplayBufferSpec, entry: AlgorithmEntry, registry: Registry, check: _Collector
+) -> ReplayBufferSpec | None:
+    if not entry.family.uses_replay_buffer:
+        check.warnings.append(
+            f"replay_buffer: ignored, {entry.name} learns on-policy without a replay buffer"
+        )
+        return None
+    if replay.per_buffer and not entry.spec.supports_per:
+        able = [name for name, e in registry.algorithms.items() if e.spec.supports_per]
+        check.add(
+            "replay_buffer.per_buffer",
+            f"{entry.name} cannot learn from prioritised replay",
+            ("supported by: " + ", ".join(able)) if able else "set it to false",
+        )
+    if replay.n_step_buffer and not entry.spec.supports_n_step:
+        able = [name for name, e in registry.algorithms.items() if e.spec.supports_n_step]
+        check.add(
+            "replay_buffer.n_step_buffer",
+            f"{entry.name} cannot learn from n-step returns",
+            ("supported by: " + ", ".join(able)) if able else "set it to false",
+        )
+    return replay

@@ -1,0 +1,35 @@
+"""Developer sessions: `nox` runs lint and tests; `nox -s benchmark` measures cold start."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+# The CPU build of torch; an unpinned torch would download a multi-GB CUDA build.
+TORCH = "torch==2.13.0"
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest arguments after --)."""
+    session.install(TORCH)
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs, env={"WANDB_MODE": "disabled"})
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def benchmark(session: nox.Session) -> None:
+    """Cold-start benchmark of `agile validate` (more under benchmarks/)."""
+    session.install(TORCH)
+    session.install("-e", ".")
+    session.run("python", "benchmarks/validate_cold_start.py", *session.posargs)

@@ -1,0 +1,1 @@
+"""First-party plugin: Deep Q-Network (DQN)."""

@@ -1,0 +1,29 @@
+"""The ``algorithm`` section of DQN."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from agile_cli import AlgorithmSpec
+
+
+class DQNSpec(AlgorithmSpec):
+    """Deep Q-Network (Mnih et al., 2015), with an optional double-Q target (van Hasselt, 2016)."""
+
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
+    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(
+        1e-3, gt=0, le=1, description="Soft update rate of the target network (1 copies it)."
+    )
+    double: bool = Field(False, description="Double DQN: the online network picks the action.")
+    cudagraphs: bool = Field(
+        False, description="Accepted for compatibility; agile compiles nothing and ignores it."
+    )
+
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "lr", "batch_size", "learn_step", "gamma", "tau",
+    )  # fmt: skip
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")

@@ -1,0 +1,1 @@
+"""First-party plugin: Gymnasium environments for single-agent algorithms."""

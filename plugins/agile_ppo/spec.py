@@ -1,0 +1,83 @@
+"""The ``algorithm`` section of PPO."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from agile_cli import AlgorithmSpec, FieldError
+from agile_cli.models import StochasticNetworkSpec
+
+if TYPE_CHECKING:
+    from agile_cli import TrainingManifest
+
+
+class PPOSpec(AlgorithmSpec):
+    """Proximal Policy Optimization with clipped objective and GAE (Schulman et al., 2017)."""
+
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
+    learn_step: int = Field(
+        2048, ge=1, description="Rollout length: environment steps collected per update."
+    )
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    action_std_init: float = Field(
+        0.0,
+        description="Initial log standard deviation of the Gaussian policy (Box actions).",
+    )
+    clip_coef: float = Field(0.2, ge=0, le=1, description="Policy ratio clipping range.")
+    ent_coef: float = Field(0.01, ge=0, le=1, description="Entropy bonus coefficient.")
+    vf_coef: float = Field(0.5, ge=0, le=1, description="Value loss coefficient.")
+    max_grad_norm: float = Field(0.5, ge=0, description="Gradient norm clip (0: no clipping).")
+    target_kl: float | None = Field(
+        None, ge=0, description="Stop an update's epochs early past this approximate KL."
+    )
+    update_epochs: int = Field(4, ge=1, description="Passes over each rollout.")
+    clip_value_loss: bool = Field(
+        False, description="Clip the value update to clip_coef around the old estimate."
+    )
+    normalize_advantages: bool = Field(True, description="Normalise advantages per minibatch.")
+    rollout_buffer_config: dict[str, Any] = Field(
+        default_factory=dict, description="Accepted for compatibility; must be empty."
+    )
+    recurrent: bool = Field(False, description="LSTM policy (recurrent PPO).")
+    max_seq_len: int = Field(32, ge=1, description="Recurrent PPO: sequence length for BPTT.")
+    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
+        "chunked", description="Recurrent PPO: how rollouts are cut into sequences."
+    )
+    share_encoders: bool = Field(True, description="Actor and critic share one encoder.")
+    num_envs: int | None = Field(
+        None, ge=1, description="Derived from environment.num_envs; leave it out."
+    )
+
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "lr", "batch_size", "learn_step", "gamma", "gae_lambda", "clip_coef", "ent_coef",
+        "vf_coef", "max_grad_norm", "update_epochs", "action_std_init",
+    )  # fmt: skip
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    network_spec: ClassVar[type[StochasticNetworkSpec]] = StochasticNetworkSpec
+
+    @field_validator("rollout_buffer_config")
+    @classmethod
+    def _empty(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value:
+            raise ValueError("no rollout buffer options are available; remove the keys")
+        return value
+
+    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
+        errors = []
+        if self.recurrent and manifest.network.simba:
+            errors.append(
+                FieldError("network.simba", "cannot be combined with algorithm.recurrent: true")
+            )
+        num_envs = getattr(manifest.environment, "num_envs", None)
+        if self.num_envs is not None and self.num_envs != num_envs:
+            errors.append(
+                FieldError(
+                    "algorithm.num_envs",
+                    f"{self.num_envs} disagrees with environment.num_envs ({num_envs})",
+                    "remove it; PPO uses environment.num_envs",
+                )
+            )
+        return errors

@@ -1,0 +1,58 @@
+"""Shared fixtures: run the real CLI, and register a plugin for one test only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from agile_cli.cli import CORE_COMMANDS, cli
+from agile_cli.plugins import PluginHost, build_host
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+
+
+@pytest.fixture
+def make_host() -> Callable[..., PluginHost]:
+    """Build a plugin host from the installed plugins plus the given ``(name, plugin)`` pairs."""
+
+    def make(*extra: tuple[str, object], **kwargs: object) -> PluginHost:
+        return build_host(extra_plugins=extra, reserved_commands=CORE_COMMANDS, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def run() -> Callable[..., Result]:
+    """Invoke ``agile ARGS`` in-process; pass ``host=`` to use a custom plugin host."""
+
+    def invoke(*args: str, host: PluginHost | None = None) -> Result:
+        return CliRunner().invoke(cli, list(args), obj=host, catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """Write a file under a temporary folder and return its path."""
+
+    def write_file(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    yield write_file
+
+
+MINIMAL = """\
+algorithm:
+  name: DQN
+environment:
+  name: CartPole-v1
+"""

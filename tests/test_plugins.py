@@ -1,0 +1,208 @@
+"""The plugin host: discovery, failures, conflicts, and what plugins add to the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from importlib.metadata import EntryPoint
+from typing import ClassVar
+
+import click
+import pytest
+from pydantic import Field
+
+from agile_cli import AlgorithmSpec, Family, PluginError, TrainingManifest, hookimpl
+from agile_cli.plugins import build_host
+
+
+class FooSpec(AlgorithmSpec):
+    """A made-up algorithm for these tests."""
+
+    alpha: float = Field(0.5, ge=0, description="Step size.")
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("alpha",)
+
+
+class FooPlugin:
+    @hookimpl
+    def agile_register_algorithms(self, register) -> None:
+        register(name="Foo", spec=FooSpec, family=Family.ON_POLICY, implementation="x:Foo")
+
+    @hookimpl
+    def agile_register_commands(self, register) -> None:
+        @click.command(name="foo-hello")
+        def hello() -> None:
+            """Say hello."""
+            click.echo("hello from foo")
+
+        register(hello)
+
+
+FOO_MANIFEST = "algorithm:\n  name: Foo\n  alpha: 0.1\nenvironment:\n  name: CartPole-v1\n"
+
+
+def test_plugin_registered_for_one_test_is_known_to_validate_and_schema(
+    make_host, run, write
+) -> None:
+    host = make_host(("foo", FooPlugin()))
+    path = write("foo.yaml", FOO_MANIFEST)
+    result = run("validate", str(path), host=host)
+    assert result.exit_code == 0, result.output
+    assert "ok (Foo on CartPole-v1" in result.output
+    schema = json.loads(run("schema", host=host).output)
+    assert "FooAlgorithm" in schema["$defs"]
+    assert run("foo-hello", host=host).output == "hello from foo\n"
+    # ...and only for that test: the installed plugins do not know it.
+    assert run("validate", str(path)).exit_code == 2
+
+
+def test_plugin_mutable_hyperparameters_drive_rl_hp_selection(make_host, write) -> None:
+    registry = make_host(("foo", FooPlugin())).registry
+    data = {
+        "algorithm": {"name": "Foo"},
+        "environment": {"name": "CartPole-v1"},
+        "mutation": {"rl_hp_selection": {"alpha": {"min": 0.1, "max": 0.9}}},
+    }
+    manifest = TrainingManifest.get_validated(data, registry=registry)
+    assert manifest.mutation.rl_hp_selection["alpha"].max == 0.9
+
+
+@pytest.fixture
+def broken_module(monkeypatch, tmp_path):
+    (tmp_path / "agile_test_broken.py").write_text("raise RuntimeError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "agile_test_broken"
+    sys.modules.pop("agile_test_broken", None)
+
+
+def _installed_plus(*extra: EntryPoint) -> list[EntryPoint]:
+    from importlib.metadata import entry_points
+
+    return [*entry_points(group="agile"), *extra]
+
+
+def test_broken_plugin_is_a_warning_and_a_row(broken_module, run, write) -> None:
+    broken = EntryPoint("broken", broken_module, "agile")
+    host = build_host(discovered=_installed_plus(broken))
+    info = next(info for info in host.plugins if info.name == "broken")
+    assert info.status == "failed" and info.error == "RuntimeError: boom at import"
+    listing = run("plugins", host=host)
+    assert listing.exit_code == 0
+    assert "broken" in listing.output and "RuntimeError: boom at import" in listing.output
+    assert run("validate", str(write("m.yaml", FOO_MANIFEST.replace("Foo", "DQN"))), host=host)
+    rows = json.loads(run("plugins", "--json", host=host).output)
+    assert {row["name"]: row["status"] for row in rows}["dqn"] == "loaded"
+
+
+def test_broken_plugin_warning_reaches_the_user(broken_module, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    import agile_cli.cli as cli_module
+
+    broken = EntryPoint("broken", broken_module, "agile")
+    monkeypatch.setattr(
+        cli_module, "build_host", lambda **kw: build_host(discovered=_installed_plus(broken), **kw)
+    )
+    result = CliRunner().invoke(cli_module.cli, ["plugins"])
+    assert result.exit_code == 0
+    assert "warning: plugin 'broken' failed to load: RuntimeError: boom" in result.output
+
+
+def test_hook_that_raises_drops_only_that_plugin(make_host) -> None:
+    class Faulty:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            register(name="Half", spec=FooSpec, family="on_policy", implementation="x:Y")
+            raise KeyError("oops")
+
+    host = make_host(("faulty", Faulty()))
+    assert "Half" not in host.registry.algorithms
+    assert "DQN" in host.registry.algorithms
+    info = next(info for info in host.plugins if info.name == "faulty")
+    assert info.status == "failed" and "KeyError" in info.error
+
+
+def test_two_plugins_with_one_name_is_an_error_naming_both(make_host) -> None:
+    class Impostor:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            register(name="DQN", spec=FooSpec, family="off_policy", implementation="x:Y")
+
+    with pytest.raises(PluginError) as excinfo:
+        make_host(("impostor", Impostor()))
+    assert excinfo.value.message == "algorithm 'DQN' is registered by both 'dqn' and 'impostor'"
+
+
+def test_conflict_is_reported_without_traceback(monkeypatch, write) -> None:
+    from click.testing import CliRunner
+
+    import agile_cli.cli as cli_module
+
+    class Impostor:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            register(name="PPO", spec=FooSpec, family="on_policy", implementation="x:Y")
+
+    monkeypatch.setattr(
+        cli_module,
+        "build_host",
+        lambda **kw: build_host(extra_plugins=[("impostor", Impostor())], **kw),
+    )
+    path = write("m.yaml", FOO_MANIFEST.replace("Foo", "DQN"))
+    result = CliRunner().invoke(cli_module.cli, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "error: algorithm 'PPO' is registered by both 'ppo' and 'impostor'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_registrations_are_type_checked(make_host) -> None:
+    class Wrong:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            register(name="W", spec=dict, family="off_policy", implementation="x:Y")
+
+    with pytest.raises(PluginError, match="not a subclass of AlgorithmSpec"):
+        make_host(("wrong", Wrong()))
+
+
+def test_mutable_hyperparameters_must_be_numeric_fields(make_host) -> None:
+    class BadSpec(AlgorithmSpec):
+        mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("nope",)
+
+    class Bad:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            register(name="Bad", spec=BadSpec, family="off_policy", implementation="x:Y")
+
+    with pytest.raises(PluginError, match="lists 'nope' as mutable"):
+        make_host(("bad", Bad()))
+
+
+def test_plugin_may_not_take_a_core_command(make_host) -> None:
+    class Squatter:
+        @hookimpl
+        def agile_register_commands(self, register) -> None:
+            register(click.Command("validate"))
+
+    with pytest.raises(PluginError, match="command 'validate', a core command"):
+        make_host(("squatter", Squatter()))
+
+
+def test_hook_may_declare_only_the_arguments_it_uses(make_host) -> None:
+    module = types.ModuleType("agile_test_noargs")
+    calls = []
+
+    @hookimpl
+    def agile_register_backends() -> None:
+        calls.append("called")
+
+    module.agile_register_backends = agile_register_backends
+    make_host(("noargs", module))
+    assert calls == ["called"]
+
+
+def test_agile_plugins_lists_first_party_plugins_with_distribution(run) -> None:
+    result = run("plugins")
+    assert result.exit_code == 0
+    for expected in ("dqn", "ppo", "gymnasium", "agile-cli", "algorithm:DQN"):
+        assert expected in result.output

@@ -1,0 +1,52 @@
+"""`agile schema`: a JSON Schema that editors can use to check manifests."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from agile_cli.loader import load_file
+
+from .conftest import CONFIGS
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    from click.testing import CliRunner
+
+    from agile_cli.cli import cli
+
+    result = CliRunner().invoke(cli, ["schema"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    jsonschema.Draft202012Validator.check_schema(document)
+    return document
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_manifests_satisfy_the_schema(schema, path) -> None:
+    jsonschema.validate(load_file(path), schema)
+
+
+def test_schema_rejects_unknown_keys_and_wrong_names(schema) -> None:
+    good = {"algorithm": {"name": "DQN", "lr": 0.001}, "environment": {"name": "CartPole-v1"}}
+    jsonschema.validate(good, schema)
+    for bad in (
+        {**good, "algorithm": {"name": "DQN", "lrr": 0.1}},
+        {**good, "algorithm": {"name": "Dqn"}},
+        {**good, "environment": {"name": "CartPole-v1", "num_env": 2}},
+        {**good, "extra": 1},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def test_schema_for_one_algorithm(run) -> None:
+    document = json.loads(run("schema", "--algorithm", "PPO").output)
+    assert document["properties"]["algorithm"] == {"$ref": "#/$defs/PPOAlgorithm"}
+    assert "DQNAlgorithm" not in document["$defs"]
+    result = run("schema", "--algorithm", "ppo")
+    assert result.exit_code == 2
+    assert "unknown algorithm 'ppo' (did you mean 'PPO'?)" in result.output
