@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from agile_cli.backend import Backend, RunResult
 from agile_cli.errors import (
     AgileError,
     EnvironmentNotFoundError,
@@ -32,24 +33,46 @@ from agile_cli.registry import (
 __version__ = "0.1.0"
 
 # Public names whose modules import torch: loaded on first access.
-_LAZY = {}
+_LAZY = {
+    "LocalTrainer": "agile_cli.training.trainer:LocalTrainer",
+    "Algorithm": "agile_cli.agent:Algorithm",
+    "OffPolicyAlgorithm": "agile_cli.agent:OffPolicyAlgorithm",
+    "OnPolicyAlgorithm": "agile_cli.agent:OnPolicyAlgorithm",
+    "AgentContext": "agile_cli.agent:AgentContext",
+    "LearnResult": "agile_cli.agent:LearnResult",
+}
 
 if TYPE_CHECKING:
-    pass
+    from agile_cli.agent import (
+        AgentContext,
+        Algorithm,
+        LearnResult,
+        OffPolicyAlgorithm,
+        OnPolicyAlgorithm,
+    )
+    from agile_cli.training.trainer import LocalTrainer
 
 __all__ = [
+    "AgentContext",
     "AgileError",
+    "Algorithm",
     "AlgorithmSpec",
+    "Backend",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
     "Family",
     "FieldError",
+    "LearnResult",
+    "LocalTrainer",
     "ManifestError",
+    "OffPolicyAlgorithm",
+    "OnPolicyAlgorithm",
     "PluginError",
     "RegisterAlgorithm",
     "RegisterBackend",
     "RegisterCommand",
     "RegisterEnvironment",
+    "RunResult",
     "Spec",
     "TrainingError",
     "TrainingManifest",

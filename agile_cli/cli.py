@@ -127,6 +127,63 @@ def schema(ctx: click.Context, algorithm: str | None, indent: int) -> None:
     click.echo(json.dumps(document, indent=indent))
 
 
+@cli.command()
+@click.argument("manifest", required=False, type=click.Path(path_type=Path))
+@click.option("--backend", default="local", show_default=True, help="Where to train.")
+@click.option(
+    "--resume", type=click.Path(path_type=Path, file_okay=False), help="Continue a run folder."
+)
+@click.option("--device", help="cpu, cuda, cuda:N or auto (default: auto).")
+@click.option("--seed", type=int, help="Seed of everything random (default: mutation.rand_seed).")
+@click.option("--run-dir", type=click.Path(path_type=Path), help="Run folder to create.")
+@click.option("--wb", is_flag=True, help="Log to Weights & Biases (honours WANDB_MODE).")
+@click.option("--tensorboard", is_flag=True, help="Write TensorBoard scalars.")
+@click.option("--checkpoint-steps", type=int, help="Keep a snapshot every N steps per member.")
+@click.option("--checkpoint-buffer", is_flag=True, help="Save the replay buffer in checkpoints.")
+@click.option("--verbose/--quiet", default=True, help="Live progress, or plain log lines.")
+@click.pass_context
+def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path | None,
+          verbose: bool, **flags: Any) -> None:  # fmt: skip
+    """Train the population a MANIFEST describes (or --resume a run folder).
+
+    Ctrl-C saves a checkpoint and exits with status 130; resume with --resume RUN_DIR.
+    """
+    from agile_cli.commands.train import run_train
+
+    if flags.get("run_dir") is not None:
+        flags["run_dir"] = str(flags["run_dir"])
+    status = run_train(
+        plugin_host(ctx), manifest, backend_name=backend, resume=resume, flags=flags,
+        verbose=verbose,
+    )  # fmt: skip
+    ctx.exit(status)
+
+
+@cli.command()
+@click.argument("source", type=click.Path(path_type=Path, exists=True))
+@click.option("--episodes", default=10, show_default=True, help="Episodes to play.")
+@click.option("--member", type=int, help="Member index (population checkpoints).")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the evaluation episodes.")
+@click.pass_context
+def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None, device: str,
+             seed: int) -> None:  # fmt: skip
+    """Score a trained agent: a run folder's elite, elite.pt, or a checkpoint's member."""
+    import numpy as np
+
+    from agile_cli.training.evaluation import episode_returns, load_agent
+
+    if episodes < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--episodes")
+    registry = plugin_host(ctx).registry
+    agent, manifest = load_agent(source, registry, member=member, device=device)
+    returns = episode_returns(agent, manifest, registry, episodes, seed)
+    click.echo(
+        f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}: "
+        f"mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over {episodes} episodes"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     cli.main(args=argv, prog_name="agile")

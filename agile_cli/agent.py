@@ -1,0 +1,265 @@
+"""The base class every algorithm implementation derives from: one instance is one member.
+
+The core owns the population, the evolutionary loop, checkpoints and logging. An algorithm
+builds its networks and optimizers from the member's architecture, acts, and learns; the base
+class gives it hyperparameters as attributes, architecture and learning-rate changes that keep
+what can be kept, cloning, and a complete state for checkpoints.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agile_cli.models.algorithm import AlgorithmSpec
+from agile_cli.models.network import NetworkSpec
+from agile_cli.models.replay_buffer import ReplayBufferSpec
+from agile_cli.models.training import TrainingSpec
+from agile_cli.nn.arch import NetworkArch
+from agile_cli.nn.modules import EvolvableNetwork, preprocess
+from agile_cli.nn.transfer import transfer_optimizer_state
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """What every member of a population shares.
+
+    :param device: where networks live.
+    :param num_envs: environments stepped side by side.
+    :param training: the manifest's training section.
+    :param seed: base seed; member ``i`` derives its generators from ``(seed, i)``.
+    :param network: the manifest's network section (algorithm-specific options such as
+        ``squash_output`` live there).
+    :param replay_buffer: the manifest's replay_buffer section, if any.
+    """
+
+    device: torch.device
+    num_envs: int
+    training: TrainingSpec
+    seed: int = 0
+    network: NetworkSpec | None = None
+    replay_buffer: ReplayBufferSpec | None = None
+
+
+@dataclass
+class _OptimizerPlan:
+    networks: tuple[str, ...]
+    lr_attribute: str
+
+
+@dataclass
+class MemberRecord:
+    """Bookkeeping the core keeps per member; saved with it."""
+
+    steps: int = 0
+    fitness: list[float] = field(default_factory=list)
+    episode_returns: list[float] = field(default_factory=list)
+    mutation: str = "none"
+    parent: int | None = None
+
+
+class Algorithm(abc.ABC):
+    """One population member of some algorithm.
+
+    Subclasses implement :meth:`build` (create networks with :meth:`add_network` and optimizers
+    with :meth:`add_optimizer`) and :meth:`act`, plus the learning interface of their family
+    (:class:`OffPolicyAlgorithm` or :class:`OnPolicyAlgorithm`).
+    """
+
+    supports_activation_mutation: ClassVar[bool] = True
+    target_networks: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        spec: AlgorithmSpec,
+        *,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        arch: NetworkArch,
+        context: AgentContext,
+        index: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.arch = arch
+        self.context = context
+        self.device = context.device
+        self.index = index
+        self.record = MemberRecord()
+        seed = np.random.SeedSequence([context.seed, index]).generate_state(1)[0]
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.rng = np.random.default_rng(int(seed))
+        for name in spec.mutable_hyperparameters:
+            setattr(self, name, getattr(spec, name))
+        self.networks: dict[str, EvolvableNetwork] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._plans: dict[str, _OptimizerPlan] = {}
+        self.build()
+
+    # -- what subclasses implement -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def build(self) -> None:
+        """Create the networks and optimizers from ``self.arch``."""
+
+    @abc.abstractmethod
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        """Actions for a batch of observations (explore: training; otherwise evaluation)."""
+
+    # -- helpers for subclasses ----------------------------------------------------------------
+
+    def add_network(self, name: str, heads: dict[str, int]) -> EvolvableNetwork:
+        """Build a network of this member's architecture and register it under ``name``."""
+        network = EvolvableNetwork(
+            self.arch, self.observation_space, heads, generator=self.generator, device=self.device
+        )
+        self.networks[name] = network
+        return network
+
+    def add_optimizer(self, name: str, networks: tuple[str, ...], lr_attribute: str) -> None:
+        """An Adam optimizer over ``networks`` whose learning rate is ``self.<lr_attribute>``."""
+        self._plans[name] = _OptimizerPlan(networks, lr_attribute)
+        self.optimizers[name] = self._make_optimizer(self._plans[name])
+
+    def obs_tensor(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Observations from the environment as the networks take them."""
+        return preprocess(self.observation_space, obs, self.device)
+
+    # -- evolution -------------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> EvolvableNetwork:
+        """The network whose weights parameter mutation perturbs (the first one built)."""
+        return next(iter(self.networks.values()))
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        """Current values of every mutable hyperparameter."""
+        return {name: getattr(self, name) for name in self.spec.mutable_hyperparameters}
+
+    def set_hyperparameter(self, name: str, value: float | int) -> None:
+        """Change a hyperparameter; every optimizer using it as learning rate follows."""
+        setattr(self, name, value)
+        for optimizer_name, plan in self._plans.items():
+            if plan.lr_attribute == name:
+                for group in self.optimizers[optimizer_name].param_groups:
+                    group["lr"] = value
+
+    def set_architecture(self, arch: NetworkArch) -> None:
+        """Rebuild every network for ``arch``, keeping weights and optimizer state that fit."""
+        old_networks = self.networks
+        old_params = {name: self._named_parameters(plan) for name, plan in self._plans.items()}
+        self.arch = arch
+        self.networks = {
+            name: network.rebuilt(arch, generator=self.generator)
+            for name, network in old_networks.items()
+        }
+        for name, plan in self._plans.items():
+            old = self.optimizers[name]
+            self.optimizers[name] = self._make_optimizer(plan)
+            transfer_optimizer_state(
+                old, old_params[name], self.optimizers[name], self._named_parameters(plan)
+            )
+
+    def after_parameter_mutation(self) -> None:  # noqa: B027 (optional hook)
+        """Called after the policy's weights were perturbed (e.g. to refresh copies)."""
+
+    def clone(self, index: int) -> Algorithm:
+        """An independent copy (networks, optimizers, hyperparameters, record) with a new index."""
+        twin = copy.deepcopy(self)
+        twin.index = index
+        return twin
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore this member exactly."""
+        return {
+            "index": self.index,
+            "arch": self.arch.to_dict(),
+            "hyperparameters": self.hyperparameters(),
+            "networks": {name: net.state_dict() for name, net in self.networks.items()},
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "record": copy.deepcopy(self.record.__dict__),
+            "torch_rng": self.generator.get_state(),
+            "numpy_rng": self.rng.bit_generator.state,
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (the architecture is rebuilt first)."""
+        self.index = state["index"]
+        self.set_architecture(NetworkArch.from_dict(state["arch"]))
+        for name, value in state["hyperparameters"].items():
+            self.set_hyperparameter(name, value)
+        for name, network_state in state["networks"].items():
+            self.networks[name].load_state_dict(network_state)
+        for name, optimizer_state in state["optimizers"].items():
+            self.optimizers[name].load_state_dict(optimizer_state)
+        self.record = MemberRecord(**state["record"])
+        self.generator.set_state(state["torch_rng"])
+        self.rng.bit_generator.state = state["numpy_rng"]
+        self.load_extra_state(state["extra"])
+
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific state to checkpoint (e.g. DQN's epsilon)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Restore what :meth:`extra_state` saved."""
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _named_parameters(self, plan: _OptimizerPlan) -> dict[str, torch.nn.Parameter]:
+        return {
+            f"{network}.{name}": parameter
+            for network in plan.networks
+            for name, parameter in self.networks[network].named_parameters()
+        }
+
+    def _make_optimizer(self, plan: _OptimizerPlan) -> torch.optim.Optimizer:
+        parameters = list(self._named_parameters(plan).values())
+        return torch.optim.Adam(parameters, lr=getattr(self, plan.lr_attribute))
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        for network in self.networks.values():
+            yield from network.parameters()
+
+
+@dataclass
+class LearnResult:
+    """What one gradient step reports: its loss and, for prioritised replay, new priorities."""
+
+    loss: float
+    priorities: torch.Tensor | None = None
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """An algorithm that learns from batches sampled out of the shared replay buffer."""
+
+    @abc.abstractmethod
+    def learn(self, batch: Any) -> LearnResult:
+        """One gradient step on a :class:`~agile_cli.buffers.Transitions` batch."""
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """An algorithm that learns from the rollouts it just collected."""
+
+    @abc.abstractmethod
+    def policy_step(
+        self, obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """For preprocessed observations: the environment actions, and the
+        ``(actions, log_probs, values)`` tensors :meth:`learn` needs."""
+
+    @abc.abstractmethod
+    def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
+        """Update on a :class:`~agile_cli.rollout.Rollout` whose next observation is
+        ``last_obs``; returns the mean loss."""

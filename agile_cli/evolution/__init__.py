@@ -1,0 +1,1 @@
+"""Evolutionary hyperparameter optimisation: mutation and selection of a population."""

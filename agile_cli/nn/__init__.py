@@ -1,0 +1,27 @@
+"""Evolvable networks: architecture descriptions, the torch modules built from them, and the
+transfer of weights and optimizer state between a network and its mutated copy.
+
+Importing this package is cheap: it exposes the torch-free architecture descriptions
+(:mod:`agile_cli.nn.arch`). The torch modules live in :mod:`agile_cli.nn.modules` and
+:mod:`agile_cli.nn.transfer`; import them where a network is built.
+"""
+
+from __future__ import annotations
+
+from agile_cli.nn.arch import (
+    ArchMethod,
+    CNNArch,
+    MLPArch,
+    MultiInputArch,
+    NetworkArch,
+    arch_from_spec,
+)
+
+__all__ = [
+    "ArchMethod",
+    "CNNArch",
+    "MLPArch",
+    "MultiInputArch",
+    "NetworkArch",
+    "arch_from_spec",
+]

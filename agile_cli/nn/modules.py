@@ -1,0 +1,382 @@
+"""Torch modules built from an architecture description (:mod:`agile_cli.nn.arch`).
+
+Parameter names are stable across architecture changes so that
+:func:`agile_cli.nn.transfer.transfer_weights` can match them: an MLP's hidden layers are
+``layers.<i>`` (with ``norms.<i>`` and ``acts.<i>``) and its output layer is always ``out``; a
+CNN's convolutions are ``convs.<i>`` and its final linear layer ``out``. A network's encoder
+lives under ``encoder`` and each head under ``heads.<name>``, e.g. ``heads.q.out.weight``.
+
+Every random draw made while initialising comes from the ``generator`` passed in. Layers are
+created uninitialised (``torch.nn.utils.skip_init``) so building a network never touches the
+global random state when a generator is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from functools import partial
+from itertools import pairwise
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.nn.utils import skip_init
+
+from agile_cli.nn.arch import CNNArch, MLPArch, MultiInputArch, NetworkArch, is_image_space
+from agile_cli.nn.transfer import transfer_weights
+
+Observation = torch.Tensor | dict[str, torch.Tensor]
+
+_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "Tanh": nn.Tanh,
+    "GELU": nn.GELU,
+    "ReLU": nn.ReLU,
+    "ELU": nn.ELU,
+    "LeakyReLU": nn.LeakyReLU,
+    "Sigmoid": nn.Sigmoid,
+    "Softplus": nn.Softplus,
+    "Softmax": partial(nn.Softmax, dim=-1),
+    # Gumbel noise belongs to the policy's sampling; as a layer it is a plain softmax.
+    "GumbelSoftmax": partial(nn.Softmax, dim=-1),
+    "PReLU": nn.PReLU,
+    "Identity": nn.Identity,
+}
+_HIDDEN_GAIN = math.sqrt(2)
+_VANISH = 0.1
+
+
+def make_activation(name: str | None) -> nn.Module:
+    """The activation layer called ``name``; ``None`` is the identity.
+
+    :param name: one of :data:`agile_cli.nn.arch.ACTIVATIONS`.
+    """
+    if name is None:
+        return nn.Identity()
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; choose one of {', '.join(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]()
+
+
+def _initialise(
+    layer: nn.Linear | nn.Conv2d, gain: float | None, generator: torch.Generator | None
+) -> None:
+    """Orthogonal weights with ``gain`` and zero biases; ``gain=None`` is PyTorch's default."""
+    with torch.no_grad():
+        if gain is not None:
+            nn.init.orthogonal_(layer.weight, gain, generator=generator)
+            nn.init.zeros_(layer.bias)
+            return
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
+        bound = 1 / math.sqrt(layer.weight[0].numel())
+        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+
+
+def _linear(
+    n_in: int, n_out: int, gain: float | None, generator: torch.Generator | None
+) -> nn.Linear:
+    layer = skip_init(nn.Linear, n_in, n_out)
+    _initialise(layer, gain, generator)
+    return layer
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape[0], -1)
+
+
+class Flatten(nn.Module):
+    """Flatten everything after the batch dimension (a 1-D batch becomes one column)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _flat(x)
+
+
+class MLP(nn.Module):
+    """Hidden blocks ``Linear -> (LayerNorm) -> activation``, then the output ``Linear``.
+
+    As a head, the output takes ``output_activation`` and, with ``output_vanish``, weights
+    scaled by 0.1. As an encoder (``latent=True``) the output is a latent that heads read: it
+    takes the hidden activation and is initialised like a hidden layer.
+
+    :param n_in: input width (inputs are flattened after the batch dimension).
+    :param arch: the MLP's architecture.
+    :param n_out: output width.
+    :param latent: build an encoder rather than a head.
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self,
+        n_in: int,
+        arch: MLPArch,
+        n_out: int,
+        *,
+        latent: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        hidden_gain = _HIDDEN_GAIN if arch.init_layers else None
+        out_gain = hidden_gain if latent else (1.0 if arch.init_layers else None)
+        widths = (n_in, *arch.hidden_size)
+        self.layers = nn.ModuleList(
+            _linear(a, b, hidden_gain, generator) for a, b in pairwise(widths)
+        )
+        self.norms = nn.ModuleList(
+            nn.LayerNorm(width) if arch.layer_norm else nn.Identity() for width in arch.hidden_size
+        )
+        self.acts = nn.ModuleList(make_activation(arch.activation) for _ in arch.hidden_size)
+        self.out = _linear(widths[-1], n_out, out_gain, generator)
+        self.out_act = make_activation(arch.activation if latent else arch.output_activation)
+        if arch.output_vanish and not latent:
+            with torch.no_grad():
+                self.out.weight.mul_(_VANISH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _flat(x)
+        for layer, norm, act in zip(self.layers, self.norms, self.acts, strict=True):
+            x = act(norm(layer(x)))
+        return self.out_act(self.out(x))
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Whether an image of ``shape`` is laid out ``(H, W, C)`` rather than ``(C, H, W)``.
+
+    The rule: the last dimension is channels when it is at most 4 (grey, RGB, RGBA or four
+    stacked frames) and smaller than the first, which is then the height.
+    """
+    return shape[-1] <= 4 and shape[-1] < shape[0]
+
+
+def _clamped_kernels(arch: CNNArch, height: int, width: int) -> list[int]:
+    """The kernel of each layer, clamped to the image size at that layer (padding is 0)."""
+    kernels = []
+    for kernel, stride in zip(arch.kernel_size, arch.stride_size, strict=True):
+        kernel = min(kernel, height, width)
+        kernels.append(kernel)
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    return kernels
+
+
+class CNN(nn.Module):
+    """Convolutions (padding 0) each followed by a norm and the activation, then a ``Linear``.
+
+    With ``layer_norm`` the norm is ``GroupNorm(1, C)``: a layer norm over each sample's whole
+    feature map, with one scale and shift per channel. Channels-last images (see
+    :func:`channels_last`) are permuted to channels-first.
+
+    :param shape: the image shape of one observation.
+    :param arch: the CNN's architecture.
+    :param n_out: width of the output (the latent).
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        arch: CNNArch,
+        n_out: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.channels_last = channels_last(shape)
+        channels, height, width = (shape[2], shape[0], shape[1]) if self.channels_last else shape
+        gain = _HIDDEN_GAIN if arch.init_layers else None
+        kernels = _clamped_kernels(arch, height, width)
+        convs = []
+        sizes = pairwise((channels, *arch.channel_size))
+        for (n_in, n_conv), kernel, stride in zip(sizes, kernels, arch.stride_size, strict=True):
+            conv = skip_init(nn.Conv2d, n_in, n_conv, kernel, stride=stride)
+            _initialise(conv, gain, generator)
+            convs.append(conv)
+        self.convs = nn.ModuleList(convs)
+        self.norms = nn.ModuleList(
+            nn.GroupNorm(1, size) if arch.layer_norm else nn.Identity()
+            for size in arch.channel_size
+        )
+        self.acts = nn.ModuleList(make_activation(arch.activation) for _ in arch.channel_size)
+        with torch.no_grad():
+            flat = self._features(torch.zeros(1, channels, height, width))[0].numel()
+        self.out = _linear(flat, n_out, gain, generator)
+        self.out_act = make_activation(arch.activation)
+
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        for conv, norm, act in zip(self.convs, self.norms, self.acts, strict=True):
+            x = act(norm(conv(x)))
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        return self.out_act(self.out(_flat(self._features(x))))
+
+
+def _sub_encoder(
+    space: gymnasium.spaces.Space, arch: MultiInputArch, generator: torch.Generator | None
+) -> tuple[nn.Module, int]:
+    """The encoder of one entry of a Dict observation, and its output width."""
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        raise ValueError(f"nested observation spaces are not supported: {space}")
+    if is_image_space(space):
+        return CNN(space.shape, arch.cnn, arch.latent_dim, generator), arch.latent_dim
+    width = spaces.flatdim(space)
+    if arch.vector_space_mlp:
+        encoder = MLP(width, arch.mlp, arch.latent_dim, latent=True, generator=generator)
+        return encoder, arch.latent_dim
+    return Flatten(), width
+
+
+class MultiInputEncoder(nn.Module):
+    """One sub-encoder per entry of a Dict observation (``encoders.<key>``), concatenated and
+    joined by a ``Linear`` to the latent (``out``) with the vector MLP's activation and init.
+
+    :param space: the Dict observation space.
+    :param arch: the multi-input architecture.
+    :param n_out: width of the latent.
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self,
+        space: spaces.Dict,
+        arch: MultiInputArch,
+        n_out: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        encoders: dict[str, nn.Module] = {}
+        total = 0
+        for key, subspace in space.spaces.items():
+            encoders[key], width = _sub_encoder(subspace, arch, generator)
+            total += width
+        self.encoders = nn.ModuleDict(encoders)
+        gain = _HIDDEN_GAIN if arch.mlp.init_layers else None
+        self.out = _linear(total, n_out, gain, generator)
+        self.out_act = make_activation(arch.mlp.activation)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = [encoder(obs[key]) for key, encoder in self.encoders.items()]
+        return self.out_act(self.out(torch.cat(parts, dim=-1)))
+
+
+def _encoder(
+    arch: NetworkArch, space: gymnasium.spaces.Space, generator: torch.Generator | None
+) -> nn.Module:
+    encoder = arch.encoder
+    is_dict = isinstance(space, spaces.Dict)
+    if isinstance(encoder, MultiInputArch) and is_dict:
+        return MultiInputEncoder(space, encoder, arch.latent_dim, generator)
+    if isinstance(encoder, CNNArch) and is_image_space(space):
+        return CNN(space.shape, encoder, arch.latent_dim, generator)
+    if isinstance(encoder, MLPArch) and not is_dict:
+        return MLP(
+            spaces.flatdim(space), encoder, arch.latent_dim, latent=True, generator=generator
+        )
+    raise ValueError(f"a {encoder.kind} encoder cannot read the observation space {space}")
+
+
+class EvolvableNetwork(nn.Module):
+    """An encoder to a latent of ``arch.latent_dim``, and one MLP head per output.
+
+    :param arch: the architecture.
+    :param observation_space: the (unbatched) observation space; observations reach
+        :meth:`forward` batched and preprocessed by :func:`preprocess`.
+    :param heads: name and output width of each head, e.g. ``{"policy": 2, "value": 1}``.
+    :param generator: source of the initial weights (global torch randomness when None).
+    :param device: where the parameters live.
+    """
+
+    def __init__(
+        self,
+        arch: NetworkArch,
+        observation_space: gymnasium.spaces.Space,
+        heads: Mapping[str, int],
+        *,
+        generator: torch.Generator | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__()
+        self.arch = arch
+        self.observation_space = observation_space
+        self.head_sizes = dict(heads)
+        # Built on the CPU so that a CPU generator serves any device, then moved.
+        self.encoder = _encoder(arch, observation_space, generator)
+        self.heads = nn.ModuleDict(
+            {
+                name: MLP(arch.latent_dim, arch.head, width, generator=generator)
+                for name, width in heads.items()
+            }
+        )
+        self.to(device)
+
+    def latent(self, obs: Observation) -> torch.Tensor:
+        """The encoder's output, shape ``[batch, latent_dim]``."""
+        return self.encoder(obs)
+
+    def head(self, name: str, latent: torch.Tensor) -> torch.Tensor:
+        """One head's output on a latent, shape ``[batch, width]``."""
+        return self.heads[name](latent)
+
+    def forward(self, obs: Observation) -> dict[str, torch.Tensor]:
+        """Every head's output on a batch of observations, by head name."""
+        latent = self.latent(obs)
+        return {name: head(latent) for name, head in self.heads.items()}
+
+    def rebuilt(
+        self, arch: NetworkArch, generator: torch.Generator | None = None
+    ) -> EvolvableNetwork:
+        """A new network of ``arch`` holding this one's weights wherever shapes overlap.
+
+        :param arch: the new architecture (usually a mutation of :attr:`arch`).
+        :param generator: source of the weights that are new.
+        """
+        device = next(self.parameters()).device
+        network = EvolvableNetwork(
+            arch, self.observation_space, self.head_sizes, generator=generator, device=device
+        )
+        transfer_weights(self, network)
+        return network.train(self.training)
+
+
+def _one_hot(values: torch.Tensor, n: int) -> torch.Tensor:
+    return nn.functional.one_hot(values, n).to(torch.float32)
+
+
+def _multi_one_hot(space: spaces.MultiDiscrete, obs: torch.Tensor) -> torch.Tensor:
+    values = _flat(obs.long()) - torch.as_tensor(space.start.reshape(-1), device=obs.device)
+    sizes = space.nvec.reshape(-1)
+    return torch.cat([_one_hot(values[:, i], int(n)) for i, n in enumerate(sizes)], dim=-1)
+
+
+def preprocess(
+    observation_space: gymnasium.spaces.Space,
+    obs: np.ndarray | dict | torch.Tensor,
+    device: str | torch.device = "cpu",
+) -> Observation:
+    """Batched observations (e.g. from a vector env) as the float tensors a network takes.
+
+    ``Box``: float32 as is, except ``uint8`` (pixel data) which is divided by 255; ``Discrete``:
+    one-hot; ``MultiDiscrete``: one one-hot per entry, concatenated; ``MultiBinary``: float32;
+    ``Dict``: a dict of its entries preprocessed. Images keep their layout: the CNN handles
+    channels-last.
+
+    :param observation_space: the unbatched observation space.
+    :param obs: a batch of observations, batch dimension first.
+    :param device: where the tensors go.
+    """
+    space = observation_space
+    if isinstance(space, spaces.Dict):
+        return {key: preprocess(sub, obs[key], device) for key, sub in space.spaces.items()}
+    if not isinstance(obs, torch.Tensor):
+        obs = np.asarray(obs)
+    tensor = torch.as_tensor(obs, device=device)
+    if isinstance(space, spaces.Discrete):
+        return _one_hot(tensor.long().reshape(-1) - int(space.start), int(space.n))
+    if isinstance(space, spaces.MultiDiscrete):
+        return _multi_one_hot(space, tensor)
+    if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+        return tensor.to(torch.float32) / 255.0
+    if isinstance(space, spaces.Box | spaces.MultiBinary):
+        return tensor.to(torch.float32)
+    raise ValueError(f"unsupported observation space {space}")

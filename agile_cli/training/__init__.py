@@ -1,0 +1,1 @@
+"""Local training: the evolutionary loop, its runners, run folders and checkpoints."""

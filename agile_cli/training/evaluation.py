@@ -1,0 +1,84 @@
+"""Scoring a saved agent: the elite of a run folder, or a member of a checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agile_cli.agent import AgentContext, Algorithm
+from agile_cli.errors import UsageError
+from agile_cli.manifest import TrainingManifest
+from agile_cli.nn.arch import NetworkArch
+from agile_cli.registry import Registry
+from agile_cli.training import checkpoint, setup
+
+
+def load_agent(
+    path: Path, registry: Registry, *, member: int | None = None, device: str = "auto"
+) -> tuple[Algorithm, TrainingManifest]:
+    """The saved agent and its manifest. ``path``: a run folder, elite.pt or a checkpoint."""
+    if path.is_dir():
+        path = path / "elite.pt"
+    state = checkpoint.load(path)
+    manifest = TrainingManifest.get_validated(state["manifest"], registry=registry)
+    saved = _member_state(state, member, path)
+    env = setup.build_environment(manifest, registry, seed=0)
+    context = AgentContext(
+        device=setup.resolve_device(device),
+        num_envs=env.num_envs,
+        training=manifest.training,
+        network=manifest.network,
+        replay_buffer=manifest.replay_buffer,
+    )
+    cls = setup.algorithm_class(manifest, registry)
+    arch = NetworkArch.from_dict(saved["arch"])
+    agent = cls(
+        manifest.algorithm,
+        observation_space=env.single_observation_space,
+        action_space=env.single_action_space,
+        arch=arch,
+        context=context,
+        index=saved["index"],
+    )
+    agent.load_state_dict(saved)
+    env.close()
+    return agent, manifest
+
+
+def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[str, Any]:
+    if "member" in state:
+        if member is not None and state["member"]["index"] != member:
+            raise UsageError(f"{path} holds member {state['member']['index']} only")
+        return state["member"]
+    members = {saved["index"]: saved for saved in state["members"]}
+    if member is None:  # the best of the population by its latest fitness
+        return max(members.values(), key=lambda s: (s["record"]["fitness"] or [-np.inf])[-1])
+    if member not in members:
+        raise UsageError(
+            f"no member {member} in {path}", "members: " + ", ".join(map(str, sorted(members)))
+        )
+    return members[member]
+
+
+def episode_returns(
+    agent: Algorithm, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
+) -> list[float]:
+    """Returns of ``episodes`` full episodes, acting without exploration."""
+    spec = manifest.environment.model_copy(update={"num_envs": episodes, "sync": True})
+    entry = registry.environment_for(manifest.family)  # type: ignore[arg-type]
+    assert entry is not None
+    env = entry.load().build(spec, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    totals = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    limit = manifest.training.eval_steps
+    steps = 0
+    while not finished.all() and (limit is None or steps < limit):
+        obs, rewards, terminated, truncated, _ = env.step(agent.act(obs, explore=False))
+        totals += np.where(finished, 0.0, rewards)
+        finished |= terminated | truncated
+        steps += 1
+    env.close()
+    return totals.tolist()

@@ -1,0 +1,354 @@
+"""The evolutionary loop: train every member, evaluate, select, mutate, checkpoint, repeat."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agile_cli.agent import AgentContext, Algorithm
+from agile_cli.evolution.mutation import Mutator
+from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
+from agile_cli.manifest import TrainingManifest
+from agile_cli.registry import Registry
+from agile_cli.training import checkpoint, setup
+from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
+from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
+from agile_cli.training.run_folder import RunFolder
+from agile_cli.training.runners import evaluate
+
+#: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
+TARGET_WINDOW = 3
+
+
+@dataclass
+class RunOptions:
+    """How to run locally (the command line's flags)."""
+
+    device: str = "auto"
+    seed: int | None = None
+    run_dir: Path | None = None
+    wb: bool = False
+    tensorboard: bool = False
+    checkpoint_steps: int | None = None
+    checkpoint_buffer: bool = False
+
+
+@dataclass
+class LoopState:
+    """Counters that a checkpoint carries across a resume."""
+
+    generation: int = 0
+    steps_per_member: int = 0
+    global_steps: int = 0
+    wall_seconds: float = 0.0
+    snapshots: int = 0
+    seed: int = 0
+    target_reached_at: dict[str, Any] | None = None
+    stopped_early: bool = False
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or interrupted) run returns."""
+
+    population: list[Algorithm]
+    fitnesses: list[float]
+    summary: dict[str, Any]
+    run_dir: Path
+    interrupted: bool = False
+    elite: Algorithm | None = field(default=None, repr=False)
+
+
+class EvolutionLoop:
+    """Trains a population locally, as the manifest says, writing a run folder."""
+
+    def __init__(
+        self,
+        manifest: TrainingManifest,
+        registry: Registry,
+        options: RunOptions,
+        reporter: Reporter,
+        folder: RunFolder | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.options = options
+        self.reporter = reporter
+        self.state = LoopState(seed=_run_seed(manifest, options))
+        self.seeds = setup.seeds(self.state.seed)
+        self.device = setup.resolve_device(options.device)
+        self.folder = folder or RunFolder.create(manifest, options.run_dir)
+        self.env = setup.build_environment(manifest, registry, self.seeds["environment"])
+        self.context = AgentContext(
+            device=self.device,
+            num_envs=self.env.num_envs,
+            training=manifest.training,
+            seed=self.seeds["members"],
+            network=manifest.network,
+            replay_buffer=manifest.replay_buffer,
+        )
+        self.cls = setup.algorithm_class(manifest, registry)
+        self.population = setup.build_population(manifest, self.cls, self.env, self.context)
+        self.buffer = setup.build_buffer(manifest, self.env, self.device)
+        self.runner = setup.build_runner(manifest, self.env, self.buffer)
+        self._configure_members()
+        self.mutator = self._mutator()
+        self.selection: SelectionStrategy | None = self._selection()
+        self.selection_rng = np.random.default_rng(self.seeds["selection"])
+        self.elite: Algorithm | None = None
+        self.sinks: list[MetricSink] = []
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    def _configure_members(self) -> None:
+        n_step = bool(self.manifest.replay_buffer and self.manifest.replay_buffer.n_step_buffer)
+        for member in self.population:
+            if hasattr(member, "n_step_returns"):
+                member.n_step_returns = n_step
+
+    def _mutator(self) -> Mutator | None:
+        if not self.manifest.evolves or self.manifest.mutation is None:
+            return None
+        rng = np.random.default_rng(self.seeds["mutation"])
+        return Mutator(self.manifest.mutation, self.manifest.algorithm, rng)
+
+    def _selection(self) -> SelectionStrategy | None:
+        spec = self.manifest.tournament_selection
+        if not self.manifest.evolves or spec is None:
+            return None
+        return TournamentSelection(spec.tournament_size, spec.elitism)
+
+    def _open_sinks(self) -> None:
+        if self.options.wb:
+            name = self.folder.path.name
+            self.sinks.append(WandbSink(self.folder.path, self.manifest.to_dict(), name))
+        if self.options.tensorboard:
+            self.sinks.append(TensorBoardSink(self.folder.path))
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self, *, fresh: bool = True) -> TrainResult:
+        """Train until the step budget is spent, the target is reached, or Ctrl-C."""
+        training = self.manifest.training
+        total = training.max_steps * len(self.population)
+        self.reporter.start(total, self.state.global_steps, self._title())
+        interrupted = False
+        try:
+            self._open_sinks()
+            if fresh and self.mutator is not None:
+                self.mutator.mutate(self.population, pre_training=True)
+            while self.state.steps_per_member < training.max_steps:
+                if self._generation():
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+            self.reporter.note("interrupted: saving a checkpoint")
+        finally:
+            for sink in self.sinks:
+                sink.close()
+        self._save_checkpoint()
+        return self._finish(interrupted)
+
+    def _generation(self) -> bool:
+        """One generation; returns True when training should stop early."""
+        training = self.manifest.training
+        steps = min(self.manifest.evo_steps, training.max_steps - self.state.steps_per_member)
+        started = time.perf_counter()
+        trained = 0
+        for member in self.population:
+            stats = self.runner.train(member, steps, self.reporter.advance)
+            trained = stats.steps
+            self.state.global_steps += stats.steps
+            member.record.episode_returns = (member.record.episode_returns + stats.episode_returns)[
+                -100:
+            ]
+        for member in self.population:
+            fitness = evaluate(member, self.env, training.eval_loop, training.eval_steps)
+            member.record.fitness.append(fitness)
+        elapsed = time.perf_counter() - started
+        self.state.wall_seconds += elapsed
+        self.state.steps_per_member += trained
+        self.state.generation += 1
+        self._report(trained * len(self.population) / max(elapsed, 1e-9))
+        if self._target_met():
+            self.state.stopped_early = True
+            return True
+        if self.state.steps_per_member < training.max_steps:
+            self._evolve()
+        self._save_checkpoint()
+        return False
+
+    def _evolve(self) -> None:
+        if self.selection is None or self.mutator is None:
+            return
+        outcome = self.selection.select(self.population, self.selection_rng)
+        self.elite = outcome.elite
+        self.population = outcome.population
+        self.mutator.mutate(self.population)
+        self._save_member(self.elite, self.folder.elite)
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def _title(self) -> str:
+        return f"{self.manifest.algorithm_name} on {self.manifest.environment.name}"
+
+    def _report(self, speed: float) -> None:
+        rows = [
+            MemberRow(
+                index=m.index,
+                fitness=last_fitness(m),
+                recent=float(np.mean(m.record.fitness[-TARGET_WINDOW:])),
+                mutation=m.record.mutation,
+                hyperparameters=m.hyperparameters(),
+                arch=m.arch.describe(),
+            )
+            for m in self.population
+        ]
+        report = GenerationReport(self.state.generation, self.state.global_steps, speed, rows)
+        best = report.best
+        target = self.manifest.training.target_score
+        if target is not None and self.state.target_reached_at is None and best.fitness >= target:
+            self.state.target_reached_at = self._moment()
+        self.reporter.generation(report)
+        self.folder.append_metrics(self._metrics_record(report))
+        scalars = {
+            "fitness/best": best.fitness,
+            "fitness/mean": float(np.mean([r.fitness for r in rows])),
+            "speed/steps_per_second": speed,
+        }
+        for sink in self.sinks:
+            sink.log(scalars, step=self.state.global_steps)
+
+    def _metrics_record(self, report: GenerationReport) -> dict[str, Any]:
+        return {
+            "generation": report.generation,
+            "global_steps": report.global_steps,
+            "steps_per_member": self.state.steps_per_member,
+            "wall_seconds": round(self.state.wall_seconds, 3),
+            "steps_per_second": round(report.steps_per_second, 1),
+            "best_fitness": report.best.fitness,
+            "best_member": report.best.index,
+            "members": [dataclasses.asdict(row) for row in report.members],
+        }
+
+    def _moment(self) -> dict[str, Any]:
+        return {
+            "generation": self.state.generation,
+            "global_steps": self.state.global_steps,
+            "wall_seconds": round(self.state.wall_seconds, 3),
+        }
+
+    def _target_met(self) -> bool:
+        target = self.manifest.training.target_score
+        if target is None:
+            return False
+        window = [m.record.fitness[-TARGET_WINDOW:] for m in self.population]
+        return any(len(f) == TARGET_WINDOW and np.mean(f) >= target for f in window)
+
+    # -- checkpoints and the end -----------------------------------------------------------------
+
+    def _save_member(self, member: Algorithm, path: Path) -> None:
+        state = {
+            "format": checkpoint.FORMAT_VERSION,
+            "algorithm": self.manifest.algorithm_name,
+            "manifest": self.manifest.to_dict(),
+            "member": member.state_dict(),
+        }
+        checkpoint.save_atomically(state, path)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The whole run as it stands: members, counters, generators, optionally the buffer."""
+        keep_buffer = self.options.checkpoint_buffer and self.buffer is not None
+        return {
+            "format": checkpoint.FORMAT_VERSION,
+            "algorithm": self.manifest.algorithm_name,
+            "manifest": self.manifest.to_dict(),
+            "state": dataclasses.asdict(self.state),
+            "members": [member.state_dict() for member in self.population],
+            "elite": self.elite.state_dict() if self.elite is not None else None,
+            "mutation_rng": self.mutator.rng.bit_generator.state if self.mutator else None,
+            "selection_rng": self.selection_rng.bit_generator.state,
+            "next_index": self.selection._next_index if self.selection else 0,
+            "buffer": self.buffer.state_dict() if keep_buffer else None,
+        }
+
+    def _save_checkpoint(self) -> None:
+        state = self.checkpoint_state()
+        checkpoint.save_atomically(state, self.folder.latest)
+        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps
+        if every and self.state.steps_per_member // every > self.state.snapshots:
+            self.state.snapshots = self.state.steps_per_member // every
+            state["state"]["snapshots"] = self.state.snapshots
+            name = f"step_{self.state.steps_per_member}.pt"
+            if not self.manifest.training.overwrite_checkpoints:
+                checkpoint.save_atomically(state, self.folder.checkpoints / name)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint made by :meth:`checkpoint_state`."""
+        self.state = LoopState(**state["state"])
+        members = []
+        for saved in state["members"]:
+            member = self.population[0].clone(saved["index"])
+            member.load_state_dict(saved)
+            members.append(member)
+        self.population = members
+        if state["elite"] is not None:
+            self.elite = self.population[0].clone(state["elite"]["index"])
+            self.elite.load_state_dict(state["elite"])
+        if self.mutator is not None and state["mutation_rng"] is not None:
+            self.mutator.rng.bit_generator.state = state["mutation_rng"]
+        self.selection_rng.bit_generator.state = state["selection_rng"]
+        if self.selection is not None:
+            self.selection._next_index = state["next_index"]
+        if self.buffer is not None and state["buffer"] is not None:
+            self.buffer.load_state_dict(state["buffer"])
+
+    def _finish(self, interrupted: bool) -> TrainResult:
+        fitnesses = [last_fitness(member) for member in self.population]
+        best = self.population[int(np.argmax(fitnesses))] if fitnesses else None
+        if best is not None and best.record.fitness:
+            self._save_member(best, self.folder.elite)
+        summary = self._summary(best, interrupted)
+        self.folder.write_summary(summary)
+        self.reporter.finish(summary)
+        self.env.close()
+        return TrainResult(self.population, fitnesses, summary, self.folder.path, interrupted, best)
+
+    def _summary(self, best: Algorithm | None, interrupted: bool) -> dict[str, Any]:
+        state = self.state
+        return {
+            "algorithm": self.manifest.algorithm_name,
+            "environment": self.manifest.environment.name,
+            "best_fitness": last_fitness(best) if best is not None else None,
+            "best_member": best.index if best is not None else None,
+            "global_steps": state.global_steps,
+            "steps_per_member": state.steps_per_member,
+            "generations": state.generation,
+            "wall_seconds": round(state.wall_seconds, 3),
+            "steps_per_second": round(state.global_steps / max(state.wall_seconds, 1e-9), 1),
+            "target_score": self.manifest.training.target_score,
+            "target_reached": state.target_reached_at is not None,
+            "target_reached_at": state.target_reached_at,
+            "stopped_early": state.stopped_early,
+            "interrupted": interrupted,
+            "device": str(self.device),
+            "seed": state.seed,
+            "run_dir": str(self.folder.path),
+        }
+
+
+def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:
+    if options.seed is not None:
+        return options.seed
+    return manifest.mutation.rand_seed if manifest.mutation is not None else 0
+
+
+def torch_threads() -> None:
+    """Small networks train faster on one thread than on many competing ones."""
+    if torch.get_num_threads() > 1:
+        torch.set_num_threads(1)

@@ -1,0 +1,180 @@
+"""One generation of training for one member, per family, and evaluation.
+
+Vector environments use gymnasium's next-step autoreset: the step after an episode ends only
+resets that sub-environment. Those steps are masked out of learning (``valid`` below).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agile_cli.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from agile_cli.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+from agile_cli.rollout import Rollout
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class GenerationStats:
+    """What one member did in one generation."""
+
+    steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+
+
+class _EpisodeTracker:
+    """Sums rewards per sub-environment and reports finished episodes."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.returns = np.zeros(num_envs)
+        self.prev_done = np.zeros(num_envs, dtype=bool)
+
+    def step(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> tuple[np.ndarray, list[float]]:
+        """Record one vector step; return which rows were real steps and finished returns."""
+        valid = ~self.prev_done
+        self.returns += np.where(valid, rewards, 0.0)
+        done = (terminated | truncated) & valid
+        finished = self.returns[done].tolist()
+        self.returns[done] = 0.0
+        self.prev_done = terminated | truncated
+        return valid, finished
+
+
+class OffPolicyRunner:
+    """Collects experience into the shared replay buffer and learns from it."""
+
+    def __init__(
+        self,
+        env: Any,
+        buffer: ReplayBuffer,
+        *,
+        learning_delay: int = 0,
+        n_step: NStepAccumulator | None = None,
+    ) -> None:
+        self.env = env
+        self.buffer = buffer
+        self.learning_delay = learning_delay
+        self.n_step = n_step
+        self.num_envs = env.num_envs
+
+    def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
+        """Train ``member`` for about ``steps`` environment steps."""
+        stats = GenerationStats()
+        tracker = _EpisodeTracker(self.num_envs)
+        every, repeats = _learn_schedule(int(member.learn_step), self.num_envs)
+        obs, _ = self.env.reset()
+        for t in range(max(1, steps // self.num_envs)):
+            actions = member.act(obs, explore=True)
+            next_obs, rewards, terminated, truncated, _ = self.env.step(actions)
+            valid, finished = tracker.step(rewards, terminated, truncated)
+            self._store(obs, actions, rewards, next_obs, terminated, truncated, valid)
+            stats.episode_returns += finished
+            obs = next_obs
+            if (t + 1) % every == 0 and self._ready(member):
+                for _ in range(repeats):
+                    stats.losses.append(self._learn(member))
+            stats.steps += self.num_envs
+            member.record.steps += self.num_envs
+            progress(self.num_envs)
+        return stats
+
+    def _store(
+        self,
+        obs: Any,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: Any,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        valid: np.ndarray,
+    ) -> None:
+        if self.n_step is None:
+            self.buffer.add(obs, actions, rewards, next_obs, terminated, mask=valid)
+            return
+        ready = self.n_step.push(obs, actions, rewards, next_obs, terminated, truncated, valid)
+        if ready is not None:
+            self.buffer.add(
+                ready.obs, ready.actions, ready.rewards, ready.next_obs, ready.terminated,
+                discounts=ready.discounts,
+            )  # fmt: skip
+
+    def _ready(self, member: OffPolicyAlgorithm) -> bool:
+        size = len(self.buffer)
+        return size >= int(member.batch_size) and size > self.learning_delay
+
+    def _learn(self, member: OffPolicyAlgorithm) -> float:
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            batch = self.buffer.sample(int(member.batch_size), member.generator, member.per_beta)
+        else:
+            batch = self.buffer.sample(int(member.batch_size), member.generator)
+        result = member.learn(batch)
+        if result.priorities is not None and isinstance(self.buffer, PrioritizedReplayBuffer):
+            self.buffer.update_priorities(batch.indices, result.priorities)
+        return result.loss
+
+
+def _learn_schedule(learn_step: int, num_envs: int) -> tuple[int, int]:
+    """(learn every this many vector steps, gradient steps each time) for one learn per
+    ``learn_step`` environment steps."""
+    if learn_step > num_envs:
+        return learn_step // num_envs, 1
+    return 1, max(1, num_envs // learn_step)
+
+
+class OnPolicyRunner:
+    """Collects rollouts of ``learn_step`` environment steps and learns after each."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.num_envs = env.num_envs
+
+    def train(self, member: OnPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
+        stats = GenerationStats()
+        tracker = _EpisodeTracker(self.num_envs)
+        total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
+        # A rollout is learn_step env steps, but never longer than the generation.
+        length = min(max(1, math.ceil(int(member.learn_step) / self.num_envs)), total)
+        obs, _ = self.env.reset()
+        for _ in range(max(1, round(total / length))):
+            rollout = Rollout()
+            for _ in range(length):
+                obs_tensor = member.obs_tensor(obs)
+                actions, record = member.policy_step(obs_tensor)
+                obs, rewards, terminated, truncated, _ = self.env.step(actions)
+                valid, finished = tracker.step(rewards, terminated, truncated)
+                rollout.add(obs_tensor, record, rewards, terminated, truncated, valid)
+                stats.episode_returns += finished
+                stats.steps += self.num_envs
+                member.record.steps += self.num_envs
+                progress(self.num_envs)
+            stats.losses.append(member.learn(rollout, member.obs_tensor(obs)))
+        return stats
+
+
+def evaluate(member: Algorithm, env: Any, episodes: int, max_steps: int | None) -> float:
+    """Mean return of each sub-environment's first episode, averaged over ``episodes`` rounds.
+
+    The member acts without exploration (greedy / deterministic).
+    """
+    scores = []
+    for _ in range(episodes):
+        obs, _ = env.reset()
+        totals = np.zeros(env.num_envs)
+        finished = np.zeros(env.num_envs, dtype=bool)
+        steps = 0
+        while not finished.all() and (max_steps is None or steps < max_steps):
+            obs, rewards, terminated, truncated, _ = env.step(member.act(obs, explore=False))
+            totals += np.where(finished, 0.0, rewards)
+            finished |= terminated | truncated
+            steps += 1
+        scores.append(float(totals.mean()))
+    return float(np.mean(scores))

@@ -1,0 +1,133 @@
+"""Building what a local run needs from a validated manifest: device, environment, population,
+replay buffer and runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from agile_cli.agent import AgentContext, Algorithm
+from agile_cli.errors import TrainingError, UsageError
+from agile_cli.manifest import TrainingManifest
+from agile_cli.models.algorithm import Family
+from agile_cli.nn.arch import NetworkArch, arch_from_spec
+from agile_cli.registry import Registry
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks CUDA when available; asking for an absent CUDA is a usage error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available", "use --device cpu or auto")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"unknown device '{device}'", "use cpu, cuda, cuda:N or auto") from None
+
+
+def build_environment(manifest: TrainingManifest, registry: Registry, seed: int) -> Any:
+    """The vector environment the population trains and is evaluated on."""
+    assert manifest.family is not None
+    entry = registry.environment_for(manifest.family)
+    if entry is None:
+        raise TrainingError(f"no environment builder for {manifest.family.value} algorithms")
+    return entry.load().build(manifest.environment, seed=seed)
+
+
+def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Algorithm]:
+    """The implementation class of the manifest's algorithm (imported now)."""
+    entry = registry.algorithms[manifest.algorithm_name]
+    try:
+        cls = entry.load()
+    except (ImportError, AttributeError) as exc:
+        raise TrainingError(
+            f"algorithm {entry.name} (plugin '{entry.plugin}') cannot be loaded: {exc}",
+            "reinstall the plugin that provides it",
+        ) from None
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TrainingError(f"{entry.implementation} is not an agile_cli Algorithm subclass")
+    return cls
+
+
+def build_population(
+    manifest: TrainingManifest,
+    cls: type[Algorithm],
+    env: Any,
+    context: AgentContext,
+    arch: NetworkArch | None = None,
+) -> list[Algorithm]:
+    """``pop_size`` fresh members with indices 0..pop_size-1."""
+    observation_space = env.single_observation_space
+    if arch is None:
+        try:
+            arch = arch_from_spec(manifest.network, observation_space)
+        except NotImplementedError as exc:
+            raise TrainingError(str(exc)) from None
+    members = []
+    for index in range(manifest.training.pop_size):
+        try:
+            member = cls(
+                manifest.algorithm,
+                observation_space=observation_space,
+                action_space=env.single_action_space,
+                arch=arch,
+                context=context,
+                index=index,
+            )
+        except NotImplementedError as exc:
+            raise TrainingError(f"{manifest.algorithm_name}: {exc}") from None
+        members.append(member)
+    return members
+
+
+def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
+    """The replay buffer the whole population shares (off-policy families), else None."""
+    assert manifest.family is not None
+    if manifest.family is not Family.OFF_POLICY or manifest.replay_buffer is None:
+        return None
+    from agile_cli.buffers import PrioritizedReplayBuffer, ReplayBuffer
+
+    spec = manifest.replay_buffer
+    gamma = float(getattr(manifest.algorithm, "gamma", 0.99))
+    spaces = (env.single_observation_space, env.single_action_space)
+    if spec.per_buffer:
+        return PrioritizedReplayBuffer(
+            spec.max_size, *spaces, gamma=gamma, alpha=spec.per_buffer_args.alpha, device=device
+        )
+    return ReplayBuffer(spec.max_size, *spaces, gamma=gamma, device=device)
+
+
+def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Any:
+    """The runner that trains one member for one generation."""
+    from agile_cli.training.runners import OffPolicyRunner, OnPolicyRunner
+
+    if manifest.family is Family.ON_POLICY:
+        return OnPolicyRunner(env)
+    if manifest.family is Family.OFF_POLICY:
+        n_step = None
+        spec = manifest.replay_buffer
+        if spec is not None and spec.n_step_buffer:
+            from agile_cli.buffers import NStepAccumulator
+
+            gamma = float(getattr(manifest.algorithm, "gamma", 0.99))
+            n_step = NStepAccumulator(spec.n_step_buffer_args.n_step, gamma, env.num_envs)
+        return OffPolicyRunner(
+            env, buffer, learning_delay=manifest.training.learning_delay, n_step=n_step
+        )
+    assert manifest.family is not None
+    raise TrainingError(
+        f"local training of {manifest.family.value} algorithms is not available yet",
+        "single-agent on- and off-policy algorithms train locally today",
+    )
+
+
+def seeds(seed: int) -> dict[str, int]:
+    """Independent seeds for each consumer of randomness, derived from the run's seed."""
+    names = ("environment", "members", "mutation", "selection")
+    children = np.random.SeedSequence(seed).spawn(len(names))
+    return {
+        name: int(child.generate_state(1)[0]) for name, child in zip(names, children, strict=True)
+    }

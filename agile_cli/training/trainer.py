@@ -1,0 +1,154 @@
+"""``LocalTrainer``: train a population from Python, with a manifest or spec objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agile_cli.errors import UsageError
+from agile_cli.manifest import TrainingManifest
+from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
+from agile_cli.models.base import Spec
+from agile_cli.registry import Registry
+from agile_cli.training import checkpoint
+from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
+from agile_cli.training.progress import LogReporter, Reporter, RichReporter
+from agile_cli.training.run_folder import RunFolder
+
+
+def _registry(registry: Registry | None) -> Registry:
+    if registry is not None:
+        return registry
+    from agile_cli.plugins import default_host
+
+    return default_host().registry
+
+
+def _section(value: Spec | Mapping[str, Any] | None) -> Any:
+    if isinstance(value, Spec):
+        return value.model_dump(mode="json", exclude_unset=False)
+    return dict(value) if value is not None else None
+
+
+class LocalTrainer:
+    """Evolutionary training on this machine (CPU or GPU).
+
+    ``LocalTrainer("PPO", "CartPole-v1", training=TrainingSpec(population_size=6), ...)``
+    builds the same validated manifest a YAML file would; :meth:`from_manifest` takes a file,
+    a mapping or a :class:`TrainingManifest`.
+    """
+
+    def __init__(
+        self,
+        algorithm: str | AlgorithmSpec,
+        environment: str | EnvironmentSpec | Mapping[str, Any],
+        training: Spec | Mapping[str, Any] | None = None,
+        mutation: Spec | Mapping[str, Any] | None = None,
+        tournament: Spec | Mapping[str, Any] | None = None,
+        replay_buffer: Spec | Mapping[str, Any] | None = None,
+        network: Spec | Mapping[str, Any] | None = None,
+        *,
+        selection_strategy: Spec | Mapping[str, Any] | None = None,
+        device: str = "auto",
+        registry: Registry | None = None,
+    ) -> None:
+        if tournament is not None and selection_strategy is not None:
+            raise UsageError("give tournament or selection_strategy, not both")
+        registry = _registry(registry)
+        data: dict[str, Any] = {
+            "algorithm": _algorithm_section(algorithm, registry),
+            "environment": {"name": environment}
+            if isinstance(environment, str)
+            else _section(environment),
+        }
+        optional = {
+            "training": training,
+            "mutation": mutation,
+            "tournament_selection": tournament or selection_strategy,
+            "replay_buffer": replay_buffer,
+            "network": network,
+        }
+        data.update({key: _section(value) for key, value in optional.items() if value is not None})
+        self.manifest: TrainingManifest = TrainingManifest.get_validated(data, registry=registry)
+        self.registry = registry
+        self.device = device
+
+    @classmethod
+    def from_manifest(
+        cls,
+        manifest: str | Path | Mapping[str, Any] | TrainingManifest,
+        device: str = "auto",
+        registry: Registry | None = None,
+    ) -> LocalTrainer:
+        """A trainer for a manifest file, mapping or validated manifest."""
+        registry = _registry(registry)
+        trainer = cls.__new__(cls)
+        trainer.manifest = TrainingManifest.get_validated(manifest, registry=registry)
+        trainer.registry = registry
+        trainer.device = device
+        return trainer
+
+    def train(
+        self,
+        wb: bool = False,
+        verbose: bool = True,
+        *,
+        tensorboard: bool = False,
+        run_dir: str | Path | None = None,
+        seed: int | None = None,
+        checkpoint_steps: int | None = None,
+        checkpoint_buffer: bool = False,
+    ) -> tuple[list[Any], list[float]]:
+        """Train; returns ``(population, fitnesses)``, the fitnesses aligned with the members."""
+        options = RunOptions(
+            device=self.device,
+            seed=seed,
+            run_dir=Path(run_dir) if run_dir is not None else None,
+            wb=wb,
+            tensorboard=tensorboard,
+            checkpoint_steps=checkpoint_steps,
+            checkpoint_buffer=checkpoint_buffer,
+        )
+        result = run_local(self.manifest, self.registry, options, verbose=verbose)
+        self.result = result
+        return result.population, result.fitnesses
+
+
+def _algorithm_section(algorithm: str | AlgorithmSpec, registry: Registry) -> dict[str, Any]:
+    if isinstance(algorithm, str):
+        return {"name": algorithm}
+    for name, entry in registry.algorithms.items():
+        if type(algorithm) is entry.spec:
+            return {"name": name, **_section(algorithm)}
+    raise UsageError(f"{type(algorithm).__name__} is not the spec of a registered algorithm")
+
+
+def _reporter(verbose: bool) -> Reporter:
+    return RichReporter() if verbose else LogReporter()
+
+
+def run_local(
+    manifest: TrainingManifest, registry: Registry, options: RunOptions, *, verbose: bool = True
+) -> TrainResult:
+    """Train ``manifest`` here, writing a new run folder."""
+    torch_threads()
+    loop = EvolutionLoop(manifest, registry, options, _reporter(verbose))
+    return loop.run()
+
+
+def resume_local(
+    run_dir: Path, registry: Registry, options: RunOptions, *, verbose: bool = True
+) -> TrainResult:
+    """Continue the run in ``run_dir`` from its latest checkpoint."""
+    folder = RunFolder(run_dir)
+    if not folder.manifest.is_file():
+        raise UsageError(f"{run_dir} is not a run folder (no manifest.yaml)")
+    state = checkpoint.load(folder.latest)
+    manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
+    options.seed = state["state"]["seed"]
+    folder.record_command()
+    torch_threads()
+    loop = EvolutionLoop(manifest, registry, options, _reporter(verbose), folder=folder)
+    loop.restore(state)
+    return loop.run(fresh=False)

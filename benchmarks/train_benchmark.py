@@ -1,0 +1,91 @@
+"""Training benchmark: whole-process wall time, env steps/s, time to target and peak memory.
+
+Runs ``agile train MANIFEST --quiet --seed S`` in a fresh process per seed and reads the run
+folder it leaves. For each seed it prints env steps per second (summed over the population),
+the global env steps and seconds at which the best member's fitness first reached the
+manifest's ``target_score``, and the peak resident memory of the process; then the medians
+and how many seeds reached the target.
+
+    python benchmarks/train_benchmark.py benchmarks/manifests/dqn_cartpole.yaml --seeds 1 2 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def run_seed(manifest: Path, seed: int, workdir: Path, extra: list[str]) -> dict[str, Any]:
+    """Train once; return the measurements of that run."""
+    agile = shutil.which("agile") or sys.exit("agile is not on PATH: pip install -e . first")
+    run_dir = workdir / f"seed-{seed}"
+    command = [agile, "train", str(manifest), "--quiet", "--seed", str(seed),
+               "--run-dir", str(run_dir), *extra]  # fmt: skip
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"seed {seed} failed:\n{process.stderr.read().decode()}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    reached = summary.get("target_reached_at") or {}
+    return {
+        "seed": seed,
+        "process_seconds": wall,
+        "steps_per_second": summary["steps_per_second"],
+        "global_steps": summary["global_steps"],
+        "best_fitness": summary["best_fitness"],
+        "target_steps": reached.get("global_steps"),
+        "target_seconds": reached.get("wall_seconds"),
+        "peak_mib": usage.ru_maxrss / 1024,
+    }
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    print(f"{'seed':>4} {'steps/s':>9} {'steps':>9} {'best':>7} {'target@steps':>13} "
+          f"{'target@s':>9} {'process s':>10} {'peak MiB':>9}")  # fmt: skip
+    for r in rows:
+        print(f"{r['seed']:>4} {r['steps_per_second']:>9,.0f} {r['global_steps']:>9,} "
+              f"{r['best_fitness']:>7.1f} {_fmt(r['target_steps'], ',d'):>13} "
+              f"{_fmt(r['target_seconds'], '.1f'):>9} {r['process_seconds']:>10.1f} "
+              f"{r['peak_mib']:>9.0f}")  # fmt: skip
+    reached = [r for r in rows if r["target_steps"] is not None]
+    print(f"median steps/s {statistics.median(r['steps_per_second'] for r in rows):,.0f}; "
+          f"peak memory {max(r['peak_mib'] for r in rows):.0f} MiB; "
+          f"target reached in {len(reached)} of {len(rows)} seeds", end="")  # fmt: skip
+    if reached:
+        print(f", median at {statistics.median(r['target_steps'] for r in reached):,.0f} steps"
+              f" / {statistics.median(r['target_seconds'] for r in reached):.1f} s")  # fmt: skip
+    else:
+        print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("manifest", type=Path)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
+    parser.add_argument("extra", nargs="*", help="More `agile train` flags, after --.")
+    args = parser.parse_args()
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="agile-bench-"))
+    rows = [run_seed(args.manifest, seed, workdir, args.extra) for seed in args.seeds]
+    report(rows)
+    if args.keep is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

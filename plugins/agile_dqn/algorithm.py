@@ -1,0 +1,92 @@
+"""Deep Q-Network.
+
+Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015; the
+double-Q target of van Hasselt, Guez and Silver, "Deep Reinforcement Learning with Double
+Q-learning", AAAI 2016.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agile_cli.agent import LearnResult, OffPolicyAlgorithm
+from agile_cli.buffers import Transitions
+from agile_dqn.spec import DQNSpec
+
+
+class DQN(OffPolicyAlgorithm):
+    """Q-learning with a neural network, a replay buffer and a slowly tracking target network.
+
+    Exploration is epsilon-greedy: epsilon starts at ``training.eps_start`` and is multiplied by
+    ``training.eps_decay`` after every vector step, down to ``training.eps_end``.
+    """
+
+    spec: DQNSpec
+    target_networks = ("target",)
+    lr: float
+    batch_size: int
+    learn_step: int
+    gamma: float
+    tau: float
+
+    def build(self) -> None:
+        actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        online = self.add_network("q", {"q": actions})
+        target = self.add_network("target", {"q": actions})
+        target.load_state_dict(online.state_dict())
+        target.requires_grad_(False)
+        self.add_optimizer("q", ("q",), "lr")
+        self.epsilon = self.context.training.eps_start
+        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        with torch.no_grad():
+            greedy = self.networks["q"](self.obs_tensor(obs))["q"].argmax(dim=1).cpu().numpy()
+        if not explore:
+            return greedy
+        training = self.context.training
+        random = self.rng.random(greedy.shape[0]) < self.epsilon
+        self.epsilon = max(training.eps_end, self.epsilon * training.eps_decay)
+        if random.any():
+            greedy[random] = self.rng.integers(0, self.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
+        return greedy
+
+    def learn(self, batch: Transitions) -> LearnResult:
+        online, target = self.networks["q"], self.networks["target"]
+        obs, next_obs = self._tensor(batch.obs), self._tensor(batch.next_obs)
+        q_taken = online(obs)["q"].gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
+        with torch.no_grad():
+            next_q = target(next_obs)["q"]
+            if self.spec.double:  # the online network chooses, the target network evaluates
+                choice = online(next_obs)["q"].argmax(dim=1, keepdim=True)
+                next_value = next_q.gather(1, choice).squeeze(1)
+            else:
+                next_value = next_q.max(dim=1).values
+            discount = batch.discounts if self.n_step_returns else self.gamma
+            td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
+        errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
+        loss = (batch.weights * errors).mean()
+        optimizer = self.optimizers["q"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(online.parameters(), 10.0)
+        optimizer.step()
+        self._soft_update(online, target)
+        return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)
+
+    def _soft_update(self, online: torch.nn.Module, target: torch.nn.Module) -> None:
+        with torch.no_grad():
+            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.tau)
+
+    def _tensor(self, obs: Any) -> Any:
+        return self.obs_tensor(obs)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.epsilon = state["epsilon"]

@@ -1,0 +1,1 @@
+"""First-party plugin: the ``local`` backend (train on this machine)."""

@@ -1,0 +1,53 @@
+"""The local backend: evolutionary training in this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agile_cli.backend import Backend, RunResult
+from agile_cli.manifest import TrainingManifest
+from agile_cli.registry import Registry
+from agile_cli.training.loop import RunOptions, TrainResult
+from agile_cli.training.trainer import resume_local, run_local
+from agile_local.spec import LocalOptions
+
+
+def _run_options(options: LocalOptions) -> RunOptions:
+    return RunOptions(
+        device=options.device,
+        seed=options.seed,
+        run_dir=Path(options.run_dir) if options.run_dir else None,
+        wb=options.wb,
+        tensorboard=options.tensorboard,
+        checkpoint_steps=options.checkpoint_steps,
+        checkpoint_buffer=options.checkpoint_buffer,
+    )
+
+
+def _result(result: TrainResult) -> RunResult:
+    return RunResult(
+        summary=result.summary,
+        run_dir=result.run_dir,
+        population=result.population,
+        fitnesses=result.fitnesses,
+        interrupted=result.interrupted,
+    )
+
+
+class LocalBackend(Backend):
+    """Trains on this machine's CPU or GPU and writes a run folder."""
+
+    def train(
+        self,
+        manifest: TrainingManifest,
+        options: LocalOptions,
+        registry: Registry,
+        *,
+        verbose: bool,
+    ) -> RunResult:
+        return _result(run_local(manifest, registry, _run_options(options), verbose=verbose))
+
+    def resume(
+        self, run_dir: Path, options: LocalOptions, registry: Registry, *, verbose: bool
+    ) -> RunResult:
+        return _result(resume_local(run_dir, registry, _run_options(options), verbose=verbose))

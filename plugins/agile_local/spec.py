@@ -1,0 +1,27 @@
+"""Run options of the local backend."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from agile_cli import Spec
+
+
+class LocalOptions(Spec):
+    """How ``agile train --backend local`` runs."""
+
+    device: str = Field("auto", description="cpu, cuda, cuda:N, or auto (CUDA when present).")
+    seed: int | None = Field(
+        None, ge=0, description="Seed of everything random; default mutation.rand_seed."
+    )
+    run_dir: str | None = Field(
+        None, description="Run folder; default runs/<algorithm>-<env>-<time>."
+    )
+    wb: bool = Field(False, description="Log to Weights & Biases (honours WANDB_MODE).")
+    tensorboard: bool = Field(False, description="Write TensorBoard scalars to the run folder.")
+    checkpoint_steps: int | None = Field(
+        None, ge=1, description="Keep a population snapshot every N env steps per member."
+    )
+    checkpoint_buffer: bool = Field(
+        False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
+    )

@@ -1,0 +1,311 @@
+"""Evolvable networks: architecture mutations, the modules built from them, weight transfer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agile_cli.errors import ManifestError
+from agile_cli.models.network import NetworkSpec
+from agile_cli.nn import CNNArch, MLPArch, MultiInputArch, NetworkArch, arch_from_spec
+from agile_cli.nn.modules import EvolvableNetwork, preprocess
+from agile_cli.nn.transfer import transfer_optimizer_state
+
+HEADS = {"policy": 3, "value": 1}
+BATCH = 4
+
+SPACES = {
+    "vector": gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
+    "image_chw": gym.spaces.Box(0, 255, (3, 16, 16), np.uint8),
+    "image_hwc": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8),
+    "dict": gym.spaces.Dict(
+        {
+            "pixels": gym.spaces.Box(0, 255, (12, 12, 3), np.uint8),
+            "state": gym.spaces.Box(-1.0, 1.0, (5,), np.float32),
+            "mode": gym.spaces.Discrete(3),
+        }
+    ),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """These networks are tiny: one thread avoids OpenMP waits on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _batch(space: gym.spaces.Space, seed: int = 0) -> object:
+    """A preprocessed batch of BATCH observations of ``space``."""
+    space.seed(seed)
+    if isinstance(space, gym.spaces.Dict):
+        raw = {key: np.stack([sub.sample() for _ in range(BATCH)]) for key, sub in space.items()}
+    else:
+        raw = np.stack([space.sample() for _ in range(BATCH)])
+    return preprocess(space, raw, "cpu")
+
+
+def _arch(space: gym.spaces.Space, **network: object) -> NetworkArch:
+    return arch_from_spec(NetworkSpec.model_validate(network), space)
+
+
+def _net(arch: NetworkArch, space: gym.spaces.Space, seed: int = 0) -> EvolvableNetwork:
+    return EvolvableNetwork(arch, space, HEADS, generator=torch.Generator().manual_seed(seed))
+
+
+def _check_shapes(net: EvolvableNetwork, obs: object) -> None:
+    assert net.latent(obs).shape == (BATCH, net.arch.latent_dim)
+    out = net(obs)
+    assert {name: tuple(t.shape) for name, t in out.items()} == {
+        name: (BATCH, width) for name, width in HEADS.items()
+    }
+    assert all(torch.isfinite(t).all() for t in out.values())
+
+
+@pytest.mark.parametrize("kind", sorted(SPACES))
+def test_every_mutation_gives_a_working_network(kind: str) -> None:
+    space = SPACES[kind]
+    obs = _batch(space)
+    rng = np.random.default_rng(1)
+    net = _net(_arch(space), space)
+    _check_shapes(net, obs)
+    for _ in range(2):  # twice, so mutations also apply to mutated networks
+        for method in net.arch.mutation_methods():
+            arch, _ = net.arch.apply(method.name, rng)
+            net = net.rebuilt(arch, torch.Generator().manual_seed(2))
+            assert net.arch == arch
+            _check_shapes(net, obs)
+
+
+def test_expected_encoder_per_observation_space() -> None:
+    kinds = {name: type(_arch(space).encoder) for name, space in SPACES.items()}
+    assert kinds == {
+        "vector": MLPArch,
+        "image_chw": CNNArch,
+        "image_hwc": CNNArch,
+        "dict": MultiInputArch,
+    }
+    names = {m.name for m in _arch(SPACES["image_chw"]).mutation_methods()}
+    assert {"encoder.add_channel", "encoder.remove_channel", "encoder.change_kernel"} <= names
+
+
+def test_channels_last_images_are_read_like_channels_first() -> None:
+    chw, hwc = SPACES["image_chw"], SPACES["image_hwc"]
+    arch = _arch(chw)
+    first, last = _net(arch, chw, seed=3), _net(arch, hwc, seed=3)
+    assert first.encoder.convs[0].in_channels == last.encoder.convs[0].in_channels == 3
+    obs = _batch(chw)
+    with torch.no_grad():
+        expected, got = first(obs), last(obs.permute(0, 2, 3, 1))
+    assert all(torch.allclose(expected[name], got[name]) for name in HEADS)
+
+
+def test_kernels_larger_than_the_image_are_clamped() -> None:
+    space = gym.spaces.Box(0, 255, (3, 6, 6), np.uint8)
+    arch = replace(_arch(space), encoder=CNNArch((8, 8, 8), (7, 7, 7), (1, 1, 1)))
+    _check_shapes(_net(arch, space), _batch(space))
+
+
+def test_head_add_node_keeps_old_weights() -> None:
+    space = SPACES["vector"]
+    net = _net(_arch(space, head_config={"hidden_size": [64]}), space)
+    arch, args = net.arch.apply("head.add_node", np.random.default_rng(0))
+    assert args["layer"] == 0 and arch.head.hidden_size == (64 + args["nodes"],)
+    new = net.rebuilt(arch)
+    old_head, new_head = net.heads["policy"], new.heads["policy"]
+    assert torch.equal(new_head.layers[0].weight[:64], old_head.layers[0].weight)
+    assert torch.equal(new_head.layers[0].bias[:64], old_head.layers[0].bias)
+    assert torch.equal(new_head.out.weight[:, :64], old_head.out.weight)
+    assert torch.equal(new.encoder.out.weight, net.encoder.out.weight)
+
+
+def test_head_add_layer_keeps_the_output_layer() -> None:
+    space = SPACES["vector"]
+    net = _net(_arch(space, head_config={"hidden_size": [32]}), space)
+    arch, _ = net.arch.apply("head.add_layer", np.random.default_rng(0))
+    assert arch.head.hidden_size == (32, 32)
+    new = net.rebuilt(arch)
+    for name in HEADS:
+        assert torch.equal(new.heads[name].out.weight, net.heads[name].out.weight)
+        assert torch.equal(new.heads[name].out.bias, net.heads[name].out.bias)
+        assert torch.equal(new.heads[name].layers[0].weight, net.heads[name].layers[0].weight)
+
+
+def test_latent_remove_node_keeps_the_retained_slice() -> None:
+    space = SPACES["vector"]
+    net = _net(_arch(space), space)
+    arch, _ = net.arch.apply("latent.remove_node", np.random.default_rng(0))
+    size = arch.latent_dim
+    assert size < net.arch.latent_dim
+    new = net.rebuilt(arch)
+    assert torch.equal(new.encoder.out.weight, net.encoder.out.weight[:size])
+    head, old_head = new.heads["value"], net.heads["value"]
+    assert torch.equal(head.layers[0].weight, old_head.layers[0].weight[:, :size])
+
+
+@pytest.mark.parametrize("kind", ["vector", "image_hwc", "dict"])
+def test_rebuilding_an_unchanged_arch_keeps_the_function(kind: str) -> None:
+    space = SPACES[kind]
+    obs = _batch(space)
+    net = _net(_arch(space), space, seed=0)
+    copy = net.rebuilt(net.arch, torch.Generator().manual_seed(99))
+    with torch.no_grad():
+        before, after = net(obs), copy(obs)
+    assert all(torch.equal(before[name], after[name]) for name in HEADS)
+
+
+def _assert_within_bounds(arch: NetworkArch) -> None:
+    assert arch.min_latent_dim <= arch.latent_dim <= arch.max_latent_dim
+    for mlp in (arch.head, arch.encoder):
+        assert mlp.min_hidden_layers <= len(mlp.hidden_size) <= mlp.max_hidden_layers
+        assert all(mlp.min_mlp_nodes <= n <= mlp.max_mlp_nodes for n in mlp.hidden_size)
+
+
+def test_random_mutations_respect_the_bounds() -> None:
+    bounds = {"min_hidden_layers": 1, "max_hidden_layers": 2, "min_mlp_nodes": 16}
+    arch = _arch(
+        SPACES["vector"],
+        latent_dim=32,
+        min_latent_dim=24,
+        max_latent_dim=48,
+        encoder_config={"hidden_size": [32], "max_mlp_nodes": 80, **bounds},
+        head_config={"hidden_size": [16, 16], "max_mlp_nodes": 64, **bounds},
+    )
+    rng = np.random.default_rng(7)
+    names = [method.name for method in arch.mutation_methods()]
+    seen = set()
+    for _ in range(600):
+        arch, _ = arch.apply(str(rng.choice(names)), rng)
+        _assert_within_bounds(arch)
+        seen.add((len(arch.head.hidden_size), arch.latent_dim))
+    assert len(seen) > 4  # the walk did move around inside the bounds
+
+
+def test_add_layer_at_the_maximum_and_remove_node_at_the_minimum_stay_in_bounds() -> None:
+    head = MLPArch((16, 16, 16), min_mlp_nodes=16)
+    rng = np.random.default_rng(0)
+    grown, _ = head.add_layer(rng)
+    assert len(grown.hidden_size) == 3 and sum(grown.hidden_size) > 48  # added nodes instead
+    shrunk, _ = head.remove_node(rng)
+    assert shrunk == head
+
+
+def test_cnn_mutations_respect_channel_bounds_and_kernel_choices() -> None:
+    cnn = CNNArch((8, 32), (3, 3), (1, 1), min_channel_size=8, max_channel_size=40)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        cnn, _ = getattr(cnn, str(rng.choice(CNNArch.node_methods)))(rng)
+        assert all(8 <= c <= 40 for c in cnn.channel_size)
+        assert set(cnn.kernel_size) <= {3, 5, 7}
+    changed, args = cnn.change_kernel(rng)
+    assert changed.kernel_size[args["layer"]] != cnn.kernel_size[args["layer"]]
+
+
+def test_unknown_mutation_is_refused() -> None:
+    arch = _arch(SPACES["vector"])
+    with pytest.raises(ValueError, match=r"encoder\.add_channel"):
+        arch.apply("encoder.add_channel", np.random.default_rng(0))  # not offered by an MLP
+
+
+def test_optimizer_state_follows_the_parameters() -> None:
+    space = SPACES["vector"]
+    net = _net(_arch(space, head_config={"hidden_size": [32]}), space)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    sum(out.sum() for out in net(_batch(space)).values()).backward()
+    optimizer.step()
+
+    new = net.rebuilt(replace(net.arch, head=replace(net.arch.head, hidden_size=(48,))))
+    new_optimizer = torch.optim.Adam(new.parameters(), lr=1e-3)
+    old_params, new_params = dict(net.named_parameters()), dict(new.named_parameters())
+    transfer_optimizer_state(optimizer, old_params, new_optimizer, new_params)
+
+    same = "encoder.layers.0.weight"
+    old_state, new_state = optimizer.state[old_params[same]], new_optimizer.state[new_params[same]]
+    for key in ("step", "exp_avg", "exp_avg_sq"):
+        assert torch.equal(new_state[key], old_state[key])
+    resized = "heads.policy.layers.0.weight"
+    old_state = optimizer.state[old_params[resized]]
+    new_state = new_optimizer.state[new_params[resized]]
+    assert new_state["exp_avg"].shape == (48, net.arch.latent_dim)
+    assert torch.equal(new_state["exp_avg"][:32], old_state["exp_avg"])
+    assert torch.equal(new_state["exp_avg_sq"][:32], old_state["exp_avg_sq"])
+    assert not new_state["exp_avg"][32:].any()
+    assert torch.equal(new_state["step"], old_state["step"])
+    sum(out.sum() for out in new(_batch(space)).values()).backward()
+    new_optimizer.step()  # the transferred state is usable
+
+
+@pytest.mark.parametrize("kind", ["vector", "image_chw", "dict"])
+def test_arch_round_trips_through_json(kind: str) -> None:
+    arch = _arch(SPACES[kind], head_config={"hidden_size": [32, 16], "output_activation": "Tanh"})
+    arch, _ = arch.apply(arch.mutation_methods()[2].name, np.random.default_rng(0))
+    assert NetworkArch.from_dict(json.loads(json.dumps(arch.to_dict()))) == arch
+
+
+def test_multi_input_spec_is_used() -> None:
+    encoder = {"arch": "multiinput", "latent_dim": 24, "vector_space_mlp": True,
+               "mlp_config": {"hidden_size": [16]}}  # fmt: skip
+    arch = _arch(SPACES["dict"], encoder_config=encoder)
+    assert arch.encoder.latent_dim == 24 and arch.encoder.mlp.hidden_size == (16,)
+    assert NetworkArch.from_dict(json.loads(json.dumps(arch.to_dict()))) == arch
+    _check_shapes(_net(arch, SPACES["dict"]), _batch(SPACES["dict"]))
+
+
+def test_same_seed_same_weights_other_seed_other_weights() -> None:
+    space = SPACES["image_chw"]
+    arch = _arch(space)
+    first, second, other = _net(arch, space, 5), _net(arch, space, 5), _net(arch, space, 6)
+    first_state, second_state = first.state_dict(), second.state_dict()
+    assert all(torch.equal(first_state[name], second_state[name]) for name in first_state)
+    assert not torch.equal(first.encoder.convs[0].weight, other.encoder.convs[0].weight)
+    assert not torch.equal(first.heads["value"].out.weight, other.heads["value"].out.weight)
+
+
+def test_with_activation_changes_hidden_activations_only() -> None:
+    arch = _arch(SPACES["dict"], head_config={"output_activation": "Tanh"}).with_activation("GELU")
+    assert arch.head.activation == "GELU" and arch.head.output_activation == "Tanh"
+    assert arch.encoder.mlp.activation == "GELU" and arch.encoder.cnn.activation == "GELU"
+    net = _net(arch, SPACES["dict"])
+    assert isinstance(net.heads["policy"].acts[0], torch.nn.GELU)
+    assert isinstance(net.heads["policy"].out_act, torch.nn.Tanh)
+
+
+def test_arch_from_spec_choices() -> None:
+    image = SPACES["image_hwc"]
+    mlp_fields = _arch(image, encoder_config={"hidden_size": [16]})
+    assert mlp_fields.encoder == CNNArch((32, 32), (3, 3), (1, 1))
+    flat = _arch(image, encoder_config={"arch": "mlp", "hidden_size": [16]})
+    assert flat.encoder.hidden_size == (16,)
+    _check_shapes(_net(flat, image), _batch(image))
+    with pytest.raises(ManifestError):
+        _arch(SPACES["vector"], arch="cnn")
+    with pytest.raises(NotImplementedError, match="recurrent PPO"):
+        _arch(SPACES["vector"], arch="lstm")
+
+
+def test_preprocess() -> None:
+    one_hot = preprocess(gym.spaces.Discrete(3), np.array([0, 2]), "cpu")
+    assert torch.equal(one_hot, torch.tensor([[1.0, 0, 0], [0, 0, 1]]))
+    multi = preprocess(gym.spaces.MultiDiscrete([2, 3]), np.array([[1, 0]]), "cpu")
+    assert torch.equal(multi, torch.tensor([[0.0, 1, 1, 0, 0]]))
+    pixels = preprocess(SPACES["image_hwc"], np.full((2, 16, 16, 3), 255, np.uint8), "cpu")
+    assert pixels.dtype == torch.float32 and pixels.shape == (2, 16, 16, 3)
+    assert torch.all(pixels == 1.0)
+    batch = _batch(SPACES["dict"])
+    assert batch["mode"].shape == (BATCH, 3) and batch["state"].dtype == torch.float32
+    assert batch["pixels"].min() >= 0.0 and batch["pixels"].max() <= 1.0
+
+
+def test_importing_the_package_does_not_import_torch() -> None:
+    code = "import agile_cli.nn, sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

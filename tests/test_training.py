@@ -1,0 +1,177 @@
+"""Local training end to end with tiny budgets: every algorithm, run folders, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from agile_cli import LocalTrainer
+from agile_cli.models.algorithm import Family
+from agile_cli.plugins import default_host
+from agile_cli.training import checkpoint
+from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.progress import LogReporter
+
+from .helpers import tiny_manifest, tiny_population
+
+EVOLVING = {
+    "mutation": {"rl_hp_selection": {"lr": {"min": 1e-4, "max": 1e-2}}},
+    "tournament_selection": {"tournament_size": 2},
+}
+TRAINABLE = sorted(
+    name
+    for name, entry in default_host().registry.algorithms.items()
+    if entry.family in (Family.OFF_POLICY, Family.ON_POLICY)
+)
+
+
+def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
+    run = RunOptions(device="cpu", run_dir=tmp_path / "run", **options)
+    return EvolutionLoop(manifest, default_host().registry, run, LogReporter())
+
+
+@pytest.mark.parametrize("algorithm", TRAINABLE)
+def test_every_registered_algorithm_trains_and_evolves(algorithm, tmp_path) -> None:
+    manifest = tiny_manifest(algorithm, **EVOLVING)
+    trainer = LocalTrainer.from_manifest(manifest, device="cpu")
+    population, fitnesses = trainer.train(verbose=False, run_dir=tmp_path / "run")
+    assert len(population) == len(fitnesses) == 2
+    assert all(np.isfinite(fitnesses))
+    assert [m.record.fitness[-1] for m in population] == fitnesses
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["generations"] == 2
+    assert summary["global_steps"] == 2 * 256
+
+
+def test_run_folder_contents(tmp_path) -> None:
+    manifest = tiny_manifest("DQN", **EVOLVING)
+    _loop(manifest, tmp_path).run()
+    run = tmp_path / "run"
+    assert yaml.safe_load((run / "manifest.yaml").read_text()) == manifest.to_dict()
+    assert (run / "command.txt").read_text().strip()
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["generation"] for line in lines] == [1, 2]
+    member = lines[0]["members"][0]
+    assert {"index", "fitness", "mutation", "hyperparameters", "arch"} <= set(member)
+    assert lines[1]["global_steps"] == 512
+    assert (run / "checkpoints" / "latest.pt").is_file()
+    assert checkpoint.load(run / "elite.pt")["algorithm"] == "DQN"
+    summary = json.loads((run / "summary.json").read_text())
+    for key in ("best_fitness", "global_steps", "wall_seconds", "steps_per_second",
+                "generations", "target_reached"):  # fmt: skip
+        assert key in summary
+
+
+def test_epsilon_decays_per_vector_step_and_floors() -> None:
+    manifest = tiny_manifest("DQN", training={"max_steps": 256, "eps_start": 1.0, "eps_end": 0.5,
+                                              "eps_decay": 0.5, "pop_size": 1})  # fmt: skip
+    member = tiny_population("DQN", size=1)[0]
+    member.context = member.context.__class__(member.device, 2, manifest.training)
+    member.epsilon = manifest.training.eps_start
+    obs = np.zeros((2, 4), dtype=np.float32)
+    member.act(obs, explore=True)
+    assert member.epsilon == 0.5
+    member.act(obs, explore=True)
+    assert member.epsilon == 0.5  # floored at eps_end
+    member.act(obs, explore=False)
+    assert member.epsilon == 0.5  # evaluation does not decay
+
+
+def test_checkpoint_round_trip_restores_the_whole_population(tmp_path) -> None:
+    manifest = tiny_manifest("PPO", **EVOLVING)
+    first = _loop(manifest, tmp_path)
+    first.run()
+    state = first.checkpoint_state()
+    checkpoint.save_atomically(state, tmp_path / "c.pt")
+    second = _loop(manifest, tmp_path / "other")
+    second.restore(checkpoint.load(tmp_path / "c.pt"))
+    assert [m.index for m in second.population] == [m.index for m in first.population]
+    for a, b in zip(first.population, second.population, strict=True):
+        assert a.hyperparameters() == b.hyperparameters()
+        assert a.arch == b.arch
+        assert a.record.fitness == b.record.fitness
+        for (name, p), q in zip(a.networks.items(), b.networks.values(), strict=True):
+            for x, y in zip(p.state_dict().values(), q.state_dict().values(), strict=True):
+                assert torch.equal(x, y), name
+        assert torch.equal(a.generator.get_state(), b.generator.get_state())
+    assert second.state == first.state
+
+
+def test_interrupt_saves_and_resume_continues_the_same_population(tmp_path, monkeypatch) -> None:
+    manifest = tiny_manifest("DQN", training={"max_steps": 384, "evo_steps": 128, "pop_size": 2},
+                             **EVOLVING)  # fmt: skip
+    loop = _loop(manifest, tmp_path)
+    calls = {"n": 0}
+    real_train = loop.runner.train
+
+    def interrupted_train(member, steps, progress):
+        calls["n"] += 1
+        if calls["n"] == 3:  # first member of the second generation
+            raise KeyboardInterrupt
+        return real_train(member, steps, progress)
+
+    monkeypatch.setattr(loop.runner, "train", interrupted_train)
+    result = loop.run()
+    assert result.interrupted and result.summary["generations"] == 1
+    saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    indices = [m["index"] for m in saved["members"]]
+    monkeypatch.undo()
+
+    from agile_cli.training.trainer import resume_local
+
+    resumed = resume_local(tmp_path / "run", default_host().registry,
+                           RunOptions(device="cpu"), verbose=False)  # fmt: skip
+    assert not resumed.interrupted
+    assert resumed.summary["generations"] == 3
+    assert resumed.summary["steps_per_member"] == 384
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(m)["generation"] for m in metrics] == [1, 2, 3]
+    first_generation_two = json.loads(metrics[1])["members"]
+    assert {row["index"] for row in first_generation_two} == set(indices)
+    assert len((tmp_path / "run" / "command.txt").read_text().splitlines()) == 2
+
+
+def test_fitnesses_align_with_the_returned_population(tmp_path) -> None:
+    trainer = LocalTrainer("PPO", {"name": "CartPole-v1", "num_envs": 2},
+                           training={"max_steps": 128, "evo_steps": 64, "pop_size": 3},
+                           mutation={}, tournament={}, device="cpu")  # fmt: skip
+    population, fitnesses = trainer.train(verbose=False, run_dir=tmp_path / "r")
+    assert fitnesses == [m.record.fitness[-1] for m in population]
+
+
+CLI_MANIFEST = """\
+algorithm: {name: DQN, batch_size: 16}
+environment: {name: CartPole-v1, num_envs: 2}
+training: {max_steps: 128, evo_steps: 64, pop_size: 2}
+mutation: {}
+tournament_selection: {}
+"""
+
+
+def test_cli_train_then_evaluate(run, write, tmp_path) -> None:
+    manifest = write("m.yaml", CLI_MANIFEST)
+    result = run("train", str(manifest), "--quiet", "--device", "cpu", "--run-dir",
+                 str(tmp_path / "cli-run"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "generation 2:" in result.output and "summary" in result.output
+    scored = run("evaluate", str(tmp_path / "cli-run"), "--episodes", "3", "--device", "cpu")
+    assert scored.exit_code == 0, scored.output
+    assert "mean return" in scored.output and "over 3 episodes" in scored.output
+
+
+def test_cli_train_usage_errors(run, write, tmp_path) -> None:
+    bad = write("bad.yaml", CLI_MANIFEST.replace("pop_size: 2", "pop_size: 0"))
+    result = run("train", str(bad))
+    assert result.exit_code == 2 and "training.pop_size" in result.output
+    assert run("train").exit_code == 2
+    missing = run("train", "--resume", str(tmp_path / "nowhere"))
+    assert missing.exit_code == 2 and "not a run folder" in missing.output
+    wrong = run("train", str(write("m.yaml", CLI_MANIFEST)), "--backend", "locl")
+    assert wrong.exit_code == 2 and "did you mean 'local'?" in wrong.output
+    if not torch.cuda.is_available():
+        cuda = run("train", str(write("m.yaml", CLI_MANIFEST)), "--device", "cuda")
+        assert cuda.exit_code == 2 and "no CUDA device" in cuda.output
