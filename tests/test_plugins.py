@@ -206,3 +206,19 @@ def test_agile_plugins_lists_first_party_plugins_with_distribution(run) -> None:
     assert result.exit_code == 0
     for expected in ("dqn", "ppo", "gymnasium", "agile-cli", "algorithm:DQN"):
         assert expected in result.output
+
+
+def test_replay_options_the_algorithm_cannot_use_are_refused(make_host, write, run) -> None:
+    class Plain:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            register(name="Plain", spec=FooSpec, family="off_policy", implementation="x:Y")
+
+    host = make_host(("plain", Plain()))
+    text = FOO_MANIFEST.replace("Foo", "Plain") + "replay_buffer:\n  per_buffer: true\n"
+    result = run("validate", str(write("p.yaml", text)), host=host)
+    assert result.exit_code == 2
+    assert (
+        "replay_buffer.per_buffer: Plain cannot learn from prioritised replay "
+        "(supported by: DQN)" in result.output
+    )

@@ -47,6 +47,18 @@ def test_every_registered_algorithm_trains_and_evolves(algorithm, tmp_path) -> N
     assert summary["global_steps"] == 2 * 256
 
 
+@pytest.mark.parametrize(
+    "replay",
+    [{"n_step_buffer": True}, {"per_buffer": True}, {"per_buffer": True, "n_step_buffer": True}],
+)
+def test_dqn_learns_from_every_buffer_kind(replay, tmp_path) -> None:
+    manifest = tiny_manifest("DQN", replay_buffer={"max_size": 1000, **replay})
+    trainer = LocalTrainer.from_manifest(manifest, device="cpu")
+    population, fitnesses = trainer.train(verbose=False, run_dir=tmp_path / "run")
+    assert all(np.isfinite(fitnesses))
+    assert all(m.n_step_returns == replay.get("n_step_buffer", False) for m in population)
+
+
 def test_run_folder_contents(tmp_path) -> None:
     manifest = tiny_manifest("DQN", **EVOLVING)
     _loop(manifest, tmp_path).run()

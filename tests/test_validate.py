@@ -88,8 +88,6 @@ MISTAKES = [
      "(keep only one)"),
     ("training:\n  eps_start: 0.1\n  eps_end: 0.5\n",
      "training.eps_end: 0.5 is above eps_start (0.1)"),
-    ("replay_buffer:\n  per_buffer: true\n",
-     "replay_buffer.per_buffer: DQN cannot learn from prioritised replay (set it to false)"),
     ("network:\n  encoder_config:\n    hidden_size: [4]\n",
      "network.encoder_config.hidden_size: 4 is outside [8, 500] "
      "(change it or widen min_mlp_nodes/max_mlp_nodes)"),

@@ -22,7 +22,10 @@ class DQN(OffPolicyAlgorithm):
     """Q-learning with a neural network, a replay buffer and a slowly tracking target network.
 
     Exploration is epsilon-greedy: epsilon starts at ``training.eps_start`` and is multiplied by
-    ``training.eps_decay`` after every vector step, down to ``training.eps_end``.
+    ``training.eps_decay`` after every vector step, down to ``training.eps_end``. With
+    ``replay_buffer.n_step_buffer`` it bootstraps from n-step returns; with
+    ``replay_buffer.per_buffer`` it learns from prioritised replay (Schaul et al., 2016),
+    weighting the loss by importance weights whose exponent anneals from 0.4 to 1.
     """
 
     spec: DQNSpec
@@ -57,12 +60,18 @@ class DQN(OffPolicyAlgorithm):
 
     def learn(self, batch: Transitions) -> LearnResult:
         online, target = self.networks["q"], self.networks["target"]
-        obs, next_obs = self._tensor(batch.obs), self._tensor(batch.next_obs)
-        q_taken = online(obs)["q"].gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
+        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
+        size = batch.rewards.shape[0]
+        if self.spec.double:  # one pass over obs and next_obs; next_obs needs no gradient
+            q_both = online(_concat(obs, next_obs))["q"]
+            q_values, online_next = q_both[:size], q_both[size:].detach()
+        else:
+            q_values = online(obs)["q"]
+        q_taken = q_values.gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         with torch.no_grad():
             next_q = target(next_obs)["q"]
             if self.spec.double:  # the online network chooses, the target network evaluates
-                choice = online(next_obs)["q"].argmax(dim=1, keepdim=True)
+                choice = online_next.argmax(dim=1, keepdim=True)
                 next_value = next_q.gather(1, choice).squeeze(1)
             else:
                 next_value = next_q.max(dim=1).values
@@ -73,20 +82,27 @@ class DQN(OffPolicyAlgorithm):
         optimizer = self.optimizers["q"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(online.parameters(), 10.0)
+        torch.nn.utils.clip_grad_norm_(self.parameter_list("q"), 10.0)
         optimizer.step()
-        self._soft_update(online, target)
+        with torch.no_grad():  # target <- target + tau * (online - target)
+            torch._foreach_lerp_(self.parameter_list("target"), self.parameter_list("q"), self.tau)
         return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)
 
-    def _soft_update(self, online: torch.nn.Module, target: torch.nn.Module) -> None:
-        with torch.no_grad():
-            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.tau)
-
-    def _tensor(self, obs: Any) -> Any:
-        return self.obs_tensor(obs)
+    @property
+    def per_beta(self) -> float:
+        """Prioritised replay's importance exponent, annealed from 0.4 to 1 over training."""
+        progress = self.record.steps / self.context.training.max_steps
+        return min(1.0, 0.4 + 0.6 * progress)
 
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.epsilon = state["epsilon"]
+
+
+def _concat(first: Any, second: Any) -> Any:
+    """Two observation batches as one (dict observations key by key)."""
+    if isinstance(first, dict):
+        return {key: torch.cat([first[key], second[key]]) for key in first}
+    return torch.cat([first, second])

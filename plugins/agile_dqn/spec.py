@@ -27,3 +27,5 @@ class DQNSpec(AlgorithmSpec):
         "lr", "batch_size", "learn_step", "gamma", "tau",
     )  # fmt: skip
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    supports_per: ClassVar[bool] = True
+    supports_n_step: ClassVar[bool] = True
