@@ -6,7 +6,7 @@ the global env steps and seconds at which the best member's fitness first reache
 manifest's ``target_score``, and the peak resident memory of the process; then the medians
 and how many seeds reached the target.
 
-    python benchmarks/train_benchmark.py benchmarks/manifests/dqn_cartpole.yaml --seeds 1 2 3
+    python benchmarks/train_benchmark.py configs/training/dqn/cartpole.yaml --seeds 1 2 3
 """
 
 from __future__ import annotations

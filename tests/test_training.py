@@ -187,3 +187,25 @@ def test_cli_train_usage_errors(run, write, tmp_path) -> None:
     if not torch.cuda.is_available():
         cuda = run("train", str(write("m.yaml", CLI_MANIFEST)), "--device", "cuda")
         assert cuda.exit_code == 2 and "no CUDA device" in cuda.output
+
+
+def test_wandb_offline_logs_into_the_run_folder(run, write, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    result = run("train", str(write("m.yaml", CLI_MANIFEST)), "--quiet", "--wb", "--device",
+                 "cpu", "--run-dir", str(tmp_path / "wb-run"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert any((tmp_path / "wb-run" / "wandb").glob("offline-run-*"))
+
+
+def test_tensorboard_writes_events_or_names_the_extra(run, write, tmp_path) -> None:
+    result = run("train", str(write("m.yaml", CLI_MANIFEST)), "--quiet", "--tensorboard",
+                 "--device", "cpu", "--run-dir", str(tmp_path / "tb-run"))  # fmt: skip
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        assert result.exit_code == 2
+        assert 'pip install "agile-cli[tensorboard]"' in result.output
+    else:
+        assert result.exit_code == 0, result.output
+        assert any((tmp_path / "tb-run" / "tensorboard").glob("events.out.tfevents.*"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from agile_cli.errors import EXIT_USAGE, AgileError, ManifestError
+from agile_cli.errors import EXIT_USAGE, EnvironmentNotFoundError, FieldError, ManifestError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.plugins import PluginHost
 
@@ -27,9 +27,10 @@ def run_validate(host: PluginHost, files: Sequence[Path], *, as_json: bool, chec
             status = EXIT_USAGE
             _report_invalid(str(path), error, err=as_json)
             continue
-        except AgileError as error:
-            status = max(status, error.exit_code)
-            _report_invalid(str(path), ManifestError([_as_field(error)], str(path)), err=as_json)
+        except EnvironmentNotFoundError as error:
+            status = EXIT_USAGE
+            problem = FieldError("environment", error.message, error.hint)
+            _report_invalid(str(path), ManifestError([problem], str(path)), err=as_json)
             continue
         if as_json:
             resolved[str(path)] = manifest.to_dict()
@@ -48,12 +49,6 @@ def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:
     click.echo(f"{source}: invalid, {count} error{'s' if count != 1 else ''}", err=err)
     for line in error.lines():
         click.echo(f"  {line}", err=err)
-
-
-def _as_field(error: AgileError) -> Any:
-    from agile_cli.errors import FieldError
-
-    return FieldError("environment", error.message, error.hint)
 
 
 def _check_environment(host: PluginHost, manifest: TrainingManifest) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -82,7 +83,6 @@ class EvolutionLoop:
         self.state = LoopState(seed=_run_seed(manifest, options))
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
-        self.folder = folder or RunFolder.create(manifest, options.run_dir)
         self.env = setup.build_environment(manifest, registry, self.seeds["environment"])
         self.context = AgentContext(
             device=self.device,
@@ -102,6 +102,8 @@ class EvolutionLoop:
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
         self.elite: Algorithm | None = None
         self.sinks: list[MetricSink] = []
+        # Last, so that a manifest that cannot be built leaves no empty run folder behind.
+        self.folder = folder or RunFolder.create(manifest, options.run_dir)
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -316,7 +318,8 @@ class EvolutionLoop:
         summary = self._summary(best, interrupted)
         self.folder.write_summary(summary)
         self.reporter.finish(summary)
-        self.env.close()
+        with contextlib.suppress(Exception):  # workers already gone after Ctrl-C
+            self.env.close()
         return TrainResult(self.population, fitnesses, summary, self.folder.path, interrupted, best)
 
     def _summary(self, best: Algorithm | None, interrupted: bool) -> dict[str, Any]:

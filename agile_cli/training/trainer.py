@@ -65,7 +65,7 @@ class LocalTrainer:
         optional = {
             "training": training,
             "mutation": mutation,
-            "tournament_selection": tournament or selection_strategy,
+            "tournament_selection": tournament if tournament is not None else selection_strategy,
             "replay_buffer": replay_buffer,
             "network": network,
         }

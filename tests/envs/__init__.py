@@ -1,0 +1,1 @@
+"""Toy environments for tests."""
