@@ -1,8 +1,8 @@
 """agile: evolutionary training of reinforcement-learning populations from one manifest.
 
 This module is the public API for users and plugin authors; everything not in ``__all__`` is
-private and may move. Importing it is cheap: torch and gymnasium are imported only by the
-training classes, on first use.
+private and may move. Importing it is cheap: the names that need torch or gymnasium (the
+algorithm base classes, networks, buffers, rollouts, ``LocalTrainer``) load on first use.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from agile_cli.backend import Backend, RunResult
+from agile_cli.environment import EnvironmentBuilder
 from agile_cli.errors import (
     AgileError,
     EnvironmentNotFoundError,
@@ -22,7 +23,7 @@ from agile_cli.errors import (
 )
 from agile_cli.hookspecs import hookimpl
 from agile_cli.manifest import TrainingManifest
-from agile_cli.models import AlgorithmSpec, EnvironmentSpec, Family, Spec
+from agile_cli.models import AlgorithmSpec, EnvironmentSpec, Family, NetworkSpec, Spec
 from agile_cli.registry import (
     RegisterAlgorithm,
     RegisterBackend,
@@ -32,7 +33,7 @@ from agile_cli.registry import (
 
 __version__ = "0.1.0"
 
-# Public names whose modules import torch: loaded on first access.
+# Public names whose modules import torch or gymnasium: loaded on first access.
 _LAZY = {
     "LocalTrainer": "agile_cli.training.trainer:LocalTrainer",
     "Algorithm": "agile_cli.agent:Algorithm",
@@ -40,6 +41,16 @@ _LAZY = {
     "OnPolicyAlgorithm": "agile_cli.agent:OnPolicyAlgorithm",
     "AgentContext": "agile_cli.agent:AgentContext",
     "LearnResult": "agile_cli.agent:LearnResult",
+    "EvolvableNetwork": "agile_cli.nn.modules:EvolvableNetwork",
+    "NetworkArch": "agile_cli.nn.arch:NetworkArch",
+    "preprocess": "agile_cli.nn.modules:preprocess",
+    "ReplayBuffer": "agile_cli.buffers:ReplayBuffer",
+    "PrioritizedReplayBuffer": "agile_cli.buffers:PrioritizedReplayBuffer",
+    "NStepAccumulator": "agile_cli.buffers:NStepAccumulator",
+    "Transitions": "agile_cli.buffers:Transitions",
+    "Rollout": "agile_cli.rollout:Rollout",
+    "RolloutBatch": "agile_cli.rollout:RolloutBatch",
+    "compute_gae": "agile_cli.rollout:compute_gae",
 }
 
 if TYPE_CHECKING:
@@ -50,6 +61,15 @@ if TYPE_CHECKING:
         OffPolicyAlgorithm,
         OnPolicyAlgorithm,
     )
+    from agile_cli.buffers import (
+        NStepAccumulator,
+        PrioritizedReplayBuffer,
+        ReplayBuffer,
+        Transitions,
+    )
+    from agile_cli.nn.arch import NetworkArch
+    from agile_cli.nn.modules import EvolvableNetwork, preprocess
+    from agile_cli.rollout import Rollout, RolloutBatch, compute_gae
     from agile_cli.training.trainer import LocalTrainer
 
 __all__ = [
@@ -58,27 +78,39 @@ __all__ = [
     "Algorithm",
     "AlgorithmSpec",
     "Backend",
+    "EnvironmentBuilder",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
+    "EvolvableNetwork",
     "Family",
     "FieldError",
     "LearnResult",
     "LocalTrainer",
     "ManifestError",
+    "NStepAccumulator",
+    "NetworkArch",
+    "NetworkSpec",
     "OffPolicyAlgorithm",
     "OnPolicyAlgorithm",
     "PluginError",
+    "PrioritizedReplayBuffer",
     "RegisterAlgorithm",
     "RegisterBackend",
     "RegisterCommand",
     "RegisterEnvironment",
+    "ReplayBuffer",
+    "Rollout",
+    "RolloutBatch",
     "RunResult",
     "Spec",
     "TrainingError",
     "TrainingManifest",
+    "Transitions",
     "UsageError",
     "__version__",
+    "compute_gae",
     "hookimpl",
+    "preprocess",
 ]
 
 
@@ -89,3 +121,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'agile_cli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

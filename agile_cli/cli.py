@@ -15,7 +15,7 @@ import click
 
 from agile_cli import __version__
 from agile_cli.errors import AgileError, ManifestError, PluginError
-from agile_cli.plugins import PluginHost, build_host
+from agile_cli.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate")
 
@@ -43,7 +43,12 @@ def plugin_host(ctx: click.Context) -> PluginHost:
         return root.obj
     host = root.meta.get("agile.host")
     if host is None:
-        host = build_host(reserved_commands=CORE_COMMANDS)
+        disabled = root.params.get("disable_plugin") or ()
+        controls = LoadingControls.from_environment(disabled=disabled)
+        try:
+            host = build_host(reserved_commands=CORE_COMMANDS, controls=controls)
+        except PluginError as error:  # only under AGILE_STRICT_PLUGINS
+            raise ReportedError(error) from None
         root.meta["agile.host"] = host
         for warning in host.warnings:
             click.echo(f"warning: {warning}", err=True)
@@ -57,18 +62,15 @@ class AgileGroup(click.Group):
         names = list(super().list_commands(ctx))
         try:
             names += sorted(plugin_host(ctx).registry.commands)
-        except PluginError as error:
-            click.echo(f"warning: {error.message}", err=True)
+        except ReportedError as error:  # --help keeps working under strict loading
+            click.echo(f"warning: {error.error.message}", err=True)
         return names
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command
-        try:
-            entry = plugin_host(ctx).registry.commands.get(cmd_name)
-        except PluginError as error:
-            raise ReportedError(error) from None
+        entry = plugin_host(ctx).registry.commands.get(cmd_name)
         return entry.command if entry is not None else None
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -80,11 +82,20 @@ class AgileGroup(click.Group):
 
 @click.group(cls=AgileGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="agile")
-def cli() -> None:
+@click.option(
+    "--disable-plugin",
+    multiple=True,
+    metavar="NAME",
+    help="Do not load this plugin (repeatable; also AGILE_DISABLE_PLUGINS=a,b).",
+)
+def cli(disable_plugin: tuple[str, ...]) -> None:
     """Train populations of RL agents with evolutionary hyperparameter optimisation.
 
     Describe a run in a YAML or JSON manifest, check it with `agile validate`, and train it
     with `agile train`. Shell completion: eval "$(_AGILE_COMPLETE=bash_source agile)".
+
+    Plugins: AGILE_PLUGINS=a,b loads only those, AGILE_DISABLE_PLUGINS=a,b skips those, and
+    AGILE_STRICT_PLUGINS=1 makes a broken plugin an error instead of a warning.
     """
 
 

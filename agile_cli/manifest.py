@@ -54,6 +54,8 @@ class TrainingManifest(BaseModel):
 
     _algorithm_name: str = PrivateAttr("")
     _family: Family | None = PrivateAttr(None)
+    _builder: str | None = PrivateAttr(None)
+    _default_builder: bool = PrivateAttr(True)
     _warnings: list[str] = PrivateAttr(default_factory=list)
 
     @property
@@ -64,6 +66,11 @@ class TrainingManifest(BaseModel):
     @property
     def family(self) -> Family | None:
         return self._family
+
+    @property
+    def environment_builder(self) -> str | None:
+        """The name of the environment builder the manifest resolved to."""
+        return self._builder
 
     @property
     def warnings(self) -> list[str]:
@@ -89,6 +96,8 @@ class TrainingManifest(BaseModel):
         """The resolved manifest as plain data, in the brief's key order and spelling."""
         data = self.model_dump(mode="json")
         data["algorithm"] = {"name": self.algorithm_name, **data["algorithm"]}
+        if not self._default_builder:  # the family's default builder goes unsaid
+            data["environment"] = {"builder": self._builder, **data["environment"]}
         return {key: data[key] for key in SECTIONS if data.get(key) is not None}
 
     def summary(self) -> str:

@@ -7,7 +7,8 @@ library code needs the registry, through :func:`default_host`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -19,6 +20,7 @@ from agile_cli.errors import PluginError
 from agile_cli.registry import Registry
 
 ENTRY_POINT_GROUP = "agile"
+BUILTIN_DISTRIBUTION = "agile-cli"
 
 # Hook name -> the Registry method that makes its register callback.
 _HOOKS: tuple[tuple[str, str], ...] = (
@@ -52,6 +54,7 @@ class PluginHost:
 
     @property
     def warnings(self) -> list[str]:
+        """One line per broken plugin."""
         return [
             f"plugin '{info.name}' failed to load: {info.error} (see `agile plugins`)"
             for info in self.plugins
@@ -59,36 +62,81 @@ class PluginHost:
         ]
 
 
+@dataclass(frozen=True)
+class LoadingControls:
+    """Which plugins to load, and how to treat a broken one.
+
+    :param only: load only these entry-point names (``AGILE_PLUGINS=a,b``); None loads all.
+    :param disabled: never load these (``AGILE_DISABLE_PLUGINS=a,b``, ``--disable-plugin``).
+    :param strict: a broken plugin is an error, not a warning (``AGILE_STRICT_PLUGINS=1``).
+    """
+
+    only: frozenset[str] | None = None
+    disabled: frozenset[str] = frozenset()
+    strict: bool = False
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, disabled: Iterable[str] = ()
+    ) -> LoadingControls:
+        environ = os.environ if environ is None else environ
+        only = _names(environ.get("AGILE_PLUGINS", ""))
+        return cls(
+            only=frozenset(only) if only else None,
+            disabled=frozenset([*_names(environ.get("AGILE_DISABLE_PLUGINS", "")), *disabled]),
+            strict=environ.get("AGILE_STRICT_PLUGINS", "").lower() in ("1", "true", "yes"),
+        )
+
+
+def _names(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
 def build_host(
     *,
     extra_plugins: Iterable[tuple[str, object]] = (),
     discovered: Iterable[EntryPoint] | None = None,
     reserved_commands: Iterable[str] = (),
+    controls: LoadingControls | None = None,
 ) -> PluginHost:
     """Load every plugin and collect its registrations.
+
+    First-party plugins (distribution ``agile-cli``) are loaded and asked to register first,
+    then the others in entry-point name order, then ``extra_plugins``. A name keeps its first
+    registration: a later plugin that registers a taken name is dropped as broken.
 
     :param extra_plugins: ``(name, plugin)`` pairs registered besides the entry points (tests).
     :param discovered: entry points to load instead of those installed (tests).
     :param reserved_commands: command names plugins may not take.
-    :raises PluginError: when two plugins register the same name.
+    :param controls: which plugins to load; default: from the environment variables.
+    :raises PluginError: under ``strict`` controls, for the first broken plugin.
     """
+    controls = controls if controls is not None else LoadingControls.from_environment()
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     found = entry_points(group=ENTRY_POINT_GROUP) if discovered is None else discovered
-    infos = [_load_entry_point(manager, ep) for ep in found]
+    infos = [_load_entry_point(manager, ep, controls) for ep in sorted(found, key=_precedence)]
     for name, plugin in extra_plugins:
-        infos.append(_register(manager, name, plugin, module=getattr(plugin, "__name__", name)))
+        infos.append(_register(manager, name, plugin, getattr(plugin, "__name__", name), controls))
     registry = Registry(reserved_commands=frozenset(reserved_commands))
     by_name = {info.name: info for info in infos}
     for hook_name, registrar in _HOOKS:
-        _call_hook(manager, hook_name, getattr(registry, registrar), registry, by_name)
+        _call_hook(manager, hook_name, getattr(registry, registrar), registry, by_name, controls)
     for info in infos:
         if info.status == "loaded":
             info.contributes = registry.contributions(info.name)
     return PluginHost(manager, registry, infos)
 
 
-def _load_entry_point(manager: pluggy.PluginManager, ep: EntryPoint) -> PluginInfo:
+def _precedence(ep: EntryPoint) -> tuple[bool, str]:
+    """First-party plugins first, then by name: the order that settles a name conflict."""
+    dist = getattr(ep, "dist", None)
+    return (dist is None or dist.metadata["Name"] != BUILTIN_DISTRIBUTION, ep.name)
+
+
+def _load_entry_point(
+    manager: pluggy.PluginManager, ep: EntryPoint, controls: LoadingControls
+) -> PluginInfo:
     dist = getattr(ep, "dist", None)
     info = PluginInfo(
         name=ep.name,
@@ -96,27 +144,47 @@ def _load_entry_point(manager: pluggy.PluginManager, ep: EntryPoint) -> PluginIn
         distribution=dist.metadata["Name"] if dist is not None else None,
         version=dist.version if dist is not None else None,
     )
+    if ep.name in controls.disabled or (controls.only is not None and ep.name not in controls.only):
+        info.status = "disabled"
+        info.error = (
+            "disabled by --disable-plugin or AGILE_DISABLE_PLUGINS"
+            if ep.name in controls.disabled
+            else "not named in AGILE_PLUGINS"
+        )
+        return info
     try:
         plugin = ep.load()
     except Exception as exc:  # a broken plugin must not take the CLI down with it
-        return _failed(info, exc)
-    loaded = _register(manager, ep.name, plugin, module=ep.value)
+        return _failed(info, exc, controls)
+    loaded = _register(manager, ep.name, plugin, ep.value, controls)
     loaded.distribution, loaded.version = info.distribution, info.version
     return loaded
 
 
-def _register(manager: pluggy.PluginManager, name: str, plugin: object, module: str) -> PluginInfo:
+def _register(
+    manager: pluggy.PluginManager,
+    name: str,
+    plugin: object,
+    module: str,
+    controls: LoadingControls,
+) -> PluginInfo:
     info = PluginInfo(name=name, module=module)
     try:
         manager.register(plugin, name=name)
     except Exception as exc:  # pluggy refuses malformed hook implementations
-        return _failed(info, exc)
+        return _failed(info, exc, controls)
     return info
 
 
-def _failed(info: PluginInfo, exc: BaseException) -> PluginInfo:
+def _failed(info: PluginInfo, exc: BaseException, controls: LoadingControls) -> PluginInfo:
+    message = exc.message if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+    if controls.strict:
+        raise PluginError(
+            f"plugin '{info.name}' is broken: {message}",
+            "fix it, or unset AGILE_STRICT_PLUGINS to skip it with a warning",
+        ) from exc
     info.status = "failed"
-    info.error = f"{type(exc).__name__}: {exc}"
+    info.error = message
     return info
 
 
@@ -126,6 +194,7 @@ def _call_hook(
     registrar: Callable[[str], Any],
     registry: Registry,
     infos: dict[str, PluginInfo],
+    controls: LoadingControls,
 ) -> None:
     hook = getattr(manager.hook, hook_name)
     for impl in hook.get_hookimpls():  # in registration order
@@ -133,13 +202,11 @@ def _call_hook(
         arguments = {"register": registrar(plugin)}
         try:
             impl.function(**{name: arguments[name] for name in impl.argnames})
-        except PluginError:
-            raise
-        except Exception as exc:  # the plugin's own bug: drop it, keep the others
+        except Exception as exc:  # the plugin's own bug, or a refused registration
             _forget(registry, plugin)
             manager.unregister(name=plugin)
-            if plugin in infos:
-                _failed(infos[plugin], exc)
+            info = infos.setdefault(plugin, PluginInfo(name=plugin, module=plugin))
+            _failed(info, exc, controls)
 
 
 def _forget(registry: Registry, plugin: str) -> None:

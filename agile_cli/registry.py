@@ -111,12 +111,17 @@ class Registry:
     def algorithm(self, name: str) -> AlgorithmEntry:
         return self.algorithms[name]
 
-    def environment_for(self, family: Family) -> EnvironmentEntry | None:
-        """The builder that serves ``family``, if one is registered."""
-        for entry in self.environments.values():
-            if family in entry.families:
-                return entry
-        return None
+    def environment_for(self, family: Family, name: str | None = None) -> EnvironmentEntry | None:
+        """The builder called ``name`` if it serves ``family``; without a name, the family's
+        default: the first builder registered for it (first-party plugins register first)."""
+        if name is not None:
+            entry = self.environments.get(name)
+            return entry if entry is not None and family in entry.families else None
+        return next((e for e in self.environments.values() if family in e.families), None)
+
+    def builders_for(self, family: Family) -> list[str]:
+        """Names of every builder serving ``family``, the default first."""
+        return [name for name, entry in self.environments.items() if family in entry.families]
 
     def contributions(self, plugin: str) -> list[str]:
         """What one plugin contributed, as ``kind:name`` labels."""
@@ -139,9 +144,9 @@ class Registry:
         def register(
             *, name: str, spec: type[AlgorithmSpec], family: Family | str, implementation: str
         ) -> None:
-            _require_subclass(plugin, name, spec, AlgorithmSpec)
-            _check_mutable(plugin, name, spec)
-            entry = AlgorithmEntry(name, spec, _family(plugin, family), implementation, plugin)
+            _require_subclass(name, spec, AlgorithmSpec)
+            _check_mutable(name, spec)
+            entry = AlgorithmEntry(name, spec, _family(family), implementation, plugin)
             _add(self.algorithms, "algorithm", entry)
 
         return register
@@ -154,16 +159,8 @@ class Registry:
             families: Iterable[Family | str],
             implementation: str,
         ) -> None:
-            _require_subclass(plugin, name, spec, EnvironmentSpec)
-            wanted = frozenset(_family(plugin, family) for family in families)
-            for other in self.environments.values():
-                shared = wanted & other.families
-                if shared:
-                    raise PluginError(
-                        f"plugins '{other.plugin}' and '{plugin}' both build environments for "
-                        f"{', '.join(sorted(f.value for f in shared))}",
-                        "uninstall or disable one of them",
-                    )
+            _require_subclass(name, spec, EnvironmentSpec)
+            wanted = frozenset(_family(family) for family in families)
             entry = EnvironmentEntry(name, spec, wanted, implementation, plugin)
             _add(self.environments, "environment builder", entry)
 
@@ -171,7 +168,7 @@ class Registry:
 
     def backend_registrar(self, plugin: str) -> RegisterBackend:
         def register(*, name: str, options: type[Spec], implementation: str) -> None:
-            _require_subclass(plugin, name, options, Spec)
+            _require_subclass(name, options, Spec)
             _add(self.backends, "backend", BackendEntry(name, options, implementation, plugin))
 
         return register
@@ -180,12 +177,9 @@ class Registry:
         def register(command: Any) -> None:
             name = getattr(command, "name", None)
             if not name or not callable(getattr(command, "main", None)):
-                raise PluginError(f"plugin '{plugin}' registered {command!r}, not a click command")
+                raise PluginError(f"{command!r} is not a click command")
             if name in self.reserved_commands:
-                raise PluginError(
-                    f"plugin '{plugin}' registered command '{name}', a core command",
-                    "choose another name",
-                )
+                raise PluginError(f"command '{name}' is a core command; choose another name")
             _add(self.commands, "command", CommandEntry(name, command, plugin))
 
         return register
@@ -201,35 +195,37 @@ def _add(table: dict[str, Any], kind: str, entry: Any) -> None:
     table[entry.name] = entry
 
 
-def _require_subclass(plugin: str, name: str, spec: Any, base: type) -> None:
+def _require_subclass(name: str, spec: Any, base: type) -> None:
     if not (isinstance(spec, type) and issubclass(spec, base)):
         raise PluginError(
-            f"plugin '{plugin}' registered '{name}' with {spec!r}, not a subclass of "
-            f"{base.__name__}"
+            f"'{name}' comes with {spec!r}, not a subclass of agile_cli.{base.__name__}"
+        )
+    if spec.model_config.get("extra") != "forbid":
+        raise PluginError(
+            f"the spec of '{name}' ({spec.__name__}) accepts unknown keys; "
+            "keep agile_cli.Spec's extra='forbid'"
         )
 
 
-def _family(plugin: str, family: Family | str) -> Family:
+def _family(family: Family | str) -> Family:
     try:
         return Family(family)
     except ValueError:
         valid = ", ".join(f.value for f in Family)
-        raise PluginError(
-            f"plugin '{plugin}' used unknown family {family!r} (valid: {valid})"
-        ) from None
+        raise PluginError(f"unknown family {family!r} (valid: {valid})") from None
 
 
-def _check_mutable(plugin: str, name: str, spec: type[AlgorithmSpec]) -> None:
+def _check_mutable(name: str, spec: type[AlgorithmSpec]) -> None:
     for hp in spec.mutable_hyperparameters:
         field = spec.model_fields.get(hp)
         if field is None or field.annotation not in (int, float):
             raise PluginError(
-                f"plugin '{plugin}': algorithm '{name}' lists '{hp}' as mutable, but its spec has "
-                "no int or float field of that name"
+                f"algorithm '{name}' lists '{hp}' as mutable, but its spec has no int or "
+                "float field of that name"
             )
     missing = set(spec.default_mutable) - set(spec.mutable_hyperparameters)
     if missing:
         raise PluginError(
-            f"plugin '{plugin}': algorithm '{name}' mutates {sorted(missing)} by default, "
-            "but does not list them in mutable_hyperparameters"
+            f"algorithm '{name}' mutates {sorted(missing)} by default, but does not list "
+            "them in mutable_hyperparameters"
         )

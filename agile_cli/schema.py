@@ -13,7 +13,7 @@ from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
-from agile_cli.registry import AlgorithmEntry, Registry
+from agile_cli.registry import AlgorithmEntry, EnvironmentEntry, Registry
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -26,14 +26,14 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
     entries = _entries(registry, algorithm)
     named = {entry.name: _named_spec(entry) for entry in entries}
     builders = {
-        builder.name: builder
-        for builder in (registry.environment_for(entry.family) for entry in entries)
-        if builder is not None
+        name: _builder_spec(registry.environments[name])
+        for entry in entries
+        for name in registry.builders_for(entry.family)
     }
     networks = {entry.spec.network_spec for entry in entries}
     models = [
         *named.values(),
-        *(builder.spec for builder in builders.values()),
+        *builders.values(),
         *networks,
         TrainingSpec,
         MutationSpec,
@@ -52,7 +52,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
 
     properties: dict[str, Any] = {
         "algorithm": one_of([ref(model) for model in named.values()]),
-        "environment": one_of([ref(b.spec) for b in builders.values()] or [{"type": "object"}]),
+        "environment": _any_of([ref(spec) for spec in builders.values()] or [{"type": "object"}]),
         "training": ref(TrainingSpec),
         "network": _any_of([ref(model) for model in networks]),
         "mutation": ref(MutationSpec),
@@ -67,7 +67,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "required": ["algorithm", "environment"],
         "additionalProperties": False,
         "properties": properties,
-        "allOf": _per_family_rules(entries, registry, ref),
+        "allOf": _per_family_rules(entries, registry, builders, ref),
         "$defs": definitions.get("$defs", {}),
     }
 
@@ -98,16 +98,29 @@ def _named_spec(entry: AlgorithmEntry) -> type:
     )
 
 
+def _builder_spec(entry: EnvironmentEntry) -> type:
+    """The builder's spec with the optional ``builder`` key that selects it."""
+    return create_model(
+        f"{entry.name.title().replace('_', '')}Environment",
+        __base__=entry.spec,
+        __doc__=entry.spec.__doc__,
+        builder=(
+            Literal[entry.name] | None,  # type: ignore[valid-type]
+            Field(None, description="Environment builder; omitted: the family's default."),
+        ),
+    )
+
+
 def _per_family_rules(
-    entries: list[AlgorithmEntry], registry: Registry, ref: Any
+    entries: list[AlgorithmEntry], registry: Registry, builders: dict[str, type], ref: Any
 ) -> list[dict[str, Any]]:
     """if algorithm.name is one of these, then environment and network use these specs."""
     rules = []
     for entry in entries:
-        builder = registry.environment_for(entry.family)
+        names = registry.builders_for(entry.family)
         then: dict[str, Any] = {"network": ref(entry.spec.network_spec)}
-        if builder is not None:
-            then["environment"] = ref(builder.spec)
+        if names:
+            then["environment"] = _any_of([ref(builders[name]) for name in names])
         rules.append(
             {
                 "if": {

@@ -26,6 +26,7 @@ class _Collector:
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
         self.warnings: list[str] = []
+        self.builder: str | None = None
 
     def add(self, path: str, message: str, hint: str | None = None) -> None:
         self.errors.append(FieldError(path, message, hint))
@@ -87,6 +88,8 @@ def validate_mapping(
         replay_buffer=replay,
     )
     manifest._algorithm_name, manifest._family = entry.name, entry.family
+    manifest._builder = check.builder
+    manifest._default_builder = check.builder == registry.builders_for(entry.family)[0]
     manifest._warnings = check.warnings
     late = algorithm.check_manifest(manifest)  # type: ignore[union-attr]
     if late:
@@ -141,18 +144,32 @@ def _algorithm_entry(raw: Any, registry: Registry, check: _Collector) -> Algorit
 def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Collector) -> Any:
     if raw is None:
         return None
-    builder = registry.environment_for(entry.family)
-    if builder is None:
-        check.add(
-            "environment",
-            f"no installed plugin builds environments for {entry.family.value} algorithms "
-            f"like {entry.name}",
-            "install the plugin that provides them",
-        )
-        return None
     if isinstance(raw, str):
         raw = {"name": raw}
-    return check.section("environment", builder.spec, raw)
+    if not isinstance(raw, Mapping):
+        check.add("environment", f"must be a mapping, not {type(raw).__name__}")
+        return None
+    raw = dict(raw)
+    name = raw.pop("builder", None)
+    builder = registry.environment_for(entry.family, name)
+    if builder is None:
+        able = registry.builders_for(entry.family)
+        if name is None or not able:
+            check.add(
+                "environment",
+                f"no installed plugin builds environments for {entry.family.value} algorithms "
+                f"like {entry.name}",
+                "install the plugin that provides them",
+            )
+        else:
+            close = suggest(str(name), able)
+            hint = f"did you mean '{close}'?" if close else "available: " + ", ".join(able)
+            check.add("environment.builder", f"no builder '{name}' for {entry.name}", hint)
+        return None
+    spec = check.section("environment", builder.spec, raw)
+    if spec is not None:
+        check.builder = builder.name
+    return spec
 
 
 def _optional(check: _Collector, key: str, model: type[M], data: Mapping[str, Any]) -> M | None:

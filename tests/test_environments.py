@@ -19,7 +19,7 @@ def test_entrypoint_config_and_wrappers_are_applied() -> None:
         name="reach", num_envs=2, sync=True, config={"length": 3},
         wrappers=[("toy:ScaleReward", {"factor": 10.0})], **TOY,
     )  # fmt: skip
-    env = GymBuilder.build(spec, seed=0)
+    env = GymBuilder().build(spec, seed=0)
     env.reset(seed=0)
     totals = np.zeros(2)
     for _ in range(3):
@@ -31,7 +31,7 @@ def test_entrypoint_config_and_wrappers_are_applied() -> None:
 
 
 def test_registered_ids_take_config_too() -> None:
-    env = GymBuilder.build(
+    env = GymBuilder().build(
         GymEnvSpec(name="CartPole-v1", num_envs=2, config={"max_episode_steps": 5})
     )
     env.reset(seed=0)
@@ -43,7 +43,7 @@ def test_registered_ids_take_config_too() -> None:
 
 def test_async_environments_step_in_subprocesses() -> None:
     spec = GymEnvSpec(name="Pendulum-v1", num_envs=2)
-    env = GymBuilder.build(spec, seed=1)
+    env = GymBuilder().build(spec, seed=1)
     assert type(env).__name__ == "AsyncVectorEnv"
     obs, *_ = env.step(np.zeros((2, 1), dtype=np.float32))
     assert obs.shape == (2, 3)
@@ -53,7 +53,7 @@ def test_async_environments_step_in_subprocesses() -> None:
 def test_missing_package_gives_the_install_hint() -> None:
     spec = GymEnvSpec(name="needy", entrypoint="toy.py:needs_missing_package", path=TOY["path"])
     with pytest.raises(EnvironmentNotFoundError) as excinfo:
-        GymBuilder.check(spec)
+        GymBuilder().check(spec)
     assert "needs a package that is not installed" in excinfo.value.message
     assert 'pip install "gymnasium[box2d]"' in excinfo.value.hint
 
@@ -61,7 +61,7 @@ def test_missing_package_gives_the_install_hint() -> None:
 def test_unknown_module_names_the_module() -> None:
     spec = GymEnvSpec(name="x", entrypoint="no_such_module_here:make")
     with pytest.raises(EnvironmentNotFoundError, match="cannot import 'no_such_module_here'"):
-        GymBuilder.check(spec)
+        GymBuilder().check(spec)
 
 
 @pytest.mark.parametrize("algorithm", ["DQN", "PPO"])

@@ -10,10 +10,12 @@ from typing import ClassVar
 
 import click
 import pytest
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from agile_cli import AlgorithmSpec, Family, PluginError, TrainingManifest, hookimpl
-from agile_cli.plugins import build_host
+from agile_cli.plugins import LoadingControls, build_host
+
+from .conftest import MINIMAL
 
 
 class FooSpec(AlgorithmSpec):
@@ -89,7 +91,7 @@ def test_broken_plugin_is_a_warning_and_a_row(broken_module, run, write) -> None
     listing = run("plugins", host=host)
     assert listing.exit_code == 0
     assert "broken" in listing.output and "RuntimeError: boom at import" in listing.output
-    assert run("validate", str(write("m.yaml", FOO_MANIFEST.replace("Foo", "DQN"))), host=host)
+    assert run("validate", str(write("m.yaml", MINIMAL)), host=host)
     rows = json.loads(run("plugins", "--json", host=host).output)
     assert {row["name"]: row["status"] for row in rows}["dqn"] == "loaded"
 
@@ -122,37 +124,97 @@ def test_hook_that_raises_drops_only_that_plugin(make_host) -> None:
     assert info.status == "failed" and "KeyError" in info.error
 
 
-def test_two_plugins_with_one_name_is_an_error_naming_both(make_host) -> None:
-    class Impostor:
-        @hookimpl
-        def agile_register_algorithms(self, register) -> None:
-            register(name="DQN", spec=FooSpec, family="off_policy", implementation="x:Y")
+class Impostor:
+    """Registers a name a first-party plugin already has."""
 
+    @hookimpl
+    def agile_register_algorithms(self, register) -> None:
+        register(name="DQN", spec=FooSpec, family="off_policy", implementation="x:Y")
+        register(name="Extra", spec=FooSpec, family="off_policy", implementation="x:Y")
+
+
+class LooseSpec(AlgorithmSpec):
+    model_config = ConfigDict(extra="allow")
+
+
+class Malformed:
+    """Registers a spec that would accept unknown keys."""
+
+    @hookimpl
+    def agile_register_algorithms(self, register) -> None:
+        register(name="Loose", spec=LooseSpec, family="off_policy", implementation="x:Y")
+
+
+def test_first_party_keeps_a_name_and_the_impostor_is_dropped_whole(make_host) -> None:
+    host = make_host(("impostor", Impostor()))
+    assert host.registry.algorithms["DQN"].plugin == "dqn"
+    assert "Extra" not in host.registry.algorithms  # nothing of a dropped plugin remains
+    info = next(info for info in host.plugins if info.name == "impostor")
+    assert info.status == "failed"
+    assert info.error == "algorithm 'DQN' is registered by both 'dqn' and 'impostor'"
+
+
+def test_strict_loading_makes_a_conflict_an_error(make_host) -> None:
     with pytest.raises(PluginError) as excinfo:
-        make_host(("impostor", Impostor()))
-    assert excinfo.value.message == "algorithm 'DQN' is registered by both 'dqn' and 'impostor'"
+        make_host(("impostor", Impostor()), controls=LoadingControls(strict=True))
+    assert "plugin 'impostor' is broken: algorithm 'DQN' is registered by both 'dqn'" in str(
+        excinfo.value.message
+    )
 
 
-def test_conflict_is_reported_without_traceback(monkeypatch, write) -> None:
-    from click.testing import CliRunner
-
+@pytest.fixture
+def broken_plugins(broken_module, monkeypatch):
+    """Make the CLI's host load a plugin that raises, an impostor, and a malformed one."""
     import agile_cli.cli as cli_module
 
-    class Impostor:
-        @hookimpl
-        def agile_register_algorithms(self, register) -> None:
-            register(name="PPO", spec=FooSpec, family="on_policy", implementation="x:Y")
+    broken = EntryPoint("broken", broken_module, "agile")
+    extra = [("impostor", Impostor()), ("malformed", Malformed())]
 
-    monkeypatch.setattr(
-        cli_module,
-        "build_host",
-        lambda **kw: build_host(extra_plugins=[("impostor", Impostor())], **kw),
-    )
-    path = write("m.yaml", FOO_MANIFEST.replace("Foo", "DQN"))
-    result = CliRunner().invoke(cli_module.cli, ["validate", str(path)])
-    assert result.exit_code == 1
-    assert "error: algorithm 'PPO' is registered by both 'ppo' and 'impostor'" in result.output
+    def host(**kwargs):
+        return build_host(discovered=_installed_plus(broken), extra_plugins=extra, **kwargs)
+
+    monkeypatch.setattr(cli_module, "build_host", host)
+    return cli_module.cli
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plugins"], ["validate", "{manifest}"]])
+def test_broken_plugins_leave_the_cli_working(broken_plugins, write, args) -> None:
+    from click.testing import CliRunner
+
+    manifest = str(write("m.yaml", MINIMAL))
+    result = CliRunner().invoke(broken_plugins, [a.format(manifest=manifest) for a in args])
+    assert result.exit_code == 0, result.output
+    for name in ("broken", "impostor", "malformed"):
+        assert f"warning: plugin '{name}' failed to load: " in result.output
     assert "Traceback" not in result.output
+
+
+def test_strict_env_var_turns_the_warning_into_an_error(broken_plugins, write, monkeypatch):
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("AGILE_STRICT_PLUGINS", "1")
+    manifest = str(write("m.yaml", MINIMAL))
+    result = CliRunner().invoke(broken_plugins, ["validate", manifest])
+    assert result.exit_code == 1
+    assert "error: plugin 'broken' is broken: RuntimeError: boom at import" in result.output
+    assert "AGILE_STRICT_PLUGINS" in result.output
+
+
+def test_malformed_spec_is_named(make_host) -> None:
+    info = next(i for i in make_host(("malformed", Malformed())).plugins if i.name == "malformed")
+    assert info.status == "failed" and "accepts unknown keys" in info.error
+
+
+def test_only_and_disabled_plugins(monkeypatch, run) -> None:
+    controls = LoadingControls.from_environment({"AGILE_PLUGINS": "gymnasium, ppo"})
+    host = build_host(controls=controls)
+    assert sorted(host.registry.algorithms) == ["PPO"]
+    rows = {info.name: info for info in host.plugins}
+    assert rows["dqn"].status == "disabled" and rows["dqn"].error == "not named in AGILE_PLUGINS"
+    monkeypatch.setenv("AGILE_DISABLE_PLUGINS", "dqn")
+    listing = run("--disable-plugin", "ppo", "plugins", "--json")
+    states = {row["name"]: row["status"] for row in json.loads(listing.output)}
+    assert states["dqn"] == states["ppo"] == "disabled" and states["gymnasium"] == "loaded"
 
 
 def test_registrations_are_type_checked(make_host) -> None:
@@ -161,8 +223,8 @@ def test_registrations_are_type_checked(make_host) -> None:
         def agile_register_algorithms(self, register) -> None:
             register(name="W", spec=dict, family="off_policy", implementation="x:Y")
 
-    with pytest.raises(PluginError, match="not a subclass of AlgorithmSpec"):
-        make_host(("wrong", Wrong()))
+    info = next(i for i in make_host(("wrong", Wrong())).plugins if i.name == "wrong")
+    assert "not a subclass of agile_cli.AlgorithmSpec" in info.error
 
 
 def test_mutable_hyperparameters_must_be_numeric_fields(make_host) -> None:
@@ -174,8 +236,8 @@ def test_mutable_hyperparameters_must_be_numeric_fields(make_host) -> None:
         def agile_register_algorithms(self, register) -> None:
             register(name="Bad", spec=BadSpec, family="off_policy", implementation="x:Y")
 
-    with pytest.raises(PluginError, match="lists 'nope' as mutable"):
-        make_host(("bad", Bad()))
+    info = next(i for i in make_host(("bad", Bad())).plugins if i.name == "bad")
+    assert "lists 'nope' as mutable" in info.error
 
 
 def test_plugin_may_not_take_a_core_command(make_host) -> None:
@@ -184,8 +246,8 @@ def test_plugin_may_not_take_a_core_command(make_host) -> None:
         def agile_register_commands(self, register) -> None:
             register(click.Command("validate"))
 
-    with pytest.raises(PluginError, match="command 'validate', a core command"):
-        make_host(("squatter", Squatter()))
+    info = next(i for i in make_host(("squatter", Squatter())).plugins if i.name == "squatter")
+    assert info.error == "command 'validate' is a core command; choose another name"
 
 
 def test_hook_may_declare_only_the_arguments_it_uses(make_host) -> None:

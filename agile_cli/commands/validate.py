@@ -53,7 +53,6 @@ def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:
 
 def _check_environment(host: PluginHost, manifest: TrainingManifest) -> None:
     assert manifest.family is not None
-    entry = host.registry.environment_for(manifest.family)
+    entry = host.registry.environment_for(manifest.family, manifest.environment_builder)
     assert entry is not None  # validation found one
-    builder = entry.load()
-    builder.check(manifest.environment)
+    entry.load()().check(manifest.environment)

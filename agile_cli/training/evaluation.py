@@ -66,10 +66,13 @@ def episode_returns(
     agent: Algorithm, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
 ) -> list[float]:
     """Returns of ``episodes`` full episodes, acting without exploration."""
-    spec = manifest.environment.model_copy(update={"num_envs": episodes, "sync": True})
-    entry = registry.environment_for(manifest.family)  # type: ignore[arg-type]
-    assert entry is not None
-    env = entry.load().build(spec, seed=seed)
+    updates = {
+        key: value
+        for key, value in (("num_envs", episodes), ("sync", True))
+        if key in type(manifest.environment).model_fields
+    }
+    spec = manifest.environment.model_copy(update=updates)
+    env = setup.build_environment_from(spec, manifest, registry, seed)
     obs, _ = env.reset(seed=seed)
     totals = np.zeros(episodes)
     finished = np.zeros(episodes, dtype=bool)

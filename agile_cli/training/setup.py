@@ -30,11 +30,18 @@ def resolve_device(device: str) -> torch.device:
 
 def build_environment(manifest: TrainingManifest, registry: Registry, seed: int) -> Any:
     """The vector environment the population trains and is evaluated on."""
+    return build_environment_from(manifest.environment, manifest, registry, seed)
+
+
+def build_environment_from(
+    spec: Any, manifest: TrainingManifest, registry: Registry, seed: int
+) -> Any:
+    """A vector environment for ``spec`` by the manifest's environment builder."""
     assert manifest.family is not None
-    entry = registry.environment_for(manifest.family)
+    entry = registry.environment_for(manifest.family, manifest.environment_builder)
     if entry is None:
         raise TrainingError(f"no environment builder for {manifest.family.value} algorithms")
-    return entry.load().build(manifest.environment, seed=seed)
+    return entry.load()().build(spec, seed=seed)
 
 
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Algorithm]:

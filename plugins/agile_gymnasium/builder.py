@@ -11,23 +11,23 @@ from typing import Any
 
 import gymnasium as gym
 
-from agile_cli import EnvironmentNotFoundError
+from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError
 from agile_gymnasium.spec import GymEnvSpec
 
 # Packages that provide environment families, for the install hint.
 _EXTRAS = {"Box2D": "gymnasium[box2d]", "box2d": "gymnasium[box2d]", "mujoco": "gymnasium[mujoco]"}
 
 
-class GymBuilder:
+class GymBuilder(EnvironmentBuilder):
     """Resolves and builds single-agent environments."""
 
-    @staticmethod
-    def check(spec: GymEnvSpec) -> None:
+    def check(self, spec: GymEnvSpec) -> None:  # type: ignore[override]
         """Resolve the environment and build one copy, without a vector around it."""
-        GymBuilder.make_factory(spec)
+        self.make_factory(spec)
 
-    @staticmethod
-    def build(spec: GymEnvSpec, *, seed: int | None = None) -> gym.vector.VectorEnv:
+    def build(  # type: ignore[override]
+        self, spec: GymEnvSpec, *, seed: int | None = None
+    ) -> gym.vector.VectorEnv:
         """A vector of ``spec.num_envs`` environments.
 
         A registered id with a native vector implementation (CartPole, for one) and no
@@ -38,7 +38,7 @@ class GymBuilder:
         if native is not None:
             native.reset(seed=seed)
             return native
-        factory = GymBuilder.make_factory(spec)
+        factory = self.make_factory(spec)
         factories = [factory] * spec.num_envs
         if spec.sync or spec.num_envs == 1:
             envs: gym.vector.VectorEnv = gym.vector.SyncVectorEnv(factories)
