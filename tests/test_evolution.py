@@ -10,8 +10,7 @@ from agile_cli import TrainingManifest
 from agile_cli.evolution.mutation import Mutator, hyperparameter_ranges
 from agile_cli.evolution.selection import TournamentSelection
 from agile_cli.models import MutationSpec
-
-from .helpers import tiny_population
+from agile_cli.testing import tiny_manifest, tiny_population
 
 
 def _with_fitness(population, values):
@@ -21,7 +20,7 @@ def _with_fitness(population, values):
 
 
 def test_elitism_keeps_a_copy_of_the_best_in_slot_zero() -> None:
-    population = _with_fitness(tiny_population("DQN", size=4), [1.0, 9.0, 3.0, 2.0])
+    population = _with_fitness(tiny_population(tiny_manifest("DQN"), size=4), [1.0, 9.0, 3.0, 2.0])
     outcome = TournamentSelection(tournament_size=2, elitism=True).select(
         population, np.random.default_rng(0)
     )
@@ -37,7 +36,7 @@ def test_elitism_keeps_a_copy_of_the_best_in_slot_zero() -> None:
 
 def test_tournaments_favour_the_fitter() -> None:
     rng = np.random.default_rng(1)
-    population = _with_fitness(tiny_population("DQN", size=4), [0.0, 1.0, 2.0, 10.0])
+    population = _with_fitness(tiny_population(tiny_manifest("DQN"), size=4), [0.0, 1.0, 2.0, 10.0])
     selection = TournamentSelection(tournament_size=3, elitism=False)
     parents = []
     for _ in range(50):
@@ -47,7 +46,7 @@ def test_tournaments_favour_the_fitter() -> None:
 
 
 def test_every_mutation_kind_leaves_a_working_member() -> None:
-    population = tiny_population("DQN", size=1)
+    population = tiny_population(tiny_manifest("DQN"), size=1)
     member = population[0]
     spec = MutationSpec(rl_hp_selection={"lr": {"min": 1e-5, "max": 1e-2}})
     mutator = Mutator(spec, member.spec, np.random.default_rng(0))
@@ -62,7 +61,7 @@ def test_every_mutation_kind_leaves_a_working_member() -> None:
 
 
 def test_parameter_mutation_changes_only_some_weights() -> None:
-    member = tiny_population("DQN", size=1)[0]
+    member = tiny_population(tiny_manifest("DQN"), size=1)[0]
     before = [p.detach().clone() for p in member.policy.parameters()]
     mutator = Mutator(MutationSpec(), member.spec, np.random.default_rng(3))
     mutator.apply(member, "parameters")
@@ -72,7 +71,7 @@ def test_parameter_mutation_changes_only_some_weights() -> None:
 
 
 def test_learning_rate_mutation_keeps_optimizer_state() -> None:
-    member = tiny_population("DQN", size=1)[0]
+    member = tiny_population(tiny_manifest("DQN"), size=1)[0]
     loss = sum(p.sum() for p in member.networks["q"].parameters())
     loss.backward()
     member.optimizers["q"].step()
@@ -101,7 +100,7 @@ def test_default_ranges_follow_the_algorithm_values() -> None:
 def test_mutation_draws_are_seeded() -> None:
     labels = []
     for _ in range(2):
-        population = tiny_population("DQN", size=4)
+        population = tiny_population(tiny_manifest("DQN"), size=4)
         Mutator(MutationSpec(), population[0].spec, np.random.default_rng(7)).mutate(population)
         labels.append([m.record.mutation for m in population])
     assert labels[0] == labels[1]

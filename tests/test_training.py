@@ -12,11 +12,10 @@ import yaml
 from agile_cli import LocalTrainer
 from agile_cli.models.algorithm import Family
 from agile_cli.plugins import default_host
+from agile_cli.testing import check_conformance, interrupt_after, tiny_manifest, tiny_population
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import EvolutionLoop, RunOptions
 from agile_cli.training.progress import LogReporter
-
-from .helpers import tiny_manifest, tiny_population
 
 EVOLVING = {
     "mutation": {"rl_hp_selection": {"lr": {"min": 1e-4, "max": 1e-2}}},
@@ -35,6 +34,11 @@ def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
 
 
 @pytest.mark.parametrize("algorithm", TRAINABLE)
+def test_every_registered_algorithm_conforms(algorithm, tmp_path) -> None:
+    check_conformance(algorithm, tmp_path)
+
+
+@pytest.mark.parametrize("algorithm", TRAINABLE)
 def test_every_registered_algorithm_trains_and_evolves(algorithm, tmp_path) -> None:
     manifest = tiny_manifest(algorithm, **EVOLVING)
     trainer = LocalTrainer.from_manifest(manifest, device="cpu")
@@ -44,7 +48,7 @@ def test_every_registered_algorithm_trains_and_evolves(algorithm, tmp_path) -> N
     assert [m.record.fitness[-1] for m in population] == fitnesses
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["generations"] == 2
-    assert summary["global_steps"] == 2 * 256
+    assert summary["global_steps"] == 2 * 128
 
 
 @pytest.mark.parametrize(
@@ -69,7 +73,7 @@ def test_run_folder_contents(tmp_path) -> None:
     assert [line["generation"] for line in lines] == [1, 2]
     member = lines[0]["members"][0]
     assert {"index", "fitness", "mutation", "hyperparameters", "arch"} <= set(member)
-    assert lines[1]["global_steps"] == 512
+    assert lines[1]["global_steps"] == 256
     assert (run / "checkpoints" / "latest.pt").is_file()
     assert checkpoint.load(run / "elite.pt")["algorithm"] == "DQN"
     summary = json.loads((run / "summary.json").read_text())
@@ -81,7 +85,7 @@ def test_run_folder_contents(tmp_path) -> None:
 def test_epsilon_decays_per_vector_step_and_floors() -> None:
     manifest = tiny_manifest("DQN", training={"max_steps": 256, "eps_start": 1.0, "eps_end": 0.5,
                                               "eps_decay": 0.5, "pop_size": 1})  # fmt: skip
-    member = tiny_population("DQN", size=1)[0]
+    member = tiny_population(tiny_manifest("DQN"), size=1)[0]
     member.context = member.context.__class__(member.device, 2, manifest.training)
     member.epsilon = manifest.training.eps_start
     obs = np.zeros((2, 4), dtype=np.float32)
@@ -117,21 +121,12 @@ def test_interrupt_saves_and_resume_continues_the_same_population(tmp_path, monk
     manifest = tiny_manifest("DQN", training={"max_steps": 384, "evo_steps": 128, "pop_size": 2},
                              **EVOLVING)  # fmt: skip
     loop = _loop(manifest, tmp_path)
-    calls = {"n": 0}
-    real_train = loop.runner.train
-
-    def interrupted_train(member, steps, progress):
-        calls["n"] += 1
-        if calls["n"] == 3:  # first member of the second generation
-            raise KeyboardInterrupt
-        return real_train(member, steps, progress)
-
-    monkeypatch.setattr(loop.runner, "train", interrupted_train)
+    interrupt_after(loop, members_trained=2)  # Ctrl-C as the second generation starts
+    monkeypatch.setattr(loop, "reporter", LogReporter())
     result = loop.run()
     assert result.interrupted and result.summary["generations"] == 1
     saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "latest.pt")
     indices = [m["index"] for m in saved["members"]]
-    monkeypatch.undo()
 
     from agile_cli.training.trainer import resume_local
 

@@ -65,8 +65,9 @@ def build_population(
     env: Any,
     context: AgentContext,
     arch: NetworkArch | None = None,
+    size: int | None = None,
 ) -> list[Algorithm]:
-    """``pop_size`` fresh members with indices 0..pop_size-1."""
+    """``size`` (default ``pop_size``) fresh members with indices 0, 1, ..."""
     observation_space = env.single_observation_space
     if arch is None:
         try:
@@ -74,7 +75,7 @@ def build_population(
         except NotImplementedError as exc:
             raise TrainingError(str(exc)) from None
     members = []
-    for index in range(manifest.training.pop_size):
+    for index in range(size or manifest.training.pop_size):
         try:
             member = cls(
                 manifest.algorithm,

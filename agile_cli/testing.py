@@ -1,0 +1,279 @@
+"""Testing kit for plugin authors: a pytest plugin shipped with agile (entry point ``pytest11``).
+
+Installed with agile, it gives every test suite these fixtures:
+
+- ``agile_host(*plugins)``: a plugin host with the installed plugins plus ``plugins`` (objects
+  or ``(name, object)`` pairs), for this test only;
+- ``agile_cli(*args, host=None)``: run ``agile ARGS`` in-process and get click's ``Result``;
+- ``agile_manifest(algorithm, **sections)``: a tiny validated manifest for an algorithm;
+- ``agile_population(algorithm, size=2)``: members of a tiny population, ready to act;
+- ``agile_smoke_train(algorithm, **sections)``: train a tiny evolving population and return
+  the result (population, fitnesses, summary, run folder);
+- ``agile_conformance(algorithm, **sections)``: :func:`check_conformance`.
+
+Importing this module imports neither torch nor gymnasium; the fixtures do, when used.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TOY_ENVIRONMENT = {"name": "CartPole-v1", "num_envs": 2, "sync": True}
+TINY_SECTIONS: dict[str, Any] = {
+    "training": {"max_steps": 128, "evo_steps": 64, "pop_size": 2},
+    "network": {
+        "latent_dim": 16,
+        "encoder_config": {"hidden_size": [16]},
+        "head_config": {"hidden_size": [16]},
+    },
+    "mutation": {},
+    "tournament_selection": {},
+}
+
+
+def tiny_manifest(
+    algorithm: str, *, registry: Any = None, environment: Mapping[str, Any] | None = None,
+    **sections: Any,
+) -> Any:  # fmt: skip
+    """A validated manifest: ``algorithm`` with a small batch, on a toy environment, with a
+    2-member population evolving over 2 generations of 64 steps; ``sections`` override."""
+    from agile_cli.manifest import TrainingManifest
+
+    data: dict[str, Any] = copy.deepcopy(TINY_SECTIONS)
+    data["algorithm"] = {"name": algorithm, "batch_size": 16}
+    data["environment"] = dict(environment or TOY_ENVIRONMENT)
+    data.update(sections)
+    return TrainingManifest.get_validated(data, registry=_registry(registry))
+
+
+def _registry(registry: Any) -> Any:
+    if registry is not None:
+        return registry
+    from agile_cli.plugins import default_host
+
+    return default_host().registry
+
+
+def tiny_population(manifest: Any, registry: Any = None, size: int | None = None) -> list[Any]:
+    """Fresh members for ``manifest`` on the CPU (the environment is built and closed)."""
+    import torch
+
+    from agile_cli.agent import AgentContext
+    from agile_cli.training import setup
+
+    registry = _registry(registry)
+    env = setup.build_environment(manifest, registry, seed=0)
+    context = AgentContext(
+        torch.device("cpu"), env.num_envs, manifest.training, seed=0,
+        network=manifest.network, replay_buffer=manifest.replay_buffer,
+    )  # fmt: skip
+    cls = setup.algorithm_class(manifest, registry)
+    members = setup.build_population(manifest, cls, env, context, size=size)
+    env.close()
+    return members
+
+
+def smoke_train(manifest: Any, run_dir: Path, registry: Any = None) -> Any:
+    """Train ``manifest`` quietly on the CPU into ``run_dir``; returns the ``TrainResult``."""
+    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    from agile_cli.training.progress import LogReporter
+
+    options = RunOptions(device="cpu", run_dir=run_dir)
+    return EvolutionLoop(manifest, _registry(registry), options, LogReporter()).run()
+
+
+def check_conformance(
+    algorithm: str, workdir: Path, *, registry: Any = None, **sections: Any
+) -> None:
+    """Check what every algorithm plugin must do; raises AssertionError listing the failures.
+
+    The spec forbids unknown keys and describes every field; each mutable hyperparameter is a
+    numeric attribute of a built member; a member's checkpoint restores it exactly; and a run
+    interrupted after its first generation resumes to the end with the same population.
+    """
+    registry = _registry(registry)
+    problems = _spec_problems(registry.algorithms[algorithm].spec)
+    manifest = tiny_manifest(algorithm, registry=registry, **sections)
+    member, twin = tiny_population(manifest, registry, size=2)
+    problems += _hyperparameter_problems(member)
+    problems += _round_trip_problems(member, twin, manifest)
+    problems += _resume_problems(manifest, workdir, registry)
+    assert not problems, f"{algorithm} does not conform:\n- " + "\n- ".join(problems)
+
+
+def _spec_problems(spec: Any) -> list[str]:
+    from pydantic import ValidationError
+
+    problems = [
+        f"spec field '{name}' has no description"
+        for name, field in spec.model_fields.items()
+        if not field.description
+    ]
+    try:
+        spec.model_validate({"agile_conformance_unknown_key": 1})
+        problems.append("spec accepts unknown keys")
+    except ValidationError as error:
+        if not any(e["type"] == "extra_forbidden" for e in error.errors()):
+            problems.append("spec does not report unknown keys as extra_forbidden")
+    return problems
+
+
+def _hyperparameter_problems(member: Any) -> list[str]:
+    return [
+        f"mutable hyperparameter '{name}' is not a numeric attribute of {type(member).__name__}"
+        for name in member.spec.mutable_hyperparameters
+        if not isinstance(getattr(member, name, None), int | float)
+    ]
+
+
+def _round_trip_problems(member: Any, twin: Any, manifest: Any) -> list[str]:
+    import numpy as np
+    import torch
+
+    from agile_cli.training import checkpoint
+
+    space = member.observation_space
+    obs = np.stack([space.sample() for _ in range(4)]) if not hasattr(space, "spaces") else None
+    if obs is None:
+        return []  # Dict spaces: the state comparison below still runs in _resume_problems
+    member.record.fitness.append(1.0)
+    state = member.state_dict()
+    buffer = _bytes_round_trip(state, checkpoint)
+    twin.load_state_dict(buffer)
+    problems = []
+    if twin.hyperparameters() != member.hyperparameters():
+        problems.append("checkpoint round trip changed the hyperparameters")
+    if twin.record.fitness != member.record.fitness:
+        problems.append("checkpoint round trip lost the fitness history")
+    with torch.no_grad():
+        if not np.array_equal(member.act(obs, explore=False), twin.act(obs, explore=False)):
+            problems.append("checkpoint round trip changed the greedy actions")
+    return problems
+
+
+def _bytes_round_trip(state: dict[str, Any], checkpoint: Any) -> dict[str, Any]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "member.pt"
+        checkpoint.save_atomically({"format": checkpoint.FORMAT_VERSION, "member": state}, path)
+        return checkpoint.load(path)["member"]
+
+
+def _resume_problems(manifest: Any, workdir: Path, registry: Any) -> list[str]:
+    from agile_cli.training import checkpoint
+    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    from agile_cli.training.progress import LogReporter
+    from agile_cli.training.trainer import resume_local
+
+    run_dir = workdir / "conformance-run"
+    loop = EvolutionLoop(
+        manifest, registry, RunOptions(device="cpu", run_dir=run_dir), LogReporter()
+    )
+    interrupt_after(loop, members_trained=len(loop.population))
+    first = loop.run()
+    if not first.interrupted:
+        return ["the run could not be interrupted (does it train more than one generation?)"]
+    saved = [m["index"] for m in checkpoint.load(run_dir / "checkpoints" / "latest.pt")["members"]]
+    resumed = resume_local(run_dir, registry, RunOptions(device="cpu"), verbose=False)
+    problems = []
+    if resumed.summary["steps_per_member"] != manifest.training.max_steps:
+        problems.append("a resumed run did not train to max_steps")
+    if resumed.summary["generations"] < 2:
+        problems.append("a resumed run did not continue past the interrupted generation")
+    first_after = (run_dir / "metrics.jsonl").read_text().splitlines()[1]
+    if any(f'"index": {index},' not in first_after for index in saved):
+        problems.append("the resumed run did not continue with the saved population")
+    return problems
+
+
+def interrupt_after(loop: Any, members_trained: int) -> None:
+    """Make ``loop`` raise KeyboardInterrupt (as Ctrl-C would) once ``members_trained`` member
+    generations have been trained."""
+    real_train = loop.runner.train
+    calls = {"count": 0}
+
+    def train(member: Any, steps: int, progress: Callable[[int], None]) -> Any:
+        calls["count"] += 1
+        if calls["count"] > members_trained:
+            raise KeyboardInterrupt
+        return real_train(member, steps, progress)
+
+    loop.runner.train = train
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def agile_host() -> Callable[..., Any]:
+    """Build a plugin host from the installed plugins plus the given ones (this test only)."""
+    from agile_cli.cli import CORE_COMMANDS
+    from agile_cli.plugins import LoadingControls, build_host
+
+    def make(*plugins: object, controls: LoadingControls | None = None) -> Any:
+        pairs: Iterable[tuple[str, object]] = [
+            p if isinstance(p, tuple) else (getattr(p, "__name__", type(p).__name__), p)
+            for p in plugins
+        ]
+        return build_host(
+            extra_plugins=pairs,
+            reserved_commands=CORE_COMMANDS,
+            controls=controls or LoadingControls(),
+        )
+
+    return make
+
+
+@pytest.fixture
+def agile_cli() -> Callable[..., Any]:
+    """Run ``agile ARGS`` in-process (``host=`` a host from ``agile_host``); returns the Result."""
+    from click.testing import CliRunner
+
+    from agile_cli.cli import cli
+
+    def invoke(*args: str, host: Any = None) -> Any:
+        return CliRunner().invoke(cli, list(args), obj=host, catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def agile_manifest() -> Callable[..., Any]:
+    """``agile_manifest("MyAlgo", training={...})``: a tiny validated manifest."""
+    return tiny_manifest
+
+
+@pytest.fixture
+def agile_population() -> Callable[..., list[Any]]:
+    """``agile_population("MyAlgo", size=2, **sections)``: members of a tiny population."""
+
+    def build(algorithm: str, size: int = 2, **sections: Any) -> list[Any]:
+        return tiny_population(tiny_manifest(algorithm, **sections), size=size)
+
+    return build
+
+
+@pytest.fixture
+def agile_smoke_train(tmp_path: Path) -> Callable[..., Any]:
+    """``agile_smoke_train("MyAlgo", **sections)``: train a tiny evolving population."""
+
+    def train(algorithm: str, **sections: Any) -> Any:
+        return smoke_train(tiny_manifest(algorithm, **sections), tmp_path / "smoke-run")
+
+    return train
+
+
+@pytest.fixture
+def agile_conformance(tmp_path: Path) -> Callable[..., None]:
+    """``agile_conformance("MyAlgo")``: :func:`check_conformance` in a temporary folder."""
+
+    def check(algorithm: str, **sections: Any) -> None:
+        check_conformance(algorithm, tmp_path, **sections)
+
+    return check
