@@ -16,6 +16,8 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest arguments after --)."""
     session.install(TORCH)
     session.install("-e", ".[test]")
+    for example in ("agile-reinforce", "agile-gridworld", "agile-runs"):
+        session.install("-e", f"plugins/{example}")
     session.run("pytest", *session.posargs, env={"WANDB_MODE": "disabled"})
 
 

@@ -1,0 +1,1 @@
+"""agile-gridworld: grid worlds drawn in text files, as an agile environment builder."""

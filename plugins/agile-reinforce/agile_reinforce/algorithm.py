@@ -1,0 +1,84 @@
+"""REINFORCE with a learned baseline.
+
+Williams, "Simple statistical gradient-following algorithms for connectionist reinforcement
+learning", Machine Learning 1992; the baseline as in Sutton & Barto, "Reinforcement Learning:
+An Introduction", 2nd ed., section 13.4.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributions import Categorical
+
+from agile_cli import OnPolicyAlgorithm, Rollout
+from agile_reinforce.spec import REINFORCESpec
+
+
+class REINFORCE(OnPolicyAlgorithm):
+    """Monte Carlo policy gradient for Discrete actions, one update per rollout.
+
+    Each update raises the log-probability of the actions taken in proportion to how much
+    better their discounted return-to-go was than the baseline's estimate. Returns that a
+    rollout cuts off are completed with the baseline's value of the next observation.
+    """
+
+    spec: REINFORCESpec
+    lr: float
+    learn_step: int
+    gamma: float
+    vf_coef: float
+    ent_coef: float
+
+    def build(self) -> None:
+        if not hasattr(self.action_space, "n"):
+            raise NotImplementedError("REINFORCE here handles Discrete action spaces only")
+        actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        self.add_network("policy", {"logits": actions, "baseline": 1})
+        self.add_optimizer("policy", ("policy",), "lr")
+
+    def _forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.networks["policy"](obs)
+        return out["logits"], out["baseline"].squeeze(-1)
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        with torch.no_grad():
+            logits, _ = self._forward(self.obs_tensor(obs))
+            actions = Categorical(logits=logits).sample() if explore else logits.argmax(-1)
+        return actions.cpu().numpy()
+
+    def policy_step(
+        self, obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        with torch.no_grad():
+            logits, baseline = self._forward(obs)
+            distribution = Categorical(logits=logits)
+            actions = distribution.sample()
+        return actions.cpu().numpy(), (actions, distribution.log_prob(actions), baseline)
+
+    def learn(self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
+        with torch.no_grad():
+            _, last_value = self._forward(last_obs)
+        # With lambda = 1, GAE is exactly "return-to-go minus baseline".
+        batch = rollout.finish(last_value, self.gamma, 1.0)
+        logits, baseline = self._forward(batch.obs)
+        distribution = Categorical(logits=logits)
+        advantages = batch.advantages
+        if self.spec.normalize_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = -(distribution.log_prob(batch.actions) * advantages).mean()
+        baseline_loss = (baseline - batch.returns).pow(2).mean()
+        loss = (
+            policy_loss
+            + self.vf_coef * baseline_loss
+            - self.ent_coef * distribution.entropy().mean()
+        )
+        optimizer = self.optimizers["policy"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.spec.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.parameter_list("policy"), self.spec.max_grad_norm)
+        optimizer.step()
+        return float(loss.detach())

@@ -1,0 +1,1 @@
+"""agile-runs: the `agile runs` command."""
