@@ -49,3 +49,13 @@ def test_rollout_leaves_out_reset_steps() -> None:
     batch = rollout.finish(torch.zeros(2), 0.99, 0.95)
     assert len(batch) == 3
     assert batch.obs.shape == (3, 3)
+
+
+@pytest.mark.parametrize(("total", "learn_step"), [(512, 512), (512, 768), (512, 384), (7, 2048)])
+def test_rollouts_split_a_generation_exactly(total: int, learn_step: int) -> None:
+    from agile_cli.training.runners import _rollout_lengths
+
+    lengths = _rollout_lengths(total, learn_step, num_envs=8)
+    assert sum(lengths) == total
+    assert max(lengths) - min(lengths) <= 1
+    assert abs(lengths[0] * 8 - learn_step) <= max(learn_step, 8 * total) / 2

@@ -141,10 +141,8 @@ class OnPolicyRunner:
         stats = GenerationStats()
         tracker = _EpisodeTracker(self.num_envs)
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
-        # A rollout is learn_step env steps, but never longer than the generation.
-        length = min(max(1, math.ceil(int(member.learn_step) / self.num_envs)), total)
         obs, _ = self.env.reset()
-        for _ in range(max(1, round(total / length))):
+        for length in _rollout_lengths(total, int(member.learn_step), self.num_envs):
             rollout = Rollout()
             for _ in range(length):
                 obs_tensor = member.obs_tensor(obs)
@@ -158,6 +156,14 @@ class OnPolicyRunner:
                 progress(self.num_envs)
             stats.losses.append(member.learn(rollout, member.obs_tensor(obs)))
         return stats
+
+
+def _rollout_lengths(total: int, learn_step: int, num_envs: int) -> list[int]:
+    """Split ``total`` vector steps into rollouts as close to ``learn_step`` env steps as the
+    split allows, so every member trains exactly as many steps whatever its learn_step."""
+    wanted = max(1, math.ceil(learn_step / num_envs))
+    count = max(1, round(total / wanted))
+    return [total // count + (1 if i < total % count else 0) for i in range(count)]
 
 
 def evaluate(member: Algorithm, env: Any, episodes: int, max_steps: int | None) -> float:
