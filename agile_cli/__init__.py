@@ -30,6 +30,7 @@ from agile_cli.registry import (
     RegisterCommand,
     RegisterEnvironment,
 )
+from agile_cli.trainers import ArenaTrainer, BackendTrainer
 
 __version__ = "0.1.0"
 
@@ -77,7 +78,9 @@ __all__ = [
     "AgileError",
     "Algorithm",
     "AlgorithmSpec",
+    "ArenaTrainer",
     "Backend",
+    "BackendTrainer",
     "EnvironmentBuilder",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",

@@ -74,7 +74,6 @@ class Algorithm(abc.ABC):
     """
 
     supports_activation_mutation: ClassVar[bool] = True
-    target_networks: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

@@ -19,20 +19,28 @@ from agile_cli.registry import Registry
 
 @dataclass
 class RunResult:
-    """What a backend hands back.
+    """A handle on a run, whichever backend ran it.
 
-    :param summary: best fitness, steps, speed, target... (see the run folder's summary.json).
+    :param name: the run's name (a run folder's name, an Arena experiment's name).
+    :param status: ``completed``, ``interrupted``, ``submitted``, ...
+    :param metrics: where to find the metrics (a file path, or the command that fetches them).
+    :param summary: everything else the backend knows (best fitness, steps, project, ...).
     :param run_dir: the local run folder, if the backend writes one.
     :param population: the trained members, when they live in this process.
     :param fitnesses: their latest fitness, aligned with ``population``.
-    :param interrupted: the user stopped the run (a checkpoint was saved).
     """
 
-    summary: dict[str, Any]
+    name: str
+    status: str
+    metrics: str
+    summary: dict[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None
     population: list[Any] | None = field(default=None, repr=False)
     fitnesses: list[float] | None = None
-    interrupted: bool = False
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == "interrupted"
 
 
 class Backend(abc.ABC):

@@ -68,6 +68,10 @@ class AgileGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
+        if command is not None and cmd_name == "train":
+            from agile_cli.commands.train import with_backend_options
+
+            return with_backend_options(command, plugin_host(ctx).registry)
         if command is not None:
             return command
         entry = plugin_host(ctx).registry.commands.get(cmd_name)
@@ -144,25 +148,18 @@ def schema(ctx: click.Context, algorithm: str | None, indent: int) -> None:
 @click.option(
     "--resume", type=click.Path(path_type=Path, file_okay=False), help="Continue a run folder."
 )
-@click.option("--device", help="cpu, cuda, cuda:N or auto (default: auto).")
-@click.option("--seed", type=int, help="Seed of everything random (default: mutation.rand_seed).")
-@click.option("--run-dir", type=click.Path(path_type=Path), help="Run folder to create.")
-@click.option("--wb", is_flag=True, help="Log to Weights & Biases (honours WANDB_MODE).")
-@click.option("--tensorboard", is_flag=True, help="Write TensorBoard scalars.")
-@click.option("--checkpoint-steps", type=int, help="Keep a snapshot every N steps per member.")
-@click.option("--checkpoint-buffer", is_flag=True, help="Save the replay buffer in checkpoints.")
 @click.option("--verbose/--quiet", default=True, help="Live progress, or plain log lines.")
 @click.pass_context
 def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path | None,
           verbose: bool, **flags: Any) -> None:  # fmt: skip
     """Train the population a MANIFEST describes (or --resume a run folder).
 
-    Ctrl-C saves a checkpoint and exits with status 130; resume with --resume RUN_DIR.
+    The other options belong to the backends (in brackets); each backend accepts only its
+    own. Locally, Ctrl-C saves a checkpoint and exits with status 130; continue with
+    --resume RUN_DIR.
     """
     from agile_cli.commands.train import run_train
 
-    if flags.get("run_dir") is not None:
-        flags["run_dir"] = str(flags["run_dir"])
     status = run_train(
         plugin_host(ctx), manifest, backend_name=backend, resume=resume, flags=flags,
         verbose=verbose,

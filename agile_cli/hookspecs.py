@@ -60,7 +60,10 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     Called once when the plugin host is built. For each builder call
     ``register(name=..., spec=..., families=..., implementation="module:Builder")``: ``spec`` is
     an :class:`~agile_cli.EnvironmentSpec` subclass that validates the ``environment`` section of
-    manifests whose algorithm belongs to one of ``families``. One builder serves each family.
+    manifests whose algorithm belongs to one of ``families``; ``implementation`` names an
+    :class:`~agile_cli.EnvironmentBuilder`. Several builders may serve a family: the first
+    registered (first-party plugins register first) is the default, and a manifest picks
+    another with ``environment.builder: NAME``.
     """
 
 

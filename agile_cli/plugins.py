@@ -17,6 +17,7 @@ import pluggy
 
 from agile_cli import hookspecs
 from agile_cli.errors import PluginError
+from agile_cli.models.base import suggest
 from agile_cli.registry import Registry
 
 ENTRY_POINT_GROUP = "agile"
@@ -171,13 +172,29 @@ def _register(
     info = PluginInfo(name=name, module=module)
     try:
         manager.register(plugin, name=name)
+        _check_hook_names(manager, plugin)
     except Exception as exc:  # pluggy refuses malformed hook implementations
+        if manager.is_registered(plugin):
+            manager.unregister(plugin)
         return _failed(info, exc, controls)
     return info
 
 
+def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
+    """A misspelled hook would otherwise be ignored silently."""
+    known = [name for name in dir(hookspecs) if name.startswith("agile_register_")]
+    for name in dir(plugin):
+        if manager.parse_hookimpl_opts(plugin, name) is not None and name not in known:
+            close = suggest(name, known)
+            raise PluginError(
+                f"implements unknown hook '{name}'"
+                + (f" (did you mean '{close}'?)" if close else "")
+            )
+
+
 def _failed(info: PluginInfo, exc: BaseException, controls: LoadingControls) -> PluginInfo:
     message = exc.message if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+    message = " ".join(message.split())  # one line, whatever the exception said
     if controls.strict:
         raise PluginError(
             f"plugin '{info.name}' is broken: {message}",

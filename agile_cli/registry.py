@@ -13,12 +13,20 @@ from agile_cli.models.base import Spec
 
 
 def load_object(reference: str) -> Any:
-    """Import ``"package.module:Attribute"`` and return the attribute."""
+    """Import ``"package.module:Attribute"`` and return the attribute.
+
+    :raises PluginError: naming the reference when it cannot be imported.
+    """
     module_name, _, attribute = reference.partition(":")
-    module = importlib.import_module(module_name)
-    target: Any = module
-    for part in attribute.split(".") if attribute else []:
-        target = getattr(target, part)
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split(".") if attribute else []:
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(
+            f"cannot load '{reference}': {type(exc).__name__}: {exc}",
+            "reinstall the plugin that provides it",
+        ) from None
     return target
 
 
@@ -146,7 +154,9 @@ class Registry:
         ) -> None:
             _require_subclass(name, spec, AlgorithmSpec)
             _check_mutable(name, spec)
-            entry = AlgorithmEntry(name, spec, _family(family), implementation, plugin)
+            family = _family(family)
+            _check_loop_fields(name, spec, family)
+            entry = AlgorithmEntry(name, spec, family, implementation, plugin)
             _add(self.algorithms, "algorithm", entry)
 
         return register
@@ -213,6 +223,17 @@ def _family(family: Family | str) -> Family:
     except ValueError:
         valid = ", ".join(f.value for f in Family)
         raise PluginError(f"unknown family {family!r} (valid: {valid})") from None
+
+
+def _check_loop_fields(name: str, spec: type[AlgorithmSpec], family: Family) -> None:
+    """The single-agent loops read ``learn_step`` (and ``batch_size``) from every member."""
+    if family in (Family.OFF_POLICY, Family.ON_POLICY):
+        field = spec.model_fields.get("learn_step")
+        if field is None or field.annotation is not int:
+            raise PluginError(
+                f"algorithm '{name}' ({family.value}) needs an int field 'learn_step': "
+                "the training loop reads it"
+            )
 
 
 def _check_mutable(name: str, spec: type[AlgorithmSpec]) -> None:

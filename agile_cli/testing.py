@@ -38,14 +38,15 @@ TINY_SECTIONS: dict[str, Any] = {
 
 def tiny_manifest(
     algorithm: str, *, registry: Any = None, environment: Mapping[str, Any] | None = None,
-    **sections: Any,
+    algorithm_options: Mapping[str, Any] | None = None, **sections: Any,
 ) -> Any:  # fmt: skip
-    """A validated manifest: ``algorithm`` with a small batch, on a toy environment, with a
-    2-member population evolving over 2 generations of 64 steps; ``sections`` override."""
+    """A validated manifest: ``algorithm`` (batch size 16, plus ``algorithm_options``) on a
+    toy environment, a 2-member population evolving over 2 generations of 64 steps;
+    ``sections`` override whole sections."""
     from agile_cli.manifest import TrainingManifest
 
     data: dict[str, Any] = copy.deepcopy(TINY_SECTIONS)
-    data["algorithm"] = {"name": algorithm, "batch_size": 16}
+    data["algorithm"] = {"name": algorithm, "batch_size": 16, **(algorithm_options or {})}
     data["environment"] = dict(environment or TOY_ENVIRONMENT)
     data.update(sections)
     return TrainingManifest.get_validated(data, registry=_registry(registry))

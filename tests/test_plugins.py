@@ -12,7 +12,14 @@ import click
 import pytest
 from pydantic import ConfigDict, Field
 
-from agile_cli import AlgorithmSpec, Family, PluginError, TrainingManifest, hookimpl
+from agile_cli import (
+    AlgorithmSpec,
+    EnvironmentSpec,
+    Family,
+    PluginError,
+    TrainingManifest,
+    hookimpl,
+)
 from agile_cli.plugins import LoadingControls, build_host
 
 from .conftest import MINIMAL
@@ -22,6 +29,7 @@ class FooSpec(AlgorithmSpec):
     """A made-up algorithm for these tests."""
 
     alpha: float = Field(0.5, ge=0, description="Step size.")
+    learn_step: int = Field(4, ge=1, description="Steps between updates.")
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
@@ -284,3 +292,53 @@ def test_replay_options_the_algorithm_cannot_use_are_refused(make_host, write, r
         "replay_buffer.per_buffer: Plain cannot learn from prioritised replay "
         "(supported by: DQN)" in result.output
     )
+
+
+class LabSpec(EnvironmentSpec):
+    """A made-up environment family."""
+
+    name: str = Field(description="Lab name.")
+    rooms: int = Field(3, ge=1, description="Rooms in the lab.")
+
+
+class LabPlugin:
+    @hookimpl
+    def agile_register_environments(self, register) -> None:
+        register(name="lab", spec=LabSpec, families=["on_policy", "off_policy"],
+                 implementation="x:LabBuilder")  # fmt: skip
+
+
+def test_agile_register_environments_adds_a_selectable_builder(make_host, write, run) -> None:
+    host = make_host(("lab", LabPlugin()))
+    builders = host.registry.builders_for(Family.ON_POLICY)
+    assert builders[0] == "gymnasium" and "lab" in builders  # first-party is the default
+    good = write("lab.yaml", "algorithm: {name: PPO}\nenvironment: {builder: lab, name: a}\n")
+    result = run("validate", "--json", str(good), host=host)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["environment"] == {"builder": "lab", "name": "a", "rooms": 3}
+    wrong = write(
+        "l2.yaml", "algorithm: {name: PPO}\nenvironment: {builder: lab, name: a, room: 2}\n"
+    )
+    assert (
+        "environment.room: unknown field (did you mean 'rooms'?)"
+        in run("validate", str(wrong), host=host).output
+    )
+    typo = write("l3.yaml", "algorithm: {name: PPO}\nenvironment: {builder: labs, name: a}\n")
+    assert (
+        "environment.builder: no builder 'labs' for PPO (did you mean 'lab'?)"
+        in run("validate", str(typo), host=host).output
+    )
+    default = run("validate", "--json", str(write("l4.yaml", MINIMAL)), host=host)
+    assert "builder" not in json.loads(default.output)["environment"]  # gymnasium, unsaid
+
+
+def test_misspelled_hook_fails_the_plugin_loudly(make_host) -> None:
+    class Typo:
+        @hookimpl
+        def agile_register_algorithm(self, register) -> None:  # missing the final "s"
+            raise AssertionError("never called")
+
+    info = next(i for i in make_host(("typo", Typo())).plugins if i.name == "typo")
+    assert info.status == "failed"
+    assert "unknown hook 'agile_register_algorithm'" in info.error
+    assert "did you mean 'agile_register_algorithms'?" in info.error

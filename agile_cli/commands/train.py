@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.plugins import PluginHost
-from agile_cli.registry import BackendEntry
+from agile_cli.registry import BackendEntry, Registry
 
 EXIT_INTERRUPTED = 130
 
@@ -60,13 +62,42 @@ def _options(entry: BackendEntry, flags: dict[str, Any]) -> Any:
     try:
         return entry.options.model_validate(given)
     except ValidationError as exc:
-        errors = field_errors(exc, entry.options)
-        first = errors[0]
+        first = field_errors(exc, entry.options)[0]
         flag = "--" + first.path.replace("_", "-")
-        raise UsageError(
-            f"{flag}: {first.message} for backend '{entry.name}'",
-            first.hint if first.message != "unknown field" else "the backend does not take it",
-        ) from None
+        if first.message == "unknown field":
+            raise UsageError(
+                f"{flag} is not an option of backend '{entry.name}'",
+                "see `agile train --help` for which backend takes it",
+            ) from None
+        raise UsageError(f"{flag}: {first.message}", first.hint) from None
+
+
+def with_backend_options(command: click.Command, registry: Registry) -> click.Command:
+    """``command`` with one option per field of every backend's options spec."""
+    extended = copy.copy(command)
+    extended.params = [*command.params, *_backend_flags(registry)]
+    return extended
+
+
+def _backend_flags(registry: Registry) -> list[click.Option]:
+    flags: dict[str, click.Option] = {}
+    for name in sorted(registry.backends, key=lambda n: (n != "local", n)):
+        for field_name, field in registry.backends[name].options.model_fields.items():
+            if field_name in flags:
+                continue
+            flags[field_name] = _flag(field_name, field.annotation, field.description, name)
+    return list(flags.values())
+
+
+def _flag(name: str, annotation: Any, description: str | None, backend: str) -> click.Option:
+    flag = "--" + name.replace("_", "-")
+    text = f"{description or ''} [{backend}]"
+    if annotation is bool:
+        return click.Option([flag], is_flag=True, default=False, help=text)
+    kinds = {int: int, float: float}
+    inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    kind = kinds.get(annotation) or next((kinds[a] for a in inner if a in kinds), str)
+    return click.Option([flag], type=kind, default=None, help=text)
 
 
 def _exit_status(result: RunResult) -> int:

@@ -47,13 +47,7 @@ def build_environment_from(
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Algorithm]:
     """The implementation class of the manifest's algorithm (imported now)."""
     entry = registry.algorithms[manifest.algorithm_name]
-    try:
-        cls = entry.load()
-    except (ImportError, AttributeError) as exc:
-        raise TrainingError(
-            f"algorithm {entry.name} (plugin '{entry.plugin}') cannot be loaded: {exc}",
-            "reinstall the plugin that provides it",
-        ) from None
+    cls = entry.load()
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise TrainingError(f"{entry.implementation} is not an agile_cli Algorithm subclass")
     return cls

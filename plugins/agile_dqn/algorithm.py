@@ -29,7 +29,6 @@ class DQN(OffPolicyAlgorithm):
     """
 
     spec: DQNSpec
-    target_networks = ("target",)
     lr: float
     batch_size: int
     learn_step: int
