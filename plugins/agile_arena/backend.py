@@ -1,0 +1,174 @@
+"""The Arena backend: the same validated manifest, trained on Arena's cluster."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agile_arena.errors import ArenaConfigError
+from agile_arena.render import print_event
+from agile_arena.spec import ARENA_ALGORITHMS, ArenaOptions
+from agile_cli import Backend, FieldError, ManifestError, RunResult, TrainingManifest, UsageError
+from agile_cli.registry import Registry
+
+
+def make_client(options: ArenaOptions) -> Any:
+    """An Arena client configured from the backend options (imports httpx)."""
+    from agile_arena.client import ArenaClient
+
+    return ArenaClient(
+        api_key=options.api_key,
+        base_url=options.base_url,
+        request_timeout=options.request_timeout,
+        upload_timeout=options.upload_timeout,
+    )
+
+
+def check_eligible(manifest: TrainingManifest) -> None:
+    """Refuse, before any request, what Arena cannot run."""
+    name = manifest.algorithm_name
+    if name not in ARENA_ALGORITHMS:
+        raise ManifestError(
+            [
+                FieldError(
+                    "algorithm.name", f"{name} cannot run on Arena", "train it with --backend local"
+                )
+            ],
+        )
+    if manifest.environment_builder not in (None, "gymnasium"):
+        raise ManifestError(
+            [
+                FieldError(
+                    "environment.builder",
+                    f"Arena cannot use the '{manifest.environment_builder}' builder",
+                    "train it locally",
+                )
+            ],
+        )
+
+
+def arena_manifest(manifest: TrainingManifest) -> dict[str, Any]:
+    """The payload Arena expects: defaults filled in, nulls left out, environment by name."""
+    data = manifest.to_dict()
+    environment = manifest.environment
+    payload: dict[str, Any] = {
+        "algorithm": _without_none(data["algorithm"]),
+        "environment": {"name": environment.name, "num_envs": getattr(environment, "num_envs", 1)},
+        "training": _without_none(data["training"]),
+        "network": _without_none(data.get("network", {})),
+        "mutation": _without_none(data.get("mutation") or {}),
+        "tournament_selection": _without_none(data.get("tournament_selection") or {}),
+    }
+    if "replay_buffer" in data:
+        payload["replay_buffer"] = _without_none(data["replay_buffer"])
+    return payload
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_none(item) for key, item in value.items() if item is not None}
+    return value
+
+
+class ArenaBackend(Backend):
+    """Submits to Arena; the run is followed with `agile arena experiments ...`."""
+
+    def train(
+        self,
+        manifest: TrainingManifest,
+        options: ArenaOptions,
+        registry: Registry,
+        *,
+        verbose: bool,
+    ) -> RunResult:
+        check_eligible(manifest)
+        payload = arena_manifest(manifest)
+        with make_client(options) as client:
+            project = _project(client, options)
+            if not client.is_authenticated:
+                from agile_arena.errors import ArenaAuthError
+
+                raise ArenaAuthError("not logged in to Arena", "run `agile login`")
+            _upload_custom_environment(client, manifest, options, verbose)
+            click.echo(f"submitting {manifest.summary()} to Arena project '{project}'")
+            result = client.submit_experiment(
+                payload,
+                resource_id=options.resource_id,
+                num_nodes=options.num_nodes,
+                project=project,
+                experiment_name=options.experiment_name,
+                on_event=print_event if verbose else None,
+            )
+        return _submitted(result, options, project)
+
+
+def _project(client: Any, options: ArenaOptions) -> str:
+    try:
+        return client.resolve_project(options.project)
+    except ArenaConfigError as error:  # a usage mistake: nothing has been sent
+        raise UsageError(error.message, error.hint) from None
+
+
+def _submitted(result: dict[str, Any], options: ArenaOptions, project: str) -> RunResult:
+    name = str(
+        result.get("experiment_name") or options.experiment_name or result.get("experiment_id", "?")
+    )
+    metrics = f"agile arena experiments metrics {name}"
+    click.echo(f"submitted experiment '{name}' to project '{project}'")
+    click.echo(f"follow it with: agile arena experiments list --project {project}")
+    click.echo(f"metrics:        {metrics}")
+    summary = {
+        "backend": "arena",
+        "project": project,
+        "resource_id": options.resource_id,
+        "num_nodes": options.num_nodes,
+        **result,
+    }
+    return RunResult(name=name, status="submitted", metrics=metrics, summary=summary)
+
+
+def _upload_custom_environment(
+    client: Any, manifest: TrainingManifest, options: ArenaOptions, verbose: bool
+) -> None:
+    environment = manifest.environment
+    entrypoint = getattr(environment, "entrypoint", None)
+    if not entrypoint:
+        return
+    source, arena_entrypoint = _source_of(environment)
+    wants = options.upload_env or (
+        sys.stdin.isatty()
+        and click.confirm(f"environment '{environment.name}' is custom; upload {source} to Arena?")
+    )
+    if not wants:
+        raise UsageError(
+            f"environment '{environment.name}' is a custom environment Arena does not have",
+            "pass --upload-env, or upload it with `agile arena environments upload "
+            f"{environment.name} --source {source}`",
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        env_config = None
+        if getattr(environment, "config", None):
+            env_config = Path(folder) / "env_config.json"
+            env_config.write_text(json.dumps(environment.config))
+        client.validate_environment(
+            environment.name,
+            source=source,
+            env_config=env_config,
+            entrypoint=arena_entrypoint,
+            on_event=print_event if verbose else None,
+        )
+
+
+def _source_of(environment: Any) -> tuple[Path, str]:
+    """What to upload for a custom environment, and its entry point inside the upload."""
+    module, _, attribute = str(environment.entrypoint).rpartition(":")
+    module_name = module[:-3] if module.endswith(".py") else module
+    base = Path(environment.path) if environment.path else Path.cwd()
+    if environment.path is None and Path(module).is_file():
+        return Path(module), f"{Path(module_name).name}:{attribute}"
+    return base, f"{module_name.replace('/', '.')}:{attribute}"
