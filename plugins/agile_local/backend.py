@@ -26,11 +26,13 @@ def _run_options(options: LocalOptions) -> RunOptions:
 
 def _result(result: TrainResult) -> RunResult:
     return RunResult(
+        name=result.run_dir.name,
+        status="interrupted" if result.interrupted else "completed",
+        metrics=str(result.run_dir / "metrics.jsonl"),
         summary=result.summary,
         run_dir=result.run_dir,
         population=result.population,
         fitnesses=result.fitnesses,
-        interrupted=result.interrupted,
     )
 
 

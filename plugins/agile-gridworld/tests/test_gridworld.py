@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from agile_gridworld.builder import GridWorldBuilder
-from agile_gridworld.spec import GridWorldSpec
 
 from agile_cli import EnvironmentNotFoundError
+from agile_gridworld.builder import GridWorldBuilder
+from agile_gridworld.spec import GridWorldSpec
 
 MAPS = Path(__file__).resolve().parents[1] / "gridworlds"
 CORRIDOR = {"builder": "gridworld", "name": "corridor", "directory": str(MAPS), "num_envs": 2}
