@@ -1,0 +1,1 @@
+"""A stand-in Arena server and its fixtures, for testing agile's Arena client offline."""
