@@ -78,6 +78,11 @@ def _without_none(value: Any) -> Any:
 class ArenaBackend(Backend):
     """Submits to Arena; the run is followed with `agile arena experiments ...`."""
 
+    @staticmethod
+    def client(options: ArenaOptions) -> Any:
+        """An :class:`~agile_arena.client.ArenaClient` for these options."""
+        return make_client(options)
+
     def train(
         self,
         manifest: TrainingManifest,

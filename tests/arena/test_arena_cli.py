@@ -293,3 +293,74 @@ def test_arena_trainer_returns_the_same_run_handle(keyed) -> None:
     assert (result.name, result.status) == ("from-python", "submitted")
     assert result.metrics == "agile arena experiments metrics from-python"
     assert result.summary["project"] == "demo"
+
+
+def test_arena_trainer_follows_its_run_with_the_client(keyed, tmp_path) -> None:
+    trainer = ArenaTrainer.from_manifest(DQN)
+    trainer.train(project="demo", experiment_name="py-run", verbose=False)
+    assert "py-run" in [row["name"] for row in trainer.list_experiments("demo")]
+    with trainer.client() as client:
+        names = client.list_metric_names("cartpole-dqn", project="demo")
+        assert "fitness" in names
+        client.stop_experiment("py-run")
+    assert isinstance(trainer.list_checkpoints("cartpole-dqn"), list)
+    assert trainer.resume_from_checkpoint("py-run", 5_000) is not None
+
+
+def test_remaining_flags_reach_the_server(run, keyed, tmp_path) -> None:
+    assert run("arena", "projects", "create", "llm", "--llm-based").exit_code == 0
+    (create,) = keyed.requests_to("POST", "/api/cli/v1/projects/create")
+    assert create.json["llm_based"] is True
+    assert run("arena", "experiments", "list", "--project", "demo").exit_code == 0
+    assert keyed.requests_to("GET", "/api/cli/v1/experiments/list")[-1].query["project"] == "demo"
+    assert json.loads(run("arena", "resources", "list", "--json").output)
+    assert run("arena", "environments", "list", "--name", "GridWorld").exit_code == 0
+    assert keyed.requests_to("GET", "/api/cli/v1/environments")[-1].query["name"] == "GridWorld"
+    validated = run(
+        "arena", "environments", "validate", "GridWorld", "--version", "v1", "--do-rollouts"
+    )
+    assert validated.exit_code == 0, validated.output
+    body = keyed.requests_to("POST", "/api/cli/v1/environments/validate")[-1].json
+    assert (body["version"], body["do_rollouts"]) == ("v1", True)
+    config = tmp_path / "env_config.json"
+    config.write_text('{"length": 4}')
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("numpy\n")
+    uploaded = run(
+        "arena",
+        "environments",
+        "upload",
+        "Reach2",
+        "--source",
+        str(ROOT / "tests" / "envs"),
+        "--entrypoint",
+        "toy:DictReach",
+        "--version",
+        "v2",
+        "--env-config",
+        str(config),
+        "--requirements",
+        str(requirements),
+        "--description",
+        "toy",
+        "--multi-agent",
+        "--do-rollouts",
+    )
+    assert uploaded.exit_code == 0, uploaded.output
+    upload = keyed.requests_to("POST", "/api/cli/v1/environments/create-and-validate")[-1]
+    assert upload.form["version"] == "v2" and upload.form["description"] == "toy"
+    assert upload.form["multi_agent"] == "true" and upload.form["do_rollouts"] == "true"
+    assert upload.files["env_config"].data == b'{"length": 4}'
+    assert upload.files["requirements"].data == b"numpy\n"
+
+
+def test_login_force_and_timeout(run, arena_env) -> None:
+    assert run("login").exit_code == 0
+    polls = arena_env.count("POST", "/realms/arena/protocol/openid-connect/token")
+    assert run("login").exit_code == 0  # valid tokens: no new device flow
+    assert arena_env.count("POST", "/realms/arena/protocol/openid-connect/token") == polls
+    assert run("login", "--force").exit_code == 0
+    assert arena_env.count("POST", "/realms/arena/protocol/openid-connect/auth/device") == 2
+    arena_env.settings.auto_approve_after = None  # nobody approves this time
+    timed_out = run("login", "--force", "--timeout", "0.3")
+    assert timed_out.exit_code == 1 and "Traceback" not in timed_out.output
