@@ -127,12 +127,10 @@ class TrainingManifest(BaseModel):
             manifest = source
         else:
             from agile_cli.loader import load_file
+            from agile_cli.plugins import registry_or_default
             from agile_cli.validation import validate_mapping
 
-            if registry is None:
-                from agile_cli.plugins import default_host
-
-                registry = default_host().registry
+            registry = registry_or_default(registry)
             if isinstance(source, Mapping):
                 data, label = copy.deepcopy(dict(source)), None
             else:

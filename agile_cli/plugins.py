@@ -236,3 +236,8 @@ def _forget(registry: Registry, plugin: str) -> None:
 def default_host() -> PluginHost:
     """The host built from installed plugins, made on first use and kept for the process."""
     return build_host()
+
+
+def registry_or_default(registry: Registry | None) -> Registry:
+    """``registry``, or the installed plugins' registry when None."""
+    return registry if registry is not None else default_host().registry

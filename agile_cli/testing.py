@@ -53,11 +53,9 @@ def tiny_manifest(
 
 
 def _registry(registry: Any) -> Any:
-    if registry is not None:
-        return registry
-    from agile_cli.plugins import default_host
+    from agile_cli.plugins import registry_or_default
 
-    return default_host().registry
+    return registry_or_default(registry)
 
 
 def tiny_population(manifest: Any, registry: Any = None, size: int | None = None) -> list[Any]:

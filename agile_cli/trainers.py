@@ -15,6 +15,7 @@ from agile_cli.backend import RunResult
 from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.base import field_errors
+from agile_cli.plugins import registry_or_default
 from agile_cli.registry import Registry
 
 
@@ -24,10 +25,7 @@ class BackendTrainer:
     backend: ClassVar[str]
 
     def __init__(self, manifest: TrainingManifest, registry: Registry | None = None) -> None:
-        if registry is None:
-            from agile_cli.plugins import default_host
-
-            registry = default_host().registry
+        registry = registry_or_default(registry)
         if self.backend not in registry.backends:
             raise UsageError(f"no '{self.backend}' backend is installed", "see `agile plugins`")
         self.manifest = manifest
@@ -40,10 +38,7 @@ class BackendTrainer:
         registry: Registry | None = None,
     ) -> BackendTrainer:
         """A trainer for a manifest file, mapping or validated manifest."""
-        if registry is None:
-            from agile_cli.plugins import default_host
-
-            registry = default_host().registry
+        registry = registry_or_default(registry)
         return cls(TrainingManifest.get_validated(manifest, registry=registry), registry)
 
     def train(self, *, verbose: bool = True, **options: Any) -> RunResult:

@@ -228,18 +228,16 @@ def _check_replay_buffer(
             f"replay_buffer: ignored, {entry.name} learns on-policy without a replay buffer"
         )
         return None
-    if replay.per_buffer and not entry.spec.supports_per:
-        able = [name for name, e in registry.algorithms.items() if e.spec.supports_per]
-        check.add(
-            "replay_buffer.per_buffer",
-            f"{entry.name} cannot learn from prioritised replay",
-            ("supported by: " + ", ".join(able)) if able else "set it to false",
-        )
-    if replay.n_step_buffer and not entry.spec.supports_n_step:
-        able = [name for name, e in registry.algorithms.items() if e.spec.supports_n_step]
-        check.add(
-            "replay_buffer.n_step_buffer",
-            f"{entry.name} cannot learn from n-step returns",
-            ("supported by: " + ", ".join(able)) if able else "set it to false",
-        )
+    wanted = (
+        ("per_buffer", "supports_per", "prioritised replay"),
+        ("n_step_buffer", "supports_n_step", "n-step returns"),
+    )
+    for key, capability, what in wanted:
+        if getattr(replay, key) and not getattr(entry.spec, capability):
+            able = [n for n, e in registry.algorithms.items() if getattr(e.spec, capability)]
+            check.add(
+                f"replay_buffer.{key}",
+                f"{entry.name} cannot learn from {what}",
+                ("supported by: " + ", ".join(able)) if able else "set it to false",
+            )
     return replay

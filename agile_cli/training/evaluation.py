@@ -13,6 +13,7 @@ from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.registry import Registry
 from agile_cli.training import checkpoint, setup
+from agile_cli.training.runners import first_episode_returns
 
 
 def load_agent(
@@ -73,15 +74,8 @@ def episode_returns(
     }
     spec = manifest.environment.model_copy(update=updates)
     env = setup.build_environment_from(spec, manifest, registry, seed)
-    obs, _ = env.reset(seed=seed)
-    totals = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    limit = manifest.training.eval_steps
-    steps = 0
-    while not finished.all() and (limit is None or steps < limit):
-        obs, rewards, terminated, truncated, _ = env.step(agent.act(obs, explore=False))
-        totals += np.where(finished, 0.0, rewards)
-        finished |= terminated | truncated
-        steps += 1
-    env.close()
-    return totals.tolist()
+    try:
+        returns = first_episode_returns(agent, env, manifest.training.eval_steps, seed=seed)
+    finally:
+        env.close()
+    return returns.tolist()

@@ -171,16 +171,22 @@ def evaluate(member: Algorithm, env: Any, episodes: int, max_steps: int | None) 
 
     The member acts without exploration (greedy / deterministic).
     """
-    scores = []
-    for _ in range(episodes):
-        obs, _ = env.reset()
-        totals = np.zeros(env.num_envs)
-        finished = np.zeros(env.num_envs, dtype=bool)
-        steps = 0
-        while not finished.all() and (max_steps is None or steps < max_steps):
-            obs, rewards, terminated, truncated, _ = env.step(member.act(obs, explore=False))
-            totals += np.where(finished, 0.0, rewards)
-            finished |= terminated | truncated
-            steps += 1
-        scores.append(float(totals.mean()))
+    scores = [first_episode_returns(member, env, max_steps).mean() for _ in range(episodes)]
     return float(np.mean(scores))
+
+
+def first_episode_returns(
+    member: Algorithm, env: Any, max_steps: int | None, seed: int | None = None
+) -> np.ndarray:
+    """The return of each sub-environment's first episode (cut at ``max_steps`` steps),
+    acting without exploration."""
+    obs, _ = env.reset(seed=seed)
+    totals = np.zeros(env.num_envs)
+    finished = np.zeros(env.num_envs, dtype=bool)
+    steps = 0
+    while not finished.all() and (max_steps is None or steps < max_steps):
+        obs, rewards, terminated, truncated, _ = env.step(member.act(obs, explore=False))
+        totals += np.where(finished, 0.0, rewards)
+        finished |= terminated | truncated
+        steps += 1
+    return totals

@@ -10,19 +10,12 @@ from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
+from agile_cli.plugins import registry_or_default
 from agile_cli.registry import Registry
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
 from agile_cli.training.run_folder import RunFolder
-
-
-def _registry(registry: Registry | None) -> Registry:
-    if registry is not None:
-        return registry
-    from agile_cli.plugins import default_host
-
-    return default_host().registry
 
 
 def _section(value: Spec | Mapping[str, Any] | None) -> Any:
@@ -55,7 +48,7 @@ class LocalTrainer:
     ) -> None:
         if tournament is not None and selection_strategy is not None:
             raise UsageError("give tournament or selection_strategy, not both")
-        registry = _registry(registry)
+        registry = registry_or_default(registry)
         data: dict[str, Any] = {
             "algorithm": _algorithm_section(algorithm, registry),
             "environment": {"name": environment}
@@ -82,7 +75,7 @@ class LocalTrainer:
         registry: Registry | None = None,
     ) -> LocalTrainer:
         """A trainer for a manifest file, mapping or validated manifest."""
-        registry = _registry(registry)
+        registry = registry_or_default(registry)
         trainer = cls.__new__(cls)
         trainer.manifest = TrainingManifest.get_validated(manifest, registry=registry)
         trainer.registry = registry
