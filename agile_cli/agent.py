@@ -116,11 +116,18 @@ class Algorithm(abc.ABC):
 
     # -- helpers for subclasses ----------------------------------------------------------------
 
-    def add_network(self, name: str, heads: dict[str, int]) -> EvolvableNetwork:
-        """Build a network of this member's architecture and register it under ``name``."""
+    def add_network(
+        self, name: str, heads: dict[str, int], head_extra: int = 0
+    ) -> EvolvableNetwork:
+        """Build a network of this member's architecture and register it under ``name``.
+
+        :param heads: output width of each head.
+        :param head_extra: width of an extra head input, e.g. the action of a Q(s, a) critic.
+        """
         network = EvolvableNetwork(
-            self.arch, self.observation_space, heads, generator=self.generator, device=self.device
-        )
+            self.arch, self.observation_space, heads, head_extra=head_extra,
+            generator=self.generator, device=self.device,
+        )  # fmt: skip
         self.networks[name] = network
         return network
 

@@ -309,3 +309,27 @@ def test_preprocess() -> None:
 def test_importing_the_package_does_not_import_torch() -> None:
     code = "import agile_cli.nn, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_head_extra_input_keeps_its_weights_when_the_latent_mutates() -> None:
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from agile_cli.models import NetworkSpec
+    from agile_cli.nn.arch import arch_from_spec
+    from agile_cli.nn.modules import EvolvableNetwork
+
+    space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    arch = arch_from_spec(NetworkSpec(latent_dim=32), space)
+    critic = EvolvableNetwork(arch, space, {"q": 1}, head_extra=2,
+                              generator=torch.Generator().manual_seed(0))  # fmt: skip
+    out = critic(torch.zeros(5, 3), torch.ones(5, 2))["q"]
+    assert out.shape == (5, 1)
+    bigger, _ = arch.apply("latent.add_node", np.random.default_rng(0))
+    grown = critic.rebuilt(bigger)
+    before = critic.heads["q"].layers[0].weight[:, :2]
+    after = grown.heads["q"].layers[0].weight[:, :2]
+    assert torch.equal(before, after)  # the action columns did not move
+    with pytest.raises(ValueError, match="extra input"):
+        critic(torch.zeros(5, 3))

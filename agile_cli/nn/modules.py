@@ -283,6 +283,9 @@ class EvolvableNetwork(nn.Module):
     :param observation_space: the (unbatched) observation space; observations reach
         :meth:`forward` batched and preprocessed by :func:`preprocess`.
     :param heads: name and output width of each head, e.g. ``{"policy": 2, "value": 1}``.
+    :param head_extra: width of an extra input the heads read besides the latent, e.g. the
+        action of a Q(s, a) critic; it is placed before the latent, so its weights stay put
+        when the latent width mutates.
     :param generator: source of the initial weights (global torch randomness when None).
     :param device: where the parameters live.
     """
@@ -293,6 +296,7 @@ class EvolvableNetwork(nn.Module):
         observation_space: gymnasium.spaces.Space,
         heads: Mapping[str, int],
         *,
+        head_extra: int = 0,
         generator: torch.Generator | None = None,
         device: str | torch.device = "cpu",
     ) -> None:
@@ -300,11 +304,12 @@ class EvolvableNetwork(nn.Module):
         self.arch = arch
         self.observation_space = observation_space
         self.head_sizes = dict(heads)
+        self.head_extra = head_extra
         # Built on the CPU so that a CPU generator serves any device, then moved.
         self.encoder = _encoder(arch, observation_space, generator)
         self.heads = nn.ModuleDict(
             {
-                name: MLP(arch.latent_dim, arch.head, width, generator=generator)
+                name: MLP(head_extra + arch.latent_dim, arch.head, width, generator=generator)
                 for name, width in heads.items()
             }
         )
@@ -318,9 +323,16 @@ class EvolvableNetwork(nn.Module):
         """One head's output on a latent, shape ``[batch, width]``."""
         return self.heads[name](latent)
 
-    def forward(self, obs: Observation) -> dict[str, torch.Tensor]:
-        """Every head's output on a batch of observations, by head name."""
+    def forward(
+        self, obs: Observation, extra: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Every head's output on a batch of observations (and the extra head input, such as
+        actions, when the network has one), by head name."""
         latent = self.latent(obs)
+        if self.head_extra:
+            if extra is None:
+                raise ValueError("this network's heads also need the extra input")
+            latent = torch.cat([extra.reshape(extra.shape[0], -1), latent], dim=-1)
         return {name: head(latent) for name, head in self.heads.items()}
 
     def rebuilt(
@@ -333,7 +345,12 @@ class EvolvableNetwork(nn.Module):
         """
         device = next(self.parameters()).device
         network = EvolvableNetwork(
-            arch, self.observation_space, self.head_sizes, generator=generator, device=device
+            arch,
+            self.observation_space,
+            self.head_sizes,
+            head_extra=self.head_extra,
+            generator=generator,
+            device=device,
         )
         transfer_weights(self, network)
         return network.train(self.training)
