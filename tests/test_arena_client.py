@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agile_arena import auth as auth_module
 from agile_arena import client as client_module
 from agile_arena import credentials
 from agile_arena.client import (
@@ -934,7 +935,7 @@ def test_forced_login_ignores_the_api_key_and_opens_a_browser(
 
     monkeypatch.delenv("AGILE_NO_BROWSER")
     monkeypatch.setenv("DISPLAY", ":0")
-    monkeypatch.setattr(client_module.webbrowser, "open", broken_browser)
+    monkeypatch.setattr(auth_module.webbrowser, "open", broken_browser)
     arena.on("POST", DEVICE, device_start())
     arena.on("POST", TOKEN, reply(200, new_tokens("forced")))
     client = make_client(api_key=API_KEY)

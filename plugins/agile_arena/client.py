@@ -12,22 +12,24 @@ becoming two, refreshes tokens before they expire, and never shows a credential 
   nothing is resent.
 * A stored access token about to expire is refreshed before it is used, and once more after a
   401. The login (device flow) only runs when asked for.
+
+Reading replies is left to :mod:`agile_arena.parsing` and credentials to :mod:`agile_arena.auth`;
+the names callers used to import from here (``StreamEvent``, ``parse_event``,
+``parse_error_body``, ``ErrorBody``, ``scrub_internal_urls``, ``GENERIC_FAILURE``,
+``REFRESH_MARGIN_S``) still can be.
 """
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import json
 import logging
 import os
 import random
 import re
-import sys
 import time
 import uuid
-import webbrowser
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
@@ -36,35 +38,41 @@ from typing import Any
 import httpx
 
 from agile_arena import credentials
+from agile_arena.auth import KEYCLOAK_HINT, Authenticator, Secrets
+from agile_arena.auth import REFRESH_MARGIN_S as REFRESH_MARGIN_S
 from agile_arena.errors import (
-    API_KEY_HINT,
     ENVIRONMENTS_HINT,
-    LOGIN_HINT,
     PROJECT_HINT,
     UPLOAD_HINT,
     ArenaAPIError,
-    ArenaAuthError,
     ArenaConfigError,
     ArenaCreditsError,
     ArenaEnvironmentNotFoundError,
     ArenaError,
     ArenaNetworkError,
-    ArenaTimeoutError,
     ArenaTrainingError,
     ArenaValidationError,
 )
 from agile_arena.packaging import package_environment
+from agile_arena.parsing import GENERIC_FAILURE as GENERIC_FAILURE
+from agile_arena.parsing import (
+    ErrorBody,
+    StreamEvent,
+    events,
+    failure_body,
+    parse_error_body,
+    whole_body,
+)
+from agile_arena.parsing import parse_event as parse_event
+from agile_arena.parsing import scrub_internal_urls as scrub_internal_urls
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://arena.agilerl.com"
 DEFAULT_KEYCLOAK_URL = "https://auth.arena.agilerl.com"
-REFRESH_MARGIN_S = 60.0  # refresh an access token that expires sooner than this
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer wait gets its error shown instead
 METRICS_DOWNLOAD_ROWS = 50_000
-GENERIC_FAILURE = "Something went wrong. Please try again later."
-KEYCLOAK_HINT = "check ARENA_KEYCLOAK_URL and your connection"
 DROPPED_HINT = "check your connection; Arena may still have processed the request"
 
 _API = "/api/cli/v1"
@@ -85,43 +93,11 @@ STOP = f"{_API}/experiments/jobs/stop"
 CHECKPOINTS = f"{_API}/experiments/jobs/checkpoints"
 METRICS = f"{_API}/experiments/metrics"
 
-_DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 # Failures after which the server cannot have seen the request, and those where it may have.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError)
 _AMBIGUOUS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
-_INTERNAL_URL = re.compile(r"https?://[^\s/.:]+(?::\d+)?/api/v\d+/", re.IGNORECASE)
-_TEXT_KEYS = ("description", "message", "detail", "error")
-_NOT_FOUND_KEYS = ("error", "message", "detail", "description")
-_NOT_EXTRAS = frozenset({*_TEXT_KEYS, "error_code", "status", "status_code"})
 _OVERWRITE_HINT = "choose another --output-file, or delete the file first"
 _FILENAME = re.compile(r"""filename\*?=(?:UTF-8'')?"?([^";]+)"?""", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class StreamEvent:
-    """One line of a streamed progress reply (validation, submission).
-
-    :param kind: ``status``, ``warning``, ``check``, or ``log`` for lines that are not events.
-    :param stage: e.g. ``upload``, ``validation``, ``submission``.
-    :param status: ``started``, ``running``, ``completed``, ``failed``, ...
-    :param message: the human-readable line (the raw text for ``log`` lines).
-    :param level: ``info``, ``secondary-info`` or ``error``, when given.
-    :param detail: the structured payload, when given.
-    :param error: True for a ``failed`` status or warning: the call will raise.
-    """
-
-    kind: str
-    stage: str
-    status: str
-    message: str
-    level: str | None = None
-    detail: dict[str, Any] | None = None
-    error: bool = False
-
-    @property
-    def extras(self) -> dict[str, Any]:
-        """The detail fields worth showing with an error."""
-        return {k: v for k, v in (self.detail or {}).items() if k != "error_code" and v}
 
 
 @dataclass
@@ -146,14 +122,6 @@ class _Request:
         if self.resend_ambiguous is not None:
             return self.resend_ambiguous
         return self.method in ("GET", "DELETE")
-
-
-@dataclass(frozen=True)
-class ErrorBody:
-    detail: str
-    extras: dict[str, Any]
-    hint: str | None = None
-    environment_missing: bool = False
 
 
 class _Recovered(Exception):  # control flow only: never leaves the client
@@ -203,35 +171,45 @@ class ArenaClient:
         self.base_url = _url(base_url, "ARENA_BASE_URL", DEFAULT_BASE_URL)
         self.keycloak_url = _url(keycloak_url, "ARENA_KEYCLOAK_URL", DEFAULT_KEYCLOAK_URL)
         self.realm = realm
-        self.client_id = client_id
         self._credentials_dir = credentials_dir
         self._max_retries = max(0, max_retries)
         self._backoff = backoff
         self._sleep = sleep
         self._timeout = httpx.Timeout(request_timeout)
         self._stream_timeout = httpx.Timeout(upload_timeout, read=None)
-        self._secrets: set[str] = set()
-        self._api_key = self._secret(api_key or os.environ.get("ARENA_API_KEY") or None)
-        tokens = credentials.load_tokens(credentials_dir) or {}
-        self._access_token = self._secret(_string(tokens.get("access_token")))
-        self._refresh_token = self._secret(_string(tokens.get("refresh_token")))
-        self._refresh_rejected = False
+        self._secrets = Secrets()
+        self._auth = Authenticator(
+            api_key=api_key,
+            client_id=client_id,
+            credentials_dir=credentials_dir,
+            post=self._post_login,
+            sleep=sleep,
+            secrets=self._secrets,
+        )
         self._http = httpx.Client(transport=transport, follow_redirects=True, timeout=self._timeout)
 
     # -- the session ------------------------------------------------------------------------
 
     @property
+    def client_id(self) -> str:
+        """The Keycloak client."""
+        return self._auth.client_id
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        self._auth.client_id = value
+
+    @property
     def is_authenticated(self) -> bool:
         """Whether a credential is at hand (not whether Arena will accept it)."""
-        return bool(self._api_key or self._access_token)
+        return self._auth.is_authenticated
 
     @property
     def uses_api_key(self) -> bool:
-        return bool(self._api_key)
+        return self._auth.uses_api_key
 
     def __repr__(self) -> str:
-        auth = "api key" if self._api_key else "login" if self._access_token else "none"
-        return f"ArenaClient(base_url={self.base_url!r}, auth={auth!r})"
+        return f"ArenaClient(base_url={self.base_url!r}, auth={self._auth.mode!r})"
 
     def close(self) -> None:
         self._http.close()
@@ -260,32 +238,11 @@ class ArenaClient:
         :param notify: shows the user where to go and which code to enter.
         :param open_browser: also open the page, when this machine has a browser.
         """
-        if self._api_key and not force:
-            notify("An API key is in use, so no login is needed (pass --force to log in anyway).")
-            return
-        self._api_key = None
-        remaining = _expires_in(self._access_token)
-        if not force and remaining is not None and remaining > REFRESH_MARGIN_S:
-            notify("Already logged in to Arena (pass --force to log in again).")
-            return
-        if not force and self._refresh_token and self._try_refresh():
-            notify("Refreshed the stored Arena session.")
-            return
-        self._device_flow(timeout, notify, open_browser)
+        self._auth.login(timeout=timeout, force=force, notify=notify, open_browser=open_browser)
 
     def logout(self) -> None:
         """End the session on the login server (best effort) and delete the stored tokens."""
-        if self._refresh_token:
-            form = {"client_id": self.client_id, "refresh_token": self._refresh_token}
-            with contextlib.suppress(ArenaError):
-                self._send(
-                    _Request("POST", self._oidc("logout"), data=form, login=True, max_retries=0)
-                )
-        try:
-            credentials.delete_tokens(self._credentials_dir)
-        except OSError as error:
-            raise ArenaConfigError(f"Could not delete the stored Arena login: {error}") from None
-        self._access_token = self._refresh_token = None
+        self._auth.logout()
 
     # -- user, resources, projects ---------------------------------------------------------
 
@@ -539,6 +496,13 @@ class ArenaClient:
     def _oidc(self, endpoint: str) -> str:
         return f"{self.keycloak_url}/realms/{self.realm}/protocol/openid-connect/{endpoint}"
 
+    def _post_login(
+        self, endpoint: str, form: dict[str, str], *, max_retries: int | None = None
+    ) -> httpx.Response:
+        """POST a form to the login server (no bearer token); the last response."""
+        url = self._oidc(endpoint)
+        return self._send(_Request("POST", url, data=form, login=True, max_retries=max_retries))
+
     def _get(self, path: str, params: Any = None) -> Any:
         return _payload(self._call(_Request("GET", self._api(path), params=params)))
 
@@ -552,15 +516,15 @@ class ArenaClient:
 
     def _call(self, request: _Request) -> httpx.Response:
         """Send an API request; a successful response (still open when ``stream``)."""
-        self._refresh_if_expiring()
+        self._auth.refresh_if_expiring()
         response = self._send(request)
         if response.status_code == 401:
             response.close()
-            self._recover_from_401()
+            self._auth.recover_from_401()
             response = self._send(request)
             if response.status_code == 401:
                 response.close()
-                raise self._unauthorized()
+                raise self._auth.unauthorized()
         if not response.is_success:
             raise self._http_error(request, response)
         return response
@@ -645,13 +609,7 @@ class ArenaClient:
     def _headers(self, request: _Request) -> dict[str, str]:
         headers = dict(request.headers)
         if not request.login:
-            token = self._api_key or self._access_token
-            if not token:
-                raise ArenaAuthError(
-                    "Not logged in to Arena",
-                    "run `agile login`, or pass --api-key / set ARENA_API_KEY",
-                )
-            headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = self._auth.authorization()
         return headers
 
     # -- streams -----------------------------------------------------------------------------
@@ -665,7 +623,7 @@ class ArenaClient:
         failure: StreamEvent | None = None
         result: dict[str, Any] | None = None
         try:
-            for event in _events(response.iter_lines(), lines):
+            for event in events(response.iter_lines(), lines):
                 if on_event is not None:
                     on_event(event)
                 if event.error:
@@ -682,14 +640,8 @@ class ArenaClient:
         finally:
             response.close()
         if failure is not None:
-            body = ErrorBody(
-                failure.message or "Arena reported a failure",
-                failure.extras,
-                _entrypoint_hint(failure.detail or {}),
-                _mentions_missing_environment(failure.message),
-            )
-            raise self._api_error(request.error, body, 0)
-        return result if result is not None else _whole_body(lines)
+            raise self._api_error(request.error, failure_body(failure), 0)
+        return result if result is not None else whole_body(lines)
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -728,137 +680,9 @@ class ArenaClient:
         hint = KEYCLOAK_HINT if request.login else None
         return ArenaNetworkError(f"{what}{tries} ({self._redact(_reason(error))})", hint=hint)
 
-    def _unauthorized(self) -> ArenaAuthError:
-        if self._api_key:
-            return ArenaAuthError("Arena rejected the API key", API_KEY_HINT)
-        return ArenaAuthError("Your Arena session has expired", LOGIN_HINT)
-
-    def _secret(self, value: str | None) -> str | None:
-        if value:
-            self._secrets.add(value)
-        return value
-
     def _redact(self, value: Any) -> Any:
         """``value`` with every credential this client knows replaced by ``[redacted]``."""
-        if isinstance(value, str):
-            for secret in self._secrets:
-                value = value.replace(secret, "[redacted]")
-            return value
-        if isinstance(value, dict):
-            return {key: self._redact(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._redact(item) for item in value]
-        return value
-
-    # -- tokens --------------------------------------------------------------------------------
-
-    def _refresh_if_expiring(self) -> None:
-        """Refresh a stored access token that expires within a minute (failures wait for a 401)."""
-        if self._api_key or not self._refresh_token or self._refresh_rejected:
-            return
-        remaining = _expires_in(self._access_token)
-        if remaining is None or remaining > REFRESH_MARGIN_S:  # unknown expiry: wait for a 401
-            return
-        with contextlib.suppress(ArenaError):
-            self._refresh()
-
-    def _recover_from_401(self) -> None:
-        if self._api_key or not self._refresh_token or self._refresh_rejected:
-            raise self._unauthorized()
-        self._refresh()
-
-    def _try_refresh(self) -> bool:
-        try:
-            self._refresh()
-        except ArenaAuthError:
-            return False
-        return True
-
-    def _refresh(self) -> None:
-        form = {
-            "grant_type": "refresh_token",
-            "refresh_token": self._refresh_token or "",
-            "client_id": self.client_id,
-        }
-        response = self._send(_Request("POST", self._oidc("token"), data=form, login=True))
-        if response.status_code in (400, 401):
-            self._refresh_rejected = True
-            raise ArenaAuthError("Your Arena session has expired", LOGIN_HINT)
-        if not response.is_success:
-            raise ArenaAuthError(
-                f"Could not refresh the Arena session (login server answered "
-                f"{response.status_code})",
-                "try again later, or run `agile login`",
-            )
-        self._store_tokens(_token_reply(response))
-
-    def _store_tokens(self, tokens: dict[str, Any]) -> None:
-        self._access_token = self._secret(tokens["access_token"])
-        self._refresh_token = self._secret(_string(tokens.get("refresh_token"))) or (
-            self._refresh_token
-        )
-        self._refresh_rejected = False
-        try:
-            credentials.save_tokens(tokens, self._credentials_dir)
-        except OSError as error:
-            folder = credentials.arena_dir(self._credentials_dir)
-            raise ArenaConfigError(
-                f"Could not save the Arena login in {folder}: {error.strerror or error}",
-                f"check the permissions of {folder}",
-            ) from None
-
-    def _device_flow(self, timeout: float, notify: Callable[[str], None], browser: bool) -> None:
-        start = self._start_device_flow()
-        url = str(start.get("verification_uri_complete") or start.get("verification_uri") or "")
-        code = start.get("user_code")
-        notify(f"Open {url} and enter the code {code}" if code else f"Open {url} to log in")
-        if browser and url:
-            _open_browser(url)
-        interval = _seconds(start.get("interval"), 5.0)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._sleep(interval)
-            reply = self._poll_device(str(start["device_code"]))
-            if isinstance(reply, dict):
-                self._store_tokens(reply)
-                return
-            if reply == "slow_down":
-                interval += 5
-        raise ArenaTimeoutError(
-            f"Login timed out after {timeout:g} s without authorization", "run `agile login` again"
-        )
-
-    def _start_device_flow(self) -> dict[str, Any]:
-        form = {"client_id": self.client_id, "scope": "openid profile email"}
-        response = self._send(_Request("POST", self._oidc("auth/device"), data=form, login=True))
-        reply = _json_or_none(response)
-        if response.is_success and isinstance(reply, dict) and reply.get("device_code"):
-            return reply
-        raise ArenaAuthError(
-            f"Could not start the Arena login ({self._redact(_oauth_reason(response, reply))})",
-            KEYCLOAK_HINT,
-        )
-
-    def _poll_device(self, device_code: str) -> dict[str, Any] | str:
-        """The tokens, or ``authorization_pending`` / ``slow_down``; raises on anything else."""
-        form = {
-            "grant_type": _DEVICE_GRANT,
-            "device_code": device_code,
-            "client_id": self.client_id,
-        }
-        response = self._send(_Request("POST", self._oidc("token"), data=form, login=True))
-        if response.is_success:
-            return _token_reply(response)
-        reply = _json_or_none(response)
-        error = str(reply.get("error", "")) if isinstance(reply, dict) else ""
-        if error in ("authorization_pending", "slow_down"):
-            return error
-        if error == "expired_token":
-            raise ArenaTimeoutError(
-                "The login code expired before it was confirmed", "run `agile login` again"
-            )
-        reason = self._redact(_oauth_reason(response, reply))
-        raise ArenaAuthError(f"Arena login failed ({reason})", "run `agile login` again")
+        return self._secrets.redact(value)
 
     def _recovery_check(self, project: str, name: str) -> Callable[[], None]:
         """Before resending a submission: stop if the experiment appeared meanwhile."""
@@ -895,71 +719,6 @@ class ArenaClient:
 # -- wire format ---------------------------------------------------------------------------------
 
 
-def parse_error_body(text: str) -> ErrorBody:
-    """What an error reply says (§5.3 of the reference): detail, extras, hint."""
-    if not text.strip():
-        return ErrorBody("No error details", {})
-    body = _error_object(text)
-    if body is None:
-        return ErrorBody(scrub_internal_urls(text[:500]), {})
-    body = _unnest(body)
-    detail = _first_text(body, _TEXT_KEYS)
-    extras = {key: value for key, value in body.items() if key not in _NOT_EXTRAS and value}
-    return ErrorBody(
-        scrub_internal_urls(detail or text[:500]),
-        extras,
-        _entrypoint_hint(body),
-        _mentions_missing_environment(_first_text(body, _NOT_FOUND_KEYS)),
-    )
-
-
-def parse_event(line: str) -> StreamEvent:
-    """One NDJSON line as an event; anything that is not an event object is a ``log`` line."""
-    try:
-        value = json.loads(line)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or value.get("kind") not in ("status", "warning", "check"):
-        return StreamEvent(kind="log", stage="", status="", message=line)
-    kind = str(value["kind"])
-    status = _text(value.get("status"))
-    failed = kind != "check" and status == "failed"
-    message = _text(value.get("message"))
-    detail = value.get("detail")
-    level = value.get("level")
-    return StreamEvent(
-        kind=kind,
-        stage=_text(value.get("stage")),
-        status=status,
-        message=scrub_internal_urls(message) if failed else message,
-        level=level if isinstance(level, str) else None,
-        detail=detail if isinstance(detail, dict) else None,
-        error=failed,
-    )
-
-
-def scrub_internal_urls(message: str) -> str:
-    """A generic message instead of one that shows an internal service URL."""
-    return GENERIC_FAILURE if _INTERNAL_URL.search(message) else message
-
-
-def _events(raw_lines: Iterable[str], seen: list[str]) -> Iterable[StreamEvent]:
-    for raw in raw_lines:
-        seen.append(raw)
-        line = raw.strip()
-        if line:
-            yield parse_event(line)
-
-
-def _whole_body(lines: list[str]) -> dict[str, Any]:
-    """The result of a stream without a completed event: the body, if it is one JSON object."""
-    try:
-        value = json.loads("\n".join(lines))
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _payload(response: httpx.Response) -> Any:
     """A 2xx reply's content: JSON (unwrapped from ``{"ok": true, "data": ...}``) or text."""
     if not response.headers.get("content-type", "").lower().startswith("application/json"):
@@ -971,45 +730,6 @@ def _payload(response: httpx.Response) -> Any:
     if isinstance(value, dict) and value.get("ok") is True and "data" in value:
         return value["data"]
     return value
-
-
-def _error_object(text: str) -> dict[str, Any] | None:
-    for candidate in (text, text.replace("\n", " ")):
-        value = _json_value(candidate)
-        if isinstance(value, dict):
-            return value
-    for line in text.splitlines():
-        value = _json_value(line)
-        if isinstance(value, dict) and "error" in value:
-            return value
-    return None
-
-
-def _unnest(body: dict[str, Any]) -> dict[str, Any]:
-    """The inner object when a message field holds a JSON-encoded error (one level)."""
-    for key in _TEXT_KEYS:
-        value = body.get(key)
-        inner = _json_value(value) if isinstance(value, str) else None
-        if isinstance(inner, dict) and any(k in inner for k in _TEXT_KEYS):
-            return inner
-    return body
-
-
-def _first_text(body: dict[str, Any], keys: Iterable[str]) -> str:
-    return next((body[k] for k in keys if isinstance(body.get(k), str) and body[k].strip()), "")
-
-
-def _entrypoint_hint(body: dict[str, Any]) -> str | None:
-    if body.get("error_code") != "AMBIGUOUS_ENTRYPOINT":
-        return None
-    choices = body.get("available_entrypoints")
-    first = choices[0] if isinstance(choices, list) and choices else "MODULE:CLASS"
-    return f"retry with --entrypoint {first}"
-
-
-def _mentions_missing_environment(text: str) -> bool:
-    lowered = text.lower()
-    return "not found" in lowered and "environment" in lowered
 
 
 def _status_hint(status: int) -> str | None:
@@ -1047,52 +767,6 @@ def _reason(outcome: httpx.Response | httpx.RequestError) -> str:
     return f"{type(outcome).__name__}: {text}" if text else type(outcome).__name__
 
 
-def _token_reply(response: httpx.Response) -> dict[str, Any]:
-    reply = _json_or_none(response)
-    if isinstance(reply, dict) and isinstance(reply.get("access_token"), str):
-        return reply
-    raise ArenaAuthError("Arena's login server sent no access token", "run `agile login` again")
-
-
-def _oauth_reason(response: httpx.Response, reply: Any) -> str:
-    if isinstance(reply, dict):
-        text = reply.get("error_description") or reply.get("error")
-        if text:
-            return str(text)
-    return f"HTTP {response.status_code}"
-
-
-def _json_or_none(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _open_browser(url: str) -> None:
-    """Open ``url`` when this machine has a browser to show it; never fails."""
-    if os.environ.get("AGILE_NO_BROWSER"):
-        return
-    has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-    if sys.platform.startswith("linux") and not has_display:
-        return
-    with contextlib.suppress(Exception):
-        webbrowser.open(url)
-
-
-def _expires_in(token: str | None) -> float | None:
-    """Seconds until a JWT expires; None when unknown (not a JWT, no ``exp``)."""
-    expiry = credentials.jwt_expiry(token)
-    return expiry - time.time() if expiry is not None else None
-
-
 def _check_target(path: Path) -> None:
     if path.exists():
         raise ArenaConfigError(f"{path} already exists", _OVERWRITE_HINT)
@@ -1128,21 +802,5 @@ def _url(value: str | None, variable: str, default: str) -> str:
     return url
 
 
-def _seconds(value: Any, default: float) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return default
-    return seconds if seconds > 0 else default
-
-
 def _flag(value: bool) -> str:
     return "true" if value else "false"
-
-
-def _string(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)

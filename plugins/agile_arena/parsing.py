@@ -1,0 +1,181 @@
+"""What Arena's replies say: error bodies and the NDJSON events of a streamed reply.
+
+Nothing here sends a request. Messages that would show an internal service URL are replaced
+by :data:`GENERIC_FAILURE`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+GENERIC_FAILURE = "Something went wrong. Please try again later."
+
+_INTERNAL_URL = re.compile(r"https?://[^\s/.:]+(?::\d+)?/api/v\d+/", re.IGNORECASE)
+_TEXT_KEYS = ("description", "message", "detail", "error")
+_NOT_FOUND_KEYS = ("error", "message", "detail", "description")
+_NOT_EXTRAS = frozenset({*_TEXT_KEYS, "error_code", "status", "status_code"})
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One line of a streamed progress reply (validation, submission).
+
+    :param kind: ``status``, ``warning``, ``check``, or ``log`` for lines that are not events.
+    :param stage: e.g. ``upload``, ``validation``, ``submission``.
+    :param status: ``started``, ``running``, ``completed``, ``failed``, ...
+    :param message: the human-readable line (the raw text for ``log`` lines).
+    :param level: ``info``, ``secondary-info`` or ``error``, when given.
+    :param detail: the structured payload, when given.
+    :param error: True for a ``failed`` status or warning: the call will raise.
+    """
+
+    kind: str
+    stage: str
+    status: str
+    message: str
+    level: str | None = None
+    detail: dict[str, Any] | None = None
+    error: bool = False
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The detail fields worth showing with an error."""
+        return {k: v for k, v in (self.detail or {}).items() if k != "error_code" and v}
+
+
+@dataclass(frozen=True)
+class ErrorBody:
+    detail: str
+    extras: dict[str, Any]
+    hint: str | None = None
+    environment_missing: bool = False
+
+
+def parse_error_body(text: str) -> ErrorBody:
+    """What an error reply says (§5.3 of the reference): detail, extras, hint."""
+    if not text.strip():
+        return ErrorBody("No error details", {})
+    body = _error_object(text)
+    if body is None:
+        return ErrorBody(scrub_internal_urls(text[:500]), {})
+    body = _unnest(body)
+    detail = _first_text(body, _TEXT_KEYS)
+    extras = {key: value for key, value in body.items() if key not in _NOT_EXTRAS and value}
+    return ErrorBody(
+        scrub_internal_urls(detail or text[:500]),
+        extras,
+        _entrypoint_hint(body),
+        _mentions_missing_environment(_first_text(body, _NOT_FOUND_KEYS)),
+    )
+
+
+def parse_event(line: str) -> StreamEvent:
+    """One NDJSON line as an event; anything that is not an event object is a ``log`` line."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or value.get("kind") not in ("status", "warning", "check"):
+        return StreamEvent(kind="log", stage="", status="", message=line)
+    kind = str(value["kind"])
+    status = _text(value.get("status"))
+    failed = kind != "check" and status == "failed"
+    message = _text(value.get("message"))
+    detail = value.get("detail")
+    level = value.get("level")
+    return StreamEvent(
+        kind=kind,
+        stage=_text(value.get("stage")),
+        status=status,
+        message=scrub_internal_urls(message) if failed else message,
+        level=level if isinstance(level, str) else None,
+        detail=detail if isinstance(detail, dict) else None,
+        error=failed,
+    )
+
+
+def scrub_internal_urls(message: str) -> str:
+    """A generic message instead of one that shows an internal service URL."""
+    return GENERIC_FAILURE if _INTERNAL_URL.search(message) else message
+
+
+def events(raw_lines: Iterable[str], seen: list[str]) -> Iterable[StreamEvent]:
+    """The events of a stream's lines (blank lines skipped); every raw line is added to ``seen``."""
+    for raw in raw_lines:
+        seen.append(raw)
+        line = raw.strip()
+        if line:
+            yield parse_event(line)
+
+
+def whole_body(lines: list[str]) -> dict[str, Any]:
+    """The result of a stream without a completed event: the body, if it is one JSON object."""
+    try:
+        value = json.loads("\n".join(lines))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def failure_body(event: StreamEvent) -> ErrorBody:
+    """What a failed event of a stream says, as an error reply would say it."""
+    return ErrorBody(
+        event.message or "Arena reported a failure",
+        event.extras,
+        _entrypoint_hint(event.detail or {}),
+        _mentions_missing_environment(event.message),
+    )
+
+
+def _error_object(text: str) -> dict[str, Any] | None:
+    for candidate in (text, text.replace("\n", " ")):
+        value = _json_value(candidate)
+        if isinstance(value, dict):
+            return value
+    for line in text.splitlines():
+        value = _json_value(line)
+        if isinstance(value, dict) and "error" in value:
+            return value
+    return None
+
+
+def _unnest(body: dict[str, Any]) -> dict[str, Any]:
+    """The inner object when a message field holds a JSON-encoded error (one level)."""
+    for key in _TEXT_KEYS:
+        value = body.get(key)
+        inner = _json_value(value) if isinstance(value, str) else None
+        if isinstance(inner, dict) and any(k in inner for k in _TEXT_KEYS):
+            return inner
+    return body
+
+
+def _first_text(body: dict[str, Any], keys: Iterable[str]) -> str:
+    return next((body[k] for k in keys if isinstance(body.get(k), str) and body[k].strip()), "")
+
+
+def _entrypoint_hint(body: dict[str, Any]) -> str | None:
+    if body.get("error_code") != "AMBIGUOUS_ENTRYPOINT":
+        return None
+    choices = body.get("available_entrypoints")
+    first = choices[0] if isinstance(choices, list) and choices else "MODULE:CLASS"
+    return f"retry with --entrypoint {first}"
+
+
+def _mentions_missing_environment(text: str) -> bool:
+    lowered = text.lower()
+    return "not found" in lowered and "environment" in lowered
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
