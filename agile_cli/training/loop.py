@@ -199,6 +199,12 @@ class EvolutionLoop:
     def _title(self) -> str:
         return f"{self.manifest.algorithm_name} on {self.manifest.environment.name}"
 
+    def _shown_hyperparameters(self, member: Algorithm) -> dict[str, float | int]:
+        """The hyperparameters evolution changes (all mutable ones without evolution)."""
+        values = member.hyperparameters()
+        names = self.mutator.ranges if self.mutator is not None else member.spec.default_mutable
+        return {name: values[name] for name in names if name in values} or values
+
     def _report(self, speed: float) -> None:
         rows = [
             MemberRow(
@@ -206,7 +212,7 @@ class EvolutionLoop:
                 fitness=last_fitness(m),
                 recent=float(np.mean(m.record.fitness[-TARGET_WINDOW:])),
                 mutation=m.record.mutation,
-                hyperparameters=m.hyperparameters(),
+                hyperparameters=self._shown_hyperparameters(m),
                 arch=m.arch.describe(),
             )
             for m in self.population

@@ -146,7 +146,10 @@ class LogReporter:
 
 
 def _format_hps(values: dict[str, float | int]) -> str:
-    return " ".join(f"{name}={value:.3g}" for name, value in values.items())
+    return " ".join(
+        f"{name}={value}" if isinstance(value, int) else f"{name}={value:.3g}"
+        for name, value in values.items()
+    )
 
 
 def _summary_lines(summary: dict[str, Any]) -> str:
