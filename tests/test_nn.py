@@ -15,8 +15,15 @@ import torch
 
 from agile_cli.errors import ManifestError
 from agile_cli.models.network import NetworkSpec
-from agile_cli.nn import CNNArch, MLPArch, MultiInputArch, NetworkArch, arch_from_spec
-from agile_cli.nn.modules import EvolvableNetwork, preprocess
+from agile_cli.nn import (
+    CNNArch,
+    MLPArch,
+    MultiInputArch,
+    NetworkArch,
+    SimBaArch,
+    arch_from_spec,
+)
+from agile_cli.nn.modules import EvolvableNetwork, SimBa, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
 
 HEADS = {"policy": 3, "value": 1}
@@ -333,3 +340,240 @@ def test_head_extra_input_keeps_its_weights_when_the_latent_mutates() -> None:
     assert torch.equal(before, after)  # the action columns did not move
     with pytest.raises(ValueError, match="extra input"):
         critic(torch.zeros(5, 3))
+
+
+# -- SimBa ---------------------------------------------------------------------------------
+
+SIMBA_MANIFEST = """\
+algorithm:
+  name: PPO
+environment:
+  name: CartPole-v1
+network:
+  simba: true
+"""
+
+
+def _simba(**encoder: object) -> NetworkArch:
+    config = {"arch": "simba", "hidden_size": 32, "num_blocks": 2, **encoder}
+    return _arch(SPACES["vector"], encoder_config=config)
+
+
+def test_arch_from_spec_picks_simba_for_either_spelling() -> None:
+    space = SPACES["vector"]
+    flagged = _arch(space, simba=True)
+    assert flagged.encoder == SimBaArch(hidden_size=128, num_blocks=2)
+    assert flagged.describe() == "simba[128x2] -> 64 -> mlp[64]"
+    assert _arch(space, arch="simba").encoder == flagged.encoder
+    configured = _simba(hidden_size=48, num_blocks=3, scale_factor=2, output_activation="Tanh")
+    assert configured.encoder == SimBaArch(48, 3, "Tanh", scale_factor=2)
+    fields = {"hidden_size": 48, "num_blocks": 3, "scale_factor": 2, "output_activation": "Tanh"}
+    assert _arch(space, simba=True, encoder_config=fields).encoder == configured.encoder
+    # Discrete observations are one-hot vectors: SimBa reads them too.
+    discrete = gym.spaces.Discrete(5)
+    _check_shapes(_net(_arch(discrete, simba=True), discrete), _batch(discrete))
+
+
+def test_simba_encoder_offers_node_mutations_only() -> None:
+    names = [method.name for method in _simba().mutation_methods()]
+    encoder = [name for name in names if name.startswith("encoder.")]
+    assert encoder == ["encoder.add_node", "encoder.remove_node"]
+    assert {"head.add_layer", "head.remove_layer"} <= set(names)
+    with pytest.raises(ValueError, match="unknown architecture mutation"):
+        _simba().apply("encoder.add_block", np.random.default_rng(0))
+
+
+def test_simba_module_layout() -> None:
+    arch = _simba(scale_factor=3, output_activation="Tanh")
+    encoder = _net(arch, SPACES["vector"]).encoder
+    assert encoder.embed.weight.shape == (32, 6)
+    assert len(encoder.blocks) == 2
+    assert encoder.blocks[1].up.weight.shape == (96, 32)
+    assert encoder.blocks[1].down.weight.shape == (32, 96)
+    assert encoder.blocks[0].norm.normalized_shape == (32,)
+    assert encoder.out.weight.shape == (arch.latent_dim, 32)
+    assert isinstance(encoder.out_act, torch.nn.Tanh)
+    latent = encoder(_batch(SPACES["vector"]))
+    assert latent.abs().max() < 1  # the output activation is applied
+    block, x = encoder.blocks[0], torch.randn(3, 32)
+    with torch.no_grad():
+        assert torch.allclose(block(x), x + block.down(torch.relu(block.up(block.norm(x)))))
+
+
+def test_every_simba_mutation_gives_a_working_network() -> None:
+    space, obs = SPACES["vector"], _batch(SPACES["vector"])
+    arch = _simba(num_blocks=2, max_blocks=3)
+    net = _net(arch, space)
+    rng = np.random.default_rng(4)
+    methods = ["add_node", "remove_node", "add_block", "remove_block"]
+    for name in methods * 2:  # twice, so mutations also apply to mutated networks
+        encoder, _ = getattr(net.arch.encoder, name)(rng)
+        new_arch = replace(net.arch, encoder=encoder)
+        net = net.rebuilt(new_arch, torch.Generator().manual_seed(2))
+        assert net.arch == new_arch and len(net.encoder.blocks) == encoder.num_blocks
+        assert net.encoder.embed.out_features == encoder.hidden_size
+        _check_shapes(net, obs)
+    for method in net.arch.mutation_methods():
+        mutated, _ = net.arch.apply(method.name, rng)
+        _check_shapes(net.rebuilt(mutated), obs)
+
+
+def _simba_params(net: EvolvableNetwork) -> dict[str, torch.Tensor]:
+    return {name: p for name, p in net.named_parameters() if name.startswith("encoder.")}
+
+
+def _same_outputs(first: EvolvableNetwork, second: EvolvableNetwork, obs: object) -> bool:
+    with torch.no_grad():
+        a, b = first(obs), second(obs)
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_simba_add_node_keeps_the_old_weights_in_the_corner() -> None:
+    net = _net(_simba(), SPACES["vector"])
+    arch, args = net.arch.apply("encoder.add_node", np.random.default_rng(0))
+    assert arch.encoder.hidden_size == 32 + args["nodes"]
+    new = net.rebuilt(arch, torch.Generator().manual_seed(1))
+    old_params, new_params = _simba_params(net), _simba_params(new)
+    assert old_params.keys() == new_params.keys()
+    for name, old in old_params.items():
+        corner = tuple(slice(0, size) for size in old.shape)
+        assert torch.equal(new_params[name][corner], old), name
+    width = arch.encoder.hidden_size
+    assert new.encoder.blocks[0].up.weight.shape == (4 * width, width)
+    # and the shrunk network keeps the corner it still has
+    small = new.rebuilt(net.arch)
+    assert all(torch.equal(p, old_params[n]) for n, p in _simba_params(small).items())
+
+
+def test_simba_blocks_keep_their_weights_when_a_block_comes_or_goes() -> None:
+    space, obs = SPACES["vector"], _batch(SPACES["vector"])
+    net = _net(_simba(num_blocks=2), space)
+    rng = np.random.default_rng(0)
+    deeper_encoder, args = net.arch.encoder.add_block(rng)
+    assert args == {"block": 2} and deeper_encoder.num_blocks == 3
+    deeper = net.rebuilt(replace(net.arch, encoder=deeper_encoder))
+    old = _simba_params(net)
+    for name, tensor in _simba_params(deeper).items():
+        if name.startswith("encoder.blocks.2."):
+            assert name not in old
+        else:
+            assert torch.equal(tensor, old[name]), name
+    shallower_encoder, args = deeper_encoder.remove_block(rng)
+    assert args == {"block": 2} and shallower_encoder == net.arch.encoder
+    shallower = deeper.rebuilt(replace(net.arch, encoder=shallower_encoder))
+    assert _same_outputs(net, shallower, obs)  # dropping the block it gained undoes it
+
+
+def test_simba_block_methods_at_their_bounds_add_nodes() -> None:
+    rng = np.random.default_rng(0)
+    top = SimBaArch(32, 4, max_blocks=4)
+    grown, args = top.add_block(rng)
+    assert grown.num_blocks == 4 and grown.hidden_size == 32 + args["nodes"]
+    bottom = SimBaArch(32, 1, min_blocks=1)
+    widened, args = bottom.remove_block(rng)
+    assert widened.num_blocks == 1 and widened.hidden_size == 32 + args["nodes"]
+    narrowest = SimBaArch(16, 2, min_mlp_nodes=16)
+    assert narrowest.remove_node(rng)[0] == narrowest
+    widest = SimBaArch(500, 2, max_mlp_nodes=500)
+    assert widest.add_node(rng)[0] == widest
+
+
+def test_random_simba_mutations_respect_the_bounds() -> None:
+    encoder = SimBaArch(32, 2, min_blocks=1, max_blocks=3, min_mlp_nodes=16, max_mlp_nodes=96)
+    rng = np.random.default_rng(11)
+    methods = [*SimBaArch.node_methods, *SimBaArch.layer_methods]
+    seen = set()
+    for _ in range(800):
+        encoder, _ = getattr(encoder, str(rng.choice(methods)))(rng)
+        assert 1 <= encoder.num_blocks <= 3 and 16 <= encoder.hidden_size <= 96
+        seen.add((encoder.num_blocks, encoder.hidden_size))
+    assert {blocks for blocks, _ in seen} == {1, 2, 3}
+    assert min(size for _, size in seen) <= 32 and max(size for _, size in seen) >= 80
+    arch = _simba(min_mlp_nodes=16, max_mlp_nodes=64)
+    names = [method.name for method in arch.mutation_methods()]
+    for _ in range(300):
+        arch, _ = arch.apply(str(rng.choice(names)), rng)
+        assert 16 <= arch.encoder.hidden_size <= 64 and arch.encoder.num_blocks == 2
+
+
+def test_simba_arch_round_trips_through_json() -> None:
+    arch = _simba(num_blocks=3, output_activation="Tanh", scale_factor=2, max_mlp_nodes=200)
+    arch, _ = arch.apply("encoder.add_node", np.random.default_rng(0))
+    data = json.loads(json.dumps(arch.to_dict()))
+    assert data["encoder"]["kind"] == "simba"
+    assert NetworkArch.from_dict(data) == arch
+
+
+def test_simba_on_images_is_a_manifest_error_naming_the_field() -> None:
+    image = SPACES["image_hwc"]
+    with pytest.raises(ManifestError) as caught:
+        _arch(image, simba=True)
+    (line,) = caught.value.lines()
+    assert line.startswith("network.simba: SimBa is an encoder for vector observations")
+    assert "'cnn'" in line
+    with pytest.raises(ManifestError, match=r"encoder_config\.arch: SimBa is an encoder for vec"):
+        _arch(image, encoder_config={"arch": "simba"})
+    with pytest.raises(ManifestError, match="vector observations"):
+        _arch(SPACES["dict"], arch="simba")
+    with pytest.raises(ManifestError, match=r"network\.encoder_config: describes an MLP"):
+        _arch(SPACES["vector"], simba=True, encoder_config={"hidden_size": [16]})
+
+
+def test_simba_activation_mutation_keeps_relu_blocks() -> None:
+    arch = _simba(output_activation="Tanh").with_activation("GELU")
+    assert arch.encoder == _simba(output_activation="Tanh").encoder
+    assert arch.head.activation == "GELU"
+    net = _net(arch, SPACES["vector"])
+    assert isinstance(net.encoder.blocks[0].act, torch.nn.ReLU)
+    assert isinstance(net.heads["policy"].acts[0], torch.nn.GELU)
+    with pytest.raises(ValueError, match="unknown activation"):
+        arch.encoder.with_activation("Swish")
+
+
+def test_simba_weights_come_from_the_generator_only() -> None:
+    space = SPACES["vector"]
+    arch = _simba()
+    torch.manual_seed(0)
+    first = _net(arch, space, 5).state_dict()
+    torch.manual_seed(1)  # the global state plays no part
+    second = _net(arch, space, 5).state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    other = _net(arch, space, 6).state_dict()
+    for name in ("encoder.embed.weight", "encoder.blocks.1.up.weight", "encoder.out.weight"):
+        assert not torch.equal(first[name], other[name])
+
+
+def test_simba_network_checkpoints_through_state_dict() -> None:
+    space, obs = SPACES["vector"], _batch(SPACES["vector"])
+    net, fresh = _net(_simba(), space, 0), _net(_simba(), space, 1)
+    fresh.load_state_dict(net.state_dict())
+    assert _same_outputs(net, fresh, obs)
+
+
+def test_agile_validate_accepts_simba(run, write) -> None:
+    result = run("validate", str(write("simba.yaml", SIMBA_MANIFEST)))
+    assert result.exit_code == 0, result.output
+    assert ": ok (" in result.output
+    result = run("validate", "--json", str(write("simba.yaml", SIMBA_MANIFEST)))
+    assert json.loads(result.output)["network"]["simba"] is True
+
+
+def test_ppo_trains_a_simba_population(tmp_path) -> None:
+    from agile_cli.testing import smoke_train, tiny_manifest
+
+    network = {
+        "simba": True,
+        "latent_dim": 16,
+        "head_config": {"hidden_size": [16]},
+        "encoder_config": {"arch": "simba", "hidden_size": 32, "num_blocks": 1},
+    }
+    manifest = tiny_manifest("PPO", network=network)
+    result = smoke_train(manifest, tmp_path / "run")
+    assert len(result.population) == 2
+    assert all(np.isfinite(result.fitnesses))
+    for member in result.population:
+        assert isinstance(member.arch.encoder, SimBaArch)
+        assert all(isinstance(net.encoder, SimBa) for net in member.networks.values())
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert all("simba[" in json.dumps(json.loads(line)["members"]) for line in lines)

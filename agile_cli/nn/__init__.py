@@ -14,6 +14,7 @@ from agile_cli.nn.arch import (
     MLPArch,
     MultiInputArch,
     NetworkArch,
+    SimBaArch,
     arch_from_spec,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "MLPArch",
     "MultiInputArch",
     "NetworkArch",
+    "SimBaArch",
     "arch_from_spec",
 ]

@@ -23,6 +23,7 @@ from agile_cli.models.network import (
     MLPConfig,
     MultiInputEncoderConfig,
     NetworkSpec,
+    SimBaEncoderConfig,
 )
 
 if TYPE_CHECKING:
@@ -253,8 +254,82 @@ class MultiInputArch:
         return f"multiinput({self.cnn.describe()}, {vector} -> {self.latent_dim})"
 
 
-EncoderArch = MLPArch | CNNArch | MultiInputArch
-_KINDS: dict[str, type[EncoderArch]] = {cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch)}
+@dataclass(frozen=True)
+class SimBaArch:
+    """SimBa's residual encoder for vector observations (Lee et al., 2024, "SimBa: Simplicity
+    Bias for Scaling Up Parameters in Deep Reinforcement Learning").
+
+    A linear embedding to ``hidden_size``, ``num_blocks`` residual blocks
+    ``x + MLP(LayerNorm(x))`` whose MLP is ``hidden -> scale_factor * hidden -> hidden`` with a
+    ReLU, a final LayerNorm, and a linear layer to the latent.
+
+    Evolution resizes the blocks (``add_node``/``remove_node``) and nothing else, as in
+    AgileRL, where an encoder offers node mutations only and layers are added to the head.
+    ``add_block``/``remove_block`` are there for code that changes the depth on purpose; like
+    the MLP's ``layer_methods`` of an encoder, :class:`NetworkArch` does not offer them.
+
+    The ReLU inside the blocks is part of the design (the residual stream and its LayerNorms
+    assume it), so activation mutation leaves a SimBa encoder as it is.
+
+    :param hidden_size: width of the embedding and of the residual stream.
+    :param num_blocks: residual blocks.
+    :param output_activation: activation of the latent, if any.
+    :param scale_factor: how much wider each block's inner layer is than ``hidden_size``.
+    """
+
+    kind: ClassVar[str] = "simba"
+    node_methods: ClassVar[tuple[str, ...]] = ("add_node", "remove_node")
+    layer_methods: ClassVar[tuple[str, ...]] = ("add_block", "remove_block")
+
+    hidden_size: int
+    num_blocks: int
+    output_activation: str | None = None
+    scale_factor: int = 4
+    min_blocks: int = 1
+    max_blocks: int = 4
+    min_mlp_nodes: int = 16
+    max_mlp_nodes: int = 500
+
+    def add_block(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Append a residual block; at the most blocks allowed, add nodes instead."""
+        if self.num_blocks >= self.max_blocks:
+            return self.add_node(rng)
+        return replace(self, num_blocks=self.num_blocks + 1), {"block": self.num_blocks}
+
+    def remove_block(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Drop the last residual block; at the fewest blocks allowed, add nodes instead."""
+        if self.num_blocks <= self.min_blocks:
+            return self.add_node(rng)
+        return replace(self, num_blocks=self.num_blocks - 1), {"block": self.num_blocks - 1}
+
+    def add_node(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Widen the blocks by 16, 32 or 64 nodes, unless that passes ``max_mlp_nodes``."""
+        return self._resize(True, rng)
+
+    def remove_node(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Narrow the blocks by 16, 32 or 64 nodes, unless that passes ``min_mlp_nodes``."""
+        return self._resize(False, rng)
+
+    def _resize(self, grow: bool, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        amount = int(rng.choice(_NODE_STEPS))
+        bounds = (self.min_mlp_nodes, self.max_mlp_nodes)
+        hidden = _step(self.hidden_size, amount if grow else -amount, *bounds)
+        return replace(self, hidden_size=hidden), {"nodes": amount}
+
+    def with_activation(self, activation: str) -> SimBaArch:
+        """This encoder unchanged: its blocks keep SimBa's ReLU (see the class docstring)."""
+        _check_activation(activation)
+        return self
+
+    def describe(self) -> str:
+        """E.g. ``simba[128x2]`` (block width, number of blocks)."""
+        return f"simba[{self.hidden_size}x{self.num_blocks}]"
+
+
+EncoderArch = MLPArch | CNNArch | MultiInputArch | SimBaArch
+_KINDS: dict[str, type[EncoderArch]] = {
+    cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch, SimBaArch)
+}
 
 
 def _to_json(arch: EncoderArch) -> dict[str, Any]:
@@ -383,28 +458,46 @@ def observed_kind(space: gymnasium.spaces.Space) -> str:
     return "cnn" if is_image_space(space) else "mlp"
 
 
+def _mismatch(path: str, message: str, hint: str) -> ManifestError:
+    return ManifestError([FieldError(path, message, hint)])
+
+
 def _encoder_kind(network: NetworkSpec, space: gymnasium.spaces.Space) -> str:
     declared = network.arch
-    if declared in ("lstm", "simba"):
+    if declared == "lstm":
         raise NotImplementedError(
-            f"the {declared} encoder is not built yet: it arrives with recurrent PPO / SimBa"
+            "the LSTM encoder is not built yet: it arrives with recurrent PPO"
         )
     observed = observed_kind(space)
+    if declared == "simba":
+        if observed != "mlp":
+            raise _simba_mismatch(network, space, observed)
+        return declared
     if declared is None or declared == observed or (declared, observed) == ("mlp", "cnn"):
         return observed if declared is None else declared
     wanted = {"multiinput": "a Dict", "cnn": "an image (3-D Box)", "mlp": "a non-Dict"}[declared]
-    raise ManifestError(
-        [
-            FieldError(
-                "network.encoder_config.arch",
-                f"'{declared}' needs {wanted} observation space, but the environment's is {space}",
-                f"remove arch to let the observation space choose ('{observed}')",
-            )
-        ]
+    raise _mismatch(
+        "network.encoder_config.arch",
+        f"'{declared}' needs {wanted} observation space, but the environment's is {space}",
+        f"remove arch to let the observation space choose ('{observed}')",
     )
 
 
-def _from_config(cls: type[MLPArch] | type[CNNArch], config: MLPConfig | CNNEncoderConfig) -> Any:
+def _simba_mismatch(
+    network: NetworkSpec, space: gymnasium.spaces.Space, observed: str
+) -> ManifestError:
+    written = "simba" if "simba" in network.model_fields_set else "encoder_config.arch"
+    return _mismatch(
+        f"network.{written}",
+        f"SimBa is an encoder for vector observations, but the environment's is {space}",
+        f"remove {written} to let the observation space choose ('{observed}')",
+    )
+
+
+def _from_config(
+    cls: type[MLPArch | CNNArch | SimBaArch],
+    config: MLPConfig | CNNEncoderConfig | SimBaEncoderConfig,
+) -> Any:
     values = {field.name: getattr(config, field.name) for field in fields(cls)}
     return cls(**{key: tuple(v) if isinstance(v, list) else v for key, v in values.items()})
 
@@ -441,20 +534,39 @@ def _multi_input_encoder(config: Any) -> MultiInputArch:
     )
 
 
-_ENCODER_BUILDERS = {"mlp": _mlp_encoder, "cnn": _cnn_encoder, "multiinput": _multi_input_encoder}
+def _simba_encoder(config: Any) -> SimBaArch:
+    if isinstance(config, SimBaEncoderConfig):
+        return _from_config(SimBaArch, config)
+    if config is None:
+        return SimBaArch(hidden_size=128, num_blocks=2)
+    # ``simba: true`` beside an MLP-shaped encoder_config: say so rather than drop its fields.
+    raise _mismatch(
+        "network.encoder_config",
+        "describes an MLP encoder, but network.simba is true",
+        "give SimBa's fields, e.g. {hidden_size: 128, num_blocks: 2}, or remove simba",
+    )
+
+
+_ENCODER_BUILDERS = {
+    "mlp": _mlp_encoder,
+    "cnn": _cnn_encoder,
+    "multiinput": _multi_input_encoder,
+    "simba": _simba_encoder,
+}
 
 
 def arch_from_spec(network: NetworkSpec, observation_space: gymnasium.spaces.Space) -> NetworkArch:
     """The architecture a validated ``network`` section describes for an observation space.
 
-    The encoder is the one ``encoder_config.arch`` names, else the one the space calls for
-    (Dict -> multi-input, 3-D Box -> CNN, anything else -> MLP); fields the spec leaves out
-    take their defaults.
+    The encoder is the one ``encoder_config.arch`` names (or SimBa, with ``simba: true``),
+    else the one the space calls for (Dict -> multi-input, 3-D Box -> CNN, anything else ->
+    MLP); fields the spec leaves out take their defaults.
 
     :param network: the validated ``network`` section.
     :param observation_space: the environment's (single, unbatched) observation space.
-    :raises NotImplementedError: the spec asks for an LSTM or SimBa encoder.
-    :raises ManifestError: the declared encoder cannot read this observation space.
+    :raises NotImplementedError: the spec asks for an LSTM encoder.
+    :raises ManifestError: the declared encoder cannot read this observation space (e.g. SimBa,
+        which reads vectors, on images), or ``simba: true`` comes with an MLP's encoder_config.
     """
     kind = _encoder_kind(network, observation_space)
     return NetworkArch(

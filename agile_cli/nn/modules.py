@@ -3,7 +3,8 @@
 Parameter names are stable across architecture changes so that
 :func:`agile_cli.nn.transfer.transfer_weights` can match them: an MLP's hidden layers are
 ``layers.<i>`` (with ``norms.<i>`` and ``acts.<i>``) and its output layer is always ``out``; a
-CNN's convolutions are ``convs.<i>`` and its final linear layer ``out``. A network's encoder
+CNN's convolutions are ``convs.<i>`` and its final linear layer ``out``; SimBa has ``embed``,
+``blocks.<i>.norm``/``up``/``down``, ``norm`` and ``out``. A network's encoder
 lives under ``encoder`` and each head under ``heads.<name>``, e.g. ``heads.q.out.weight``.
 
 Every random draw made while initialising comes from the ``generator`` passed in. Layers are
@@ -25,7 +26,14 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn.utils import skip_init
 
-from agile_cli.nn.arch import CNNArch, MLPArch, MultiInputArch, NetworkArch, is_image_space
+from agile_cli.nn.arch import (
+    CNNArch,
+    MLPArch,
+    MultiInputArch,
+    NetworkArch,
+    SimBaArch,
+    is_image_space,
+)
 from agile_cli.nn.transfer import transfer_weights
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
@@ -212,6 +220,61 @@ class CNN(nn.Module):
         return self.out_act(self.out(_flat(self._features(x))))
 
 
+class SimBaBlock(nn.Module):
+    """SimBa's residual block ``x + down(ReLU(up(norm(x))))``; ``up`` widens by ``scale_factor``.
+
+    :param arch: the SimBa architecture (width and scale factor).
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(self, arch: SimBaArch, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        inner = arch.scale_factor * arch.hidden_size
+        self.norm = nn.LayerNorm(arch.hidden_size)
+        self.up = _linear(arch.hidden_size, inner, _HIDDEN_GAIN, generator)
+        self.act = nn.ReLU()
+        self.down = _linear(inner, arch.hidden_size, _HIDDEN_GAIN, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(self.act(self.up(self.norm(x))))
+
+
+class SimBa(nn.Module):
+    """SimBa's encoder (Lee et al., 2024): ``embed``, residual ``blocks``, ``norm``, ``out``.
+
+    Initialisation follows the paper: orthogonal with gain 1 for the embedding and the output,
+    He-scaled (orthogonal, gain sqrt 2) inside the blocks, zero biases.
+
+    The paper also normalises observations with running statistics. That is left out here: a
+    module updating statistics on every training-mode forward pass would move them whenever a
+    network is evaluated (agile's networks stay in training mode, and a PPO update re-reads
+    the rollout's observations expecting the same outputs), and target networks and clones
+    would drift apart from their sources. Normalising observations is the job of whoever
+    collects them, once per environment step.
+
+    :param n_in: input width (inputs are flattened after the batch dimension).
+    :param arch: the SimBa architecture.
+    :param n_out: width of the output (the latent).
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self, n_in: int, arch: SimBaArch, n_out: int, generator: torch.Generator | None = None
+    ) -> None:
+        super().__init__()
+        self.embed = _linear(n_in, arch.hidden_size, 1.0, generator)
+        self.blocks = nn.ModuleList(SimBaBlock(arch, generator) for _ in range(arch.num_blocks))
+        self.norm = nn.LayerNorm(arch.hidden_size)
+        self.out = _linear(arch.hidden_size, n_out, 1.0, generator)
+        self.out_act = make_activation(arch.output_activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(_flat(x))
+        for block in self.blocks:
+            x = block(x)
+        return self.out_act(self.out(self.norm(x)))
+
+
 def _sub_encoder(
     space: gymnasium.spaces.Space, arch: MultiInputArch, generator: torch.Generator | None
 ) -> tuple[nn.Module, int]:
@@ -273,6 +336,8 @@ def _encoder(
         return MLP(
             spaces.flatdim(space), encoder, arch.latent_dim, latent=True, generator=generator
         )
+    if isinstance(encoder, SimBaArch) and not is_dict and not is_image_space(space):
+        return SimBa(spaces.flatdim(space), encoder, arch.latent_dim, generator)
     raise ValueError(f"a {encoder.kind} encoder cannot read the observation space {space}")
 
 

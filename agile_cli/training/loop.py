@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,6 @@ class TrainResult:
     summary: dict[str, Any]
     run_dir: Path
     interrupted: bool = False
-    elite: Algorithm | None = field(default=None, repr=False)
 
 
 class EvolutionLoop:
@@ -326,7 +325,7 @@ class EvolutionLoop:
         self.reporter.finish(summary)
         with contextlib.suppress(Exception):  # workers already gone after Ctrl-C
             self.env.close()
-        return TrainResult(self.population, fitnesses, summary, self.folder.path, interrupted, best)
+        return TrainResult(self.population, fitnesses, summary, self.folder.path, interrupted)
 
     def _summary(self, best: Algorithm | None, interrupted: bool) -> dict[str, Any]:
         state = self.state
