@@ -7,6 +7,11 @@ manifest's ``target_score``, and the peak resident memory of the process; then t
 and how many seeds reached the target.
 
     python benchmarks/train_benchmark.py configs/training/dqn/cartpole.yaml --seeds 1 2 3
+
+With ``--profile`` it also trains one more time (first seed, in this process) under cProfile
+and reports where the time goes: acting, stepping the environments, storing and sampling
+experience, learning, evaluating and evolving, as shares of the training wall time (the
+evaluation share includes its own acting and stepping, which the first two also count).
 """
 
 from __future__ import annotations
@@ -73,16 +78,65 @@ def report(rows: list[dict[str, Any]]) -> None:
         print()
 
 
+# Phase -> functions whose cumulative time counts for it (matched on "file:function").
+PHASES = {
+    "act (policy forward)": ("agent.py:act", "algorithm.py:act", "algorithm.py:policy_step"),
+    "environment step": ("vector_env.py:step", "sync_vector_env.py:step",
+                         "async_vector_env.py:step", "cartpole.py:step"),
+    "store / sample experience": ("buffers.py:add", "buffers.py:sample", "buffers.py:push",
+                                  "rollout.py:add", "rollout.py:finish"),
+    "learn (gradient steps)": ("algorithm.py:learn",),
+    "evaluate": ("runners.py:evaluate",),
+    "select + mutate": ("loop.py:_evolve",),
+    "checkpoints": ("loop.py:_save_checkpoint",),
+}  # fmt: skip
+
+
+def profile_phases(manifest: Path, seed: int, workdir: Path) -> dict[str, float]:
+    """Seconds per phase of one training run (profiled, so somewhat slower than real)."""
+    import cProfile
+    import pstats
+
+    from agile_cli import LocalTrainer
+
+    trainer = LocalTrainer.from_manifest(manifest, device="cpu")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    trainer.train(verbose=False, run_dir=workdir / "profiled", seed=seed)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    totals = dict.fromkeys(PHASES, 0.0)
+    whole = 0.0
+    for (filename, _, function), (_, _, _, cumulative, _) in stats.items():
+        key = f"{Path(filename).name}:{function}"
+        if key == "loop.py:run":
+            whole = cumulative
+        for phase, names in PHASES.items():
+            if key in names:
+                totals[phase] += cumulative
+    return {"total": whole, **totals}
+
+
+def report_phases(phases: dict[str, float]) -> None:
+    total = phases.pop("total") or 1.0
+    print(f"where the time goes (profiled run, {total:.1f} s):")
+    for phase, seconds in phases.items():
+        print(f"  {phase:<28} {seconds:7.1f} s  {100 * seconds / total:5.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("manifest", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
+    parser.add_argument("--profile", action="store_true", help="Also report where time goes.")
     parser.add_argument("extra", nargs="*", help="More `agile train` flags, after --.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="agile-bench-"))
     rows = [run_seed(args.manifest, seed, workdir, args.extra) for seed in args.seeds]
     report(rows)
+    if args.profile:
+        report_phases(profile_phases(args.manifest, args.seeds[0], workdir))
     if args.keep is None:
         shutil.rmtree(workdir, ignore_errors=True)
 
