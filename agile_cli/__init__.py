@@ -49,8 +49,10 @@ _LAZY = {
     "PrioritizedReplayBuffer": "agile_cli.buffers:PrioritizedReplayBuffer",
     "NStepAccumulator": "agile_cli.buffers:NStepAccumulator",
     "Transitions": "agile_cli.buffers:Transitions",
+    "PolicyRecord": "agile_cli.rollout:PolicyRecord",
     "Rollout": "agile_cli.rollout:Rollout",
     "RolloutBatch": "agile_cli.rollout:RolloutBatch",
+    "SequenceBatch": "agile_cli.rollout:SequenceBatch",
     "compute_gae": "agile_cli.rollout:compute_gae",
 }
 
@@ -70,7 +72,13 @@ if TYPE_CHECKING:
     )
     from agile_cli.nn.arch import NetworkArch
     from agile_cli.nn.modules import EvolvableNetwork, preprocess
-    from agile_cli.rollout import Rollout, RolloutBatch, compute_gae
+    from agile_cli.rollout import (
+        PolicyRecord,
+        Rollout,
+        RolloutBatch,
+        SequenceBatch,
+        compute_gae,
+    )
     from agile_cli.training.trainer import LocalTrainer
 
 __all__ = [
@@ -96,6 +104,7 @@ __all__ = [
     "OffPolicyAlgorithm",
     "OnPolicyAlgorithm",
     "PluginError",
+    "PolicyRecord",
     "PrioritizedReplayBuffer",
     "RegisterAlgorithm",
     "RegisterBackend",
@@ -105,6 +114,7 @@ __all__ = [
     "Rollout",
     "RolloutBatch",
     "RunResult",
+    "SequenceBatch",
     "Spec",
     "TrainingError",
     "TrainingManifest",

@@ -114,19 +114,34 @@ class Algorithm(abc.ABC):
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         """Actions for a batch of observations (explore: training; otherwise evaluation)."""
 
+    def reset_state(self, envs: np.ndarray | None = None) -> None:  # noqa: B027 (optional hook)
+        """Called when episodes start: after ``env.reset()`` (``envs`` None: in every
+        sub-environment) and, while training, after a vector step with the boolean mask of
+        the sub-environments whose next observation begins a new episode (with next-step
+        autoreset, those whose step only reset them). A recurrent algorithm forgets their
+        hidden state here; the base class keeps none.
+        """
+
     # -- helpers for subclasses ----------------------------------------------------------------
 
     def add_network(
-        self, name: str, heads: dict[str, int], head_extra: int = 0
+        self,
+        name: str,
+        heads: dict[str, int],
+        head_extra: int = 0,
+        *,
+        noisy_std: float | None = None,
     ) -> EvolvableNetwork:
         """Build a network of this member's architecture and register it under ``name``.
 
         :param heads: output width of each head.
         :param head_extra: width of an extra head input, e.g. the action of a Q(s, a) critic.
+        :param noisy_std: give the heads noisy layers of this initial noise scale
+            (:class:`~agile_cli.nn.noisy.NoisyLinear`).
         """
         network = EvolvableNetwork(
             self.arch, self.observation_space, heads, head_extra=head_extra,
-            generator=self.generator, device=self.device,
+            generator=self.generator, device=self.device, noisy_std=noisy_std,
         )  # fmt: skip
         self.networks[name] = network
         return network
@@ -272,9 +287,10 @@ class OnPolicyAlgorithm(Algorithm):
     @abc.abstractmethod
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    ) -> tuple[np.ndarray, tuple[torch.Tensor, ...]]:
         """For preprocessed observations: the environment actions, and the
-        ``(actions, log_probs, values)`` tensors :meth:`learn` needs."""
+        ``(actions, log_probs, values)`` tensors :meth:`learn` needs, followed for a recurrent
+        policy by the hidden state it acted from (a :class:`~agile_cli.rollout.PolicyRecord`)."""
 
     @abc.abstractmethod
     def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:

@@ -1,4 +1,9 @@
-"""Rollout storage for on-policy algorithms, and generalised advantage estimation."""
+"""Rollout storage for on-policy algorithms, and generalised advantage estimation.
+
+A finished rollout is either flattened into single steps (:meth:`Rollout.finish`) or, for
+recurrent policies, cut into fixed-length sequences per sub-environment that keep their
+order in time (:meth:`Rollout.finish_sequences`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,20 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+
+RecurrentState = tuple[torch.Tensor, ...]
+"""A recurrent policy's hidden state: tensors with the sub-environments along dimension 1, as
+torch's recurrent layers hold them (e.g. an LSTM's ``(h, c)``, ``[layers, envs, hidden]``)."""
+
+
+class PolicyRecord(NamedTuple):
+    """What a policy step hands the rollout about one vector step."""
+
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    state: RecurrentState | None = None
+    """A recurrent policy's hidden state before it acted (episode starts already reset)."""
 
 
 class RolloutBatch(NamedTuple):
@@ -20,6 +39,75 @@ class RolloutBatch(NamedTuple):
 
     def __len__(self) -> int:
         return int(self.log_probs.shape[0])
+
+
+class SequenceBatch(NamedTuple):
+    """A finished rollout cut into sequences of ``L`` steps of one sub-environment each,
+    time-major: ``[L, S, ...]`` for ``S`` sequences. Sequence ``k * N + n`` holds steps
+    ``k * L ... k * L + L - 1`` of sub-environment ``n`` (of ``N``); the last ones are padded.
+
+    :param valid: ``[L, S]``, False at steps that only reset a sub-environment and at padding;
+        they are left out of learning.
+    :param starts: ``[L, S]``, True where an episode starts inside a sequence: a recurrent
+        policy resets its state to zeros before that step.
+    :param initial_state: the policy's hidden state before each sequence's first step, as it
+        was while collecting (sequences along dimension 1); empty for a policy with none.
+    """
+
+    obs: torch.Tensor | dict[str, torch.Tensor]
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    valid: torch.Tensor
+    starts: torch.Tensor
+    initial_state: RecurrentState
+
+    def __len__(self) -> int:
+        """The number of sequences."""
+        return int(self.valid.shape[1])
+
+    def select(self, sequences: torch.Tensor) -> SequenceBatch:
+        """The sequences at the indices ``sequences``."""
+        return SequenceBatch(
+            *(_select(field, sequences) for field in self[:-1]),
+            initial_state=tuple(state[:, sequences] for state in self.initial_state),
+        )
+
+    def valid_steps(self) -> RolloutBatch:
+        """The valid steps, flattened in time-major order (as a policy's ``[L, S]`` outputs
+        masked by :attr:`valid` come out)."""
+        valid = self.valid
+        return RolloutBatch(
+            obs=_map_obs(self.obs, lambda x: x[valid]),
+            actions=self.actions[valid],
+            log_probs=self.log_probs[valid],
+            values=self.values[valid],
+            advantages=self.advantages[valid],
+            returns=self.returns[valid],
+        )
+
+
+def _select(field: Any, sequences: torch.Tensor) -> Any:
+    return _map_obs(field, lambda x: x[:, sequences])
+
+
+def _map_obs(obs: Any, function: Any) -> Any:
+    if isinstance(obs, dict):
+        return {key: function(value) for key, value in obs.items()}
+    return function(obs)
+
+
+def _chunked(steps: torch.Tensor, length: int) -> torch.Tensor:
+    """``[T, N, ...]`` cut into ``[length, K * N, ...]``: chunk ``k`` of sub-environment ``n``
+    is sequence ``k * N + n``; the last chunk is padded with zeros."""
+    total, envs = steps.shape[:2]
+    count = -(-total // length)
+    padded = steps.new_zeros((count * length, *steps.shape[1:]))
+    padded[:total] = steps
+    chunks = padded.reshape(count, length, envs, *steps.shape[2:]).transpose(0, 1)
+    return chunks.reshape(length, count * envs, *steps.shape[2:])
 
 
 def compute_gae(
@@ -65,6 +153,7 @@ class Rollout:
         self._terminated: list[np.ndarray] = []
         self._dones: list[np.ndarray] = []
         self._valid: list[np.ndarray] = []
+        self._states: list[RecurrentState | None] = []
 
     def __len__(self) -> int:
         return len(self._rewards)
@@ -80,15 +169,17 @@ class Rollout:
     ) -> None:
         """Record one vector step.
 
-        :param step: ``(actions, log_probs, values)`` as the policy produced them.
+        :param step: ``(actions, log_probs, values)`` as the policy produced them, and for a
+            recurrent policy the state it acted from (see :class:`PolicyRecord`).
         :param valid: False for sub-environments whose step only reset them (next-step
             autoreset); those steps are left out of learning.
         """
-        actions, log_probs, values = step
+        record = PolicyRecord(*step)
         self._obs.append(obs)
-        self._actions.append(actions)
-        self._log_probs.append(log_probs)
-        self._values.append(values)
+        self._actions.append(record.actions)
+        self._log_probs.append(record.log_probs)
+        self._values.append(record.values)
+        self._states.append(record.state)
         self._rewards.append(rewards)
         self._terminated.append(terminated)
         self._dones.append(terminated | truncated)
@@ -96,6 +187,48 @@ class Rollout:
 
     def finish(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> RolloutBatch:
         """Compute advantages and returns and flatten the valid steps."""
+        values, advantages = self._advantages(last_values, gamma, gae_lambda)
+        valid = torch.as_tensor(np.stack(self._valid), device=last_values.device).reshape(-1)
+        return RolloutBatch(
+            obs=_flatten_obs(self._obs, valid),
+            actions=torch.stack(self._actions).flatten(0, 1)[valid],
+            log_probs=torch.stack(self._log_probs).reshape(-1)[valid],
+            values=values.reshape(-1)[valid],
+            advantages=advantages.reshape(-1)[valid],
+            returns=(advantages + values).reshape(-1)[valid],
+        )
+
+    def finish_sequences(
+        self, last_values: torch.Tensor, gamma: float, gae_lambda: float, length: int
+    ) -> SequenceBatch:
+        """Compute advantages and returns as :meth:`finish` does, then cut each
+        sub-environment's steps into sequences of ``length`` (see :class:`SequenceBatch`).
+
+        A step starts an episode when the step before it only reset its sub-environment. The
+        first step of a sequence needs no flag: the state stored for it was reset already.
+        """
+        device = last_values.device
+        values, advantages = self._advantages(last_values, gamma, gae_lambda)
+        valid = torch.as_tensor(np.stack(self._valid), device=device)
+        starts = torch.zeros_like(valid)
+        starts[1:] = ~valid[:-1]
+        starts[::length] = False
+        return SequenceBatch(
+            obs=_map_obs(_stack_obs(self._obs), lambda x: _chunked(x, length)),
+            actions=_chunked(torch.stack(self._actions), length),
+            log_probs=_chunked(torch.stack(self._log_probs), length),
+            values=_chunked(values, length),
+            advantages=_chunked(advantages, length),
+            returns=_chunked(advantages + values, length),
+            valid=_chunked(valid, length),
+            starts=_chunked(starts, length),
+            initial_state=_joined(self._states[::length]),
+        )
+
+    def _advantages(
+        self, last_values: torch.Tensor, gamma: float, gae_lambda: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``[T, N]`` values and their GAE advantages."""
         device = last_values.device
 
         def stacked(items: list[np.ndarray]) -> torch.Tensor:
@@ -106,15 +239,23 @@ class Rollout:
             stacked(self._rewards), values, last_values, stacked(self._terminated),
             stacked(self._dones), gamma, gae_lambda,
         )  # fmt: skip
-        valid = torch.as_tensor(np.stack(self._valid), device=device).reshape(-1)
-        return RolloutBatch(
-            obs=_flatten_obs(self._obs, valid),
-            actions=torch.stack(self._actions).flatten(0, 1)[valid],
-            log_probs=torch.stack(self._log_probs).reshape(-1)[valid],
-            values=values.reshape(-1)[valid],
-            advantages=advantages.reshape(-1)[valid],
-            returns=(advantages + values).reshape(-1)[valid],
-        )
+        return values, advantages
+
+
+def _joined(states: list[RecurrentState | None]) -> RecurrentState:
+    """The states of consecutive chunks side by side: chunk ``k``'s sub-environment ``n`` at
+    ``k * N + n`` along dimension 1; empty for a policy without state."""
+    if not states or states[0] is None:
+        return ()
+    return tuple(torch.cat(parts, dim=1) for parts in zip(*states, strict=True))
+
+
+def _stack_obs(
+    obs: list[torch.Tensor | dict[str, torch.Tensor]],
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    if isinstance(obs[0], dict):
+        return {key: torch.stack([o[key] for o in obs]) for key in obs[0]}  # type: ignore[index]
+    return torch.stack(obs)  # type: ignore[arg-type]
 
 
 def _flatten_obs(

@@ -24,6 +24,7 @@ from agile_cli.nn import (
     arch_from_spec,
 )
 from agile_cli.nn.modules import EvolvableNetwork, SimBa, preprocess
+from agile_cli.nn.noisy import NoisyLinear, mean_weights, noisy_layers, reset_noise
 from agile_cli.nn.transfer import transfer_optimizer_state
 
 HEADS = {"policy": 3, "value": 1}
@@ -296,7 +297,7 @@ def test_arch_from_spec_choices() -> None:
     _check_shapes(_net(flat, image), _batch(image))
     with pytest.raises(ManifestError):
         _arch(SPACES["vector"], arch="cnn")
-    with pytest.raises(NotImplementedError, match="recurrent PPO"):
+    with pytest.raises(ManifestError, match="recurrent"):  # an LSTM needs algorithm.recurrent
         _arch(SPACES["vector"], arch="lstm")
 
 
@@ -577,3 +578,86 @@ def test_ppo_trains_a_simba_population(tmp_path) -> None:
         assert all(isinstance(net.encoder, SimBa) for net in member.networks.values())
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert all("simba[" in json.dumps(json.loads(line)["members"]) for line in lines)
+
+
+# -- noisy layers ------------------------------------------------------------------------------
+
+
+def _noisy(seed: int = 0) -> NoisyLinear:
+    return NoisyLinear(5, 3, 0.5, generator=torch.Generator().manual_seed(seed))
+
+
+def test_noisy_linear_starts_with_sigma_std_over_root_fan_in_and_no_noise() -> None:
+    layer, x = _noisy(), torch.randn(BATCH, 5)
+    assert torch.allclose(layer.weight_sigma, torch.full((3, 5), 0.5 / 5**0.5))
+    assert torch.allclose(layer.bias_sigma, torch.full((3,), 0.5 / 5**0.5))
+    mean = torch.nn.functional.linear(x, layer.weight_mu, layer.bias_mu)
+    assert torch.equal(layer(x), mean)  # no noise drawn yet
+    assert "eps_in" not in layer.state_dict()  # noise is not checkpointed
+
+
+def test_noisy_linear_noise_changes_training_outputs_not_evaluation_ones() -> None:
+    layer, x = _noisy(), torch.randn(BATCH, 5)
+    generator = torch.Generator().manual_seed(1)
+    mean = torch.nn.functional.linear(x, layer.weight_mu, layer.bias_mu)
+    layer.reset_noise(generator)
+    first = layer(x)
+    layer.reset_noise(generator)
+    second = layer(x)
+    assert not torch.allclose(first, mean) and not torch.allclose(first, second)
+    eps_w = torch.outer(layer.eps_out, layer.eps_in)  # factorised: rank one
+    expected = x @ (layer.weight_mu + layer.weight_sigma * eps_w).T
+    assert torch.allclose(second, expected + layer.bias_mu + layer.bias_sigma * layer.eps_out)
+    layer.eval()
+    assert torch.equal(layer(x), mean)
+    layer.train()
+    with mean_weights(torch.nn.Sequential(layer)):
+        assert torch.equal(layer(x), mean)
+    assert layer.training and torch.equal(layer(x), second)
+
+
+def test_noisy_linear_noise_comes_from_the_generator_only() -> None:
+    first, second = _noisy(), _noisy()
+    state = torch.get_rng_state()
+    first.reset_noise(torch.Generator().manual_seed(7))
+    second.reset_noise(torch.Generator().manual_seed(7))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(first.eps_in, second.eps_in) and torch.equal(first.eps_out, second.eps_out)
+    second.reset_noise(torch.Generator().manual_seed(8))
+    assert not torch.equal(first.eps_in, second.eps_in)
+    network = torch.nn.Sequential(_noisy(), torch.nn.ReLU(), _noisy(1))
+    reset_noise(network, torch.Generator().manual_seed(7))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(layer.eps_in.abs().sum() > 0 for layer in noisy_layers(network))
+
+
+def _assert_overlap_kept(old: EvolvableNetwork, new: EvolvableNetwork) -> None:
+    old_params = dict(old.named_parameters())
+    for name, param in new.named_parameters():
+        if name in old_params:
+            shapes = zip(param.shape, old_params[name].shape, strict=True)
+            region = tuple(slice(0, min(a, b)) for a, b in shapes)
+            assert torch.equal(param[region], old_params[name][region]), name
+
+
+def test_noisy_network_survives_every_mutation_keeping_overlapping_weights() -> None:
+    space = SPACES["vector"]
+    obs = _batch(space)
+    rng = np.random.default_rng(3)
+    net = EvolvableNetwork(
+        _arch(space), space, HEADS, generator=torch.Generator().manual_seed(0), noisy_std=0.5
+    )
+    names = {name for name, _ in net.named_parameters()}
+    assert {"heads.policy.layers.0.weight_mu", "heads.value.out.bias_sigma"} <= names
+    assert "encoder.out.weight" in names  # only the heads are noisy
+    for _ in range(2):
+        for method in net.arch.mutation_methods():
+            arch, _ = net.arch.apply(method.name, rng)
+            new = net.rebuilt(arch, torch.Generator().manual_seed(2))
+            assert new.noisy_std == 0.5
+            assert len(noisy_layers(new)) == 2 * (len(arch.head.hidden_size) + 1)
+            _assert_overlap_kept(net, new)
+            _check_shapes(new, obs)  # the noise buffers were resized along with the layers
+            reset_noise(new, torch.Generator().manual_seed(3))
+            _check_shapes(new, obs)
+            net = new

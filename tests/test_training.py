@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from agile_cli import LocalTrainer
+from agile_cli import LocalTrainer, TrainingError
 from agile_cli.models.algorithm import Family
 from agile_cli.plugins import default_host
 from agile_cli.testing import check_conformance, interrupt_after, tiny_manifest, tiny_population
@@ -26,6 +27,33 @@ TRAINABLE = sorted(
     for name, entry in default_host().registry.algorithms.items()
     if entry.family in (Family.OFF_POLICY, Family.ON_POLICY)
 )
+# Toy environments in order of preference: each algorithm trains on the first whose action
+# space it accepts (CartPole: Discrete actions; Pendulum: Box actions).
+TOY_ENVIRONMENTS = (
+    {"name": "CartPole-v1", "num_envs": 2, "sync": True},
+    {"name": "Pendulum-v1", "num_envs": 2, "sync": True},
+)
+
+
+@functools.cache
+def _toy_environment(algorithm: str) -> dict:
+    """The first toy environment ``algorithm`` accepts; an algorithm refuses an action space
+    by raising NotImplementedError in build(), which reaches us as a TrainingError."""
+    for environment in TOY_ENVIRONMENTS:
+        try:
+            tiny_population(tiny_manifest(algorithm, environment=environment), size=1)
+        except TrainingError:
+            continue
+        return environment
+    pytest.fail(f"{algorithm} accepts none of the toy environments")
+
+
+def _evolving(algorithm: str) -> dict:
+    """EVOLVING, mutating the algorithm's learning rates (lr, or lr_actor and lr_critic)."""
+    spec = default_host().registry.algorithms[algorithm].spec
+    rates = {name: {"min": 1e-4, "max": 1e-2}
+             for name in spec.mutable_hyperparameters if name.startswith("lr")}  # fmt: skip
+    return {**EVOLVING, "mutation": {"rl_hp_selection": rates}}
 
 
 def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
@@ -35,12 +63,14 @@ def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
 
 @pytest.mark.parametrize("algorithm", TRAINABLE)
 def test_every_registered_algorithm_conforms(algorithm, tmp_path) -> None:
-    check_conformance(algorithm, tmp_path)
+    check_conformance(algorithm, tmp_path, environment=_toy_environment(algorithm))
 
 
 @pytest.mark.parametrize("algorithm", TRAINABLE)
 def test_every_registered_algorithm_trains_and_evolves(algorithm, tmp_path) -> None:
-    manifest = tiny_manifest(algorithm, **EVOLVING)
+    manifest = tiny_manifest(
+        algorithm, environment=_toy_environment(algorithm), **_evolving(algorithm)
+    )
     trainer = LocalTrainer.from_manifest(manifest, device="cpu")
     population, fitnesses = trainer.train(verbose=False, run_dir=tmp_path / "run")
     assert len(population) == len(fitnesses) == 2

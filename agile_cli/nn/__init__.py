@@ -11,6 +11,7 @@ from __future__ import annotations
 from agile_cli.nn.arch import (
     ArchMethod,
     CNNArch,
+    LSTMArch,
     MLPArch,
     MultiInputArch,
     NetworkArch,
@@ -21,6 +22,7 @@ from agile_cli.nn.arch import (
 __all__ = [
     "ArchMethod",
     "CNNArch",
+    "LSTMArch",
     "MLPArch",
     "MultiInputArch",
     "NetworkArch",

@@ -20,11 +20,13 @@ import numpy as np
 from agile_cli.errors import FieldError, ManifestError
 from agile_cli.models.network import (
     CNNEncoderConfig,
+    LSTMEncoderConfig,
     MLPConfig,
     MultiInputEncoderConfig,
     NetworkSpec,
     SimBaEncoderConfig,
 )
+from agile_cli.nn.recurrent_arch import LSTMArch
 
 if TYPE_CHECKING:
     import gymnasium
@@ -326,9 +328,9 @@ class SimBaArch:
         return f"simba[{self.hidden_size}x{self.num_blocks}]"
 
 
-EncoderArch = MLPArch | CNNArch | MultiInputArch | SimBaArch
+EncoderArch = MLPArch | CNNArch | MultiInputArch | SimBaArch | LSTMArch
 _KINDS: dict[str, type[EncoderArch]] = {
-    cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch, SimBaArch)
+    cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch, SimBaArch, LSTMArch)
 }
 
 
@@ -462,13 +464,13 @@ def _mismatch(path: str, message: str, hint: str) -> ManifestError:
     return ManifestError([FieldError(path, message, hint)])
 
 
-def _encoder_kind(network: NetworkSpec, space: gymnasium.spaces.Space) -> str:
+def _encoder_kind(
+    network: NetworkSpec, space: gymnasium.spaces.Space, recurrent: bool = False
+) -> str:
     declared = network.arch
-    if declared == "lstm":
-        raise NotImplementedError(
-            "the LSTM encoder is not built yet: it arrives with recurrent PPO"
-        )
     observed = observed_kind(space)
+    if recurrent or declared == "lstm":
+        return _recurrent_kind(declared, observed, recurrent, space)
     if declared == "simba":
         if observed != "mlp":
             raise _simba_mismatch(network, space, observed)
@@ -481,6 +483,32 @@ def _encoder_kind(network: NetworkSpec, space: gymnasium.spaces.Space) -> str:
         f"'{declared}' needs {wanted} observation space, but the environment's is {space}",
         f"remove arch to let the observation space choose ('{observed}')",
     )
+
+
+def _recurrent_kind(
+    declared: str | None, observed: str, recurrent: bool, space: gymnasium.spaces.Space
+) -> str:
+    """``lstm``, the one encoder that carries a hidden state, if it fits the algorithm and
+    the observation space."""
+    if not recurrent:
+        raise _mismatch(
+            "network.encoder_config.arch",
+            "'lstm' needs a recurrent algorithm, but algorithm.recurrent is not true",
+            "set algorithm.recurrent: true, or remove arch",
+        )
+    if declared not in (None, "lstm"):
+        raise _mismatch(
+            "network.encoder_config.arch",
+            f"'{declared}' carries no hidden state, but algorithm.recurrent is true",
+            "write arch: lstm, or remove arch",
+        )
+    if observed != "mlp":
+        raise _mismatch(
+            "algorithm.recurrent",
+            f"the LSTM encoder reads vector observations, but the environment's is {space}",
+            "set recurrent: false",
+        )
+    return "lstm"
 
 
 def _simba_mismatch(
@@ -547,28 +575,46 @@ def _simba_encoder(config: Any) -> SimBaArch:
     )
 
 
+def _lstm_encoder(config: Any) -> LSTMArch:
+    if isinstance(config, LSTMEncoderConfig):
+        names = [f.name for f in fields(LSTMArch) if f.name in LSTMEncoderConfig.model_fields]
+        return LSTMArch(**{name: getattr(config, name) for name in names})
+    if config is None:
+        return LSTMArch(hidden_state_size=128)
+    raise _mismatch(
+        "network.encoder_config",
+        "describes an MLP encoder, but algorithm.recurrent is true",
+        "give the LSTM's fields, e.g. {hidden_state_size: 64}, or remove encoder_config",
+    )
+
+
 _ENCODER_BUILDERS = {
     "mlp": _mlp_encoder,
     "cnn": _cnn_encoder,
     "multiinput": _multi_input_encoder,
     "simba": _simba_encoder,
+    "lstm": _lstm_encoder,
 }
 
 
-def arch_from_spec(network: NetworkSpec, observation_space: gymnasium.spaces.Space) -> NetworkArch:
+def arch_from_spec(
+    network: NetworkSpec, observation_space: gymnasium.spaces.Space, *, recurrent: bool = False
+) -> NetworkArch:
     """The architecture a validated ``network`` section describes for an observation space.
 
-    The encoder is the one ``encoder_config.arch`` names (or SimBa, with ``simba: true``),
-    else the one the space calls for (Dict -> multi-input, 3-D Box -> CNN, anything else ->
-    MLP); fields the spec leaves out take their defaults.
+    The encoder is the one ``encoder_config.arch`` names (or SimBa, with ``simba: true``; an
+    LSTM for a recurrent algorithm), else the one the space calls for (Dict -> multi-input,
+    3-D Box -> CNN, anything else -> MLP); fields the spec leaves out take their defaults.
 
     :param network: the validated ``network`` section.
     :param observation_space: the environment's (single, unbatched) observation space.
-    :raises NotImplementedError: the spec asks for an LSTM encoder.
+    :param recurrent: the algorithm carries a hidden state (``algorithm.recurrent``), which
+        takes an LSTM encoder, the only one that does.
     :raises ManifestError: the declared encoder cannot read this observation space (e.g. SimBa,
-        which reads vectors, on images), or ``simba: true`` comes with an MLP's encoder_config.
+        which reads vectors, on images), ``simba: true`` comes with an MLP's encoder_config,
+        or an LSTM encoder and ``recurrent`` go one without the other.
     """
-    kind = _encoder_kind(network, observation_space)
+    kind = _encoder_kind(network, observation_space, recurrent)
     return NetworkArch(
         encoder=_ENCODER_BUILDERS[kind](network.encoder_config),
         latent_dim=network.latent_dim,

@@ -4,7 +4,8 @@ Parameter names are stable across architecture changes so that
 :func:`agile_cli.nn.transfer.transfer_weights` can match them: an MLP's hidden layers are
 ``layers.<i>`` (with ``norms.<i>`` and ``acts.<i>``) and its output layer is always ``out``; a
 CNN's convolutions are ``convs.<i>`` and its final linear layer ``out``; SimBa has ``embed``,
-``blocks.<i>.norm``/``up``/``down``, ``norm`` and ``out``. A network's encoder
+``blocks.<i>.norm``/``up``/``down``, ``norm`` and ``out``; an LSTM (built in
+:mod:`agile_cli.nn.recurrent`) has ``lstm`` and ``out``. A network's encoder
 lives under ``encoder`` and each head under ``heads.<name>``, e.g. ``heads.q.out.weight``.
 
 Every random draw made while initialising comes from the ``generator`` passed in. Layers are
@@ -34,6 +35,8 @@ from agile_cli.nn.arch import (
     SimBaArch,
     is_image_space,
 )
+from agile_cli.nn.noisy import NoisyLinear
+from agile_cli.nn.recurrent_arch import LSTMArch
 from agile_cli.nn.transfer import transfer_weights
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
@@ -90,6 +93,20 @@ def _linear(
     return layer
 
 
+def _any_linear(
+    n_in: int,
+    n_out: int,
+    gain: float | None,
+    *,
+    noisy_std: float | None,
+    generator: torch.Generator | None,
+) -> nn.Linear | NoisyLinear:
+    """A plain layer, or a noisy one (``noisy_std`` set) whose mean starts as the plain would."""
+    if noisy_std is None:
+        return _linear(n_in, n_out, gain, generator)
+    return NoisyLinear(n_in, n_out, noisy_std, gain=gain, generator=generator)
+
+
 def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.shape[0], -1)
 
@@ -108,11 +125,16 @@ class MLP(nn.Module):
     scaled by 0.1. As an encoder (``latent=True``) the output is a latent that heads read: it
     takes the hidden activation and is initialised like a hidden layer.
 
+    With ``noisy_std`` the hidden and output layers are :class:`~agile_cli.nn.noisy.NoisyLinear`
+    (parameters ``weight_mu``, ``weight_sigma``, ``bias_mu``, ``bias_sigma``), their means
+    initialised as the plain layers would be.
+
     :param n_in: input width (inputs are flattened after the batch dimension).
     :param arch: the MLP's architecture.
     :param n_out: output width.
     :param latent: build an encoder rather than a head.
     :param generator: source of the initial weights.
+    :param noisy_std: initial noise scale of noisy layers; ``None`` for plain ones.
     """
 
     def __init__(
@@ -123,23 +145,24 @@ class MLP(nn.Module):
         *,
         latent: bool = False,
         generator: torch.Generator | None = None,
+        noisy_std: float | None = None,
     ) -> None:
         super().__init__()
         hidden_gain = _HIDDEN_GAIN if arch.init_layers else None
         out_gain = hidden_gain if latent else (1.0 if arch.init_layers else None)
         widths = (n_in, *arch.hidden_size)
-        self.layers = nn.ModuleList(
-            _linear(a, b, hidden_gain, generator) for a, b in pairwise(widths)
-        )
+        linear = partial(_any_linear, noisy_std=noisy_std, generator=generator)
+        self.layers = nn.ModuleList(linear(a, b, hidden_gain) for a, b in pairwise(widths))
         self.norms = nn.ModuleList(
             nn.LayerNorm(width) if arch.layer_norm else nn.Identity() for width in arch.hidden_size
         )
         self.acts = nn.ModuleList(make_activation(arch.activation) for _ in arch.hidden_size)
-        self.out = _linear(widths[-1], n_out, out_gain, generator)
+        self.out = linear(widths[-1], n_out, out_gain)
         self.out_act = make_activation(arch.activation if latent else arch.output_activation)
         if arch.output_vanish and not latent:
             with torch.no_grad():
-                self.out.weight.mul_(_VANISH)
+                weight = self.out.weight_mu if noisy_std is not None else self.out.weight
+                weight.mul_(_VANISH)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _flat(x)
@@ -338,6 +361,10 @@ def _encoder(
         )
     if isinstance(encoder, SimBaArch) and not is_dict and not is_image_space(space):
         return SimBa(spaces.flatdim(space), encoder, arch.latent_dim, generator)
+    if isinstance(encoder, LSTMArch) and not is_dict and not is_image_space(space):
+        from agile_cli.nn.recurrent import LSTMEncoder  # it builds on this module
+
+        return LSTMEncoder(spaces.flatdim(space), encoder, arch.latent_dim, generator)
     raise ValueError(f"a {encoder.kind} encoder cannot read the observation space {space}")
 
 
@@ -353,6 +380,8 @@ class EvolvableNetwork(nn.Module):
         when the latent width mutates.
     :param generator: source of the initial weights (global torch randomness when None).
     :param device: where the parameters live.
+    :param noisy_std: build the heads of noisy layers with this initial noise scale
+        (:class:`~agile_cli.nn.noisy.NoisyLinear`); ``None`` for plain layers.
     """
 
     def __init__(
@@ -364,17 +393,20 @@ class EvolvableNetwork(nn.Module):
         head_extra: int = 0,
         generator: torch.Generator | None = None,
         device: str | torch.device = "cpu",
+        noisy_std: float | None = None,
     ) -> None:
         super().__init__()
         self.arch = arch
         self.observation_space = observation_space
         self.head_sizes = dict(heads)
         self.head_extra = head_extra
+        self.noisy_std = noisy_std
         # Built on the CPU so that a CPU generator serves any device, then moved.
         self.encoder = _encoder(arch, observation_space, generator)
+        head = partial(MLP, head_extra + arch.latent_dim, arch.head)
         self.heads = nn.ModuleDict(
             {
-                name: MLP(head_extra + arch.latent_dim, arch.head, width, generator=generator)
+                name: head(width, generator=generator, noisy_std=noisy_std)
                 for name, width in heads.items()
             }
         )
@@ -400,6 +432,40 @@ class EvolvableNetwork(nn.Module):
             latent = torch.cat([extra.reshape(extra.shape[0], -1), latent], dim=-1)
         return {name: head(latent) for name, head in self.heads.items()}
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the encoder carries a hidden state (an LSTM): the network then reads
+        observation sequences with :meth:`unroll`, and :meth:`forward` refuses."""
+        return isinstance(self.arch.encoder, LSTMArch)
+
+    def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
+        """A recurrent network's zero hidden state for ``batch`` sequences: ``(h, c)``, each
+        ``[num_layers, batch, hidden_state_size]``."""
+        return self.encoder.initial_state(batch)
+
+    def unroll(
+        self,
+        obs: Observation,
+        state: tuple[torch.Tensor, ...],
+        starts: torch.Tensor | None = None,
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """A recurrent network's head outputs along observation sequences, by head name, and
+        its hidden state after them.
+
+        :param obs: preprocessed observations ``[T, B, ...]``, time first (``T = 1``: one
+            step of ``B`` environments).
+        :param state: the state before the first step: :meth:`initial_state`, or what the
+            previous call returned.
+        :param starts: ``[T, B]`` booleans, True where an episode starts: that sequence's
+            state is reset to zeros before the step. None: no resets.
+        :returns: each head's output ``[T, B, width]``, and the state after the last step.
+        """
+        latent, state = self.encoder(obs, state, starts)
+        steps, batch = latent.shape[:2]
+        flat = latent.reshape(steps * batch, -1)
+        outputs = {name: head(flat).reshape(steps, batch, -1) for name, head in self.heads.items()}
+        return outputs, state
+
     def rebuilt(
         self, arch: NetworkArch, generator: torch.Generator | None = None
     ) -> EvolvableNetwork:
@@ -416,6 +482,7 @@ class EvolvableNetwork(nn.Module):
             head_extra=self.head_extra,
             generator=generator,
             device=device,
+            noisy_std=self.noisy_std,
         )
         transfer_weights(self, network)
         return network.train(self.training)

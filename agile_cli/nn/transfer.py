@@ -2,27 +2,48 @@
 
 Tensors are matched by name; where shapes differ, the overlapping corner (the first
 ``min(a, b)`` entries along each dimension) is copied and the rest keeps what the target had:
-fresh initialisation for weights, zeros for optimizer moments.
+fresh initialisation for weights, zeros for optimizer moments. Tensors that stack blocks
+along their first dimension (an LSTM's four gates, see :func:`gate_blocks`) are fitted block
+by block, so each gate keeps its own weights.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+#: ``nn.LSTM`` tensors of a module named ``lstm``: rows stack the input, forget, cell and
+#: output gates (``[4 * hidden, ...]``).
+_LSTM_GATED = re.compile(r"(^|\.)lstm\.(weight|bias)_(ih|hh)_l\d+$")
 
-def copy_overlap(source: torch.Tensor, target: torch.Tensor) -> None:
+
+def gate_blocks(name: str) -> int:
+    """How many blocks the tensor called ``name`` stacks along its first dimension: 4 for
+    the gate-blocked tensors of an LSTM encoder (:mod:`agile_cli.nn.recurrent`), else 1."""
+    return 4 if _LSTM_GATED.search(name) else 1
+
+
+def copy_overlap(source: torch.Tensor, target: torch.Tensor, blocks: int = 1) -> None:
     """Copy the overlapping slice of ``source`` into ``target`` in place.
 
     Tensors with a different number of dimensions share nothing and are left alone.
 
     :param source: tensor to read.
     :param target: tensor to write.
+    :param blocks: both tensors stack this many equal blocks along their first dimension;
+        each block's overlap is copied into the same block of ``target``.
     """
     if source.dim() != target.dim():
+        return
+    if blocks > 1:
+        for source_block, target_block in zip(
+            source.chunk(blocks), target.chunk(blocks), strict=True
+        ):
+            copy_overlap(source_block, target_block)
         return
     region = tuple(slice(0, min(a, b)) for a, b in zip(source.shape, target.shape, strict=True))
     target[region].copy_(source[region])
@@ -44,11 +65,12 @@ def transfer_weights(source: torch.nn.Module, target: torch.nn.Module) -> None:
     with torch.no_grad():
         for name, tensor in _named_tensors(target).items():
             if name in tensors:
-                copy_overlap(tensors[name], tensor)
+                copy_overlap(tensors[name], tensor, gate_blocks(name))
 
 
-def _moved_state(value: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
-    """One optimizer state entry of parameter ``old``, fitted to parameter ``new``."""
+def _moved_state(value: Any, old: torch.Tensor, new: torch.Tensor, blocks: int) -> Any:
+    """One optimizer state entry of parameter ``old``, fitted to parameter ``new`` (which
+    stacks ``blocks`` blocks, see :func:`copy_overlap`)."""
     if not isinstance(value, torch.Tensor):
         return copy.deepcopy(value)
     if value.dim() == 0 or value.shape == new.shape or value.shape != old.shape:
@@ -56,7 +78,7 @@ def _moved_state(value: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
         # parameter (nothing to fit it to) are copied as they are.
         return value.detach().clone()
     resized = value.new_zeros(new.shape)
-    copy_overlap(value.detach(), resized)
+    copy_overlap(value.detach(), resized, blocks)
     return resized
 
 
@@ -82,6 +104,8 @@ def transfer_optimizer_state(
             old_param = old_params.get(name)
             state = old.state.get(old_param) if old_param is not None else None
             if state:
+                blocks = gate_blocks(name)
                 new.state[new_param] = {
-                    key: _moved_state(value, old_param, new_param) for key, value in state.items()
+                    key: _moved_state(value, old_param, new_param, blocks)
+                    for key, value in state.items()
                 }

@@ -1,7 +1,9 @@
 """One generation of training for one member, per family, and evaluation.
 
 Vector environments use gymnasium's next-step autoreset: the step after an episode ends only
-resets that sub-environment. Those steps are masked out of learning (``valid`` below).
+resets that sub-environment. Those steps are masked out of learning (``valid`` below), and
+the member hears through :meth:`~agile_cli.agent.Algorithm.reset_state` that the observation
+they return starts a new episode (as it does after ``env.reset()``).
 """
 
 from __future__ import annotations
@@ -72,10 +74,13 @@ class OffPolicyRunner:
         tracker = _EpisodeTracker(self.num_envs)
         every, repeats = _learn_schedule(int(member.learn_step), self.num_envs)
         obs, _ = self.env.reset()
+        member.reset_state()
         for t in range(max(1, steps // self.num_envs)):
             actions = member.act(obs, explore=True)
             next_obs, rewards, terminated, truncated, _ = self.env.step(actions)
             valid, finished = tracker.step(rewards, terminated, truncated)
+            if not valid.all():  # those steps only reset: next_obs starts new episodes
+                member.reset_state(~valid)
             self._store(obs, actions, rewards, next_obs, terminated, truncated, valid)
             stats.episode_returns += finished
             obs = next_obs
@@ -142,6 +147,7 @@ class OnPolicyRunner:
         tracker = _EpisodeTracker(self.num_envs)
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
         obs, _ = self.env.reset()
+        member.reset_state()
         for length in _rollout_lengths(total, int(member.learn_step), self.num_envs):
             rollout = Rollout()
             for _ in range(length):
@@ -149,6 +155,8 @@ class OnPolicyRunner:
                 actions, record = member.policy_step(obs_tensor)
                 obs, rewards, terminated, truncated, _ = self.env.step(actions)
                 valid, finished = tracker.step(rewards, terminated, truncated)
+                if not valid.all():  # those steps only reset: obs starts new episodes
+                    member.reset_state(~valid)
                 rollout.add(obs_tensor, record, rewards, terminated, truncated, valid)
                 stats.episode_returns += finished
                 stats.steps += self.num_envs
@@ -181,6 +189,7 @@ def first_episode_returns(
     """The return of each sub-environment's first episode (cut at ``max_steps`` steps),
     acting without exploration."""
     obs, _ = env.reset(seed=seed)
+    member.reset_state()
     totals = np.zeros(env.num_envs)
     finished = np.zeros(env.num_envs, dtype=bool)
     steps = 0

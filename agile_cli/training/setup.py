@@ -65,7 +65,8 @@ def build_population(
     observation_space = env.single_observation_space
     if arch is None:
         try:
-            arch = arch_from_spec(manifest.network, observation_space)
+            recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
+            arch = arch_from_spec(manifest.network, observation_space, recurrent=recurrent)
         except NotImplementedError as exc:
             raise TrainingError(str(exc)) from None
     members = []

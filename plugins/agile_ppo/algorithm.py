@@ -2,7 +2,9 @@
 
 Schulman et al., "Proximal Policy Optimization Algorithms", 2017, with generalised advantage
 estimation (Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
-Estimation", ICLR 2016).
+Estimation", ICLR 2016). Recurrent PPO keeps an LSTM's state per environment and trains on
+sequences re-run from the state stored at their start, as in CleanRL's ``ppo_atari_lstm`` and
+SB3-contrib's ``RecurrentPPO``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_cli.agent import OnPolicyAlgorithm
-from agile_cli.rollout import Rollout, RolloutBatch
+from agile_cli.nn.arch import NetworkArch
+from agile_cli.rollout import PolicyRecord, RecurrentState, Rollout, RolloutBatch, SequenceBatch
 from agile_ppo.spec import PPOSpec
 
 
@@ -34,7 +37,14 @@ class LogStd(torch.nn.Module):
 
 
 class PPO(OnPolicyAlgorithm):
-    """Clipped-objective actor-critic for Discrete and Box action spaces."""
+    """Clipped-objective actor-critic for Discrete and Box action spaces.
+
+    With ``recurrent`` the encoder is an LSTM. The member keeps its hidden state for each
+    environment it steps, forgets it where an episode starts (:meth:`reset_state`), and hands
+    it to the rollout with every step; it learns on sequences of ``max_seq_len`` steps, each
+    re-run from the state it started from while collecting, with the state reset at episode
+    starts inside it, and a minibatch holds ``batch_size // max_seq_len`` of them.
+    """
 
     spec: PPOSpec
     supports_activation_mutation = False
@@ -51,8 +61,6 @@ class PPO(OnPolicyAlgorithm):
     action_std_init: float
 
     def build(self) -> None:
-        if self.spec.recurrent:
-            raise NotImplementedError("recurrent PPO arrives with the LSTM encoder")
         self.continuous = isinstance(self.action_space, gym.spaces.Box)
         if self.continuous:
             outputs = int(np.prod(self.action_space.shape))
@@ -67,6 +75,11 @@ class PPO(OnPolicyAlgorithm):
             self.add_network("actor", {"policy": outputs})
             self.add_network("critic", {"value": 1})
             trained = ("actor", "critic")
+        self.recurrent = self.policy.recurrent
+        if self.recurrent != self.spec.recurrent:
+            raise ValueError("recurrent PPO needs an LSTM encoder, and an LSTM encoder needs it")
+        self._trunks = trained
+        self._state: RecurrentState | None = None
         if self.continuous:
             self.networks["log_std"] = LogStd(outputs, self.action_std_init)  # type: ignore[assignment]
             trained = (*trained, "log_std")
@@ -100,7 +113,8 @@ class PPO(OnPolicyAlgorithm):
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         with torch.no_grad():
-            logits, _ = self._heads(self.obs_tensor(obs))
+            obs = self.obs_tensor(obs)
+            logits = self._step(obs)[0] if self.recurrent else self._heads(obs)[0]
             if explore:
                 actions = self._distribution(logits).sample()
             else:  # the most likely action
@@ -109,49 +123,133 @@ class PPO(OnPolicyAlgorithm):
 
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    ) -> tuple[np.ndarray, PolicyRecord]:
         with torch.no_grad():
-            logits, values = self._heads(obs)
+            state = None
+            if self.recurrent:
+                logits, values, state = self._step(obs)
+            else:
+                logits, values = self._heads(obs)
             distribution = self._distribution(logits)
             actions = distribution.sample()
             log_probs = distribution.log_prob(actions)
-        return self._to_env(actions), (actions, log_probs, values)
+        return self._to_env(actions), PolicyRecord(actions, log_probs, values, state)
+
+    # -- hidden state (recurrent) ------------------------------------------------------------------
+
+    @property
+    def hidden_state(self) -> RecurrentState | None:
+        """The state the member acts from next, one column per environment: each network's
+        ``(h, c)`` in turn; None until it first acts after a reset."""
+        return self._state
+
+    def reset_state(self, envs: np.ndarray | None = None) -> None:
+        if envs is None or self._state is None:
+            self._state = None
+            return
+        keep = torch.as_tensor(~envs, device=self.device).to(torch.float32).view(1, -1, 1)
+        self._state = tuple(part * keep for part in self._state)
+
+    def set_architecture(self, arch: NetworkArch) -> None:
+        super().set_architecture(arch)
+        self._state = None  # the hidden state's size may have changed
+
+    def _current_state(self, batch: int) -> RecurrentState:
+        """The state to act from in ``batch`` environments (zeros for a new batch)."""
+        if self._state is None or self._state[0].shape[1] != batch:
+            self._state = tuple(
+                part for name in self._trunks for part in self.networks[name].initial_state(batch)
+            )
+        return self._state
+
+    def _step(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, RecurrentState]:
+        """One step of every environment from the member's state, which moves on: the
+        logits, the values, and the state acted from."""
+        state = self._current_state(obs.shape[0])
+        logits, values, self._state = self._unroll(obs.unsqueeze(0), state)
+        return logits[0], values[0], state
+
+    def _unroll(
+        self, obs: torch.Tensor, state: RecurrentState, starts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, RecurrentState]:
+        """Logits ``[T, B, ...]``, values ``[T, B]`` and the final state along sequences."""
+        outputs: dict[str, torch.Tensor] = {}
+        final: list[torch.Tensor] = []
+        width = len(state) // len(self._trunks)
+        for index, name in enumerate(self._trunks):
+            part = state[index * width : (index + 1) * width]
+            out, after = self.networks[name].unroll(obs, part, starts)
+            outputs.update(out)
+            final += after
+        return outputs["policy"], outputs["value"].squeeze(-1), tuple(final)
 
     # -- learning --------------------------------------------------------------------------------
 
     def learn(self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
-        with torch.no_grad():
-            _, last_values = self._heads(last_obs)
-        batch = rollout.finish(last_values, self.gamma, self.gae_lambda)
+        batch, size = self._finish(rollout, last_obs)
         losses = []
+        approx_kl = 0.0
         for _ in range(int(self.update_epochs)):
             order = torch.randperm(len(batch), generator=self.generator).to(self.device)
-            for start in range(0, len(batch), int(self.batch_size)):
-                loss, approx_kl = self._update(batch, order[start : start + int(self.batch_size)])
-                losses.append(loss)
+            for start in range(0, len(batch), size):
+                steps, logits, values = self._minibatch(batch, order[start : start + size])
+                if len(steps):  # sequences can hold nothing but reset steps and padding
+                    loss, approx_kl = self._update(steps, logits, values)
+                    losses.append(loss)
             if self.spec.target_kl is not None and approx_kl > self.spec.target_kl:
                 break
         return float(np.mean(losses)) if losses else 0.0
 
-    def _update(self, batch: RolloutBatch, rows: torch.Tensor) -> tuple[float, float]:
-        """One clipped-objective gradient step on the minibatch ``rows``."""
-        obs = _rows(batch.obs, rows)
-        logits, values = self._heads(obs)
+    def _finish(
+        self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> tuple[RolloutBatch | SequenceBatch, int]:
+        """The rollout with advantages, as steps or (recurrent) sequences, and how many of
+        them a minibatch holds."""
+        with torch.no_grad():
+            if not self.recurrent:
+                _, last_values = self._heads(last_obs)
+                batch = rollout.finish(last_values, self.gamma, self.gae_lambda)
+                return batch, int(self.batch_size)
+            obs = last_obs.unsqueeze(0)  # type: ignore[union-attr]
+            _, last_values, _ = self._unroll(obs, self._current_state(obs.shape[1]))
+        length = self.spec.max_seq_len
+        batch = rollout.finish_sequences(last_values[0], self.gamma, self.gae_lambda, length)
+        return batch, max(1, int(self.batch_size) // length)
+
+    def _minibatch(
+        self, batch: RolloutBatch | SequenceBatch, rows: torch.Tensor
+    ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
+        """The valid steps of the minibatch ``rows`` (steps, or sequences), and the current
+        logits and values on them."""
+        if isinstance(batch, SequenceBatch):
+            sequences = batch.select(rows)
+            obs, state, starts = sequences.obs, sequences.initial_state, sequences.starts
+            logits, values, _ = self._unroll(obs, state, starts)  # type: ignore[arg-type]
+            return sequences.valid_steps(), logits[sequences.valid], values[sequences.valid]
+        minibatch = RolloutBatch(*(_rows(field, rows) for field in batch))
+        logits, values = self._heads(minibatch.obs)
+        return minibatch, logits, values
+
+    def _update(
+        self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
+    ) -> tuple[float, float]:
+        """One clipped-objective gradient step on a minibatch, given the current ``logits``
+        and ``values`` on its steps."""
         distribution = self._distribution(logits)
-        log_probs = distribution.log_prob(batch.actions[rows])
-        log_ratio = log_probs - batch.log_probs[rows]
+        log_probs = distribution.log_prob(batch.actions)
+        log_ratio = log_probs - batch.log_probs
         ratio = log_ratio.exp()
-        advantages = batch.advantages[rows]
+        advantages = batch.advantages
         if self.spec.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         clip = float(self.clip_coef)
         policy_loss = -torch.min(
             ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
         ).mean()
-        returns = batch.returns[rows]
+        returns = batch.returns
         value_loss = (values - returns).pow(2)
         if self.spec.clip_value_loss:  # keep the value update near the old estimate
-            old = batch.values[rows]
+            old = batch.values
             clipped = old + (values - old).clamp(-clip, clip)
             value_loss = torch.max(value_loss, (clipped - returns).pow(2))
         entropy = distribution.entropy().mean()

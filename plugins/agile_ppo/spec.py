@@ -41,10 +41,20 @@ class PPOSpec(AlgorithmSpec):
     rollout_buffer_config: dict[str, Any] = Field(
         default_factory=dict, description="Accepted for compatibility; must be empty."
     )
-    recurrent: bool = Field(False, description="LSTM policy (recurrent PPO).")
-    max_seq_len: int = Field(32, ge=1, description="Recurrent PPO: sequence length for BPTT.")
+    recurrent: bool = Field(
+        False, description="LSTM policy (recurrent PPO): the network's encoder is an LSTM."
+    )
+    max_seq_len: int = Field(
+        32,
+        ge=1,
+        description=(
+            "Recurrent PPO: steps per training sequence (backpropagation through time); "
+            "a minibatch holds batch_size // max_seq_len sequences."
+        ),
+    )
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
-        "chunked", description="Recurrent PPO: how rollouts are cut into sequences."
+        "chunked",
+        description="Recurrent PPO: how rollouts are cut into sequences (chunked only, so far).",
     )
     share_encoders: bool = Field(True, description="Actor and critic share one encoder.")
     num_envs: int | None = Field(
@@ -66,11 +76,7 @@ class PPOSpec(AlgorithmSpec):
         return value
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
-        errors = []
-        if self.recurrent and manifest.network.simba:
-            errors.append(
-                FieldError("network.simba", "cannot be combined with algorithm.recurrent: true")
-            )
+        errors = self._recurrent_errors(manifest)
         num_envs = getattr(manifest.environment, "num_envs", None)
         if self.num_envs is not None and self.num_envs != num_envs:
             errors.append(
@@ -78,6 +84,49 @@ class PPOSpec(AlgorithmSpec):
                     "algorithm.num_envs",
                     f"{self.num_envs} disagrees with environment.num_envs ({num_envs})",
                     "remove it; PPO uses environment.num_envs",
+                )
+            )
+        return errors
+
+    def _recurrent_errors(self, manifest: TrainingManifest) -> list[FieldError]:
+        """An LSTM encoder goes with ``recurrent``, and ``recurrent`` with an LSTM encoder."""
+        network = manifest.network
+        if not self.recurrent:
+            if network.arch != "lstm":
+                return []
+            return [
+                FieldError(
+                    "network.encoder_config.arch",
+                    "'lstm' needs algorithm.recurrent: true",
+                    "set algorithm.recurrent: true, or remove arch",
+                )
+            ]
+        if network.simba:
+            message = "cannot be combined with algorithm.recurrent: true"
+            return [FieldError("network.simba", message)]
+        errors = []
+        if network.arch not in (None, "lstm"):
+            errors.append(
+                FieldError(
+                    "network.encoder_config.arch",
+                    f"'{network.arch}' carries no hidden state, but algorithm.recurrent is true",
+                    "write arch: lstm, or remove arch",
+                )
+            )
+        elif network.arch is None and network.encoder_config is not None:
+            errors.append(
+                FieldError(
+                    "network.encoder_config",
+                    "describes an MLP encoder, but algorithm.recurrent is true",
+                    "give the LSTM's fields, e.g. {hidden_state_size: 64}, or remove it",
+                )
+            )
+        if self.bptt_sequence_type != "chunked":
+            errors.append(
+                FieldError(
+                    "algorithm.bptt_sequence_type",
+                    f"'{self.bptt_sequence_type}' is not available yet",
+                    "use chunked",
                 )
             )
         return errors

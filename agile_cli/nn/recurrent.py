@@ -1,0 +1,107 @@
+"""The torch module of a recurrent (LSTM) encoder, built from :class:`LSTMArch`.
+
+Its parameters are ``lstm.*`` (``nn.LSTM``'s own names, ``lstm.weight_ih_l0`` and so on, whose
+rows stack the input, forget, cell and output gates: :func:`agile_cli.nn.transfer.gate_blocks`
+resizes them gate by gate) and ``out``, the linear layer to the latent. Parameter mutation
+leaves the ``lstm`` tensors alone (it skips names containing ``lstm``).
+
+The encoder reads observation sequences time-major, ``[T, B, ...]``, from a hidden state
+``(h, c)`` of two ``[num_layers, B, hidden_state_size]`` tensors, and can reset the state of
+single sequences to zeros where a new episode starts inside them.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import torch
+from torch import nn
+from torch.nn.utils import skip_init
+
+from agile_cli.nn.modules import make_activation
+from agile_cli.nn.recurrent_arch import LSTMArch
+
+LSTMState = tuple[torch.Tensor, torch.Tensor]
+"""An LSTM's ``(h, c)``, each ``[num_layers, batch, hidden_state_size]``."""
+
+_LATENT_GAIN = 2**0.5
+
+
+def _segments(starts: torch.Tensor) -> list[int]:
+    """The steps at which some sequence starts a new episode, with step 0 always included:
+    between two of them every sequence runs uninterrupted."""
+    inside = torch.nonzero(starts[1:].any(dim=1)).flatten() + 1
+    return [0, *inside.tolist()]
+
+
+class LSTMEncoder(nn.Module):
+    """``nn.LSTM`` over flattened observations, then a ``Linear`` to the latent (``out``).
+
+    The LSTM's weights are orthogonal and its biases zero (as in CleanRL's recurrent PPO);
+    ``out`` is orthogonal with gain sqrt 2, like a hidden layer.
+
+    :param n_in: input width (observations are flattened after the time and batch dimensions).
+    :param arch: the LSTM's architecture.
+    :param n_out: width of the latent.
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self, n_in: int, arch: LSTMArch, n_out: int, generator: torch.Generator | None = None
+    ) -> None:
+        super().__init__()
+        self.num_layers = arch.num_layers
+        self.hidden_size = arch.hidden_state_size
+        dropout = arch.dropout if arch.num_layers > 1 else 0.0
+        # Uninitialised, like skip_init (which refuses nn.LSTM's signature), then seeded below.
+        self.lstm = nn.LSTM(
+            n_in, arch.hidden_state_size, arch.num_layers, dropout=dropout, device="meta"
+        ).to_empty(device="cpu")
+        self.out = skip_init(nn.Linear, arch.hidden_state_size, n_out)
+        with torch.no_grad():
+            for name, parameter in self.lstm.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(parameter, 1.0, generator=generator)
+                else:
+                    nn.init.zeros_(parameter)
+            nn.init.orthogonal_(self.out.weight, _LATENT_GAIN, generator=generator)
+            nn.init.zeros_(self.out.bias)
+        self.out_act = make_activation(arch.activation)
+
+    def initial_state(self, batch: int) -> LSTMState:
+        """A zero state for ``batch`` sequences, on the module's device."""
+        weight = self.out.weight
+        shape = (self.num_layers, batch, self.hidden_size)
+        return weight.new_zeros(shape), weight.new_zeros(shape)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: LSTMState | None = None,
+        starts: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, LSTMState]:
+        """The latent along sequences ``x`` of shape ``[T, B, ...]``, and the final state.
+
+        :param state: the state before the first step.
+        :param starts: ``[T, B]`` booleans, True where a sequence's state is reset to zeros
+            before that step (a new episode starts there); None: no resets.
+        :returns: the latent ``[T, B, n_out]`` and the state after the last step.
+        """
+        if state is None:
+            raise TypeError(
+                "a recurrent encoder reads sequences from a hidden state: use "
+                "EvolvableNetwork.unroll(obs, state) and initial_state(batch)"
+            )
+        steps, batch = x.shape[:2]
+        x = x.reshape(steps, batch, -1)
+        h, c = state
+        if starts is None:
+            out, (h, c) = self.lstm(x, (h, c))
+        else:
+            parts = []
+            for begin, end in pairwise([*_segments(starts), steps]):
+                keep = (~starts[begin]).to(h.dtype).view(1, batch, 1)
+                part, (h, c) = self.lstm(x[begin:end], (h * keep, c * keep))
+                parts.append(part)
+            out = torch.cat(parts)
+        return self.out_act(self.out(out)), (h, c)

@@ -1,0 +1,1 @@
+"""First-party plugin: Deep Deterministic Policy Gradient (DDPG)."""

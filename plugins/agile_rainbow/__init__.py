@@ -1,0 +1,1 @@
+"""First-party plugin: Rainbow DQN."""

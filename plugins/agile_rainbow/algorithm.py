@@ -1,0 +1,169 @@
+"""Rainbow DQN.
+
+Hessel et al., "Rainbow: Combining Improvements in Deep Reinforcement Learning", AAAI 2018,
+which combines: the distributional C51 value (Bellemare, Dabney and Munos, "A Distributional
+Perspective on Reinforcement Learning", ICML 2017), dueling streams (Wang et al., ICML 2016),
+noisy networks (Fortunato et al., ICLR 2018), double-Q action selection (van Hasselt, Guez and
+Silver, AAAI 2016), prioritised replay (Schaul et al., ICLR 2016) and n-step returns.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from agile_cli.agent import LearnResult, OffPolicyAlgorithm
+from agile_cli.buffers import Transitions
+from agile_cli.nn.noisy import mean_weights, reset_noise, scale_sigmas
+from agile_rainbow.spec import RainbowDQNSpec
+
+
+def project_distribution(
+    probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """C51's projection of the distribution of ``r + discount * Z`` back onto ``support``.
+
+    Each atom ``z_j`` moves to ``Tz_j = r + discount * z_j``, clipped into
+    ``[v_min, v_max]``, and its probability is split between the two atoms either side of
+    ``Tz_j`` in proportion to closeness (all of it to one atom when ``Tz_j`` lands on it).
+
+    :param probs: ``[batch, atoms]`` probabilities of ``Z`` on ``support``.
+    :param rewards: ``[batch]`` rewards (n-step returns).
+    :param discounts: ``[batch]`` multipliers of ``Z``; zero where the episode ended.
+    :param support: ``[atoms]`` evenly spaced atom values, ``v_min`` to ``v_max``.
+    :returns: ``[batch, atoms]`` probabilities on ``support``.
+    """
+    atoms = support.shape[0]
+    v_min, v_max = float(support[0]), float(support[-1])
+    moved = (rewards.unsqueeze(1) + discounts.unsqueeze(1) * support).clamp(v_min, v_max)
+    position = (moved - v_min) / ((v_max - v_min) / (atoms - 1))  # in [0, atoms - 1]
+    lower = position.floor().clamp(max=atoms - 1)
+    upper_share = position - lower  # 0 when Tz_j lands on an atom
+    lower = lower.long()
+    upper = (lower + 1).clamp(max=atoms - 1)
+    projected = torch.zeros_like(probs)
+    projected.scatter_add_(1, lower, probs * (1.0 - upper_share))
+    projected.scatter_add_(1, upper, probs * upper_share)
+    return projected
+
+
+def dueling_log_probs(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities ``[batch, actions, atoms]`` of the return distribution of each
+    action, from the value stream ``[batch, atoms]`` and the advantage stream
+    ``[batch, actions * atoms]``: the logits are ``V + A - mean_a A``, atom by atom."""
+    advantage = advantage.view(value.shape[0], -1, value.shape[1])
+    logits = value.unsqueeze(1) + advantage - advantage.mean(dim=1, keepdim=True)
+    return logits.log_softmax(dim=-1)
+
+
+class RainbowDQN(OffPolicyAlgorithm):
+    """Rainbow: a C51 dueling network with noisy heads, a double-Q target and a soft-updated
+    target network, learning from n-step returns out of prioritised replay.
+
+    The network has two heads, ``value`` (``num_atoms`` logits) and ``advantage``
+    (``actions * num_atoms``), both of noisy layers: exploration comes from their noise, drawn
+    afresh before every acting step and every gradient step, so there is no epsilon; greedy
+    (evaluation) actions use the mean weights. The loss is the cross-entropy between the
+    projected target distribution and the predicted one, weighted by the importance weights
+    of prioritised replay, which receives that cross-entropy plus ``prior_eps`` as priority.
+
+    The n-step length and whether replay is prioritised come from the ``replay_buffer``
+    section; with n-step transitions the target bootstraps with ``batch.discounts``.
+    """
+
+    spec: RainbowDQNSpec
+    lr: float
+    batch_size: int
+    learn_step: int
+    gamma: float
+    tau: float
+    beta: float
+    prior_eps: float
+    noise_std: float
+
+    def build(self) -> None:
+        if not isinstance(self.action_space, spaces.Discrete):
+            raise NotImplementedError(
+                f"RainbowDQN needs a Discrete action space, not {self.action_space}"
+            )
+        self.num_actions = int(self.action_space.n)
+        atoms = self.spec.num_atoms
+        heads = {"value": atoms, "advantage": self.num_actions * atoms}
+        online = self.add_network("q", heads, noisy_std=self.noise_std)
+        target = self.add_network("target", heads, noisy_std=self.noise_std)
+        target.load_state_dict(online.state_dict())
+        target.requires_grad_(False)
+        self.add_optimizer("q", ("q",), "lr")
+        self.support = torch.linspace(self.spec.v_min, self.spec.v_max, atoms, device=self.device)
+        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
+
+    def log_probs(self, network: str, obs: Any) -> torch.Tensor:
+        """``[batch, actions, atoms]`` log-probabilities of each action's return distribution
+        under ``network`` (``"q"`` or ``"target"``), for preprocessed observations."""
+        out = self.networks[network](obs)
+        return dueling_log_probs(out["value"], out["advantage"])
+
+    def q_values(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """``[batch, actions]`` expected returns of the distributions ``log_probs``."""
+        return log_probs.exp() @ self.support
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        online = self.networks["q"]
+        if explore:  # a new noise sample for every step
+            reset_noise(online, self.generator)
+        with torch.no_grad(), nullcontext() if explore else mean_weights(online):
+            q = self.q_values(self.log_probs("q", self.obs_tensor(obs)))
+        return q.argmax(dim=1).cpu().numpy()
+
+    def learn(self, batch: Transitions) -> LearnResult:
+        reset_noise(self.networks["q"], self.generator)
+        reset_noise(self.networks["target"], self.generator)
+        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
+        size = batch.rewards.shape[0]
+        rows = torch.arange(size, device=self.device)
+        # One pass of the online network over obs and next_obs; next_obs needs no gradient.
+        both = self.log_probs("q", _concat(obs, next_obs))
+        taken = both[rows, batch.actions.long().view(-1)]
+        with torch.no_grad():
+            # Double Q: the online network chooses the next action, the target evaluates it.
+            next_actions = self.q_values(both[size:].detach()).argmax(dim=1)
+            next_probs = self.log_probs("target", next_obs)[rows, next_actions].exp()
+            discount = batch.discounts if self.n_step_returns else self.gamma
+            discounts = discount * (1.0 - batch.terminated)
+            target = project_distribution(next_probs, batch.rewards, discounts, self.support)
+        cross_entropy = -(target * taken).sum(dim=-1)
+        loss = (batch.weights * cross_entropy).mean()
+        optimizer = self.optimizers["q"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.parameter_list("q"), 10.0)
+        optimizer.step()
+        with torch.no_grad():  # target <- target + tau * (online - target)
+            torch._foreach_lerp_(self.parameter_list("target"), self.parameter_list("q"), self.tau)
+        return LearnResult(float(loss.detach()), cross_entropy.detach() + self.prior_eps)
+
+    @property
+    def per_beta(self) -> float:
+        """Prioritised replay's importance exponent, annealed from ``beta`` to 1 over training."""
+        progress = min(1.0, self.record.steps / self.context.training.max_steps)
+        return self.beta + (1.0 - self.beta) * progress
+
+    def set_hyperparameter(self, name: str, value: float | int) -> None:
+        """As the base class; a new ``noise_std`` also rescales every noisy layer's sigma by
+        new / old, and is the scale of noisy layers an architecture change adds."""
+        if name == "noise_std":
+            for network in self.networks.values():
+                scale_sigmas(network, value / self.noise_std)
+                network.noisy_std = float(value)
+        super().set_hyperparameter(name, value)
+
+
+def _concat(first: Any, second: Any) -> Any:
+    """Two observation batches as one (dict observations key by key)."""
+    if isinstance(first, dict):
+        return {key: torch.cat([first[key], second[key]]) for key in first}
+    return torch.cat([first, second])

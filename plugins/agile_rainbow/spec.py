@@ -1,0 +1,114 @@
+"""The ``algorithm`` section of RainbowDQN."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from agile_cli import AlgorithmSpec, FieldError
+
+if TYPE_CHECKING:
+    from agile_cli import TrainingManifest
+
+
+class RainbowDQNSpec(AlgorithmSpec):
+    """Rainbow (Hessel et al., 2018): a distributional, dueling, noisy, double DQN that learns
+    from prioritised replay and n-step returns.
+
+    Prioritised replay and n-step returns are switched on in the ``replay_buffer`` section
+    (``per_buffer``, ``n_step_buffer``), where the n-step length also lives.
+    """
+
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
+    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(
+        1e-3, gt=0, le=1, description="Soft update rate of the target network (1 copies it)."
+    )
+    beta: float = Field(
+        0.4,
+        ge=0,
+        le=1,
+        description="Prioritised replay: initial importance-sampling exponent, annealed to 1 "
+        "over max_steps.",
+    )
+    prior_eps: float = Field(
+        1e-6, gt=0, description="Prioritised replay: added to every priority (keeps it > 0)."
+    )
+    num_atoms: int = Field(
+        51, ge=2, description="Atoms of the return distribution's support (C51 uses 51)."
+    )
+    v_min: float = Field(
+        0.0,
+        description="Lowest value of the support. The default suits positive returns such as "
+        "CartPole's; lower it for environments with negative returns.",
+    )
+    v_max: float = Field(
+        200.0, validate_default=True, description="Highest value of the support; above v_min."
+    )
+    noise_std: float = Field(
+        0.5,
+        gt=0,
+        description="Initial noise scale sigma_0 of the noisy layers (exploration); mutating it "
+        "rescales every layer's sigma by new / old.",
+    )
+    n_step: int | None = Field(
+        None,
+        ge=1,
+        description="Derived from replay_buffer.n_step_buffer_args.n_step; leave it out "
+        "(if given, it must agree).",
+    )
+    combined_reward: bool = Field(
+        False,
+        description="Not available (must be false): the replay buffer holds either n-step or "
+        "1-step transitions, not both, so there is no second loss to add.",
+    )
+
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "lr", "batch_size", "learn_step", "gamma", "tau", "beta", "prior_eps", "noise_std",
+    )  # fmt: skip
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    supports_per: ClassVar[bool] = True
+    supports_n_step: ClassVar[bool] = True
+
+    @field_validator("v_max")
+    @classmethod
+    def _above_v_min(cls, value: float, info: ValidationInfo) -> float:
+        v_min = info.data.get("v_min")
+        if v_min is not None and value <= v_min:
+            raise ValueError(f"must be greater than v_min ({v_min})")
+        return value
+
+    @field_validator("combined_reward")
+    @classmethod
+    def _not_combined(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "not available: the replay buffer holds n-step or 1-step transitions, not both"
+            )
+        return value
+
+    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
+        if self.n_step is None:
+            return []
+        replay = manifest.replay_buffer
+        if replay is None or not replay.n_step_buffer:
+            return [
+                FieldError(
+                    "algorithm.n_step",
+                    "has no effect without replay_buffer.n_step_buffer",
+                    f"remove it, or set replay_buffer.n_step_buffer: true and "
+                    f"n_step_buffer_args.n_step: {self.n_step}",
+                )
+            ]
+        if self.n_step != replay.n_step_buffer_args.n_step:
+            return [
+                FieldError(
+                    "algorithm.n_step",
+                    f"{self.n_step} disagrees with replay_buffer.n_step_buffer_args.n_step "
+                    f"({replay.n_step_buffer_args.n_step})",
+                    "remove it; RainbowDQN uses replay_buffer.n_step_buffer_args.n_step",
+                )
+            ]
+        return []

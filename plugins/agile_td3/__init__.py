@@ -1,0 +1,1 @@
+"""First-party plugin: Twin Delayed DDPG (TD3)."""

@@ -1,0 +1,65 @@
+"""Twin Delayed Deep Deterministic policy gradient.
+
+Fujimoto, van Hoof and Meger, "Addressing Function Approximation Error in Actor-Critic
+Methods", ICML 2018.
+
+TD3 subclasses the first-party DDPG plugin's implementation (acting, action scaling,
+exploration noise, target updates, checkpoint state): importing another first-party plugin is
+accepted for this pair, since TD3 is DDPG with three changes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from agile_cli.agent import LearnResult
+from agile_cli.buffers import Transitions
+from agile_ddpg.algorithm import DDPG
+from agile_td3.spec import TD3Spec
+
+
+class TD3(DDPG):
+    """DDPG with twin critics, delayed policy updates and target-policy smoothing
+    (Fujimoto et al., 2018).
+
+    Both critics regress onto ``r + discount * (1 - terminated) * min(Q1'(s', a'), Q2'(s', a'))``
+    where ``a' = clip(mu'(s') + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``; every
+    ``policy_freq``-th learn call the actor climbs ``Q1(s, mu(s))`` and the targets follow. Each
+    critic has its own optimizer, and both follow ``lr_critic``. Actions, exploration, n-step
+    returns and prioritised replay work as in :class:`~agile_ddpg.algorithm.DDPG`; the new
+    priorities are critic 1's absolute TD errors.
+    """
+
+    critics: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")
+
+    spec: TD3Spec
+
+    def learn(self, batch: Transitions) -> LearnResult:
+        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
+        actions = self.to_unit(batch.actions)
+        with torch.no_grad():
+            next_actions = self.policy_actions("actor_target", next_obs)
+            next_actions = (next_actions + self.smoothing_noise(next_actions.shape)).clamp(-1, 1)
+            next_q = torch.minimum(  # clipped double Q: the smaller of the two estimates
+                self.q_values("critic_1_target", next_obs, next_actions),
+                self.q_values("critic_2_target", next_obs, next_actions),
+            )
+            td_target = batch.rewards + self.bootstrap(batch) * next_q
+        q_1 = self.q_values("critic_1", obs, actions)
+        q_2 = self.q_values("critic_2", obs, actions)
+        errors = (q_1 - td_target).pow(2) + (q_2 - td_target).pow(2)
+        loss = (batch.weights * errors).mean()
+        self.minimise(loss, self.critics)
+        self.learn_counter += 1
+        if self.learn_counter % self.policy_freq == 0:  # the delayed policy update
+            self.update_actor("critic_1", obs)
+            self.soft_update_targets()
+        return LearnResult(float(loss.detach()), (q_1 - td_target).detach().abs() + 1e-6)
+
+    def smoothing_noise(self, shape: torch.Size) -> torch.Tensor:
+        """Target-policy smoothing noise: N(0, policy_noise), clipped to +-noise_clip."""
+        noise = torch.randn(shape, generator=self.generator).to(self.device)
+        clip = self.spec.noise_clip
+        return (noise * self.spec.policy_noise).clamp(-clip, clip)

@@ -1,0 +1,38 @@
+"""The ``algorithm`` section of TD3: DDPG's, plus target-policy smoothing.
+
+TD3 extends the first-party DDPG plugin (its spec here, its implementation in
+``agile_td3.algorithm``): importing another first-party plugin is accepted for this pair,
+since TD3 is DDPG with three changes.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from agile_ddpg.spec import DDPGSpec
+
+
+class TD3Spec(DDPGSpec):
+    """Twin Delayed DDPG (Fujimoto et al., 2018), for Box action spaces."""
+
+    tau: float = Field(
+        5e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
+    )
+    policy_freq: int = Field(
+        2,
+        ge=1,
+        description="Critic updates per actor update (TD3's policy delay); the targets follow "
+        "with the actor.",
+    )
+    policy_noise: float = Field(
+        0.2,
+        ge=0,
+        description="New in agile (not in the reference schema): standard deviation of the "
+        "target-policy smoothing noise added to target actions, in [-1, 1] action units.",
+    )
+    noise_clip: float = Field(
+        0.5,
+        ge=0,
+        description="New in agile (not in the reference schema): the smoothing noise is "
+        "clipped to [-noise_clip, noise_clip].",
+    )

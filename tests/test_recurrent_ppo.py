@@ -1,0 +1,323 @@
+"""Recurrent PPO: the LSTM encoder and its mutations, hidden state through rollouts and
+evaluation, sequence minibatches, and the plugin's conformance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agile_cli.errors import ManifestError
+from agile_cli.models.network import NetworkSpec
+from agile_cli.nn.arch import MLPArch, NetworkArch, arch_from_spec
+from agile_cli.nn.modules import EvolvableNetwork
+from agile_cli.nn.recurrent_arch import LSTMArch
+from agile_cli.nn.transfer import transfer_optimizer_state
+from agile_cli.plugins import registry_or_default
+from agile_cli.rollout import PolicyRecord, Rollout
+from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.training import setup
+from agile_cli.training.runners import OnPolicyRunner, first_episode_returns
+from agile_ppo.wrappers import MaskVelocity
+
+ENVS = Path(__file__).parent / "pomdp"
+LSTM_NETWORK = {
+    "latent_dim": 16,
+    "encoder_config": {"arch": "lstm", "hidden_state_size": 16},
+    "head_config": {"hidden_size": [16]},
+}
+RECURRENT = {"recurrent": True, "max_seq_len": 4}
+VECTOR = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def _recall(num_envs: int = 2, **config: object) -> dict:
+    return {"name": "recall", "entrypoint": "recall.py:make_recall", "path": str(ENVS),
+            "num_envs": num_envs, "sync": True, "config": config}  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny networks: one thread avoids OpenMP waits on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _arch(hidden: int = 32, **lstm: object) -> NetworkArch:
+    return NetworkArch(LSTMArch(hidden, **lstm), 16, 8, 64, MLPArch((16,)))  # type: ignore[arg-type]
+
+
+def _net(arch: NetworkArch, seed: int = 0) -> EvolvableNetwork:
+    heads = {"policy": 2, "value": 1}
+    return EvolvableNetwork(arch, VECTOR, heads, generator=torch.Generator().manual_seed(seed))
+
+
+def _resized(net: EvolvableNetwork, hidden: int) -> EvolvableNetwork:
+    return net.rebuilt(
+        replace(net.arch, encoder=replace(net.arch.encoder, hidden_state_size=hidden))
+    )
+
+
+def _gates(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tensor.detach().chunk(4)
+
+
+def _recurrent_member(environment: dict | None = None, **options: object):
+    manifest = tiny_manifest(
+        "PPO", algorithm_options={**RECURRENT, **options}, network=LSTM_NETWORK,
+        environment=environment or _recall(),
+    )  # fmt: skip
+    return tiny_population(manifest, size=1)[0], manifest
+
+
+def _env(manifest, seed: int = 0):
+    return setup.build_environment(manifest, registry_or_default(None), seed=seed)
+
+
+# -- the LSTM encoder and its mutations ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("hidden", [48, 16])
+def test_node_mutations_keep_each_gates_weights(hidden: int) -> None:
+    old = _net(_arch(32))
+    with torch.no_grad():  # biases start at zero: give them something to keep
+        old.encoder.lstm.bias_ih_l0.normal_()
+        old.encoder.lstm.bias_hh_l0.normal_()
+    new = _resized(old, hidden)
+    keep = min(32, hidden)
+    for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+        before = getattr(old.encoder.lstm, name)
+        after = getattr(new.encoder.lstm, name)
+        assert after.shape[0] == 4 * hidden
+        kept = (slice(0, keep), slice(0, keep)) if name == "weight_hh_l0" else (slice(0, keep),)
+        for gate_before, gate_after in zip(_gates(before), _gates(after), strict=True):
+            assert torch.equal(gate_after[kept], gate_before[kept])
+    # A top-left copy would have put the input gate's rows where the forget gate's belong.
+    forget = _gates(new.encoder.lstm.weight_hh_l0)[1][:keep, :keep]
+    assert not torch.equal(forget, old.encoder.lstm.weight_hh_l0[hidden : hidden + keep, :keep])
+    assert torch.equal(new.encoder.out.weight[:, :keep], old.encoder.out.weight[:, :keep])
+
+
+def test_optimizer_moments_follow_the_gates() -> None:
+    old = _net(_arch(32))
+    optimizer = torch.optim.Adam(old.parameters(), lr=1e-3)
+    outputs, _ = old.unroll(torch.randn(3, 2, 3), old.initial_state(2))
+    outputs["value"].sum().backward()
+    optimizer.step()
+    new = _resized(old, 48)
+    new_optimizer = torch.optim.Adam(new.parameters(), lr=1e-3)
+    old_params, new_params = dict(old.named_parameters()), dict(new.named_parameters())
+    transfer_optimizer_state(optimizer, old_params, new_optimizer, new_params)
+    name = "encoder.lstm.weight_hh_l0"
+    moved = new_optimizer.state[new_params[name]]["exp_avg"]
+    source = optimizer.state[old_params[name]]["exp_avg"]
+    for gate_before, gate_after in zip(_gates(source), _gates(moved), strict=True):
+        assert torch.equal(gate_after[:32, :32], gate_before)
+        assert not gate_after[32:].any() and not gate_after[:, 32:].any()
+
+
+def test_lstm_arch_mutates_within_bounds_describes_and_round_trips() -> None:
+    arch = _arch(128, min_hidden_state_size=64, max_hidden_state_size=160)
+    assert arch.describe() == "lstm[128x1] -> 16 -> mlp[16]"
+    assert NetworkArch.from_dict(arch.to_dict()) == arch
+    names = [method.name for method in arch.mutation_methods()]
+    assert {"encoder.add_node", "encoder.remove_node"} <= set(names)
+    assert "encoder.add_layer" not in names  # depth is not evolved, as for SimBa
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        arch, args = arch.apply(str(rng.choice(["encoder.add_node", "encoder.remove_node"])), rng)
+        assert args["nodes"] in (16, 32, 64)
+        assert 64 <= arch.encoder.hidden_state_size <= 160
+        _net(arch)  # builds
+    deeper, _ = arch.encoder.add_layer(rng)
+    assert deeper.num_layers == 2 and deeper.remove_layer(rng)[0].num_layers == 1
+
+
+def test_arch_from_spec_picks_the_lstm_for_recurrent_algorithms_only() -> None:
+    spec = NetworkSpec.model_validate(LSTM_NETWORK)
+    arch = arch_from_spec(spec, VECTOR, recurrent=True)
+    assert arch.encoder == LSTMArch(16)
+    assert arch_from_spec(NetworkSpec(), VECTOR, recurrent=True).encoder == LSTMArch(128)
+    with pytest.raises(ManifestError, match=r"recurrent"):
+        arch_from_spec(spec, VECTOR)  # an LSTM without recurrent
+    with pytest.raises(ManifestError, match=r"vector observations"):
+        arch_from_spec(NetworkSpec(), gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), recurrent=True)
+    mlp = NetworkSpec.model_validate({"encoder_config": {"hidden_size": [16]}})
+    with pytest.raises(ManifestError, match=r"describes an MLP"):
+        arch_from_spec(mlp, VECTOR, recurrent=True)
+
+
+def test_unrolling_with_starts_equals_stepping_with_resets() -> None:
+    net = _net(_arch(16))
+    obs = torch.randn(6, 3, 3)
+    starts = torch.zeros(6, 3, dtype=torch.bool)
+    starts[2, 0] = starts[4, 1] = starts[4, 2] = True
+    start_state = tuple(torch.randn_like(part) for part in net.initial_state(3))
+    outputs, final = net.unroll(obs, start_state, starts)
+    state, values = start_state, []
+    for t in range(6):
+        keep = (~starts[t]).float().view(1, 3, 1)
+        out, state = net.unroll(obs[t : t + 1], tuple(part * keep for part in state))
+        values.append(out["value"])
+    assert torch.allclose(torch.cat(values), outputs["value"], atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(final, state, strict=True))
+    with pytest.raises(TypeError, match="unroll"):
+        net(obs[0])
+
+
+# -- hidden state while acting -------------------------------------------------------------------
+
+
+def test_the_state_carries_the_first_observation() -> None:
+    member, _ = _recurrent_member()
+    values = []
+    for bit in (1.0, -1.0):
+        member.reset_state()
+        member.policy_step(torch.tensor([[bit], [bit]]))
+        for _ in range(3):
+            _, record = member.policy_step(torch.zeros(2, 1))
+        values.append(record.values)
+    assert not torch.allclose(values[0], values[1])
+    # Forgetting one environment's state makes it act as from a fresh start.
+    member.reset_state()
+    member.policy_step(torch.tensor([[1.0], [1.0]]))
+    member.reset_state(np.array([False, True]))
+    _, record = member.policy_step(torch.zeros(2, 1))
+    member.reset_state()
+    _, fresh = member.policy_step(torch.zeros(2, 1))
+    assert torch.allclose(record.values[1], fresh.values[1], atol=1e-6)
+    assert not torch.allclose(record.values[0], fresh.values[0])
+
+
+def test_collection_resets_the_state_where_episodes_start() -> None:
+    member, manifest = _recurrent_member(_recall(3, length=4, random_length=True), learn_step=60)
+    env = _env(manifest, seed=3)
+    rollouts = []
+    member.learn = lambda rollout, last_obs: rollouts.append(rollout) or 0.0  # type: ignore[method-assign]
+    OnPolicyRunner(env).train(member, 60, lambda n: None)
+    # Sequences of one step: initial_state holds the state each step was acted from.
+    steps = rollouts[0].finish_sequences(torch.zeros(3), 0.99, 0.95, 1)
+    valid = steps.valid.reshape(-1, 3)
+    starts = torch.ones_like(valid)
+    starts[1:] = ~valid[:-1]  # the step after a reset step begins an episode
+    norms = steps.initial_state[0].abs().sum(dim=(0, 2)).reshape(-1, 3)
+    assert 0 < int(starts[1:].sum()) < starts[1:].numel()
+    assert (norms[starts] == 0).all() and (norms[~starts] > 0).all()
+
+
+def test_evaluation_starts_from_a_fresh_state_and_carries_it() -> None:
+    member, manifest = _recurrent_member()
+    env = _env(manifest)
+    member.policy_step(torch.ones(2, 1))  # leaves a state behind
+    seen = []
+    act = member.act
+
+    def spy(obs: np.ndarray, *, explore: bool) -> np.ndarray:
+        seen.append(member.hidden_state)
+        return act(obs, explore=explore)
+
+    member.act = spy  # type: ignore[method-assign]
+    first_episode_returns(member, env, max_steps=None)
+    assert seen[0] is None  # reset after env.reset()
+    assert len(seen) == 4 and all(state[0].abs().sum() > 0 for state in seen[1:])
+
+
+# -- sequence minibatches ------------------------------------------------------------------------
+
+
+def test_sequences_cut_pad_and_flag_a_hand_checked_rollout() -> None:
+    # 5 steps of 2 environments in sequences of 2: chunk k of env n is sequence 2k + n.
+    # Env 1's step 2 only resets it (invalid): its step 3 starts an episode inside chunk 1.
+    # Env 0's step 3 only resets it: its step 4 starts chunk 2, whose stored state is reset.
+    rollout = Rollout()
+    for t in range(5):
+        valid = np.array([t != 3, t != 2])
+        value = torch.tensor([10.0 * t, 10.0 * t + 1])
+        state = (value.view(1, 2, 1), -value.view(1, 2, 1))
+        record = PolicyRecord(value.long(), torch.zeros(2), torch.zeros(2), state)
+        rollout.add(value.view(2, 1), record, np.zeros(2), np.zeros(2, bool), np.zeros(2, bool),
+                    valid)  # fmt: skip
+    batch = rollout.finish_sequences(torch.zeros(2), 0.99, 0.95, 2)
+    assert len(batch) == 6 and batch.valid.shape == (2, 6)
+    assert batch.obs[..., 0].tolist() == [[0, 1, 20, 21, 40, 41], [10, 11, 30, 31, 0, 0]]
+    assert batch.actions.tolist() == [[0, 1, 20, 21, 40, 41], [10, 11, 30, 31, 0, 0]]
+    assert batch.valid.tolist() == [[True, True, True, False, True, True],
+                                    [True, True, False, True, False, False]]  # fmt: skip
+    assert batch.starts.tolist() == [[False] * 6, [False, False, False, True, False, False]]
+    h, c = batch.initial_state
+    assert h.flatten().tolist() == [0, 1, 20, 21, 40, 41] and torch.equal(c, -h)
+    picked = batch.select(torch.tensor([3, 0]))
+    assert picked.obs[..., 0].tolist() == [[21, 0], [31, 10]]
+    assert picked.initial_state[0].flatten().tolist() == [21, 0]
+    assert picked.valid_steps().obs.flatten().tolist() == [0, 31, 10]
+
+
+def test_a_minibatch_re_runs_collection_exactly_before_the_first_update() -> None:
+    member, manifest = _recurrent_member(_recall(3, random_length=True), learn_step=48)
+    env = _env(manifest, seed=1)
+    minibatch = member._minibatch
+    checked = []
+
+    def spy(batch, rows):
+        steps, logits, values = minibatch(batch, rows)
+        if not checked:
+            log_probs = member._distribution(logits).log_prob(steps.actions)
+            checked.append(torch.allclose(log_probs, steps.log_probs, atol=1e-6))
+            checked.append(torch.allclose(values, steps.values, atol=1e-6))
+        return steps, logits, values
+
+    member._minibatch = spy  # type: ignore[method-assign]
+    OnPolicyRunner(env).train(member, 48, lambda n: None)
+    assert checked == [True, True]
+
+
+# -- the plugin as a whole -----------------------------------------------------------------------
+
+
+def test_recurrent_ppo_conforms(tmp_path: Path) -> None:
+    check_conformance("PPO", tmp_path, algorithm_options=RECURRENT, network=LSTM_NETWORK)
+
+
+@pytest.mark.parametrize("share_encoders", [True, False])
+def test_recurrent_ppo_trains_and_evolves(tmp_path: Path, share_encoders: bool) -> None:
+    manifest = tiny_manifest(
+        "PPO", algorithm_options={**RECURRENT, "share_encoders": share_encoders},
+        network=LSTM_NETWORK, environment=_recall(),
+        mutation={"probabilities": {"no_mut": 0, "arch_mut": 1, "params_mut": 0, "rl_hp_mut": 0}},
+    )  # fmt: skip
+    result = smoke_train(manifest, tmp_path / "run")
+    assert len(result.fitnesses) == 2 and all(np.isfinite(result.fitnesses))
+    assert all(member.arch.encoder.kind == "lstm" for member in result.population)
+    methods = {method.name for method in result.population[0].arch.mutation_methods()}
+    assert all(m.record.mutation.split("(")[0] in methods for m in result.population)
+
+
+def test_manifests_that_mix_up_recurrence_are_refused(run, write) -> None:
+    base = "environment: {name: CartPole-v1}\nalgorithm:\n  name: PPO\n"
+    cases = {
+        "  recurrent: true\nnetwork: {simba: true}\n": "network.simba",
+        "network: {arch: lstm, encoder_config: {hidden_state_size: 32}}\n": "recurrent: true",
+        "  recurrent: true\n  bptt_sequence_type: maximum\n": "not available yet",
+        "  recurrent: true\nnetwork: {encoder_config: {hidden_size: [16]}}\n": "MLP encoder",
+    }
+    for extra, expected in cases.items():
+        result = run("validate", str(write("manifest.yaml", base + extra)))
+        assert result.exit_code != 0 and expected in result.output, result.output
+    lstm = "network: {arch: lstm, encoder_config: {hidden_state_size: 32}}\n"
+    good = base + "  recurrent: true\n" + lstm
+    assert run("validate", str(write("manifest.yaml", good))).exit_code == 0
+
+
+def test_mask_velocity_hides_the_velocities() -> None:
+    env = MaskVelocity(gym.make("CartPole-v1"))
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        obs, *_ = env.step(1)
+    assert obs[1] == 0 and obs[3] == 0 and obs[0] != 0 and obs[2] != 0
+    assert env.observation_space.contains(obs)
