@@ -222,6 +222,16 @@ def test_ornstein_uhlenbeck_noise_statistics() -> None:
     assert np.corrcoef(noise[:, 0], following[:, 0])[0, 1] > 0.8  # a correlated process
 
 
+def test_ornstein_uhlenbeck_noise_restarts_where_episodes_start() -> None:
+    member = _member("DDPG", num_envs=3)
+    for _ in range(5):
+        member.exploration_noise(3)
+    member.reset_state(np.array([False, True, False]))
+    assert (member.ou_noise[1] == 0).all() and (member.ou_noise[[0, 2]] != 0).all()
+    member.reset_state()  # after env.reset()
+    assert (member.ou_noise == 0).all() and member.ou_noise.shape == (3, 1)
+
+
 # -- state, validation, training ---------------------------------------------------------------
 
 

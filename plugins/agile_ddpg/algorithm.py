@@ -26,9 +26,9 @@ class DDPG(OffPolicyAlgorithm):
     in [-1, 1] units, whatever the bounds.
 
     **Exploration.** With ``O_U_noise`` each environment has its own Ornstein-Uhlenbeck process
-    ``x += theta * (mean_noise - x) * dt + expl_noise * sqrt(dt) * N(0, 1)``, which runs on
-    across episodes (the member cannot see where an episode ends) and restarts at zero when the
-    number of environments changes; it is saved with checkpoints. Otherwise the noise is
+    ``x += theta * (mean_noise - x) * dt + expl_noise * sqrt(dt) * N(0, 1)``, which restarts at
+    zero where an episode starts (:meth:`reset_state`) and everywhere when the number of
+    environments changes; it is saved with checkpoints. Otherwise the noise is
     ``N(mean_noise, expl_noise)``, drawn afresh at each step.
 
     **Updates.** The critic regresses onto ``r + discount * (1 - terminated) * Q'(s', mu'(s'))``
@@ -100,6 +100,14 @@ class DDPG(OffPolicyAlgorithm):
         diffusion = self.expl_noise * np.sqrt(self.dt) * self.rng.standard_normal(shape)
         self.ou_noise = self.ou_noise + drift + diffusion
         return self.ou_noise.copy()
+
+    def reset_state(self, envs: np.ndarray | None = None) -> None:
+        """Episodes start (in every environment, or where ``envs`` is true): their
+        Ornstein-Uhlenbeck processes restart at zero."""
+        if envs is None or len(envs) != self.ou_noise.shape[0]:
+            self.ou_noise = np.zeros_like(self.ou_noise)
+        else:
+            self.ou_noise[np.asarray(envs, dtype=bool)] = 0.0
 
     def to_env(self, unit: np.ndarray) -> np.ndarray:
         """Actions in [-1, 1] as actions of the environment's Box, ``[N, *shape]``."""
