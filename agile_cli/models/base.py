@@ -26,6 +26,9 @@ class Spec(BaseModel):
         populate_by_name=True,
         validate_assignment=True,
         use_attribute_docstrings=False,
+        # Build validators on first use: `agile validate` loads every plugin's specs but
+        # validates against only a few of them.
+        defer_build=True,
     )
 
     @classmethod
