@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -158,6 +158,28 @@ class Algorithm(abc.ABC):
         if cached is None:
             cached = self._parameter_lists[network] = list(self.networks[network].parameters())
         return cached
+
+    def gradient_step(
+        self, optimizer: str, loss: torch.Tensor, max_grad_norm: float | None = None
+    ) -> None:
+        """Minimise ``loss`` with one step of the named optimizer, clipping the gradient norm
+        of its parameters to ``max_grad_norm`` when given (and positive)."""
+        plan = self._plans[optimizer]
+        self.optimizers[optimizer].zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm:
+            parameters = [p for name in plan.networks for p in self.parameter_list(name)]
+            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+        self.optimizers[optimizer].step()
+
+    def soft_update(self, pairs: Iterable[tuple[str, str]], tau: float) -> None:
+        """``target <- target + tau * (online - target)`` for each ``(target, online)`` pair of
+        network names (one fused operation over every tensor)."""
+        pairs = list(pairs)
+        targets = [p for target, _ in pairs for p in self.parameter_list(target)]
+        online = [p for _, source in pairs for p in self.parameter_list(source)]
+        with torch.no_grad():
+            torch._foreach_lerp_(targets, online, tau)
 
     def obs_tensor(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]:
         """Observations from the environment as the networks take them."""

@@ -167,12 +167,7 @@ class DDPG(OffPolicyAlgorithm):
 
     def soft_update_targets(self) -> None:
         """target <- target + tau * (online - target), for the actor and every critic."""
-        online = [p for name in ("actor", *self.critics) for p in self.parameter_list(name)]
-        targets = [
-            p for name in ("actor", *self.critics) for p in self.parameter_list(f"{name}_target")
-        ]
-        with torch.no_grad():
-            torch._foreach_lerp_(targets, online, self.tau)
+        self.soft_update([(f"{name}_target", name) for name in ("actor", *self.critics)], self.tau)
 
     # -- the rest --------------------------------------------------------------------------------
 

@@ -78,13 +78,8 @@ class DQN(OffPolicyAlgorithm):
             td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
         errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
         loss = (batch.weights * errors).mean()
-        optimizer = self.optimizers["q"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.parameter_list("q"), 10.0)
-        optimizer.step()
-        with torch.no_grad():  # target <- target + tau * (online - target)
-            torch._foreach_lerp_(self.parameter_list("target"), self.parameter_list("q"), self.tau)
+        self.gradient_step("q", loss, max_grad_norm=10.0)
+        self.soft_update([("target", "q")], self.tau)
         return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)
 
     @property

@@ -254,12 +254,7 @@ class PPO(OnPolicyAlgorithm):
             value_loss = torch.max(value_loss, (clipped - returns).pow(2))
         entropy = distribution.entropy().mean()
         loss = policy_loss + self.vf_coef * 0.5 * value_loss.mean() - self.ent_coef * entropy
-        optimizer = self.optimizers["policy"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.parameters(), self.max_grad_norm)
-        optimizer.step()
+        self.gradient_step("policy", loss, max_grad_norm=self.max_grad_norm)
         with torch.no_grad():
             approx_kl = float(((ratio - 1.0) - log_ratio).mean())  # Schulman's k3 estimator
         return float(loss.detach()), approx_kl

@@ -137,13 +137,8 @@ class RainbowDQN(OffPolicyAlgorithm):
             target = project_distribution(next_probs, batch.rewards, discounts, self.support)
         cross_entropy = -(target * taken).sum(dim=-1)
         loss = (batch.weights * cross_entropy).mean()
-        optimizer = self.optimizers["q"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.parameter_list("q"), 10.0)
-        optimizer.step()
-        with torch.no_grad():  # target <- target + tau * (online - target)
-            torch._foreach_lerp_(self.parameter_list("target"), self.parameter_list("q"), self.tau)
+        self.gradient_step("q", loss, max_grad_norm=10.0)
+        self.soft_update([("target", "q")], self.tau)
         return LearnResult(float(loss.detach()), cross_entropy.detach() + self.prior_eps)
 
     @property

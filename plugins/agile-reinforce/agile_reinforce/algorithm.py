@@ -75,10 +75,5 @@ class REINFORCE(OnPolicyAlgorithm):
             + self.vf_coef * baseline_loss
             - self.ent_coef * distribution.entropy().mean()
         )
-        optimizer = self.optimizers["policy"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.spec.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.parameter_list("policy"), self.spec.max_grad_norm)
-        optimizer.step()
+        self.gradient_step("policy", loss, max_grad_norm=self.spec.max_grad_norm)
         return float(loss.detach())
