@@ -18,6 +18,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread() -> Iterator[None]:
+    """The tests' networks are tiny: one thread avoids OpenMP waits on a busy machine (and
+    matches what training itself sets)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def make_host() -> Callable[..., PluginHost]:
     """Build a plugin host from the installed plugins plus the given ``(name, plugin)`` pairs."""

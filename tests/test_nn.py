@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 
 import gymnasium as gym
@@ -42,15 +41,6 @@ SPACES = {
         }
     ),
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These networks are tiny: one thread avoids OpenMP waits on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _batch(space: gym.spaces.Space, seed: int = 0) -> object:

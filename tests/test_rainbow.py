@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -16,15 +14,6 @@ from agile_cli.testing import check_conformance, tiny_manifest, tiny_population
 from agile_rainbow.algorithm import dueling_log_probs, project_distribution
 
 REPLAY = {"max_size": 1000, "per_buffer": True, "n_step_buffer": True}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These networks are tiny: one thread avoids OpenMP waits on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _member(**options):

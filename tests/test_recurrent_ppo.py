@@ -3,7 +3,6 @@ evaluation, sequence minibatches, and the plugin's conformance."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,15 +37,6 @@ VECTOR = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 def _recall(num_envs: int = 2, **config: object) -> dict:
     return {"name": "recall", "entrypoint": "recall.py:make_recall", "path": str(ENVS),
             "num_envs": num_envs, "sync": True, "config": config}  # fmt: skip
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny networks: one thread avoids OpenMP waits on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _arch(hidden: int = 32, **lstm: object) -> NetworkArch:

@@ -55,6 +55,21 @@ class AlgorithmSpec(Spec):
         """Rules that involve other sections; paths are relative to the manifest root."""
         return []
 
+    def num_envs_copy_errors(self, field: str, manifest: TrainingManifest) -> list[FieldError]:
+        """Errors for a field that only repeats ``environment.num_envs`` (kept for
+        compatibility) when it is given and disagrees."""
+        value = getattr(self, field)
+        num_envs = getattr(manifest.environment, "num_envs", None)
+        if value is None or value == num_envs:
+            return []
+        return [
+            FieldError(
+                f"algorithm.{field}",
+                f"{value} disagrees with environment.num_envs ({num_envs})",
+                f"remove it; {manifest.algorithm_name} uses environment.num_envs",
+            )
+        ]
+
 
 class EnvironmentSpec(Spec):
     """Base of every environment builder's spec."""

@@ -77,13 +77,4 @@ class DDPGSpec(AlgorithmSpec):
                     "remove it or set it to false",
                 )
             )
-        num_envs = getattr(manifest.environment, "num_envs", None)
-        if self.vect_noise_dim is not None and self.vect_noise_dim != num_envs:
-            errors.append(
-                FieldError(
-                    "algorithm.vect_noise_dim",
-                    f"{self.vect_noise_dim} disagrees with environment.num_envs ({num_envs})",
-                    f"remove it; {name} keeps one noise process per environment",
-                )
-            )
-        return errors
+        return [*errors, *self.num_envs_copy_errors("vect_noise_dim", manifest)]

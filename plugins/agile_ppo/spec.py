@@ -76,17 +76,10 @@ class PPOSpec(AlgorithmSpec):
         return value
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
-        errors = self._recurrent_errors(manifest)
-        num_envs = getattr(manifest.environment, "num_envs", None)
-        if self.num_envs is not None and self.num_envs != num_envs:
-            errors.append(
-                FieldError(
-                    "algorithm.num_envs",
-                    f"{self.num_envs} disagrees with environment.num_envs ({num_envs})",
-                    "remove it; PPO uses environment.num_envs",
-                )
-            )
-        return errors
+        return [
+            *self._recurrent_errors(manifest),
+            *self.num_envs_copy_errors("num_envs", manifest),
+        ]
 
     def _recurrent_errors(self, manifest: TrainingManifest) -> list[FieldError]:
         """An LSTM encoder goes with ``recurrent``, and ``recurrent`` with an LSTM encoder."""
