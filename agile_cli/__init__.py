@@ -11,7 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from agile_cli.backend import Backend, RunResult
-from agile_cli.environment import EnvironmentBuilder
+from agile_cli.environment import EnvironmentBuilder, MultiAgentVectorEnv
 from agile_cli.errors import (
     AgileError,
     EnvironmentNotFoundError,
@@ -98,6 +98,7 @@ __all__ = [
     "LearnResult",
     "LocalTrainer",
     "ManifestError",
+    "MultiAgentVectorEnv",
     "NStepAccumulator",
     "NetworkArch",
     "NetworkSpec",

@@ -20,14 +20,21 @@ class Family(str, enum.Enum):
 
     OFF_POLICY = "off_policy"
     ON_POLICY = "on_policy"
-    MULTI_AGENT = "multi_agent"
+    MULTI_AGENT_OFF_POLICY = "multi_agent_off_policy"
+    MULTI_AGENT_ON_POLICY = "multi_agent_on_policy"
     OFFLINE = "offline"
     BANDIT = "bandit"
     LLM = "llm"
 
     @property
     def uses_replay_buffer(self) -> bool:
-        return self in (Family.OFF_POLICY, Family.OFFLINE, Family.BANDIT)
+        return self in (
+            Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY, Family.OFFLINE, Family.BANDIT
+        )
+
+    @property
+    def multi_agent(self) -> bool:
+        return self in (Family.MULTI_AGENT_OFF_POLICY, Family.MULTI_AGENT_ON_POLICY)
 
 
 class AlgorithmSpec(Spec):
