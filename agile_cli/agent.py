@@ -131,6 +131,7 @@ class Algorithm(abc.ABC):
         head_extra: int = 0,
         *,
         noisy_std: float | None = None,
+        observation_space: gym.Space | None = None,
     ) -> EvolvableNetwork:
         """Build a network of this member's architecture and register it under ``name``.
 
@@ -138,10 +139,13 @@ class Algorithm(abc.ABC):
         :param head_extra: width of an extra head input, e.g. the action of a Q(s, a) critic.
         :param noisy_std: give the heads noisy layers of this initial noise scale
             (:class:`~agile_cli.nn.noisy.NoisyLinear`).
+        :param observation_space: what the network reads, if not the member's observations
+            (e.g. one agent's, or every agent's joined for a centralised critic).
         """
         network = EvolvableNetwork(
-            self.arch, self.observation_space, heads, head_extra=head_extra,
-            generator=self.generator, device=self.device, noisy_std=noisy_std,
+            self.arch, observation_space or self.observation_space, heads,
+            head_extra=head_extra, generator=self.generator, device=self.device,
+            noisy_std=noisy_std,
         )  # fmt: skip
         self.networks[name] = network
         return network
@@ -172,6 +176,19 @@ class Algorithm(abc.ABC):
             torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         self.optimizers[optimizer].step()
 
+    def minimise(self, loss: torch.Tensor, optimizers: tuple[str, ...]) -> None:
+        """One gradient step of ``loss`` by each named optimizer; gradients are computed for
+        their networks' parameters only (e.g. an actor's loss leaves its critic's alone)."""
+        parameters = [
+            p for name in optimizers for network in self._plans[name].networks
+            for p in self.parameter_list(network)
+        ]  # fmt: skip
+        for name in optimizers:
+            self.optimizers[name].zero_grad(set_to_none=True)
+        loss.backward(inputs=parameters)
+        for name in optimizers:
+            self.optimizers[name].step()
+
     def soft_update(self, pairs: Iterable[tuple[str, str]], tau: float) -> None:
         """``target <- target + tau * (online - target)`` for each ``(target, online)`` pair of
         network names (one fused operation over every tensor)."""
@@ -191,6 +208,11 @@ class Algorithm(abc.ABC):
     def policy(self) -> EvolvableNetwork:
         """The network whose weights parameter mutation perturbs (the first one built)."""
         return next(iter(self.networks.values()))
+
+    @property
+    def policies(self) -> list[EvolvableNetwork]:
+        """Every network parameter mutation perturbs: :attr:`policy`, or each agent's actor."""
+        return [self.policy]
 
     def hyperparameters(self) -> dict[str, float | int]:
         """Current values of every mutable hyperparameter."""

@@ -309,6 +309,79 @@ class ReplayBuffer:
         self._size = int(state["size"])
 
 
+class MultiAgentReplayBuffer(ReplayBuffer):
+    """A replay buffer for teams: each column holds one tensor per agent.
+
+    :meth:`add` takes dicts keyed by agent for observations, actions, rewards, next
+    observations and terminations (one row per environment of the vector env); sampled
+    :class:`Transitions` carry the same dicts, drawn at the same rows for every agent, so a
+    centralised critic sees what the whole team saw and did.
+
+    :param capacity: team transitions kept.
+    :param observation_spaces: each agent's (single-environment) observation space.
+    :param action_spaces: each agent's action space.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        observation_spaces: Mapping[str, spaces.Space],
+        action_spaces: Mapping[str, spaces.Space],
+        *,
+        gamma: float,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        observations = spaces.Dict(dict(observation_spaces))
+        super().__init__(capacity, observations, spaces.Discrete(1), gamma=gamma, device=device)
+        self._actions = _allocate(spaces.Dict(dict(action_spaces)), capacity, self.device)
+        self._rewards = self._per_agent(observation_spaces)
+        self._terminated = self._per_agent(observation_spaces)
+
+    def _per_agent(self, agents: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {
+            agent: torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
+            for agent in agents
+        }
+
+    def add(  # type: ignore[override]
+        self,
+        obs: Mapping[str, Any],
+        actions: Mapping[str, np.ndarray],
+        rewards: Mapping[str, np.ndarray],
+        next_obs: Mapping[str, Any],
+        terminated: Mapping[str, np.ndarray],
+        *,
+        mask: np.ndarray | None = None,
+    ) -> None:
+        """Store one row per environment; ``mask`` (``[N]`` bool) picks the rows to keep."""
+        count_all = len(next(iter(rewards.values())))
+        rows = _kept_rows(count_all, mask, self.capacity)
+        count = count_all if rows is None else rows.size
+        if count == 0:
+            return
+        start = self._position
+        for store, value in (
+            (self._obs, obs), (self._next_obs, next_obs), (self._actions, actions),
+            (self._rewards, rewards), (self._terminated, terminated),
+        ):  # fmt: skip
+            _write(store, start, _take(value, rows))
+        _write(self._discounts, start, np.full(count, self.gamma, dtype=np.float32))
+        self._position = (start + count) % self.capacity
+        self._size = min(self._size + count, self.capacity)
+
+    def _batch(self, index: torch.Tensor, weights: torch.Tensor) -> Transitions:
+        return Transitions(
+            obs=_gather(self._obs, index),
+            actions=_gather(self._actions, index),  # type: ignore[arg-type]
+            rewards=_gather(self._rewards, index),  # type: ignore[arg-type]
+            next_obs=_gather(self._next_obs, index),
+            terminated=_gather(self._terminated, index),  # type: ignore[arg-type]
+            discounts=self._discounts.index_select(0, index),
+            weights=weights,
+            indices=index,
+        )
+
+
 class SumTree:
     """A binary tree whose nodes hold the sum of their children; leaves hold slot priorities.
 

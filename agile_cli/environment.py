@@ -1,10 +1,16 @@
-"""The interface environment builders implement."""
+"""The interface environment builders implement, and the helpers they share to resolve a
+user's ``module:Callable`` references (light: nothing here imports an environment library)."""
 
 from __future__ import annotations
 
 import abc
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
+from agile_cli.errors import EnvironmentNotFoundError
 from agile_cli.models.algorithm import EnvironmentSpec
 
 
@@ -63,3 +69,70 @@ class MultiAgentVectorEnv(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the copies (and their worker processes)."""
+
+
+def resolve_reference(reference: str, base: Path, where: str) -> Any:
+    """The callable ``reference`` names: ``module:Attr`` or ``file.py:Attr``, the module tried
+    as a file under ``base`` first, then imported.
+
+    :param where: the manifest field the reference came from, for error messages.
+    :raises EnvironmentNotFoundError: the module, the attribute or the callable is missing.
+    """
+    module_part, _, attribute = reference.rpartition(":")
+    module = _import_file(module_part, base) or _import_module(module_part, where)
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise EnvironmentNotFoundError(
+                f"{where}: '{module_part}' has no attribute '{attribute}'", "check the name"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise EnvironmentNotFoundError(f"{where}: '{reference}' is not callable")
+    return target
+
+
+def resolve_wrapper(
+    item: str | tuple[str, dict[str, Any]], base: Path
+) -> tuple[Any, dict[str, Any]]:
+    """A wrapper and its keyword arguments from one ``environment.wrappers`` entry:
+    ``module:Wrapper``, ``package.module.Wrapper`` or ``(target, {kwargs})``."""
+    target, kwargs = (item, {}) if isinstance(item, str) else item
+    if ":" not in target:
+        module_name, _, attribute = target.rpartition(".")
+        target = f"{module_name}:{attribute}"
+    return resolve_reference(target, base, "environment.wrappers"), dict(kwargs)
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (not on Windows, nor macOS by default)."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def _import_file(module_part: str, base: Path) -> Any:
+    candidates = [module_part, module_part.replace(".", "/")]
+    for candidate in candidates:
+        for path in (base / candidate, base / f"{candidate}.py"):
+            if path.is_file() and path.suffix == ".py":
+                name = f"agile_user_env_{abs(hash(str(path.resolve())))}"
+                if name in sys.modules:
+                    return sys.modules[name]
+                spec = importlib.util.spec_from_file_location(name, path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                spec.loader.exec_module(module)
+                return module
+    return None
+
+
+def _import_module(name: str, where: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise EnvironmentNotFoundError(
+            f"{where}: cannot import '{name}' (no file {name}.py either)",
+            f"install it with `pip install {exc.name}`" if exc.name != name else "check the path",
+        ) from None

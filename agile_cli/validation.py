@@ -9,6 +9,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agile_cli.errors import FieldError, ManifestError
 from agile_cli.manifest import SECTIONS, SELECTION_ALIAS, TrainingManifest
+from agile_cli.models.algorithm import AlgorithmSpec
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
@@ -68,7 +69,7 @@ def validate_mapping(
     selection = _selection(data, check)
     replay = _optional(check, "replay_buffer", ReplayBufferSpec, data)
     if entry is not None and mutation is not None:
-        _check_hp_selection(mutation, entry, check)
+        _check_hp_selection(mutation, entry, algorithm, check)
     if entry is not None and replay is not None:
         replay = _check_replay_buffer(replay, entry, registry, check)
     if check.errors or None in (algorithm, environment, training, network):
@@ -192,7 +193,12 @@ def _selection(data: Mapping[str, Any], check: _Collector) -> TournamentSelectio
     return check.section(key, TournamentSelectionSpec, raw)
 
 
-def _check_hp_selection(mutation: MutationSpec, entry: AlgorithmEntry, check: _Collector) -> None:
+def _check_hp_selection(
+    mutation: MutationSpec,
+    entry: AlgorithmEntry,
+    algorithm: AlgorithmSpec | None,
+    check: _Collector,
+) -> None:
     valid = entry.spec.mutable_hyperparameters
     for name, bounds in mutation.rl_hp_selection.items():
         path = f"mutation.rl_hp_selection.{name}"
@@ -212,10 +218,12 @@ def _check_hp_selection(mutation: MutationSpec, entry: AlgorithmEntry, check: _C
             except ValidationError as exc:
                 for error in field_errors(exc, BaseModel):
                     check.add(f"{path}.{end}", error.message, f"{name} itself must allow it")
-        initial = field.default
+        written = algorithm is not None and name in algorithm.model_fields_set
+        initial = getattr(algorithm, name) if algorithm is not None else field.default
         if isinstance(initial, int | float) and not bounds.min <= initial <= bounds.max:
+            which = f"algorithm.{name}" if written else f"the default {name}"
             check.warnings.append(
-                f"{path}: the default {name} ({initial}) lies outside "
+                f"{path}: {which} ({initial}) lies outside "
                 f"[{bounds.min}, {bounds.max}]; the first mutation clips it into range"
             )
 

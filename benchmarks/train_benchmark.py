@@ -82,7 +82,8 @@ def report(rows: list[dict[str, Any]]) -> None:
 PHASES = {
     "act (policy forward)": ("agent.py:act", "algorithm.py:act", "algorithm.py:policy_step"),
     "environment step": ("vector_env.py:step", "sync_vector_env.py:step",
-                         "async_vector_env.py:step", "cartpole.py:step"),
+                         "async_vector_env.py:step", "cartpole.py:step",
+                         "multi_agent.py:step"),
     "store / sample experience": ("buffers.py:add", "buffers.py:sample", "buffers.py:push",
                                   "rollout.py:add", "rollout.py:finish"),
     "learn (gradient steps)": ("algorithm.py:learn",),

@@ -22,10 +22,13 @@ EVOLVING = {
     "mutation": {"rl_hp_selection": {"lr": {"min": 1e-4, "max": 1e-2}}},
     "tournament_selection": {"tournament_size": 2},
 }
+LOCAL_FAMILIES = (
+    Family.OFF_POLICY, Family.ON_POLICY, Family.MULTI_AGENT_OFF_POLICY, Family.MULTI_AGENT_ON_POLICY
+)  # fmt: skip
 TRAINABLE = sorted(
     name
     for name, entry in default_host().registry.algorithms.items()
-    if entry.family in (Family.OFF_POLICY, Family.ON_POLICY)
+    if entry.family in LOCAL_FAMILIES
 )
 # Toy environments in order of preference: each algorithm trains on the first whose action
 # space it accepts (CartPole: Discrete actions; Pendulum: Box actions).
@@ -33,12 +36,17 @@ TOY_ENVIRONMENTS = (
     {"name": "CartPole-v1", "num_envs": 2, "sync": True},
     {"name": "Pendulum-v1", "num_envs": 2, "sync": True},
 )
+# Teams train on a toy PettingZoo environment whose two agents differ in every space.
+TOY_TEAM = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
+            "sync": True}  # fmt: skip
 
 
 @functools.cache
 def _toy_environment(algorithm: str) -> dict:
     """The first toy environment ``algorithm`` accepts; an algorithm refuses an action space
     by raising NotImplementedError in build(), which reaches us as a TrainingError."""
+    if default_host().registry.algorithms[algorithm].family.multi_agent:
+        return TOY_TEAM
     for environment in TOY_ENVIRONMENTS:
         try:
             tiny_population(tiny_manifest(algorithm, environment=environment), size=1)

@@ -108,7 +108,8 @@ class Mutator:
         return f"{method.name}({described})" if described else method.name
 
     def _parameters(self, member: Algorithm) -> str:
-        perturb_weights(member.policy, self.spec.mutation_sd, self.rng)
+        for network in member.policies:
+            perturb_weights(network, self.spec.mutation_sd, self.rng)
         member.after_parameter_mutation()
         return "parameters"
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, ClassVar
+import re
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
@@ -29,7 +30,10 @@ class Family(str, enum.Enum):
     @property
     def uses_replay_buffer(self) -> bool:
         return self in (
-            Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY, Family.OFFLINE, Family.BANDIT
+            Family.OFF_POLICY,
+            Family.MULTI_AGENT_OFF_POLICY,
+            Family.OFFLINE,
+            Family.BANDIT,
         )
 
     @property
@@ -82,3 +86,26 @@ class EnvironmentSpec(Spec):
     """Base of every environment builder's spec."""
 
     name: str = Field(description="Environment id or label.")
+
+
+_REFERENCE = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
+
+
+def check_entrypoint(value: str | None) -> str | None:
+    """Validator of an ``entrypoint`` field: ``module:Callable`` or ``file.py:Callable``."""
+    if value is not None and not _REFERENCE.match(value):
+        raise ValueError("entrypoint must look like 'module:Callable' or 'file.py:Callable'")
+    return value
+
+
+def check_wrappers(value: list[Any]) -> list[Any]:
+    """Validator of a ``wrappers`` list: each ``module:Wrapper``, ``package.module.Wrapper``
+    or ``[wrapper, {kwargs}]``."""
+    for item in value:
+        target = item[0] if isinstance(item, tuple) else item
+        if not (_REFERENCE.match(target) or _DOTTED.match(target)):
+            raise ValueError(
+                f"wrapper {target!r} must look like 'module:Wrapper' or 'package.module.Wrapper'"
+            )
+    return value

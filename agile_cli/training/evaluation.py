@@ -35,14 +35,8 @@ def load_agent(
     )
     cls = setup.algorithm_class(manifest, registry)
     arch = NetworkArch.from_dict(saved["arch"])
-    agent = cls(
-        manifest.algorithm,
-        observation_space=env.single_observation_space,
-        action_space=env.single_action_space,
-        arch=arch,
-        context=context,
-        index=saved["index"],
-    )
+    spaces = setup.member_spaces(manifest, env)
+    agent = cls(manifest.algorithm, **spaces, arch=arch, context=context, index=saved["index"])
     agent.load_state_dict(saved)
     env.close()
     return agent, manifest

@@ -77,11 +77,14 @@ class OffPolicyRunner:
         member.reset_state()
         for t in range(max(1, steps // self.num_envs)):
             actions = member.act(obs, explore=True)
-            next_obs, rewards, terminated, truncated, _ = self.env.step(actions)
+            next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
             valid, finished = tracker.step(rewards, terminated, truncated)
             if not valid.all():  # those steps only reset: next_obs starts new episodes
                 member.reset_state(~valid)
-            self._store(obs, actions, rewards, next_obs, terminated, truncated, valid)
+            if self.n_step is None:
+                self._store(obs, actions, rewards, next_obs, terminated, valid, infos)
+            else:
+                self._store_n_step(obs, actions, rewards, next_obs, terminated, truncated, valid)
             stats.episode_returns += finished
             obs = next_obs
             if (t + 1) % every == 0 and self._ready(member):
@@ -95,6 +98,18 @@ class OffPolicyRunner:
     def _store(
         self,
         obs: Any,
+        actions: Any,
+        rewards: np.ndarray,
+        next_obs: Any,
+        terminated: np.ndarray,
+        valid: np.ndarray,
+        infos: dict[str, Any],
+    ) -> None:
+        self.buffer.add(obs, actions, rewards, next_obs, terminated, mask=valid)
+
+    def _store_n_step(
+        self,
+        obs: Any,
         actions: np.ndarray,
         rewards: np.ndarray,
         next_obs: Any,
@@ -102,9 +117,7 @@ class OffPolicyRunner:
         truncated: np.ndarray,
         valid: np.ndarray,
     ) -> None:
-        if self.n_step is None:
-            self.buffer.add(obs, actions, rewards, next_obs, terminated, mask=valid)
-            return
+        assert self.n_step is not None
         ready = self.n_step.push(obs, actions, rewards, next_obs, terminated, truncated, valid)
         if ready is not None:
             self.buffer.add(
@@ -125,6 +138,24 @@ class OffPolicyRunner:
         if result.priorities is not None and isinstance(self.buffer, PrioritizedReplayBuffer):
             self.buffer.update_priorities(batch.indices, result.priorities)
         return result.loss
+
+
+class MultiAgentOffPolicyRunner(OffPolicyRunner):
+    """The off-policy runner for teams on a :class:`~agile_cli.multi_agent.TeamEnv`: each
+    agent's reward and termination go to the shared multi-agent replay buffer."""
+
+    def _store(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: np.ndarray,
+        next_obs: Any,
+        terminated: np.ndarray,
+        valid: np.ndarray,
+        infos: dict[str, Any],
+    ) -> None:
+        agent_rewards, agent_terminated = infos["agent_rewards"], infos["agent_terminated"]
+        self.buffer.add(obs, actions, agent_rewards, next_obs, agent_terminated, mask=valid)
 
 
 def _learn_schedule(learn_step: int, num_envs: int) -> tuple[int, int]:

@@ -41,7 +41,12 @@ def build_environment_from(
     entry = registry.environment_for(manifest.family, manifest.environment_builder)
     if entry is None:
         raise TrainingError(f"no environment builder for {manifest.family.value} algorithms")
-    return entry.load()().build(spec, seed=seed)
+    env = entry.load()().build(spec, seed=seed)
+    if manifest.family.multi_agent:
+        from agile_cli.multi_agent import TeamEnv
+
+        return TeamEnv(env, manifest.training.sum_scores)
+    return env
 
 
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Algorithm]:
@@ -62,39 +67,71 @@ def build_population(
     size: int | None = None,
 ) -> list[Algorithm]:
     """``size`` (default ``pop_size``) fresh members with indices 0, 1, ..."""
-    observation_space = env.single_observation_space
+    spaces = member_spaces(manifest, env)
     if arch is None:
-        try:
-            recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
-            arch = arch_from_spec(manifest.network, observation_space, recurrent=recurrent)
-        except NotImplementedError as exc:
-            raise TrainingError(str(exc)) from None
+        arch = _arch(manifest, env)
     members = []
     for index in range(size or manifest.training.pop_size):
         try:
-            member = cls(
-                manifest.algorithm,
-                observation_space=observation_space,
-                action_space=env.single_action_space,
-                arch=arch,
-                context=context,
-                index=index,
-            )
+            member = cls(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
         except NotImplementedError as exc:
             raise TrainingError(f"{manifest.algorithm_name}: {exc}") from None
         members.append(member)
     return members
 
 
+def member_spaces(manifest: TrainingManifest, env: Any) -> dict[str, Any]:
+    """The constructor arguments that describe what members observe and do."""
+    assert manifest.family is not None
+    if manifest.family.multi_agent:
+        return {
+            "observation_spaces": env.single_observation_spaces,
+            "action_spaces": env.single_action_spaces,
+        }
+    return {
+        "observation_space": env.single_observation_space,
+        "action_space": env.single_action_space,
+    }
+
+
+def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
+    """The architecture of the network section; a team's agents share one, which must suit
+    every agent's observations."""
+    assert manifest.family is not None
+    if manifest.family.multi_agent:
+        observed = list(env.single_observation_spaces.values())
+    else:
+        observed = [env.single_observation_space]
+    recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
+    try:
+        archs = [arch_from_spec(manifest.network, s, recurrent=recurrent) for s in observed]
+    except NotImplementedError as exc:
+        raise TrainingError(str(exc)) from None
+    kinds = {type(arch.encoder).__name__ for arch in archs}
+    if len(kinds) > 1:
+        raise TrainingError(
+            f"the agents' observations call for different encoders ({', '.join(sorted(kinds))})",
+            "a team shares one architecture: flatten or wrap the observations so they match",
+        )
+    return archs[0]
+
+
 def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
     """The replay buffer the whole population shares (off-policy families), else None."""
     assert manifest.family is not None
-    if manifest.family is not Family.OFF_POLICY or manifest.replay_buffer is None:
+    if manifest.replay_buffer is None:
         return None
-    from agile_cli.buffers import PrioritizedReplayBuffer, ReplayBuffer
+    from agile_cli.buffers import MultiAgentReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 
     spec = manifest.replay_buffer
     gamma = float(getattr(manifest.algorithm, "gamma", 0.99))
+    if manifest.family is Family.MULTI_AGENT_OFF_POLICY:
+        return MultiAgentReplayBuffer(
+            spec.max_size, env.single_observation_spaces, env.single_action_spaces,
+            gamma=gamma, device=device,
+        )  # fmt: skip
+    if manifest.family is not Family.OFF_POLICY:
+        return None
     spaces = (env.single_observation_space, env.single_action_space)
     if spec.per_buffer:
         return PrioritizedReplayBuffer(
@@ -105,10 +142,21 @@ def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> 
 
 def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Any:
     """The runner that trains one member for one generation."""
-    from agile_cli.training.runners import OffPolicyRunner, OnPolicyRunner
+    from agile_cli.training.runners import (
+        MultiAgentOffPolicyRunner,
+        OffPolicyRunner,
+        OnPolicyRunner,
+    )
 
     if manifest.family is Family.ON_POLICY:
         return OnPolicyRunner(env)
+    if manifest.family is Family.MULTI_AGENT_OFF_POLICY:
+        delay = manifest.training.learning_delay
+        return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
+    if manifest.family is Family.MULTI_AGENT_ON_POLICY:
+        from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner
+
+        return MultiAgentOnPolicyRunner(env)
     if manifest.family is Family.OFF_POLICY:
         n_step = None
         spec = manifest.replay_buffer
@@ -123,7 +171,7 @@ def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Any:
     assert manifest.family is not None
     raise TrainingError(
         f"local training of {manifest.family.value} algorithms is not available yet",
-        "single-agent on- and off-policy algorithms train locally today",
+        "single- and multi-agent on- and off-policy algorithms train locally today",
     )
 
 

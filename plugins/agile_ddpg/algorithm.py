@@ -151,15 +151,6 @@ class DDPG(OffPolicyAlgorithm):
         discount = batch.discounts if self.n_step_returns else self.gamma
         return discount * (1.0 - batch.terminated)
 
-    def minimise(self, loss: torch.Tensor, optimizers: tuple[str, ...]) -> None:
-        """One gradient step of ``loss`` by each named optimizer (its network's gradients only)."""
-        parameters = [p for name in optimizers for p in self.parameter_list(name)]
-        for name in optimizers:
-            self.optimizers[name].zero_grad(set_to_none=True)
-        loss.backward(inputs=parameters)
-        for name in optimizers:
-            self.optimizers[name].step()
-
     def update_actor(self, critic: str, obs: Any) -> None:
         """Move the actor up the gradient of ``critic``'s Q(s, mu(s))."""
         actor_loss = -self.q_values(critic, obs, self.policy_actions("actor", obs)).mean()

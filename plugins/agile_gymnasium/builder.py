@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 
 from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError
+from agile_cli.environment import can_fork, resolve_reference, resolve_wrapper
 from agile_gymnasium.spec import GymEnvSpec
 
 # Packages that provide environment families, for the install hint.
@@ -43,7 +41,7 @@ class GymBuilder(EnvironmentBuilder):
         if spec.sync or spec.num_envs == 1:
             envs: gym.vector.VectorEnv = gym.vector.SyncVectorEnv(factories)
         else:
-            envs = gym.vector.AsyncVectorEnv(factories, context="fork" if _can_fork() else None)
+            envs = gym.vector.AsyncVectorEnv(factories, context="fork" if can_fork() else None)
         envs.reset(seed=seed)
         return envs
 
@@ -52,11 +50,11 @@ class GymBuilder(EnvironmentBuilder):
         """A picklable-enough callable making one wrapped environment; resolves eagerly."""
         base = Path(spec.path) if spec.path else Path.cwd()
         if spec.entrypoint:
-            make_env = _resolve(spec.entrypoint, base, "environment.entrypoint")
+            make_env = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
         else:
             _check_registered(spec.name)
             make_env = _registered(spec.name)
-        wrappers = [_wrapper(item, base) for item in spec.wrappers]
+        wrappers = [resolve_wrapper(item, base) for item in spec.wrappers]
         config = dict(spec.config)
 
         def factory() -> gym.Env:
@@ -127,60 +125,3 @@ def _check_registered(name: str) -> None:
             f"'{name}' is not a registered Gymnasium environment",
             f"did you mean '{close[0]}'?" if close else "set environment.entrypoint for your own",
         ) from None
-
-
-def _resolve(reference: str, base: Path, where: str) -> Any:
-    """``module:Attr`` or ``file.py:Attr``, the module tried as a file under ``base`` first."""
-    module_part, _, attribute = reference.rpartition(":")
-    module = _import_file(module_part, base) or _import_module(module_part, where)
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise EnvironmentNotFoundError(
-                f"{where}: '{module_part}' has no attribute '{attribute}'", "check the name"
-            )
-        target = getattr(target, part)
-    if not callable(target):
-        raise EnvironmentNotFoundError(f"{where}: '{reference}' is not callable")
-    return target
-
-
-def _import_file(module_part: str, base: Path) -> Any:
-    candidates = [module_part, module_part.replace(".", "/")]
-    for candidate in candidates:
-        for path in (base / candidate, base / f"{candidate}.py"):
-            if path.is_file() and path.suffix == ".py":
-                name = f"agile_user_env_{abs(hash(str(path.resolve())))}"
-                if name in sys.modules:
-                    return sys.modules[name]
-                spec = importlib.util.spec_from_file_location(name, path)
-                assert spec is not None and spec.loader is not None
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[name] = module
-                spec.loader.exec_module(module)
-                return module
-    return None
-
-
-def _import_module(name: str, where: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        raise EnvironmentNotFoundError(
-            f"{where}: cannot import '{name}' (no file {name}.py either)",
-            f"install it with `pip install {exc.name}`" if exc.name != name else "check the path",
-        ) from None
-
-
-def _wrapper(item: str | tuple[str, dict[str, Any]], base: Path) -> tuple[Any, dict[str, Any]]:
-    target, kwargs = (item, {}) if isinstance(item, str) else item
-    if ":" in target:
-        return _resolve(target, base, "environment.wrappers"), dict(kwargs)
-    module_name, _, attribute = target.rpartition(".")
-    return _resolve(f"{module_name}:{attribute}", base, "environment.wrappers"), dict(kwargs)
-
-
-def _can_fork() -> bool:
-    import multiprocessing
-
-    return "fork" in multiprocessing.get_all_start_methods()

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from agile_cli import EnvironmentSpec
-
-_REFERENCE = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")
-_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
-
-
-def _check_reference(value: str, what: str) -> str:
-    if not _REFERENCE.match(value):
-        raise ValueError(f"{what} must look like 'module:Callable' or 'file.py:Callable'")
-    return value
+from agile_cli.models.algorithm import check_entrypoint, check_wrappers
 
 
 class GymEnvSpec(EnvironmentSpec):
@@ -49,19 +40,5 @@ class GymEnvSpec(EnvironmentSpec):
         False, description="Step the environments in this process instead of subprocesses."
     )
 
-    @field_validator("entrypoint")
-    @classmethod
-    def _entrypoint_shape(cls, value: str | None) -> str | None:
-        return None if value is None else _check_reference(value, "entrypoint")
-
-    @field_validator("wrappers")
-    @classmethod
-    def _wrapper_shape(cls, value: list[Any]) -> list[Any]:
-        for item in value:
-            target = item[0] if isinstance(item, tuple) else item
-            if not (_REFERENCE.match(target) or _DOTTED.match(target)):
-                raise ValueError(
-                    f"wrapper {target!r} must look like 'module:Wrapper' or "
-                    "'package.module.Wrapper'"
-                )
-        return value
+    _entrypoint_shape = field_validator("entrypoint")(check_entrypoint)
+    _wrapper_shape = field_validator("wrappers")(check_wrappers)

@@ -1,0 +1,1 @@
+"""First-party plugin: Multi-Agent Deep Deterministic Policy Gradient (MADDPG)."""

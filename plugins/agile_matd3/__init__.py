@@ -1,0 +1,1 @@
+"""First-party plugin: Multi-Agent Twin Delayed DDPG (MATD3)."""

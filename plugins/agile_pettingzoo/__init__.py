@@ -1,0 +1,1 @@
+"""First-party plugin: PettingZoo parallel environments for multi-agent algorithms."""

@@ -1,0 +1,196 @@
+"""MADDPG and MATD3: centralised-critic targets on hand-checkable cases, what each network
+reads, which networks each update moves, acting in mixed action spaces, learning-rate
+mutation, the multi-agent replay buffer, and training a team whose agents differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agile_cli.agent import AgentContext
+from agile_cli.buffers import MultiAgentReplayBuffer, Transitions
+from agile_cli.nn.arch import arch_from_spec
+from agile_cli.plugins import default_host
+from agile_cli.testing import smoke_train, tiny_manifest
+
+TOY = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
+       "sync": True}  # fmt: skip
+OBS = {
+    "speaker_0": spaces.Box(-1.0, 1.0, (3,), dtype=np.float32),
+    "listener_0": spaces.Box(-1.0, 1.0, (5,), dtype=np.float32),
+}
+ACTIONS = {"speaker_0": spaces.Discrete(3), "listener_0": spaces.Box(0.0, 1.0, (2,), np.float32)}
+
+
+def _member(name: str, **options):
+    manifest = tiny_manifest(name, environment=TOY, algorithm_options=options)
+    context = AgentContext(torch.device("cpu"), 2, manifest.training, network=manifest.network)
+    cls = default_host().registry.algorithms[name].load()
+    arch = arch_from_spec(manifest.network, OBS["speaker_0"])
+    return cls(manifest.algorithm, observation_spaces=OBS, action_spaces=ACTIONS, arch=arch,
+               context=context)  # fmt: skip
+
+
+def _batch(size: int = 3, **columns) -> Transitions:
+    generator = torch.Generator().manual_seed(0)
+
+    def observations() -> dict[str, torch.Tensor]:
+        return {a: torch.rand(size, s.shape[0], generator=generator) for a, s in OBS.items()}
+
+    values = {
+        "obs": observations(),
+        "actions": {
+            "speaker_0": torch.tensor([0, 2, 1][:size]),
+            "listener_0": torch.rand(size, 2, generator=generator),
+        },
+        "rewards": {agent: torch.ones(size) for agent in OBS},
+        "next_obs": observations(),
+        "terminated": {agent: torch.zeros(size) for agent in OBS},
+        "discounts": torch.full((size,), 0.9),
+        "weights": torch.ones(size),
+        "indices": torch.arange(size),
+    }
+    values.update(columns)
+    return Transitions(**values)
+
+
+def _fix(member, monkeypatch, fixed: dict[str, list[float]]) -> dict[str, torch.Tensor]:
+    """Make the named critics return fixed values; record the actions every critic got."""
+    real = member.q_value
+    seen: dict[str, torch.Tensor] = {}
+
+    def q_value(network, obs, actions):
+        seen[network] = actions.detach().clone()
+        return torch.tensor(fixed[network]) if network in fixed else real(network, obs, actions)
+
+    monkeypatch.setattr(member, "q_value", q_value)
+    return seen
+
+
+def test_maddpg_targets_use_each_agents_reward_and_termination(monkeypatch) -> None:
+    member = _member("MADDPG", gamma=0.9)
+    _fix(member, monkeypatch, {"critic_target.speaker_0": [2.0, -1.0, 4.0],
+                               "critic_target.listener_0": [10.0, 10.0, 10.0]})  # fmt: skip
+    batch = _batch(
+        rewards={"speaker_0": torch.tensor([1.0, 0.5, 0.0]), "listener_0": torch.zeros(3)},
+        terminated={
+            "speaker_0": torch.tensor([0.0, 0.0, 1.0]),
+            "listener_0": torch.tensor([1.0, 0.0, 0.0]),
+        },
+    )
+    targets = member.td_targets(batch)
+    # speaker: 1 + 0.9 * 2, 0.5 + 0.9 * -1, 0 (terminated); listener: 0 (terminated), 9, 9
+    torch.testing.assert_close(targets["speaker_0"], torch.tensor([2.8, -0.4, 0.0]))
+    torch.testing.assert_close(targets["listener_0"], torch.tensor([0.0, 9.0, 9.0]))
+
+
+def test_target_critics_see_every_agents_target_action(monkeypatch) -> None:
+    member = _member("MADDPG")
+    seen = _fix(member, monkeypatch, {f"critic_target.{a}": [0.0] * 3 for a in OBS})
+    batch = _batch()
+    member.td_targets(batch)
+    joint = seen["critic_target.speaker_0"]
+    assert joint.shape == (3, 3 + 2)  # speaker's one-hot (3), then listener's Box (2)
+    with torch.no_grad():
+        speaker = member.networks["actor_target.speaker_0"](batch.next_obs["speaker_0"])
+        listener = member.networks["actor_target.listener_0"](batch.next_obs["listener_0"])
+    greedy = torch.nn.functional.one_hot(speaker["action"].argmax(-1), 3).float()
+    torch.testing.assert_close(joint[:, :3], greedy)
+    torch.testing.assert_close(joint[:, 3:], torch.tanh(listener["action"]))
+
+
+def test_matd3_targets_take_the_smaller_twin(monkeypatch) -> None:
+    member = _member("MATD3", gamma=0.5)
+    fixed = {
+        "critic_1_target.speaker_0": [1.0, 5.0, -2.0],
+        "critic_2_target.speaker_0": [3.0, 4.0, -1.0],
+        "critic_1_target.listener_0": [0.0] * 3,
+        "critic_2_target.listener_0": [0.0] * 3,
+    }
+    _fix(member, monkeypatch, fixed)
+    targets = member.td_targets(_batch())
+    torch.testing.assert_close(targets["speaker_0"], torch.tensor([1.5, 3.0, 0.0]))
+
+
+def test_critics_read_the_joint_observation_and_actions() -> None:
+    member = _member("MATD3")
+    for critic in ("critic_1", "critic_2"):
+        for agent in OBS:
+            network = member.networks[f"{critic}.{agent}"]
+            assert network.observation_space.shape == (3 + 5,)
+            assert network.head_extra == 3 + 2
+    assert member.networks["actor.speaker_0"].observation_space == OBS["speaker_0"]
+    assert member.networks["actor.listener_0"].head_sizes == {"action": 2}
+    assert [net for net in member.policies] == [
+        member.networks["actor.speaker_0"],
+        member.networks["actor.listener_0"],
+    ]
+
+
+def _snapshot(member) -> dict[str, torch.Tensor]:
+    return {name: torch.cat([p.detach().flatten().clone() for p in net.parameters()])
+            for name, net in member.networks.items()}  # fmt: skip
+
+
+def _moved(before, after) -> set[str]:
+    return {name for name in before if not torch.equal(before[name], after[name])}
+
+
+def test_matd3_delays_actor_and_target_updates() -> None:
+    member = _member("MATD3", policy_freq=2)
+    before = _snapshot(member)
+    member.learn(_batch())
+    first = _snapshot(member)
+    assert _moved(before, first) == {f"critic_{i}.{a}" for i in (1, 2) for a in OBS}
+    member.learn(_batch())
+    assert _moved(first, _snapshot(member)) == set(before)  # actors, critics and targets
+
+
+def test_acting_gives_each_agent_actions_of_its_space() -> None:
+    member = _member("MADDPG")
+    rng = np.random.default_rng(0)
+    obs = {agent: rng.uniform(-1, 1, (4, *space.shape)) for agent, space in OBS.items()}
+    for explore in (True, False):
+        actions = member.act(obs, explore=explore)
+        assert actions["speaker_0"].shape == (4,)
+        assert np.issubdtype(actions["speaker_0"].dtype, np.integer)
+        assert set(actions["speaker_0"]) <= {0, 1, 2}
+        assert actions["listener_0"].shape == (4, 2)
+        assert ((actions["listener_0"] >= 0) & (actions["listener_0"] <= 1)).all()
+
+
+def test_a_critic_learning_rate_mutation_reaches_every_critic() -> None:
+    member = _member("MATD3")
+    member.set_hyperparameter("lr_critic", 0.123)
+    rates = {name: [g["lr"] for g in opt.param_groups] for name, opt in member.optimizers.items()}
+    assert rates["critic_1"] == rates["critic_2"] == [0.123]
+    assert rates["actors"] == [member.lr_actor]
+
+
+def test_the_team_buffer_samples_every_agent_at_the_same_rows() -> None:
+    buffer = MultiAgentReplayBuffer(8, OBS, ACTIONS, gamma=0.9)
+    rows = np.arange(4.0)
+    obs = {agent: np.repeat(rows[:, None], space.shape[0], 1) for agent, space in OBS.items()}
+    actions = {"speaker_0": np.array([0, 1, 2, 0]), "listener_0": np.repeat(rows[:, None], 2, 1)}
+    rewards = {"speaker_0": rows, "listener_0": -rows}
+    done = {agent: np.zeros(4) for agent in OBS}
+    buffer.add(obs, actions, rewards, obs, done, mask=np.array([True, True, False, True]))
+    assert len(buffer) == 3
+    batch = buffer.sample(32, torch.Generator().manual_seed(0))
+    row = batch.obs["speaker_0"][:, 0]
+    assert set(row.tolist()) == {0.0, 1.0, 3.0}  # the masked row was not stored
+    torch.testing.assert_close(batch.rewards["listener_0"], -row)
+    torch.testing.assert_close(batch.actions["listener_0"][:, 0], row)
+    torch.testing.assert_close(batch.obs["listener_0"][:, 4], row)
+
+
+@pytest.mark.parametrize("algorithm", ["MADDPG", "MATD3"])
+def test_a_team_of_unlike_agents_trains(algorithm, tmp_path) -> None:
+    manifest = tiny_manifest(algorithm, environment=TOY)
+    result = smoke_train(manifest, tmp_path / "run")
+    assert len(result.population) == 2 and all(np.isfinite(result.fitnesses))
+    member = result.population[0]
+    assert {type(space).__name__ for space in member.action_spaces.values()} == {"Discrete", "Box"}
+    assert member.observation_spaces["speaker_0"] != member.observation_spaces["listener_0"]
