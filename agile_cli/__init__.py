@@ -42,6 +42,10 @@ _LAZY = {
     "OnPolicyAlgorithm": "agile_cli.agent:OnPolicyAlgorithm",
     "AgentContext": "agile_cli.agent:AgentContext",
     "LearnResult": "agile_cli.agent:LearnResult",
+    "MultiAgentAlgorithm": "agile_cli.multi_agent:MultiAgentAlgorithm",
+    "MultiAgentOffPolicyAlgorithm": "agile_cli.multi_agent:MultiAgentOffPolicyAlgorithm",
+    "MultiAgentOnPolicyAlgorithm": "agile_cli.multi_agent:MultiAgentOnPolicyAlgorithm",
+    "MultiAgentReplayBuffer": "agile_cli.buffers:MultiAgentReplayBuffer",
     "EvolvableNetwork": "agile_cli.nn.modules:EvolvableNetwork",
     "NetworkArch": "agile_cli.nn.arch:NetworkArch",
     "preprocess": "agile_cli.nn.modules:preprocess",
@@ -65,10 +69,16 @@ if TYPE_CHECKING:
         OnPolicyAlgorithm,
     )
     from agile_cli.buffers import (
+        MultiAgentReplayBuffer,
         NStepAccumulator,
         PrioritizedReplayBuffer,
         ReplayBuffer,
         Transitions,
+    )
+    from agile_cli.multi_agent import (
+        MultiAgentAlgorithm,
+        MultiAgentOffPolicyAlgorithm,
+        MultiAgentOnPolicyAlgorithm,
     )
     from agile_cli.nn.arch import NetworkArch
     from agile_cli.nn.modules import EvolvableNetwork, preprocess
@@ -98,6 +108,10 @@ __all__ = [
     "LearnResult",
     "LocalTrainer",
     "ManifestError",
+    "MultiAgentAlgorithm",
+    "MultiAgentOffPolicyAlgorithm",
+    "MultiAgentOnPolicyAlgorithm",
+    "MultiAgentReplayBuffer",
     "MultiAgentVectorEnv",
     "NStepAccumulator",
     "NetworkArch",

@@ -83,7 +83,9 @@ def _interrupted_training(site: Path, cwd: Path, manifest: Path, run_dir: Path) 
     env = {**os.environ, "PYTHONPATH": str(site), "WANDB_MODE": "disabled"}
     command = [sys.executable, "-m", "agile_cli", "train", str(manifest), "--quiet",
                "--device", "cpu", "--run-dir", str(run_dir)]  # fmt: skip
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=_hear_ctrl_c
+    )
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith("generation 1:"):
@@ -94,3 +96,9 @@ def _interrupted_training(site: Path, cwd: Path, manifest: Path, run_dir: Path) 
     assert "continue with: agile train --resume" in rest
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] and summary["steps_per_member"] < 2048
+
+
+def _hear_ctrl_c() -> None:
+    """Let the child hear SIGINT even when the tests run in a background job, whose children
+    inherit SIGINT ignored (Python then keeps ignoring it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
