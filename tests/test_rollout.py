@@ -53,9 +53,9 @@ def test_rollout_leaves_out_reset_steps() -> None:
 
 @pytest.mark.parametrize(("total", "learn_step"), [(512, 512), (512, 768), (512, 384), (7, 2048)])
 def test_rollouts_split_a_generation_exactly(total: int, learn_step: int) -> None:
-    from agile_cli.training.runners import _rollout_lengths
+    from agile_cli.training.runners import rollout_lengths
 
-    lengths = _rollout_lengths(total, learn_step, num_envs=8)
+    lengths = rollout_lengths(total, learn_step, num_envs=8)
     assert sum(lengths) == total
     assert max(lengths) - min(lengths) <= 1
     wanted = learn_step // 8

@@ -31,7 +31,7 @@ class GenerationStats:
     losses: list[float] = field(default_factory=list)
 
 
-class _EpisodeTracker:
+class EpisodeTracker:
     """Sums rewards per sub-environment and reports finished episodes."""
 
     def __init__(self, num_envs: int) -> None:
@@ -71,7 +71,7 @@ class OffPolicyRunner:
     def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
         """Train ``member`` for about ``steps`` environment steps."""
         stats = GenerationStats()
-        tracker = _EpisodeTracker(self.num_envs)
+        tracker = EpisodeTracker(self.num_envs)
         every, repeats = _learn_schedule(int(member.learn_step), self.num_envs)
         obs, _ = self.env.reset()
         member.reset_state()
@@ -175,11 +175,11 @@ class OnPolicyRunner:
 
     def train(self, member: OnPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
         stats = GenerationStats()
-        tracker = _EpisodeTracker(self.num_envs)
+        tracker = EpisodeTracker(self.num_envs)
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
         obs, _ = self.env.reset()
         member.reset_state()
-        for length in _rollout_lengths(total, int(member.learn_step), self.num_envs):
+        for length in rollout_lengths(total, int(member.learn_step), self.num_envs):
             rollout = Rollout()
             for _ in range(length):
                 obs_tensor = member.obs_tensor(obs)
@@ -197,7 +197,7 @@ class OnPolicyRunner:
         return stats
 
 
-def _rollout_lengths(total: int, learn_step: int, num_envs: int) -> list[int]:
+def rollout_lengths(total: int, learn_step: int, num_envs: int) -> list[int]:
     """Split ``total`` vector steps into rollouts as close to ``learn_step`` env steps as the
     split allows, so every member trains exactly as many steps whatever its learn_step."""
     wanted = max(1, math.ceil(learn_step / num_envs))

@@ -1,0 +1,1 @@
+"""First-party plugin: Independent Proximal Policy Optimization (IPPO) for PettingZoo teams."""
