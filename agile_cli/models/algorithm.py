@@ -66,6 +66,13 @@ class AlgorithmSpec(Spec):
         """Rules that involve other sections; paths are relative to the manifest root."""
         return []
 
+    def not_available_errors(self, field: str, feature: str) -> list[FieldError]:
+        """An error when a field accepted for compatibility is set to anything but null."""
+        if getattr(self, field) is None:
+            return []
+        message = f"{feature} is not available yet"
+        return [FieldError(f"algorithm.{field}", message, "remove it or set it to null")]
+
     def num_envs_copy_errors(self, field: str, manifest: TrainingManifest) -> list[FieldError]:
         """Errors for a field that only repeats ``environment.num_envs`` (kept for
         compatibility) when it is given and disagrees."""

@@ -529,3 +529,18 @@ def preprocess(
     if isinstance(space, spaces.Box | spaces.MultiBinary):
         return tensor.to(torch.float32)
     raise ValueError(f"unsupported observation space {space}")
+
+
+class LogStd(nn.Module):
+    """The state-independent log standard deviation of a Gaussian policy. Registered among a
+    member's networks, it is optimised, checkpointed and cloned with them."""
+
+    def __init__(self, size: int, value: float) -> None:
+        super().__init__()
+        self.log_std = nn.Parameter(torch.full((size,), float(value)))
+
+    def rebuilt(self, arch: NetworkArch, generator: torch.Generator | None = None) -> LogStd:
+        """Architecture changes leave it as it is."""
+        twin = LogStd(self.log_std.numel(), 0.0).to(self.log_std.device)
+        twin.load_state_dict(self.state_dict())
+        return twin

@@ -12,21 +12,9 @@ if TYPE_CHECKING:
     from agile_cli import TrainingManifest
 
 
-class DDPGSpec(AlgorithmSpec):
-    """Deep Deterministic Policy Gradient (Lillicrap et al., 2016), for Box action spaces."""
+class ExplorationNoiseSpec(AlgorithmSpec):
+    """The exploration-noise fields of deterministic policies (DDPG, TD3, MADDPG, MATD3)."""
 
-    lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor.")
-    lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic(s).")
-    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    tau: float = Field(
-        1e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
-    )
-    policy_freq: int = Field(
-        2,
-        ge=1,
-        description="Critic updates per actor update; the targets follow with the actor.",
-    )
     O_U_noise: bool = Field(
         True,
         description="Exploration noise from an Ornstein-Uhlenbeck process (false: Gaussian).",
@@ -44,11 +32,6 @@ class DDPGSpec(AlgorithmSpec):
         0.15, ge=0, description="Ornstein-Uhlenbeck mean-reversion rate (O_U_noise only)."
     )
     dt: float = Field(0.01, gt=0, description="Ornstein-Uhlenbeck time step (O_U_noise only).")
-    share_encoders: bool = Field(
-        False,
-        description="Accepted for compatibility; must be false (actor and critics each have "
-        "their own encoder).",
-    )
     vect_noise_dim: int | None = Field(
         None,
         ge=1,
@@ -56,6 +39,27 @@ class DDPGSpec(AlgorithmSpec):
         "leave it out.",
     )
 
+
+class DDPGSpec(ExplorationNoiseSpec):
+    """Deep Deterministic Policy Gradient (Lillicrap et al., 2016), for Box action spaces."""
+
+    lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor.")
+    lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic(s).")
+    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(
+        1e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
+    )
+    policy_freq: int = Field(
+        2,
+        ge=1,
+        description="Critic updates per actor update; the targets follow with the actor.",
+    )
+    share_encoders: bool = Field(
+        False,
+        description="Accepted for compatibility; must be false (actor and critics each have "
+        "their own encoder).",
+    )
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
         "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "policy_freq",
         "theta", "dt", "expl_noise", "mean_noise",

@@ -17,9 +17,9 @@ import torch
 from gymnasium import spaces
 
 from agile_cli.multi_agent import MultiAgentOnPolicyAlgorithm
-from agile_cli.nn.modules import preprocess
+from agile_cli.nn.modules import LogStd, preprocess
 from agile_cli.rollout import PolicyRecord, RolloutBatch
-from agile_ippo.distributions import ActionHead, LogStd, action_head
+from agile_ippo.distributions import ActionHead, action_head
 from agile_ippo.spec import IPPOSpec
 
 if TYPE_CHECKING:

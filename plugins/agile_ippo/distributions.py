@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,21 +28,6 @@ def _uniform(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A sample of ``softmax(logits)`` along the last dimension (the Gumbel-max trick)."""
     return (logits - torch.log(-torch.log(_uniform(logits, generator)))).argmax(dim=-1)
-
-
-class LogStd(torch.nn.Module):
-    """The state-independent log standard deviation of a Gaussian policy, kept with the
-    member's networks (so it is optimised, checkpointed and cloned with them)."""
-
-    def __init__(self, size: int, value: float) -> None:
-        super().__init__()
-        self.log_std = torch.nn.Parameter(torch.full((size,), float(value)))
-
-    def rebuilt(self, arch: Any, generator: torch.Generator | None = None) -> LogStd:
-        """Architecture changes leave it as it is."""
-        twin = LogStd(self.log_std.numel(), 0.0).to(self.log_std.device)
-        twin.load_state_dict(self.state_dict())
-        return twin
 
 
 class ActionHead(abc.ABC):

@@ -18,22 +18,9 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_cli.agent import OnPolicyAlgorithm
 from agile_cli.nn.arch import NetworkArch
+from agile_cli.nn.modules import LogStd
 from agile_cli.rollout import PolicyRecord, RecurrentState, Rollout, RolloutBatch, SequenceBatch
 from agile_ppo.spec import PPOSpec
-
-
-class LogStd(torch.nn.Module):
-    """The state-independent log standard deviation of a Gaussian policy."""
-
-    def __init__(self, size: int, value: float) -> None:
-        super().__init__()
-        self.log_std = torch.nn.Parameter(torch.full((size,), float(value)))
-
-    def rebuilt(self, arch: Any, generator: torch.Generator | None = None) -> LogStd:
-        """Architecture changes leave it as it is."""
-        twin = LogStd(self.log_std.numel(), 0.0).to(self.log_std.device)
-        twin.load_state_dict(self.state_dict())
-        return twin
 
 
 class PPO(OnPolicyAlgorithm):

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from agile_cli import TrainingManifest
 
 
-class PPOSpec(AlgorithmSpec):
-    """Proximal Policy Optimization with clipped objective and GAE (Schulman et al., 2017)."""
+class ClippedObjectiveSpec(AlgorithmSpec):
+    """The fields of PPO's clipped-objective update with GAE (Schulman et al., 2017), shared
+    by PPO and IPPO."""
 
     lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
     learn_step: int = Field(
@@ -34,6 +35,18 @@ class PPOSpec(AlgorithmSpec):
         None, ge=0, description="Stop an update's epochs early past this approximate KL."
     )
     update_epochs: int = Field(4, ge=1, description="Passes over each rollout.")
+
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "lr", "batch_size", "learn_step", "gamma", "gae_lambda", "clip_coef", "ent_coef",
+        "vf_coef", "max_grad_norm", "update_epochs", "action_std_init",
+    )  # fmt: skip
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    network_spec: ClassVar[type[StochasticNetworkSpec]] = StochasticNetworkSpec
+
+
+class PPOSpec(ClippedObjectiveSpec):
+    """Proximal Policy Optimization with clipped objective and GAE (Schulman et al., 2017)."""
+
     clip_value_loss: bool = Field(
         False, description="Clip the value update to clip_coef around the old estimate."
     )
@@ -60,13 +73,6 @@ class PPOSpec(AlgorithmSpec):
     num_envs: int | None = Field(
         None, ge=1, description="Derived from environment.num_envs; leave it out."
     )
-
-    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
-        "lr", "batch_size", "learn_step", "gamma", "gae_lambda", "clip_coef", "ent_coef",
-        "vf_coef", "max_grad_norm", "update_epochs", "action_std_init",
-    )  # fmt: skip
-    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
-    network_spec: ClassVar[type[StochasticNetworkSpec]] = StochasticNetworkSpec
 
     @field_validator("rollout_buffer_config")
     @classmethod
