@@ -169,7 +169,7 @@ class EvolutionLoop:
                 -100:
             ]
         for member in self.population:
-            fitness = evaluate(member, self.env, training.eval_loop, training.eval_steps)
+            fitness = self._evaluate(member, training.eval_loop, training.eval_steps)
             member.record.fitness.append(fitness)
         elapsed = time.perf_counter() - started
         self.state.wall_seconds += elapsed
@@ -183,6 +183,14 @@ class EvolutionLoop:
             self._evolve()
         self._save_checkpoint()
         return False
+
+    def _evaluate(self, member: Algorithm, rounds: int, max_steps: int | None) -> float:
+        """The member's fitness: by its runner when the family scores differently (bandits),
+        else the mean first-episode return."""
+        own = getattr(self.runner, "evaluate", None)
+        if own is not None:
+            return float(own(member, rounds, max_steps))
+        return evaluate(member, self.env, rounds, max_steps)
 
     def _evolve(self) -> None:
         if self.selection is None or self.mutator is None:

@@ -130,7 +130,7 @@ def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> 
             spec.max_size, env.single_observation_spaces, env.single_action_spaces,
             gamma=gamma, device=device,
         )  # fmt: skip
-    if manifest.family is not Family.OFF_POLICY:
+    if manifest.family not in (Family.OFF_POLICY, Family.OFFLINE, Family.BANDIT):
         return None
     spaces = (env.single_observation_space, env.single_action_space)
     if spec.per_buffer:
@@ -157,6 +157,14 @@ def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Any:
         from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner
 
         return MultiAgentOnPolicyRunner(env)
+    if manifest.family is Family.OFFLINE:
+        from agile_cli.training.offline import OfflineRunner
+
+        return OfflineRunner(env, buffer)
+    if manifest.family is Family.BANDIT:
+        from agile_cli.training.bandit import BanditRunner
+
+        return BanditRunner(env, buffer, episode_steps=manifest.training.episode_steps)
     if manifest.family is Family.OFF_POLICY:
         n_step = None
         spec = manifest.replay_buffer
