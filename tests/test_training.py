@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,13 +18,15 @@ from agile_cli.testing import check_conformance, interrupt_after, tiny_manifest,
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import EvolutionLoop, RunOptions
 from agile_cli.training.progress import LogReporter
+from tests.envs.toy_offline import toy_offline_environment
 
 EVOLVING = {
     "mutation": {"rl_hp_selection": {"lr": {"min": 1e-4, "max": 1e-2}}},
     "tournament_selection": {"tournament_size": 2},
 }
 LOCAL_FAMILIES = (
-    Family.OFF_POLICY, Family.ON_POLICY, Family.MULTI_AGENT_OFF_POLICY, Family.MULTI_AGENT_ON_POLICY
+    Family.OFF_POLICY, Family.ON_POLICY, Family.MULTI_AGENT_OFF_POLICY,
+    Family.MULTI_AGENT_ON_POLICY, Family.OFFLINE, Family.BANDIT,
 )  # fmt: skip
 TRAINABLE = sorted(
     name
@@ -39,6 +42,10 @@ TOY_ENVIRONMENTS = (
 # Teams train on a toy PettingZoo environment whose two agents differ in every space.
 TOY_TEAM = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
             "sync": True}  # fmt: skip
+# Bandits play a small labelled table: three classes of three-number contexts.
+TOY_BANDIT = {"name": "toy", "features": "toy_bandit_features.csv",
+              "targets": "toy_bandit_targets.csv",
+              "path": str(Path(__file__).parent / "envs")}  # fmt: skip
 
 
 @functools.cache
@@ -47,6 +54,10 @@ def _toy_environment(algorithm: str) -> dict:
     by raising NotImplementedError in build(), which reaches us as a TrainingError."""
     if default_host().registry.algorithms[algorithm].family.multi_agent:
         return TOY_TEAM
+    if default_host().registry.algorithms[algorithm].family is Family.OFFLINE:
+        return toy_offline_environment()  # CartPole with a random dataset
+    if default_host().registry.algorithms[algorithm].family is Family.BANDIT:
+        return TOY_BANDIT
     for environment in TOY_ENVIRONMENTS:
         try:
             tiny_population(tiny_manifest(algorithm, environment=environment), size=1)

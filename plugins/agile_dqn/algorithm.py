@@ -58,6 +58,17 @@ class DQN(OffPolicyAlgorithm):
         return greedy
 
     def learn(self, batch: Transitions) -> LearnResult:
+        _, q_taken, td_target = self.td_terms(batch)
+        errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
+        loss = (batch.weights * errors).mean()
+        self.gradient_step("q", loss, max_grad_norm=10.0)
+        self.soft_update([("target", "q")], self.tau)
+        return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)
+
+    def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The online Q-values of every action ``[B, actions]``, those of the actions taken
+        ``[B]``, and their TD targets ``[B]`` (double-Q when ``double``; n-step discounts when
+        the buffer holds n-step returns)."""
         online, target = self.networks["q"], self.networks["target"]
         obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
         size = batch.rewards.shape[0]
@@ -76,11 +87,7 @@ class DQN(OffPolicyAlgorithm):
                 next_value = next_q.max(dim=1).values
             discount = batch.discounts if self.n_step_returns else self.gamma
             td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
-        errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
-        loss = (batch.weights * errors).mean()
-        self.gradient_step("q", loss, max_grad_norm=10.0)
-        self.soft_update([("target", "q")], self.tau)
-        return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)
+        return q_values, q_taken, td_target
 
     @property
     def per_beta(self) -> float:

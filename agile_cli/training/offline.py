@@ -1,0 +1,72 @@
+"""One generation of offline training: gradient steps on a replay buffer filled from a fixed
+dataset instead of by acting."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from agile_cli.agent import OffPolicyAlgorithm
+from agile_cli.buffers import ReplayBuffer
+from agile_cli.errors import TrainingError
+from agile_cli.training.runners import GenerationStats, Progress
+
+CHUNK = 10_000  # transitions copied into the buffer at a time
+PROGRESS_EVERY = 100  # gradient steps between progress reports
+
+
+class OfflineRunner:
+    """Fills the shared buffer from the environment's dataset once, then learns from it.
+
+    The environment carries the dataset as ``env.load_dataset()``, which returns numpy arrays
+    ``obs``, ``actions``, ``rewards``, ``next_obs`` and ``terminated`` of equal length (the
+    offline environment builder attaches it). The buffer is filled on the first generation and
+    again whenever it is empty (a resumed run restores it from the checkpoint instead).
+    """
+
+    def __init__(self, env: Any, buffer: ReplayBuffer) -> None:
+        self.env = env
+        self.buffer = buffer
+
+    def fill(self) -> int:
+        """Copy the dataset into the buffer; returns the transitions kept."""
+        data = self.env.load_dataset()
+        total = len(data)
+        if total == 0:
+            raise TrainingError(
+                "the dataset holds no transitions",
+                "check environment.dataset_path or environment.minari_dataset_id",
+            )
+        start = max(0, total - self.buffer.capacity)
+        if start:
+            warnings.warn(
+                f"the replay buffer holds {self.buffer.capacity} of the dataset's {total} "
+                f"transitions (the last ones); raise replay_buffer.max_size to keep them all",
+                stacklevel=2,
+            )
+        for begin in range(start, total, CHUNK):
+            rows = slice(begin, min(begin + CHUNK, total))
+            self.buffer.add(
+                data.obs[rows], data.actions[rows], data.rewards[rows], data.next_obs[rows],
+                data.terminated[rows],
+            )  # fmt: skip
+        return total - start
+
+    def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
+        """``steps`` gradient steps for ``member``, each counted as one step."""
+        if len(self.buffer) == 0:
+            self.fill()
+        stats = GenerationStats()
+        pending = 0
+        for _ in range(steps):
+            batch = self.buffer.sample(int(member.batch_size), member.generator)
+            stats.losses.append(member.learn(batch).loss)
+            stats.steps += 1
+            member.record.steps += 1
+            pending += 1
+            if pending == PROGRESS_EVERY:
+                progress(pending)
+                pending = 0
+        if pending:
+            progress(pending)
+        return stats

@@ -1,0 +1,1 @@
+"""First-party plugin: contextual bandits (a dataset bandit environment, NeuralUCB, NeuralTS)."""

@@ -1,0 +1,165 @@
+"""A contextual bandit made from a labelled table, and the builder for the ``bandit`` section.
+
+Each class of the targets is an arm. A step shows one random row's features (the context);
+playing the row's class pays 1, any other arm 0. The network reads the features and outputs
+one value per arm (not the "disjoint" encoding that puts the features in the played arm's
+block of an arms x features vector: the shared network's gradient for one output already
+differs per arm, which is all NeuralUCB's and NeuralTS's exploration needs).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agile_bandits.spec import BanditEnvSpec, is_in_memory
+from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError
+from agile_cli.environment import resolve_reference
+
+
+class BanditEnv:
+    """A one-copy bandit with the vector-environment API: arrays batched over one row.
+
+    :param features: contexts, one row each.
+    :param labels: each row's class, 0..K-1.
+    :param seed: seeds the generator that draws rows.
+    """
+
+    num_envs = 1
+
+    def __init__(self, features: np.ndarray, labels: np.ndarray, seed: int | None = None) -> None:
+        self.features = features.astype(np.float32)
+        self.labels = labels.astype(np.int64)
+        width, arms = self.features.shape[1], int(self.labels.max()) + 1
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (width,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(arms)
+        self.rng = np.random.default_rng(seed)
+        self.row = 0
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        return self._draw(), {}
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Pay for the arm played on the current context, then show the next one."""
+        reward = np.array([float(int(np.asarray(actions).reshape(-1)[0]) == self.labels[self.row])])
+        done = np.ones(1, dtype=bool)
+        return self._draw(), reward, done, np.zeros(1, dtype=bool), {}  # type: ignore[return-value]
+
+    def close(self) -> None:
+        pass
+
+    def _draw(self) -> np.ndarray:
+        self.row = int(self.rng.integers(len(self.labels)))
+        return self.features[self.row][None, :]
+
+
+class BanditBuilder(EnvironmentBuilder):
+    """Builds a :class:`BanditEnv` from tables, or calls the manifest's entrypoint."""
+
+    def build(self, spec: BanditEnvSpec, *, seed: int | None = None) -> Any:  # type: ignore[override]
+        base = Path(spec.path) if spec.path else Path.cwd()
+        if spec.entrypoint:
+            make_env = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
+            env = make_env(**spec.config)
+            env.reset(seed=seed)
+            return env
+        features = load_table(spec.features, base, "environment.features")
+        targets = load_table(spec.targets, base, "environment.targets")
+        if features.ndim == 1:
+            features = features[:, None]
+        labels = encode_labels(targets.reshape(len(targets), -1)[:, 0])
+        if len(labels) != len(features):
+            raise EnvironmentNotFoundError(
+                f"environment.targets has {len(labels)} rows but features has {len(features)}",
+                "give one label per features row",
+            )
+        return BanditEnv(features, labels, seed)
+
+
+def encode_labels(values: np.ndarray) -> np.ndarray:
+    """Class labels (strings or numbers) as 0..K-1, classes in sorted order."""
+    _, codes = np.unique(values, return_inverse=True)
+    return codes.reshape(-1)
+
+
+def load_table(source: Any, base: Path, where: str) -> np.ndarray:
+    """A table as an array: in-memory tables as they are, files by suffix."""
+    if is_in_memory(source):
+        return np.asarray(getattr(source, "to_numpy", lambda: source)())
+    path = base / source
+    if not path.is_file():
+        raise EnvironmentNotFoundError(
+            f"{where} names no file: {path}",
+            "paths are relative to environment.path, else to the working directory",
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _read_csv(path)
+    if suffix in (".parquet", ".pq"):
+        return _read_parquet(path, where)
+    try:
+        import h5py
+    except ImportError:
+        raise _missing(where, "HDF5", "h5py") from None
+    with h5py.File(path, "r") as file:
+        return np.asarray(file[next(iter(file.keys()))])
+
+
+def _read_parquet(path: Path, where: str) -> np.ndarray:
+    try:
+        import pandas
+    except ImportError:
+        pass
+    else:
+        return pandas.read_parquet(path).to_numpy()
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise _missing(where, "parquet", "pandas pyarrow") from None
+    table = pyarrow.parquet.read_table(path)
+    return np.column_stack([column.to_numpy() for column in table.columns])
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    """A CSV of numbers or labels, with or without a header row.
+
+    The first row is a header when it is not all numbers and the rows below are, or, for a
+    table of labels, when its values appear nowhere below (a class seen once in the whole
+    table would be taken for a header: give such a file a header).
+    """
+    with path.open(newline="") as file:
+        rows = [row for row in csv.reader(file) if row]
+    if rows and _is_header(rows[0], rows[1:]):
+        rows = rows[1:]
+    if all(_is_number(cell) for row in rows for cell in row):
+        return np.array(rows, dtype=np.float64)
+    return np.array(rows, dtype=str)
+
+
+def _is_header(first: list[str], rest: list[list[str]]) -> bool:
+    if all(_is_number(cell) for cell in first):
+        return False
+    if all(_is_number(cell) for row in rest for cell in row):
+        return True
+    return all(row != first for row in rest)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _missing(where: str, kind: str, packages: str) -> EnvironmentNotFoundError:
+    return EnvironmentNotFoundError(
+        f"{where}: reading {kind} files needs {packages.replace(' ', ' and ')}",
+        f"install it with `pip install {packages}`",
+    )

@@ -1,0 +1,1 @@
+"""First-party plugin: offline RL environments (a Gymnasium env plus a fixed dataset)."""

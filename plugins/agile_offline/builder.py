@@ -1,0 +1,66 @@
+"""Building offline environments: a Gymnasium vector env to evaluate on, with the dataset.
+
+:meth:`OfflineBuilder.build` returns the vector environment :class:`GymBuilder` builds, with
+one attribute added: ``load_dataset``, a callable taking no argument that reads the whole
+dataset and returns an :class:`~agile_offline.dataset.OfflineDataset` of numpy arrays
+(``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``). Building checks the dataset
+(an HDF5 file's shapes, or that a Minari dataset is present) but reads no data; the offline
+runner calls ``load_dataset`` when it fills the replay buffer. The HDF5 layout is described in
+:mod:`agile_offline.dataset`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from agile_cli import EnvironmentBuilder
+from agile_gymnasium.builder import GymBuilder
+from agile_offline import dataset
+from agile_offline.spec import OfflineEnvSpec
+
+
+class OfflineBuilder(EnvironmentBuilder):
+    """Evaluation environments from Gymnasium; transitions from an HDF5 file or Minari."""
+
+    def check(self, spec: OfflineEnvSpec) -> None:  # type: ignore[override]
+        """Resolve the environment and check the dataset against its spaces."""
+        env = GymBuilder.make_factory(spec)()
+        try:
+            _check_dataset(spec, env.observation_space, env.action_space)
+        finally:
+            env.close()
+
+    def build(  # type: ignore[override]
+        self, spec: OfflineEnvSpec, *, seed: int | None = None
+    ) -> gym.vector.VectorEnv:
+        """The evaluation vector env, with ``load_dataset`` attached (module docstring)."""
+        envs = GymBuilder().build(spec, seed=seed)
+        observation_space, action_space = envs.single_observation_space, envs.single_action_space
+        try:
+            _check_dataset(spec, observation_space, action_space)
+        except BaseException:
+            envs.close()
+            raise
+
+        def load_dataset() -> dataset.OfflineDataset:
+            if spec.minari_dataset_id is not None:
+                return dataset.read_minari(spec.minari_dataset_id, action_space)
+            assert spec.dataset_path is not None
+            return dataset.read_hdf5(
+                Path(spec.dataset_path), observation_space, action_space, spec.name
+            )
+
+        envs.load_dataset = load_dataset  # type: ignore[attr-defined]
+        return envs
+
+
+def _check_dataset(spec: OfflineEnvSpec, observation_space: Any, action_space: Any) -> None:
+    if spec.minari_dataset_id is not None:
+        dataset.check_minari(spec.minari_dataset_id)
+    else:
+        assert spec.dataset_path is not None
+        path = Path(spec.dataset_path)
+        dataset.check_hdf5_file(path, observation_space, action_space, spec.name)

@@ -1,0 +1,205 @@
+"""Contextual bandits: the table environment, NeuralUCB's and NeuralTS's exploration, training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from agile_bandits.environment import BanditEnv, load_table
+from agile_bandits.spec import BanditEnvSpec
+from agile_cli import EnvironmentNotFoundError, ManifestError, TrainingManifest
+from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.training.bandit import BanditRunner
+
+FEATURES = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]] * 16)
+TARGETS = np.array(["b", "a", "c", "a"] * 16)
+TABLE = {"name": "toy", "features": FEATURES, "targets": TARGETS}
+
+
+def _member(algorithm: str = "NeuralUCB", **options):
+    manifest = tiny_manifest(algorithm, environment=TABLE, algorithm_options=options)
+    return tiny_population(manifest, size=1)[0]
+
+
+def _patched(member, values, features):
+    member.gradient_features = lambda obs: (values, features)
+    return member
+
+
+def test_ucb_bonus_and_sherman_morrison_match_the_formulas() -> None:
+    member = _member(gamma=0.5, lamb=2.0)
+    size = member.a_inv.shape[0]
+    assert member.a_inv.dim() == 2 and torch.allclose(member.a_inv, torch.eye(size) / 2.0)
+    g = torch.zeros(1, 3, size)
+    g[0, 0, 0], g[0, 1, 1], g[0, 2, :2] = 4.0, 1.0, 1.0
+    values = torch.tensor([[0.0, 0.5, 0.2]])
+    # bonuses 0.5 * sqrt(g^T g / 2): arm 0: 0.5 * sqrt(8) = 1.41 wins over 0.5 + 0.35, 0.2 + 0.5
+    assert _patched(member, values, g).act(np.zeros((1, 2)), explore=True).tolist() == [0]
+    design = 2.0 * torch.eye(size) + torch.outer(g[0, 0], g[0, 0])
+    assert torch.allclose(member.a_inv, torch.linalg.inv(design), atol=1e-6)
+    # now the bonus of arm 0 is 0.5 * sqrt(16 / (2 + 16)): arm 1 (0.5 + 0.354) wins
+    expected = 0.5 * torch.sqrt(torch.tensor([16 / 18, 1 / 2, 1 / 18 + 1 / 2]))
+    assert torch.allclose(member.uncertainty(g).sqrt() * 0.5, expected[None], atol=1e-6)
+    assert member.act(np.zeros((1, 2)), explore=True).tolist() == [1]
+    design += torch.outer(g[0, 1], g[0, 1])
+    assert torch.allclose(member.a_inv, torch.linalg.inv(design), atol=1e-6)
+
+
+def test_diagonal_inverse_is_elementwise() -> None:
+    member = _member()
+    member.a_inv = torch.full((3,), 0.5)
+    member.update_inverse(torch.tensor([1.0, 2.0, 0.0]))
+    assert torch.allclose(member.a_inv, torch.tensor([1 / 3, 1 / 6, 0.5]))
+    assert member.uncertainty(torch.tensor([[1.0, 1.0, 2.0]])).item() == pytest.approx(2.5)
+
+
+def test_thompson_draws_have_the_mean_and_variance_of_the_posterior() -> None:
+    member = _member("NeuralTS", gamma=0.5)
+    values = torch.tensor([[1.0, -2.0]]).expand(20000, 2)
+    variance = torch.tensor([[4.0, 0.25]]).expand(20000, 2)
+    draws = member.explore_scores(values, variance)
+    assert torch.allclose(draws.mean(0), torch.tensor([1.0, -2.0]), atol=0.03)
+    assert torch.allclose(draws.var(0), torch.tensor([0.25 * 4.0, 0.25 * 0.25]), rtol=0.05)
+
+
+def test_gradient_features_are_the_gradients_of_each_output() -> None:
+    member = _member()
+    obs = FEATURES[:1]
+    values, features = member.gradient_features(obs)
+    network = member.networks["q"]
+    output = network(member.obs_tensor(obs))["value"][0, 2]
+    grads = torch.autograd.grad(output, list(network.parameters()))
+    assert torch.allclose(features[0, 2], torch.cat([g.reshape(-1) for g in grads]), atol=1e-6)
+    assert values[0, 2].item() == pytest.approx(output.item())
+
+
+def test_architecture_change_keeps_the_inverse_of_surviving_parameters() -> None:
+    member = _member(lamb=4.0)
+    member.update_inverse(torch.ones(member.a_inv.shape[0]) * 0.1)
+    before = dict(zip(_names(member), _diagonal(member.a_inv).tolist(), strict=True))
+    member.set_architecture(member.arch.apply("head.add_node", np.random.default_rng(0))[0])
+    after = dict(zip(_names(member), _diagonal(member.a_inv).tolist(), strict=True))
+    assert member.a_inv.shape[0] == sum(p.numel() for p in member.networks["q"].parameters())
+    assert all(after[k] == pytest.approx(v) for k, v in before.items() if k in after)
+    assert any(value == pytest.approx(0.25) for key, value in after.items() if key not in before)
+
+
+def _diagonal(inverse: torch.Tensor) -> torch.Tensor:
+    return inverse if inverse.dim() == 1 else inverse.diagonal()
+
+
+def _names(member) -> list[str]:
+    return [
+        f"{name}[{i}]" for name, p in member.networks["q"].named_parameters()
+        for i in np.ndindex(*p.shape)
+    ]  # fmt: skip
+
+
+def test_csv_loader_skips_headers_and_maps_string_labels(tmp_path) -> None:
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
+    (tmp_path / "y.csv").write_text("species\nsetosa\nvirginica\nsetosa\n")
+    (tmp_path / "n.csv").write_text("2\n0\n2\n")
+    assert load_table("x.csv", tmp_path, "f").tolist() == [[1, 2], [3, 4], [5, 6]]
+    spec = BanditEnvSpec(features="x.csv", targets="y.csv", path=str(tmp_path))
+    from agile_bandits.environment import BanditBuilder
+
+    env = BanditBuilder().build(spec, seed=0)
+    assert env.labels.tolist() == [0, 1, 0] and env.single_action_space.n == 2
+    assert load_table("n.csv", tmp_path, "f").ravel().tolist() == [2, 0, 2]
+
+
+def test_environment_pays_one_for_the_right_class() -> None:
+    env = BanditEnv(FEATURES, np.array([1, 0, 2, 0] * 16), seed=3)
+    obs, _ = env.reset()
+    assert obs.shape == (1, 2)
+    label = env.labels[env.row]
+    _, reward, *_ = env.step(np.array([label]))
+    assert reward.tolist() == [1.0]
+    _, reward, *_ = env.step(np.array([(env.labels[env.row] + 1) % 3]))
+    assert reward.tolist() == [0.0]
+
+
+def test_in_memory_tables_validate_and_are_labelled_on_disk() -> None:
+    manifest = TrainingManifest.get_validated(
+        {"algorithm": {"name": "NeuralTS"}, "environment": TABLE}
+    )
+    assert manifest.environment.features is not None
+    assert manifest.evo_steps == 500 and manifest.algorithm.lr == pytest.approx(3e-3)
+    dumped = manifest.to_dict()["environment"]
+    assert dumped["features"] == "<in-memory table 64x2>"
+    yaml.safe_dump(manifest.to_dict())
+
+
+@pytest.mark.parametrize(
+    ("environment", "path", "message"),
+    [
+        ("features: x.csv", "environment.targets", "required with environment.features"),
+        ("targets: y.csv", "environment.features", "required with environment.targets"),
+        ("{features: x.csv, targets: y.csv, entrypoint: 'm:f'}", "environment.entrypoint", ""),
+        ("{name: B}", "environment.features", "labelled table or an entrypoint"),
+        ("{features: x.txt, targets: y.csv}", "environment.features", "unsupported file type"),
+        ("{features: [[1, 2]], targets: y.csv}", "environment.features", "file path"),
+    ],
+)
+def test_table_xor_entrypoint_errors_name_the_field(run, write, environment, path, message) -> None:
+    if not environment.startswith("{"):
+        environment = "{" + environment + "}"
+    text = f"algorithm: {{name: NeuralUCB}}\nenvironment: {environment}\n"
+    result = run("validate", str(write("m.yaml", text)))
+    assert result.exit_code == 2, result.output
+    assert path in result.output and message in result.output
+
+
+def test_runner_trains_in_episodes_and_evaluates_greedily() -> None:
+    member = _member(batch_size=8, learn_step=2)
+    env = BanditEnv(FEATURES, np.array([1, 0, 2, 0] * 16), seed=0)
+    from agile_cli.buffers import ReplayBuffer
+
+    buffer = ReplayBuffer(100, env.single_observation_space, env.single_action_space, gamma=1.0)
+    calls = []
+    stats = BanditRunner(env, buffer, episode_steps=20).train(member, 50, calls.append)
+    assert len(stats.episode_returns) == 3 and stats.steps == 50 == len(calls)
+    assert len(stats.losses) == 2 * (50 - 7) and member.record.steps == 50
+    assert len(buffer) == 50 and buffer.sample(4, member.generator).terminated.all()
+    fitness = BanditRunner(env, buffer, episode_steps=20).evaluate(member, 2, None)
+    assert 0.0 <= fitness <= 20.0
+
+
+def _table_files(folder) -> dict:
+    np.savetxt(folder / "x.csv", FEATURES, delimiter=",", header="u,v", comments="")
+    (folder / "y.csv").write_text("\n".join(TARGETS.tolist()) + "\n")
+    return {"name": "toy", "features": "x.csv", "targets": "y.csv", "path": str(folder)}
+
+
+@pytest.mark.parametrize("algorithm", ["NeuralUCB", "NeuralTS"])
+def test_bandits_conform_and_resume_from_files(algorithm, tmp_path) -> None:
+    check_conformance(algorithm, tmp_path, environment=_table_files(tmp_path))
+
+
+def test_in_memory_run_trains_but_cannot_be_reloaded(tmp_path) -> None:
+    result = smoke_train(tiny_manifest("NeuralTS", environment=TABLE), tmp_path / "run")
+    assert np.isfinite(result.summary["best_fitness"])
+    with pytest.raises(ManifestError, match="in-memory table is not saved"):
+        TrainingManifest.get_validated(tmp_path / "run" / "manifest.yaml")
+
+
+def test_parquet_without_pandas_or_pyarrow_says_what_to_install(tmp_path, monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tables(name, *args, **kwargs):
+        if name.split(".")[0] in ("pandas", "pyarrow", "h5py"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tables)
+    (tmp_path / "x.pq").write_bytes(b"")
+    (tmp_path / "x.h5").write_bytes(b"")
+    with pytest.raises(EnvironmentNotFoundError, match="pandas and pyarrow") as error:
+        load_table("x.pq", tmp_path, "environment.features")
+    assert "pip install pandas pyarrow" in error.value.hint
+    with pytest.raises(EnvironmentNotFoundError, match="h5py"):
+        load_table("x.h5", tmp_path, "environment.features")

@@ -1,0 +1,278 @@
+"""Offline RL: the HDF5 environment builder, CQN, the offline runner and ``agile dataset``."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agile_cli import EnvironmentNotFoundError
+from agile_cli.buffers import ReplayBuffer, Transitions
+from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.training.offline import OfflineRunner
+from agile_cqn.algorithm import conservative_penalty
+from agile_offline.builder import OfflineBuilder
+from agile_offline.dataset import transitions_from_columns
+from agile_offline.spec import OfflineEnvSpec
+from tests.envs.toy_offline import toy_offline_environment, write_cartpole_dataset
+
+h5py = pytest.importorskip("h5py")
+
+CARTPOLE = {"name": "CartPole-v1", "num_envs": 2, "sync": True}
+
+
+def _spec(path) -> OfflineEnvSpec:
+    return OfflineEnvSpec(**CARTPOLE, dataset_path=str(path))
+
+
+def test_builder_attaches_the_dataset(tmp_path) -> None:
+    env = OfflineBuilder().build(_spec(write_cartpole_dataset(tmp_path / "d.h5")), seed=0)
+    data = env.load_dataset()
+    env.close()
+    # 200 rows in episodes of 20 without next_observations: every row but the last, which
+    # is kept because it is terminal; next observations are the following rows.
+    assert len(data) == 200
+    assert data.obs.shape == data.next_obs.shape == (200, 4)
+    with h5py.File(tmp_path / "d.h5") as file:
+        np.testing.assert_allclose(data.next_obs[:-1], file["observations"][1:])
+    assert data.terminated.sum() == 10
+
+
+def test_timeouts_without_next_observations_drop_the_boundary_step() -> None:
+    columns = {
+        "observations": np.arange(6, dtype=np.float32).reshape(6, 1),
+        "actions": np.zeros(6), "rewards": np.ones(6),
+        "terminals": np.array([0, 0, 1, 0, 0, 0]), "timeouts": np.array([0, 1, 0, 0, 0, 0]),
+    }  # fmt: skip
+    data = transitions_from_columns(columns, spaces.Discrete(2))
+    # step 1 timed out (obs 2 starts the next episode); step 5 has no next observation
+    assert data.obs[:, 0].tolist() == [0, 2, 3, 4]
+    assert data.next_obs[:, 0].tolist() == [1, 3, 4, 5]
+    assert data.terminated.tolist() == [0, 1, 0, 0]
+
+
+def test_shape_mismatch_is_a_clear_error(tmp_path) -> None:
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as file:
+        for name, shape in (("observations", (5, 3)), ("actions", (5,)), ("rewards", (5,)),
+                            ("terminals", (5,))):  # fmt: skip
+            file.create_dataset(name, data=np.zeros(shape))
+    with pytest.raises(EnvironmentNotFoundError) as error:
+        OfflineBuilder().check(_spec(path))
+    assert error.value.message == (
+        "environment.dataset_path: observations have shape (N, 3) but CartPole-v1 observes (4,)"
+    )
+
+
+def test_missing_file_and_dataset_are_clear_errors(tmp_path) -> None:
+    with pytest.raises(EnvironmentNotFoundError, match="no file"):
+        OfflineBuilder().check(_spec(tmp_path / "absent.h5"))
+    with h5py.File(tmp_path / "partial.h5", "w") as file:
+        file.create_dataset("observations", data=np.zeros((3, 4)))
+    with pytest.raises(EnvironmentNotFoundError, match="no dataset 'actions', 'rewards'"):
+        OfflineBuilder().check(_spec(tmp_path / "partial.h5"))
+
+
+@pytest.mark.parametrize("sources", ["", "  minari_dataset_id: x\n  dataset_path: d.h5\n"])
+def test_exactly_one_dataset_source_through_the_cli(run, write, sources) -> None:
+    path = write("m.yaml", f"algorithm:\n  name: CQN\nenvironment:\n  name: CartPole-v1\n{sources}")
+    result = run("validate", str(path))
+    assert result.exit_code == 2
+    assert (
+        "environment.dataset_path: give exactly one of minari_dataset_id or dataset_path"
+        in result.output
+    )
+
+
+def test_remote_is_refused(run, write) -> None:
+    manifest = "algorithm:\n  name: CQN\nenvironment:\n  name: CartPole-v1\n"
+    path = write("m.yaml", manifest + "  minari_dataset_id: x\n  remote: true\n")
+    result = run("validate", str(path))
+    assert result.exit_code == 2
+    assert "environment.remote: agile does not download datasets" in result.output
+
+
+def test_check_env_opens_the_dataset(run, write, tmp_path) -> None:
+    manifest = "algorithm:\n  name: CQN\nenvironment:\n  name: CartPole-v1\n"
+    path = write("m.yaml", manifest + f"  dataset_path: {tmp_path / 'absent.h5'}\n")
+    assert run("validate", str(path)).exit_code == 0
+    result = run("validate", "--check-env", str(path))
+    assert result.exit_code == 2
+    assert "no file" in result.output
+
+
+def _member(**options):
+    manifest = tiny_manifest(
+        "CQN", environment=toy_offline_environment(), algorithm_options=options
+    )
+    return tiny_population(manifest, size=1)[0]
+
+
+def _batch(obs, actions, rewards, next_obs, terminated) -> Transitions:
+    size = len(rewards)
+    return Transitions(
+        obs=torch.tensor(obs, dtype=torch.float32), actions=torch.tensor(actions),
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        next_obs=torch.tensor(next_obs, dtype=torch.float32),
+        terminated=torch.tensor(terminated, dtype=torch.float32),
+        discounts=torch.full((size,), 0.99), weights=torch.ones(size),
+        indices=torch.arange(size),
+    )  # fmt: skip
+
+
+def test_conservative_penalty_by_hand() -> None:
+    q_values = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
+    q_taken = torch.tensor([1.0, 0.0])
+    by_hand = ((math.log(math.e + math.e**2) - 1.0) + (math.log(2.0) - 0.0)) / 2
+    assert conservative_penalty(q_values, q_taken).item() == pytest.approx(by_hand)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_cqn_loss_is_td_plus_alpha_times_the_penalty(double) -> None:
+    member = _member(double=double, cql_alpha=0.5, tau=1.0)
+    rng = np.random.default_rng(0)
+    obs, next_obs = rng.normal(size=(8, 4)), rng.normal(size=(8, 4))
+    actions, rewards = rng.integers(0, 2, size=8), rng.normal(size=8)
+    terminated = np.array([0, 1] * 4)
+    batch = _batch(obs, actions, rewards, next_obs, terminated)
+    # A target different from the online network, so the double target differs from max.
+    with torch.no_grad():
+        for parameter in member.networks["target"].parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+        q = member.networks["q"](batch.obs)["q"]
+        next_target = member.networks["target"](batch.next_obs)["q"]
+        if double:
+            choice = member.networks["q"](batch.next_obs)["q"].argmax(dim=1, keepdim=True)
+            next_value = next_target.gather(1, choice).squeeze(1)
+            assert not torch.equal(next_value, next_target.max(dim=1).values)
+        else:
+            next_value = next_target.max(dim=1).values
+    taken = q.gather(1, batch.actions.view(-1, 1)).squeeze(1)
+    target = batch.rewards + member.gamma * (1 - batch.terminated) * next_value
+    td = torch.nn.functional.smooth_l1_loss(taken, target)
+    penalty = (torch.logsumexp(q, dim=1) - taken).mean()
+    assert member.learn(batch).loss == pytest.approx(float(td + 0.5 * penalty), rel=1e-5)
+
+
+def test_cqn_refuses_continuous_actions() -> None:
+    from agile_cli import TrainingError
+
+    environment = {**toy_offline_environment(), "name": "Pendulum-v1"}
+    with pytest.raises((TrainingError, EnvironmentNotFoundError)):
+        tiny_population(tiny_manifest("CQN", environment=environment), size=1)
+
+
+class _Counting:
+    def __init__(self, env) -> None:
+        self.env, self.loads = env, 0
+        self.num_envs = env.num_envs
+
+    def load_dataset(self):
+        self.loads += 1
+        return self.env.load_dataset()
+
+
+def test_runner_fills_the_buffer_once_and_takes_steps_updates(tmp_path) -> None:
+    env = OfflineBuilder().build(_spec(write_cartpole_dataset(tmp_path / "d.h5")), seed=0)
+    counting = _Counting(env)
+    buffer = ReplayBuffer(1000, env.single_observation_space, env.single_action_space, gamma=0.99)
+    runner = OfflineRunner(counting, buffer)
+    member = _member()
+    reported: list[int] = []
+    for _ in range(2):
+        stats = runner.train(member, 150, reported.append)
+        assert stats.steps == len(stats.losses) == 150
+    env.close()
+    assert counting.loads == 1 and len(buffer) == 200
+    assert member.record.steps == 300 and sum(reported) == 300
+
+
+def test_runner_keeps_the_latest_transitions_when_the_buffer_is_small(tmp_path) -> None:
+    env = OfflineBuilder().build(_spec(write_cartpole_dataset(tmp_path / "d.h5")), seed=0)
+    buffer = ReplayBuffer(50, env.single_observation_space, env.single_action_space, gamma=0.99)
+    with pytest.warns(UserWarning, match="holds 50 of the dataset's 200"):
+        assert OfflineRunner(env, buffer).fill() == 50
+    env.close()
+
+
+def test_collect_then_train_cqn(run, tmp_path) -> None:
+    dqn = tiny_manifest("DQN", training={"max_steps": 128, "evo_steps": 64, "pop_size": 2})
+    smoke_train(dqn, tmp_path / "dqn")
+    out = tmp_path / "data.h5"
+    result = run("dataset", "collect", str(tmp_path / "dqn"), "--episodes", "3",
+                 "--epsilon", "0.3", "--out", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "of 3 episodes" in result.output and "mean return" in result.output
+    with h5py.File(out) as file:
+        rows = file["rewards"].shape[0]
+        assert file["observations"].shape == file["next_observations"].shape == (rows, 4)
+        ends = file["terminals"][()] | file["timeouts"][()]
+        assert ends.sum() == 3 and ends[-1]
+    environment = {**CARTPOLE, "dataset_path": str(out)}
+    cqn = tiny_manifest("CQN", environment=environment, training={
+        "max_steps": 40, "evo_steps": 20, "pop_size": 2})  # fmt: skip
+    outcome = smoke_train(cqn, tmp_path / "cqn")
+    assert all(member.record.steps == 40 for member in outcome.population)
+
+
+def test_collect_usage_errors(run, tmp_path) -> None:
+    result = run("dataset", "collect", str(tmp_path / "absent"), "--episodes", "1",
+                 "--out", str(tmp_path / "o.h5"))  # fmt: skip
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_cqn_conforms(tmp_path) -> None:
+    check_conformance("CQN", tmp_path, environment=toy_offline_environment())
+
+
+class _FakeEpisode:
+    def __init__(self, length: int, terminal: bool) -> None:
+        self.observations = np.arange((length + 1) * 4, dtype=np.float32).reshape(-1, 4)
+        self.actions = np.zeros(length, dtype=np.int64)
+        self.rewards = np.ones(length)
+        self.terminations = np.array([False] * (length - 1) + [terminal])
+
+
+class _FakeMinari:
+    """What agile uses of minari: list_local_datasets and load_dataset(...).iterate_episodes."""
+
+    @staticmethod
+    def list_local_datasets() -> dict:
+        return {"cartpole/fake-v0": {}}
+
+    @staticmethod
+    def load_dataset(dataset_id: str):
+        class Dataset:
+            def iterate_episodes(self):
+                return iter([_FakeEpisode(3, True), _FakeEpisode(2, False)])
+
+        return Dataset()
+
+
+def test_minari_dataset_from_the_local_root(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "minari", _FakeMinari)
+    env = OfflineBuilder().build(
+        OfflineEnvSpec(**CARTPOLE, minari_dataset_id="cartpole/fake-v0"), seed=0
+    )
+    data = env.load_dataset()
+    env.close()
+    assert len(data) == 5  # every step of both episodes: Minari stores each next observation
+    np.testing.assert_array_equal(data.next_obs[0], data.obs[1])
+    assert data.terminated.tolist() == [0, 0, 1, 0, 0]
+    spec = OfflineEnvSpec(**CARTPOLE, minari_dataset_id="cartpole/absent-v0")
+    with pytest.raises(EnvironmentNotFoundError, match="no local Minari dataset") as error:
+        OfflineBuilder().build(spec, seed=0)
+    assert "minari download cartpole/absent-v0" in (error.value.hint or "")
+
+
+def test_minari_not_installed_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "minari", None)
+    spec = OfflineEnvSpec(**CARTPOLE, minari_dataset_id="cartpole/fake-v0")
+    with pytest.raises(EnvironmentNotFoundError, match="Minari is not installed") as error:
+        OfflineBuilder().check(spec)
+    assert "pip install minari" in (error.value.hint or "")
