@@ -276,3 +276,49 @@ def test_minari_not_installed_is_a_clear_error(monkeypatch) -> None:
     with pytest.raises(EnvironmentNotFoundError, match="Minari is not installed") as error:
         OfflineBuilder().check(spec)
     assert "pip install minari" in (error.value.hint or "")
+
+
+def _write_minari_dataset(dataset_id: str, episodes: int) -> int:
+    """A real Minari dataset of random CartPole episodes in the local Minari root (built from
+    whole episodes, which needs no jax); returns its number of steps."""
+    import gymnasium as gym
+
+    minari = pytest.importorskip("minari")
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    env = gym.make("CartPole-v1")
+    env.action_space.seed(0)
+    buffers = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        columns: dict[str, list] = {"obs": [obs], "actions": [], "rewards": [], "te": [], "tr": []}
+        done = False
+        while not done:
+            action = env.action_space.sample()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            step = (obs, action, reward, terminated, truncated)
+            for key, value in zip(columns, step, strict=True):
+                columns[key].append(value)
+            done = terminated or truncated
+        buffers.append(EpisodeBuffer(
+            id=episode, observations=np.array(columns["obs"]),
+            actions=np.array(columns["actions"]), rewards=np.array(columns["rewards"]),
+            terminations=np.array(columns["te"]), truncations=np.array(columns["tr"]), infos={},
+        ))  # fmt: skip
+    dataset = minari.create_dataset_from_buffers(dataset_id, buffers, env="CartPole-v1")
+    return int(dataset.total_steps)
+
+
+def test_a_real_local_minari_dataset_trains_cqn(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    steps = _write_minari_dataset("cartpole/random-v0", episodes=5)
+    environment = {**CARTPOLE, "minari_dataset_id": "cartpole/random-v0"}
+    env = OfflineBuilder().build(OfflineEnvSpec(**environment), seed=0)
+    data = env.load_dataset()
+    env.close()
+    assert len(data) == steps
+    assert data.terminated.sum() == 5  # random CartPole episodes end by falling over
+    np.testing.assert_array_equal(data.next_obs[:-1][data.terminated[:-1] == 0],
+                                  data.obs[1:][data.terminated[:-1] == 0])  # fmt: skip
+    result = smoke_train(tiny_manifest("CQN", environment=environment), tmp_path / "run")
+    assert all(np.isfinite(result.fitnesses))
