@@ -79,7 +79,7 @@ def _open(path: Path) -> Any:
     if not path.is_file():
         raise EnvironmentNotFoundError(
             f"environment.dataset_path: no file {path}",
-            "check the path (relative paths start at the working directory)",
+            "check the path; relative paths start at the working directory",
         )
     try:
         return h5py.File(path, "r")
