@@ -6,7 +6,7 @@ import enum
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agile_cli.errors import FieldError
 from agile_cli.models.base import Spec
@@ -116,3 +116,34 @@ def check_wrappers(value: list[Any]) -> list[Any]:
                 f"wrapper {target!r} must look like 'module:Wrapper' or 'package.module.Wrapper'"
             )
     return value
+
+
+class VectorEnvironmentSpec(EnvironmentSpec):
+    """Fields shared by builders of vectorised environments (Gymnasium, PettingZoo): the copies,
+    your own callable, its keyword arguments, wrappers, and where the copies run. Subclasses
+    describe ``name``."""
+
+    num_envs: int = Field(16, ge=1, description="Environments stepped side by side.")
+    entrypoint: str | None = Field(
+        None, description="'module:Callable' or 'file.py:Callable' that makes one environment."
+    )
+    path: str | None = Field(
+        None, description="Directory that entrypoint and wrapper modules are resolved from."
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments for the entrypoint, or for the named environment's maker.",
+    )
+    wrappers: list[str | tuple[str, dict[str, Any]]] = Field(
+        default_factory=list,
+        description=(
+            "Wrappers applied in order: 'module:Wrapper', 'package.module.Wrapper', or "
+            "[wrapper, {kwargs}]."
+        ),
+    )
+    sync: bool = Field(
+        False, description="Step the environments in this process instead of subprocesses."
+    )
+
+    _entrypoint_shape = field_validator("entrypoint")(check_entrypoint)
+    _wrapper_shape = field_validator("wrappers")(check_wrappers)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
-from pydantic import Field, field_validator
-
-from agile_cli import EnvironmentSpec
-from agile_cli.models.algorithm import check_entrypoint, check_wrappers
+from agile_cli.models.algorithm import VectorEnvironmentSpec
 
 
-class PettingZooEnvSpec(EnvironmentSpec):
-    """A vector of PettingZoo parallel environments: a module exposing ``parallel_env``, or
-    your own callable."""
+class PettingZooEnvSpec(VectorEnvironmentSpec):
+    """A vector of PettingZoo parallel environments: a module exposing ``parallel_env``
+    (``config`` goes to it), or your own callable returning a ParallelEnv; wrappers are
+    PettingZoo parallel-env wrappers. ``sync`` is an agile extension: the reference format
+    always steps multi-agent copies in subprocesses."""
 
     name: str = Field(
         min_length=1,
@@ -20,32 +19,3 @@ class PettingZooEnvSpec(EnvironmentSpec):
             "Module exposing parallel_env (e.g. mpe2.simple_spread_v3), or a label with entrypoint."
         ),
     )
-    num_envs: int = Field(16, ge=1, description="Environments stepped side by side.")
-    entrypoint: str | None = Field(
-        None,
-        description="'module:Callable' or 'file.py:Callable' returning a PettingZoo ParallelEnv.",
-    )
-    path: str | None = Field(
-        None, description="Directory that entrypoint and wrapper modules are resolved from."
-    )
-    config: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Keyword arguments for the entrypoint, or for the module's parallel_env.",
-    )
-    wrappers: list[str | tuple[str, dict[str, Any]]] = Field(
-        default_factory=list,
-        description=(
-            "PettingZoo parallel-env wrappers applied in order: 'module:Wrapper', "
-            "'package.module.Wrapper', or [wrapper, {kwargs}]."
-        ),
-    )
-    sync: bool = Field(
-        False,
-        description=(
-            "Step the environments in this process instead of subprocesses (an agile "
-            "extension: the reference format always uses subprocesses)."
-        ),
-    )
-
-    _entrypoint_shape = field_validator("entrypoint")(check_entrypoint)
-    _wrapper_shape = field_validator("wrappers")(check_wrappers)
