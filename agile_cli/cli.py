@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from agile_cli import __version__
-from agile_cli.errors import AgileError, ManifestError, PluginError
+from agile_cli.errors import AgileError, ManifestError
 from agile_cli.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate")
@@ -36,8 +36,13 @@ class ReportedError(click.ClickException):
             click.echo(line if number else f"error: {line}", err=True)
 
 
-def plugin_host(ctx: click.Context) -> PluginHost:
-    """The plugin host of this invocation, built on first use (tests pass one as ``obj``)."""
+def loaded_host(ctx: click.Context) -> PluginHost:
+    """The plugin host of this invocation, built on first use (tests pass one as ``obj``).
+
+    It is returned even when strict loading refuses it: help and ``agile plugins`` use it.
+    Broken plugins are warned about here, once, unless loading is strict (the strict error,
+    or ``--help``, lists them instead).
+    """
     root = ctx.find_root()
     if isinstance(root.obj, PluginHost):
         return root.obj
@@ -45,37 +50,59 @@ def plugin_host(ctx: click.Context) -> PluginHost:
     if host is None:
         disabled = root.params.get("disable_plugin") or ()
         controls = LoadingControls.from_environment(disabled=disabled)
-        try:
-            host = build_host(reserved_commands=CORE_COMMANDS, controls=controls)
-        except PluginError as error:  # only under AGILE_STRICT_PLUGINS
-            raise ReportedError(error) from None
+        host = build_host(reserved_commands=CORE_COMMANDS, controls=controls)
         root.meta["agile.host"] = host
-        for warning in host.warnings:
-            click.echo(f"warning: {warning}", err=True)
+        if not host.strict:
+            _warn(host)
     return host
+
+
+def plugin_host(ctx: click.Context) -> PluginHost:
+    """The plugin host, for a command that uses its registry.
+
+    :raises ReportedError: (exit 2) under ``AGILE_STRICT_PLUGINS`` when a plugin failed,
+        naming every broken plugin.
+    """
+    host = loaded_host(ctx)
+    try:
+        host.check()
+    except AgileError as error:
+        raise ReportedError(error) from None
+    return host
+
+
+def _warn(host: PluginHost) -> None:
+    for warning in host.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 class AgileGroup(click.Group):
     """The root group: core commands, then those plugins registered."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        names = list(super().list_commands(ctx))
-        try:
-            names += sorted(plugin_host(ctx).registry.commands)
-        except ReportedError as error:  # --help keeps working under strict loading
-            click.echo(f"warning: {error.error.message}", err=True)
-        return names
+        host = loaded_host(ctx)
+        if host.strict:  # help still works under strict loading, and names every failure
+            _warn(host)
+        return [*super().list_commands(ctx), *sorted(host.registry.commands)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is not None and cmd_name == "train":
             from agile_cli.commands.train import with_backend_options
 
-            return with_backend_options(command, plugin_host(ctx).registry)
+            return with_backend_options(command, loaded_host(ctx).registry)
         if command is not None:
             return command
-        entry = plugin_host(ctx).registry.commands.get(cmd_name)
+        entry = loaded_host(ctx).registry.commands.get(cmd_name)
         return entry.command if entry is not None else None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name is not None and name not in CORE_COMMANDS and not ctx.resilient_parsing:
+            plugin_host(ctx)  # a plugin's command runs only on a registry strict loading accepts
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -99,7 +126,8 @@ def cli(disable_plugin: tuple[str, ...]) -> None:
     with `agile train`. Shell completion: eval "$(_AGILE_COMPLETE=bash_source agile)".
 
     Plugins: AGILE_PLUGINS=a,b loads only those, AGILE_DISABLE_PLUGINS=a,b skips those, and
-    AGILE_STRICT_PLUGINS=1 makes a broken plugin an error instead of a warning.
+    AGILE_STRICT_PLUGINS=1 makes a broken plugin an error (exit 2) instead of a warning for
+    the commands that use plugins; --help and `agile plugins` still list every failure.
     """
 
 
@@ -124,10 +152,15 @@ def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_e
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def plugins(ctx: click.Context, as_json: bool) -> None:
-    """List plugins: distribution, version, contributions, and failures."""
+    """List plugins: distribution, version, contributions, and failures.
+
+    Exit status: 0, or 2 after the list when AGILE_STRICT_PLUGINS is set and a plugin failed.
+    """
     from agile_cli.commands.plugins import show_plugins
 
-    show_plugins(plugin_host(ctx), as_json=as_json)
+    host = loaded_host(ctx)
+    show_plugins(host, as_json=as_json)
+    host.check()
 
 
 @cli.command()

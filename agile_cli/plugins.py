@@ -2,21 +2,28 @@
 
 Nothing happens at import. :func:`build_host` is called when the CLI starts (or the first time
 library code needs the registry, through :func:`default_host`).
+
+Plugin code (an entry point's import, its registration with pluggy, each of its hooks) runs
+with ``sys.stdout`` sent to stderr, so that what a plugin prints cannot corrupt machine-readable
+output, and with every exception but ``KeyboardInterrupt`` caught, ``SystemExit`` included: a
+broken plugin becomes one failed row, never the end of the program.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
 from agile_cli import hookspecs
-from agile_cli.errors import PluginError
+from agile_cli.errors import EXIT_USAGE, PluginError
 from agile_cli.models.base import suggest
 from agile_cli.registry import Registry
 
@@ -30,6 +37,8 @@ _HOOKS: tuple[tuple[str, str], ...] = (
     ("agile_register_backends", "backend_registrar"),
     ("agile_register_commands", "command_registrar"),
 )
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -52,15 +61,48 @@ class PluginHost:
     manager: pluggy.PluginManager
     registry: Registry
     plugins: list[PluginInfo]
+    strict: bool = False
+
+    @property
+    def failed(self) -> list[PluginInfo]:
+        """The plugins that failed to load, in loading order."""
+        return [info for info in self.plugins if info.status == "failed"]
 
     @property
     def warnings(self) -> list[str]:
         """One line per broken plugin."""
         return [
             f"plugin '{info.name}' failed to load: {info.error} (see `agile plugins`)"
-            for info in self.plugins
-            if info.status == "failed"
+            for info in self.failed
         ]
+
+    def check(self) -> None:
+        """Refuse the registry when loading was strict and a plugin failed.
+
+        :raises BrokenPluginsError: naming every broken plugin.
+        """
+        if self.strict and self.failed:
+            raise BrokenPluginsError(self.failed)
+
+
+class BrokenPluginsError(PluginError):
+    """Plugins failed to load under ``AGILE_STRICT_PLUGINS``: one line for each."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, failed: list[PluginInfo]) -> None:
+        count = len(failed)
+        super().__init__(
+            f"{count} plugin{'' if count == 1 else 's'} failed to load"
+            " and AGILE_STRICT_PLUGINS is set",
+            "fix them, skip them with --disable-plugin NAME, or unset AGILE_STRICT_PLUGINS"
+            " to load the others with a warning",
+        )
+        self.failed = failed
+
+    def lines(self) -> list[str]:
+        broken = [f"  plugin '{info.name}' failed to load: {info.error}" for info in self.failed]
+        return [f"{self.message}:", *broken, self.hint or ""]
 
 
 @dataclass(frozen=True)
@@ -69,7 +111,8 @@ class LoadingControls:
 
     :param only: load only these entry-point names (``AGILE_PLUGINS=a,b``); None loads all.
     :param disabled: never load these (``AGILE_DISABLE_PLUGINS=a,b``, ``--disable-plugin``).
-    :param strict: a broken plugin is an error, not a warning (``AGILE_STRICT_PLUGINS=1``).
+    :param strict: a broken plugin makes the registry an error (:meth:`PluginHost.check`), not a
+        warning (``AGILE_STRICT_PLUGINS=1``).
     """
 
     only: frozenset[str] | None = None
@@ -104,13 +147,14 @@ def build_host(
 
     First-party plugins (distribution ``agile-cli``) are loaded and asked to register first,
     then the others in entry-point name order, then ``extra_plugins``. A name keeps its first
-    registration: a later plugin that registers a taken name is dropped as broken.
+    registration: a later plugin that registers a taken name is dropped as broken. Loading
+    always completes, strict or not; under strict controls :meth:`PluginHost.check` then
+    refuses the result.
 
     :param extra_plugins: ``(name, plugin)`` pairs registered besides the entry points (tests).
     :param discovered: entry points to load instead of those installed (tests).
     :param reserved_commands: command names plugins may not take.
     :param controls: which plugins to load; default: from the environment variables.
-    :raises PluginError: under ``strict`` controls, for the first broken plugin.
     """
     controls = controls if controls is not None else LoadingControls.from_environment()
     manager = pluggy.PluginManager(hookspecs.PROJECT)
@@ -118,15 +162,32 @@ def build_host(
     found = entry_points(group=ENTRY_POINT_GROUP) if discovered is None else discovered
     infos = [_load_entry_point(manager, ep, controls) for ep in sorted(found, key=_precedence)]
     for name, plugin in extra_plugins:
-        infos.append(_register(manager, name, plugin, getattr(plugin, "__name__", name), controls))
+        infos.append(_register(manager, name, plugin, getattr(plugin, "__name__", name)))
     registry = Registry(reserved_commands=frozenset(reserved_commands))
     by_name = {info.name: info for info in infos}
     for hook_name, registrar in _HOOKS:
-        _call_hook(manager, hook_name, getattr(registry, registrar), registry, by_name, controls)
+        _call_hook(manager, hook_name, getattr(registry, registrar), registry, by_name)
     for info in infos:
         if info.status == "loaded":
             info.contributes = registry.contributions(info.name)
-    return PluginHost(manager, registry, infos)
+    return PluginHost(manager, registry, infos, strict=controls.strict)
+
+
+def _run_plugin_code(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:
+    """``call()``'s result, or what it raised; its prints go to stderr.
+
+    Only ``KeyboardInterrupt`` gets through: a plugin's ``SystemExit`` (or any other
+    ``BaseException``) must not end the CLI. ``redirect_stdout`` puts back the stdout it
+    found even if the plugin rebinds ``sys.stdout`` itself. Output written to file descriptor
+    1 from C code is not redirected.
+    """
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            return call(), None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # contained: reported as a failed row
+            return None, exc
 
 
 def _precedence(ep: EntryPoint) -> tuple[bool, str]:
@@ -153,30 +214,26 @@ def _load_entry_point(
             else "not named in AGILE_PLUGINS"
         )
         return info
-    try:
-        plugin = ep.load()
-    except Exception as exc:  # a broken plugin must not take the CLI down with it
-        return _failed(info, exc, controls)
-    loaded = _register(manager, ep.name, plugin, ep.value, controls)
+    plugin, error = _run_plugin_code(ep.load)
+    if error is not None:  # a broken plugin must not take the CLI down with it
+        return _failed(info, error)
+    loaded = _register(manager, ep.name, plugin, ep.value)
     loaded.distribution, loaded.version = info.distribution, info.version
     return loaded
 
 
-def _register(
-    manager: pluggy.PluginManager,
-    name: str,
-    plugin: object,
-    module: str,
-    controls: LoadingControls,
-) -> PluginInfo:
+def _register(manager: pluggy.PluginManager, name: str, plugin: object, module: str) -> PluginInfo:
     info = PluginInfo(name=name, module=module)
-    try:
+
+    def register() -> None:
         manager.register(plugin, name=name)
         _check_hook_names(manager, plugin)
-    except Exception as exc:  # pluggy refuses malformed hook implementations
-        if manager.is_registered(plugin):
-            manager.unregister(plugin)
-        return _failed(info, exc, controls)
+
+    _, error = _run_plugin_code(register)
+    if error is not None:  # pluggy refuses malformed hook implementations
+        if manager.get_plugin(name) is plugin:  # not another plugin of that name
+            manager.unregister(name=name)
+        return _failed(info, error)
     return info
 
 
@@ -192,14 +249,13 @@ def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
             )
 
 
-def _failed(info: PluginInfo, exc: BaseException, controls: LoadingControls) -> PluginInfo:
-    message = exc.message if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+def _failed(info: PluginInfo, exc: BaseException) -> PluginInfo:
+    if isinstance(exc, PluginError):
+        message = exc.message
+    else:
+        said = str(exc)
+        message = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
     message = " ".join(message.split())  # one line, whatever the exception said
-    if controls.strict:
-        raise PluginError(
-            f"plugin '{info.name}' is broken: {message}",
-            "fix it, or unset AGILE_STRICT_PLUGINS to skip it with a warning",
-        ) from exc
     info.status = "failed"
     info.error = message
     return info
@@ -211,19 +267,18 @@ def _call_hook(
     registrar: Callable[[str], Any],
     registry: Registry,
     infos: dict[str, PluginInfo],
-    controls: LoadingControls,
 ) -> None:
     hook = getattr(manager.hook, hook_name)
     for impl in hook.get_hookimpls():  # in registration order
         plugin = impl.plugin_name
         arguments = {"register": registrar(plugin)}
-        try:
-            impl.function(**{name: arguments[name] for name in impl.argnames})
-        except Exception as exc:  # the plugin's own bug, or a refused registration
+        call = functools.partial(impl.function, **{name: arguments[name] for name in impl.argnames})
+        _, error = _run_plugin_code(call)
+        if error is not None:  # the plugin's own bug, or a refused registration
             _forget(registry, plugin)
             manager.unregister(name=plugin)
             info = infos.setdefault(plugin, PluginInfo(name=plugin, module=plugin))
-            _failed(info, exc, controls)
+            _failed(info, error)
 
 
 def _forget(registry: Registry, plugin: str) -> None:
@@ -239,5 +294,13 @@ def default_host() -> PluginHost:
 
 
 def registry_or_default(registry: Registry | None) -> Registry:
-    """``registry``, or the installed plugins' registry when None."""
-    return registry if registry is not None else default_host().registry
+    """``registry``, or the installed plugins' registry when None.
+
+    :raises BrokenPluginsError: when that registry is needed, loading was strict and a plugin
+        failed.
+    """
+    if registry is not None:
+        return registry
+    host = default_host()
+    host.check()
+    return host.registry

@@ -162,12 +162,25 @@ def test_first_party_keeps_a_name_and_the_impostor_is_dropped_whole(make_host) -
     assert info.error == "algorithm 'DQN' is registered by both 'dqn' and 'impostor'"
 
 
-def test_strict_loading_makes_a_conflict_an_error(make_host) -> None:
-    with pytest.raises(PluginError) as excinfo:
-        make_host(("impostor", Impostor()), controls=LoadingControls(strict=True))
-    assert "plugin 'impostor' is broken: algorithm 'DQN' is registered by both 'dqn'" in str(
-        excinfo.value.message
+def test_strict_loading_collects_every_failure_then_refuses_the_registry(make_host) -> None:
+    host = make_host(
+        ("impostor", Impostor()), ("malformed", Malformed()), controls=LoadingControls(strict=True)
     )
+    assert [info.name for info in host.plugins if info.status == "failed"] == [
+        "impostor",
+        "malformed",
+    ]
+    with pytest.raises(PluginError) as excinfo:
+        host.check()
+    assert excinfo.value.exit_code == 2
+    lines = excinfo.value.lines()
+    assert lines[0] == "2 plugins failed to load and AGILE_STRICT_PLUGINS is set:"
+    assert lines[1] == (
+        "  plugin 'impostor' failed to load: "
+        "algorithm 'DQN' is registered by both 'dqn' and 'impostor'"
+    )
+    assert lines[2].startswith("  plugin 'malformed' failed to load: ") and len(lines) == 4
+    make_host(("impostor", Impostor())).check()  # without strict, nothing to refuse
 
 
 @pytest.fixture
@@ -176,7 +189,7 @@ def broken_plugins(broken_module, monkeypatch):
     import agile_cli.cli as cli_module
 
     broken = EntryPoint("broken", broken_module, "agile")
-    extra = [("impostor", Impostor()), ("malformed", Malformed())]
+    extra = [("impostor", Impostor()), ("malformed", Malformed()), ("foo", FooPlugin())]
 
     def host(**kwargs):
         return build_host(discovered=_installed_plus(broken), extra_plugins=extra, **kwargs)
@@ -197,15 +210,62 @@ def test_broken_plugins_leave_the_cli_working(broken_plugins, write, args) -> No
     assert "Traceback" not in result.output
 
 
-def test_strict_env_var_turns_the_warning_into_an_error(broken_plugins, write, monkeypatch):
+BROKEN_LINES = (
+    "  plugin 'broken' failed to load: RuntimeError: boom at import",
+    "  plugin 'impostor' failed to load: algorithm 'DQN' is registered by both 'dqn'",
+    "  plugin 'malformed' failed to load: ",
+)
+
+
+@pytest.mark.parametrize(
+    "args", [["validate", "{manifest}"], ["schema"], ["train", "{manifest}"], ["foo-hello"]]
+)
+def test_strict_env_var_makes_registry_commands_fail_naming_every_plugin(
+    broken_plugins, write, monkeypatch, args
+) -> None:
     from click.testing import CliRunner
 
     monkeypatch.setenv("AGILE_STRICT_PLUGINS", "1")
     manifest = str(write("m.yaml", MINIMAL))
-    result = CliRunner().invoke(broken_plugins, ["validate", manifest])
-    assert result.exit_code == 1
-    assert "error: plugin 'broken' is broken: RuntimeError: boom at import" in result.output
-    assert "AGILE_STRICT_PLUGINS" in result.output
+    argv = [a.format(manifest=manifest) for a in args]
+    result = CliRunner().invoke(broken_plugins, argv, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: 3 plugins failed to load and AGILE_STRICT_PLUGINS is set:"
+    for line, expected in zip(lines[1:4], BROKEN_LINES, strict=True):
+        assert line.startswith(expected)
+    assert "unset AGILE_STRICT_PLUGINS" in lines[4] and len(lines) == 5
+    assert result.stdout == ""
+
+
+def test_strict_loading_leaves_help_working_and_lists_every_plugin(broken_plugins, monkeypatch):
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("AGILE_STRICT_PLUGINS", "1")
+    result = CliRunner().invoke(broken_plugins, ["--help"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "validate" in result.stdout and "foo-hello" in result.stdout
+    for name in ("broken", "impostor", "malformed"):
+        assert f"warning: plugin '{name}' failed to load: " in result.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_strict_agile_plugins_lists_every_failure_then_exits_two(
+    broken_plugins, monkeypatch, as_json
+) -> None:
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("AGILE_STRICT_PLUGINS", "1")
+    args = ["plugins", "--json"] if as_json else ["plugins"]
+    result = CliRunner().invoke(broken_plugins, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    if as_json:
+        failed = {row["name"] for row in json.loads(result.stdout) if row["status"] == "failed"}
+        assert failed == {"broken", "impostor", "malformed"}
+    else:
+        assert "RuntimeError: boom at import" in result.stdout
+        assert "accepts unknown keys" in result.stdout
+    assert result.stderr.startswith("error: 3 plugins failed to load and AGILE_STRICT_PLUGINS")
 
 
 def test_malformed_spec_is_named(make_host) -> None:
