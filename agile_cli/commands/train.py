@@ -30,8 +30,16 @@ def run_train(
     verbose: bool,
 ) -> int:
     """Validate, then hand the run to the backend; return the exit status."""
-    if (manifest_path is None) == (resume is None):
-        raise UsageError("give a MANIFEST to train, or --resume RUN_DIR, not both")
+    if manifest_path is None and resume is None:
+        raise UsageError(
+            "nothing to train: give a MANIFEST, or --resume RUN_DIR to continue a run",
+            "e.g. agile train configs/training/ppo/cartpole.yaml",
+        )
+    if manifest_path is not None and resume is not None:
+        raise UsageError(
+            "give a MANIFEST or --resume RUN_DIR, not both",
+            "a resumed run keeps the manifest in its folder",
+        )
     entry = _backend(host, backend_name)
     options = _options(entry, flags)
     backend: Backend = entry.load()()

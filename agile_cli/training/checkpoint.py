@@ -1,26 +1,52 @@
-"""Whole-population checkpoints, written atomically."""
+"""Checkpoints: written atomically, read back without ever running code.
+
+The format (``FORMAT_VERSION`` 2) is a PyTorch zip archive (``torch.save``) holding one
+``dict`` of plain data: ``dict``, ``list``, ``tuple``, ``str``, ``int``, ``float``, ``bool``,
+``None`` and tensors. A numpy array is stored as ``{"__agile_ndarray__": tensor}`` and comes
+back as an array. :func:`load` reads with ``torch.load(weights_only=True)``, whose unpickler
+builds only those types: a file naming any other class or function is refused, not run. It
+also refuses compressed archive entries, so that reading takes no more memory than the file
+itself holds.
+
+Every checkpoint carries ``format``, ``kind`` (``population`` for ``checkpoints/*.pt``,
+``member`` for ``elite.pt``), ``agile_version``, ``algorithm``, ``environment``, ``spaces``
+(what members observe and do, as text) and ``manifest``; a population checkpoint adds the
+loop's counters, every member, the elite, the evolution generators and optionally the buffer.
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from agile_cli.errors import TrainingError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+POPULATION = "population"
+MEMBER = "member"
+
+_ARRAY_TAG = "__agile_ndarray__"
+_PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.Size)
 
 
 def save_atomically(state: dict[str, Any], path: Path) -> None:
-    """Write ``state`` to ``path`` so that a crash leaves either the old file or the new one."""
+    """Write ``state`` to ``path`` so that a crash leaves either the old file or the new one.
+
+    :raises TrainingError: when ``state`` holds something other than plain data.
+    """
+    encoded = _encode(state, "checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
-            torch.save(state, stream)
+            torch.save(encoded, stream)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
@@ -29,14 +55,82 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
         raise
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_atomically`."""
+def load(path: Path, kind: str | None = None) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_atomically`, without running any code in it.
+
+    :param kind: the kind required (:data:`POPULATION` or :data:`MEMBER`); None takes either.
+    :raises TrainingError: the file is missing, damaged, foreign, or of another kind.
+    """
     if not path.is_file():
-        raise TrainingError(f"no checkpoint at {path}", "is this a run folder of agile train?")
+        raise TrainingError(f"no checkpoint at {path}")
+    _check_archive(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a foreign or damaged file
-        raise TrainingError(f"cannot read checkpoint {path}: {exc}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
-        raise TrainingError(f"{path} is not an agile checkpoint (format {FORMAT_VERSION})")
-    return state
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a foreign, damaged or malicious file
+        reason = " ".join(str(exc).split())[:300]
+        raise TrainingError(
+            f"{path} is not a readable agile checkpoint: {reason}",
+            "agile reads only plain data and tensors from checkpoints; it never runs code in them",
+        ) from None
+    _check_header(state, path, kind)
+    return _decode(state)
+
+
+def _check_archive(path: Path) -> None:
+    """A torch zip archive whose entries are stored uncompressed (memory bounded by size)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise TrainingError(f"{path} is not an agile checkpoint ({exc})") from None
+    if any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
+        raise TrainingError(f"{path} is not an agile checkpoint (it has compressed entries)")
+    if sum(entry.file_size for entry in entries) > path.stat().st_size:
+        raise TrainingError(f"{path} is not an agile checkpoint (its entries exceed the file)")
+
+
+def _check_header(state: Any, path: Path, kind: str | None) -> None:
+    if not isinstance(state, dict) or "format" not in state:
+        raise TrainingError(f"{path} is not an agile checkpoint")
+    if state["format"] != FORMAT_VERSION:
+        raise TrainingError(
+            f"{path} has checkpoint format {state['format']!r}; this agile reads format "
+            f"{FORMAT_VERSION}",
+            "train the run again with this version of agile",
+        )
+    if kind is not None and state.get("kind") != kind:
+        what = "one member (an elite)" if state.get("kind") == MEMBER else "a whole population"
+        raise TrainingError(f"{path} holds {what}, not a {kind} checkpoint")
+
+
+def _encode(value: Any, where: str) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _encode(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, list | tuple) and not isinstance(value, torch.Size):
+        items = [_encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biufc":
+            raise TrainingError(f"{where} is a numpy array of {value.dtype}, not of numbers")
+        return {_ARRAY_TAG: torch.from_numpy(np.ascontiguousarray(value).copy())}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, _PLAIN):
+        return value
+    raise TrainingError(
+        f"{where} is a {type(value).__name__}: a checkpoint holds only dicts, lists, tuples, "
+        "strings, numbers, None, tensors and numpy arrays",
+        "convert it in the algorithm's extra_state()",
+    )
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and _ARRAY_TAG in value:
+            return value[_ARRAY_TAG].numpy()
+        return {key: _decode(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    if isinstance(value, tuple) and not isinstance(value, torch.Size):
+        return tuple(_decode(item) for item in value)
+    return value

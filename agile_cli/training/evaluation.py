@@ -13,6 +13,7 @@ from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.registry import Registry
 from agile_cli.training import checkpoint, setup
+from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.runners import first_episode_returns
 
 
@@ -26,19 +27,24 @@ def load_agent(
     manifest = TrainingManifest.get_validated(state["manifest"], registry=registry)
     saved = _member_state(state, member, path)
     env = setup.build_environment(manifest, registry, seed=0)
-    context = AgentContext(
-        device=setup.resolve_device(device),
-        num_envs=env.num_envs,
-        training=manifest.training,
-        network=manifest.network,
-        replay_buffer=manifest.replay_buffer,
-    )
-    cls = setup.algorithm_class(manifest, registry)
-    arch = NetworkArch.from_dict(saved["arch"])
-    spaces = setup.member_spaces(manifest, env)
-    agent = cls(manifest.algorithm, **spaces, arch=arch, context=context, index=saved["index"])
-    agent.load_state_dict(saved)
-    env.close()
+    try:
+        spaces = setup.member_spaces(manifest, env)
+        check_compatible(state, manifest, setup.describe_spaces(spaces))
+        context = AgentContext(
+            device=setup.resolve_device(device),
+            num_envs=env.num_envs,
+            training=manifest.training,
+            network=manifest.network,
+            replay_buffer=manifest.replay_buffer,
+        )
+        cls = setup.algorithm_class(manifest, registry)
+        with explain_mismatch():
+            arch = NetworkArch.from_dict(saved["arch"])
+            agent = cls(manifest.algorithm, **spaces, arch=arch, context=context,
+                        index=saved["index"])  # fmt: skip
+            agent.load_state_dict(saved)
+    finally:
+        env.close()
     return agent, manifest
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agile_cli import __version__
 from agile_cli.agent import AgentContext, Algorithm
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
@@ -20,6 +21,7 @@ from agile_cli.registry import Registry
 from agile_cli.training import checkpoint, setup
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
+from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
 from agile_cli.training.runners import evaluate
 
@@ -38,6 +40,7 @@ class RunOptions:
     tensorboard: bool = False
     checkpoint_steps: int | None = None
     checkpoint_buffer: bool = False
+    overwrite: bool = False
 
 
 @dataclass
@@ -91,6 +94,7 @@ class EvolutionLoop:
             network=manifest.network,
             replay_buffer=manifest.replay_buffer,
         )
+        self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
         self.cls = setup.algorithm_class(manifest, registry)
         self.population = setup.build_population(manifest, self.cls, self.env, self.context)
         self.buffer = setup.build_buffer(manifest, self.env, self.device)
@@ -102,7 +106,9 @@ class EvolutionLoop:
         self.elite: Algorithm | None = None
         self.sinks: list[MetricSink] = []
         # Last, so that a manifest that cannot be built leaves no empty run folder behind.
-        self.folder = folder or RunFolder.create(manifest, options.run_dir)
+        self.folder = folder or RunFolder.create(
+            manifest, options.run_dir, overwrite=options.overwrite
+        )
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -134,37 +140,54 @@ class EvolutionLoop:
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self, *, fresh: bool = True) -> TrainResult:
-        """Train until the step budget is spent, the target is reached, or Ctrl-C."""
+        """Train until the step budget is spent, the target is reached, or Ctrl-C.
+
+        Checkpoints are taken at generation boundaries only (and once before the first
+        generation): after Ctrl-C, the run resumes from the end of the last whole generation.
+        """
         training = self.manifest.training
         total = training.max_steps * len(self.population)
         self.reporter.start(total, self.state.global_steps, self._title())
         interrupted = False
         try:
             self._open_sinks()
-            if fresh and self.mutator is not None:
-                self.mutator.mutate(self.population, pre_training=True)
+            if fresh:
+                if self.mutator is not None:
+                    self.mutator.mutate(self.population, pre_training=True)
+                self._save_checkpoint()
             while self.state.steps_per_member < training.max_steps:
                 if self._generation():
                     break
         except KeyboardInterrupt:
             interrupted = True
-            self.reporter.note("interrupted: saving a checkpoint")
+            self.reporter.note(self._interruption_note())
         finally:
             for sink in self.sinks:
                 sink.close()
-        self._save_checkpoint()
         return self._finish(interrupted)
 
+    def _interruption_note(self) -> str:
+        done = self.state.generation
+        kept = f"generation {done}" if done else "the start (no generation had finished)"
+        return (
+            f"interrupted during generation {done + 1}: the checkpoint of {kept} is kept, "
+            f"and resuming redoes generation {done + 1}"
+        )
+
     def _generation(self) -> bool:
-        """One generation; returns True when training should stop early."""
+        """One generation; returns True when training should stop early.
+
+        The loop's counters change only once the generation is whole, so that an interrupted
+        generation leaves them (and the checkpoint) as they were at its start.
+        """
         training = self.manifest.training
         steps = min(self.manifest.evo_steps, training.max_steps - self.state.steps_per_member)
         started = time.perf_counter()
-        trained = 0
+        trained = global_steps = 0
         for member in self.population:
             stats = self.runner.train(member, steps, self.reporter.advance)
             trained = stats.steps
-            self.state.global_steps += stats.steps
+            global_steps += stats.steps
             member.record.episode_returns = (member.record.episode_returns + stats.episode_returns)[
                 -100:
             ]
@@ -172,17 +195,20 @@ class EvolutionLoop:
             fitness = self._evaluate(member, training.eval_loop, training.eval_steps)
             member.record.fitness.append(fitness)
         elapsed = time.perf_counter() - started
-        self.state.wall_seconds += elapsed
-        self.state.steps_per_member += trained
-        self.state.generation += 1
-        self._report(trained * len(self.population) / max(elapsed, 1e-9))
-        if self._target_met():
-            self.state.stopped_early = True
-            return True
-        if self.state.steps_per_member < training.max_steps:
+        self.state = dataclasses.replace(
+            self.state,
+            generation=self.state.generation + 1,
+            global_steps=self.state.global_steps + global_steps,
+            steps_per_member=self.state.steps_per_member + trained,
+            wall_seconds=self.state.wall_seconds + elapsed,
+        )
+        self._report(global_steps / max(elapsed, 1e-9))
+        stop = self._target_met()
+        self.state.stopped_early = stop
+        if not stop and self.state.steps_per_member < training.max_steps:
             self._evolve()
         self._save_checkpoint()
-        return False
+        return stop
 
     def _evaluate(self, member: Algorithm, rounds: int, max_steps: int | None) -> float:
         """The member's fitness: by its runner when the family scores differently (bandits),
@@ -267,22 +293,27 @@ class EvolutionLoop:
 
     # -- checkpoints and the end -----------------------------------------------------------------
 
-    def _save_member(self, member: Algorithm, path: Path) -> None:
-        state = {
+    def _header(self, kind: str) -> dict[str, Any]:
+        """What every checkpoint of this run says about itself (see :mod:`.checkpoint`)."""
+        return {
             "format": checkpoint.FORMAT_VERSION,
+            "kind": kind,
+            "agile_version": __version__,
             "algorithm": self.manifest.algorithm_name,
+            "environment": self.manifest.environment.name,
+            "spaces": self.spaces,
             "manifest": self.manifest.to_dict(),
-            "member": member.state_dict(),
         }
+
+    def _save_member(self, member: Algorithm, path: Path) -> None:
+        state = {**self._header(checkpoint.MEMBER), "member": member.state_dict()}
         checkpoint.save_atomically(state, path)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The whole run as it stands: members, counters, generators, optionally the buffer."""
         keep_buffer = self.options.checkpoint_buffer and self.buffer is not None
         return {
-            "format": checkpoint.FORMAT_VERSION,
-            "algorithm": self.manifest.algorithm_name,
-            "manifest": self.manifest.to_dict(),
+            **self._header(checkpoint.POPULATION),
             "state": dataclasses.asdict(self.state),
             "members": [member.state_dict() for member in self.population],
             "elite": self.elite.state_dict() if self.elite is not None else None,
@@ -293,19 +324,34 @@ class EvolutionLoop:
         }
 
     def _save_checkpoint(self) -> None:
+        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps
+        snapshot = bool(every) and self.state.steps_per_member // every > self.state.snapshots
+        if snapshot:
+            self.state.snapshots = self.state.steps_per_member // every
         state = self.checkpoint_state()
         checkpoint.save_atomically(state, self.folder.latest)
-        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps
-        if every and self.state.steps_per_member // every > self.state.snapshots:
-            self.state.snapshots = self.state.steps_per_member // every
-            state["state"]["snapshots"] = self.state.snapshots
+        if snapshot and not self.manifest.training.overwrite_checkpoints:
             name = f"step_{self.state.steps_per_member}.pt"
-            if not self.manifest.training.overwrite_checkpoints:
-                checkpoint.save_atomically(state, self.folder.checkpoints / name)
+            checkpoint.save_atomically(state, self.folder.checkpoints / name)
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Continue from a checkpoint made by :meth:`checkpoint_state`."""
-        self.state = LoopState(**state["state"])
+        """Continue from a checkpoint made by :meth:`checkpoint_state`.
+
+        :raises TrainingError: the checkpoint does not belong to a run like this one.
+        """
+        check_compatible(state, self.manifest, self.spaces)
+        with explain_mismatch():
+            self._restore_members(state)
+            if self.mutator is not None and state["mutation_rng"] is not None:
+                self.mutator.rng.bit_generator.state = state["mutation_rng"]
+            self.selection_rng.bit_generator.state = state["selection_rng"]
+            if self.selection is not None:
+                self.selection._next_index = state["next_index"]
+            if self.buffer is not None and state["buffer"] is not None:
+                self.buffer.load_state_dict(state["buffer"])
+            self.state = LoopState(**state["state"])
+
+    def _restore_members(self, state: dict[str, Any]) -> None:
         members = []
         for saved in state["members"]:
             member = self.population[0].clone(saved["index"])
@@ -315,18 +361,13 @@ class EvolutionLoop:
         if state["elite"] is not None:
             self.elite = self.population[0].clone(state["elite"]["index"])
             self.elite.load_state_dict(state["elite"])
-        if self.mutator is not None and state["mutation_rng"] is not None:
-            self.mutator.rng.bit_generator.state = state["mutation_rng"]
-        self.selection_rng.bit_generator.state = state["selection_rng"]
-        if self.selection is not None:
-            self.selection._next_index = state["next_index"]
-        if self.buffer is not None and state["buffer"] is not None:
-            self.buffer.load_state_dict(state["buffer"])
 
     def _finish(self, interrupted: bool) -> TrainResult:
         fitnesses = [last_fitness(member) for member in self.population]
         best = self.population[int(np.argmax(fitnesses))] if fitnesses else None
-        if best is not None and best.record.fitness:
+        if best is not None and not best.record.fitness:
+            best = None  # no generation has finished: nobody has a fitness yet
+        if best is not None and not (interrupted and self.folder.elite.exists()):
             self._save_member(best, self.folder.elite)
         summary = self._summary(best, interrupted)
         self.folder.write_summary(summary)
@@ -337,6 +378,7 @@ class EvolutionLoop:
 
     def _summary(self, best: Algorithm | None, interrupted: bool) -> dict[str, Any]:
         state = self.state
+        seconds = state.wall_seconds
         return {
             "algorithm": self.manifest.algorithm_name,
             "environment": self.manifest.environment.name,
@@ -345,8 +387,8 @@ class EvolutionLoop:
             "global_steps": state.global_steps,
             "steps_per_member": state.steps_per_member,
             "generations": state.generation,
-            "wall_seconds": round(state.wall_seconds, 3),
-            "steps_per_second": round(state.global_steps / max(state.wall_seconds, 1e-9), 1),
+            "wall_seconds": round(seconds, 3),
+            "steps_per_second": round(state.global_steps / seconds, 1) if seconds > 0 else None,
             "target_score": self.manifest.training.target_score,
             "target_reached": state.target_reached_at is not None,
             "target_reached_at": state.target_reached_at,

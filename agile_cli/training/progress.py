@@ -153,11 +153,14 @@ def _format_hps(values: dict[str, float | int]) -> str:
 
 
 def _summary_lines(summary: dict[str, Any]) -> str:
+    best, speed = summary["best_fitness"], summary["steps_per_second"]
     lines = [
         "summary",
-        f"  best fitness     {summary['best_fitness']:.2f} (member {summary['best_member']})",
-        f"  env steps        {summary['global_steps']:,} in {summary['wall_seconds']:.1f} s "
-        f"({summary['steps_per_second']:,.0f} steps/s)",
+        f"  best fitness     {best:.2f} (member {summary['best_member']})"
+        if best is not None
+        else "  best fitness     none yet (no generation finished)",
+        f"  env steps        {summary['global_steps']:,} in {summary['wall_seconds']:.1f} s"
+        + (f" ({speed:,.0f} steps/s)" if speed is not None else ""),
         f"  generations      {summary['generations']}",
     ]
     target = summary.get("target_score")
@@ -173,6 +176,8 @@ def _summary_lines(summary: dict[str, Any]) -> str:
             lines.append("  stopped early    the best lineage's mean of its last 3 evaluations "
                          "reached the target")  # fmt: skip
     if summary.get("interrupted"):
-        lines.append("  interrupted      checkpoint saved; continue with agile train --resume")
+        lines.append(
+            "  interrupted      continue from the last whole generation with agile train --resume"
+        )
     lines.append(f"  run folder       {summary['run_dir']}")
     return "\n".join(lines)

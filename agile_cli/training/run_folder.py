@@ -12,8 +12,11 @@ runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,7 +24,14 @@ from typing import Any
 
 import yaml
 
+from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
+
+#: What a run folder holds; ``--overwrite`` deletes these and nothing else.
+RUN_FILES = ("manifest.yaml", "command.txt", "metrics.jsonl", "summary.json", "elite.pt")
+RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb")
+# Temporary files of atomic writes: checkpoints (.latest.pt.<random>.tmp) and the rest.
+_TEMPORARY = (".*.pt.*", ".*.tmp")
 
 
 class RunFolder:
@@ -32,24 +42,64 @@ class RunFolder:
         self.checkpoints = path / "checkpoints"
 
     @classmethod
-    def create(cls, manifest: TrainingManifest, base: Path | None = None) -> RunFolder:
-        """Make a new run folder (``base`` itself if given, else one under ``runs/``)."""
-        if base is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            label = re.sub(
-                r"[^A-Za-z0-9._-]+", "_", f"{manifest.algorithm_name}-{manifest.environment.name}"
-            )
-            base = Path("runs") / f"{label}-{stamp}"
-            suffix = 1
-            while base.exists():
-                suffix += 1
-                base = Path("runs") / f"{label}-{stamp}-{suffix}"
-        folder = cls(base)
+    def create(
+        cls, manifest: TrainingManifest, base: Path | None = None, *, overwrite: bool = False
+    ) -> RunFolder:
+        """Make a new run folder: ``base`` if given, else a new one under ``runs/``.
+
+        :param overwrite: replace the run already in ``base`` (its files only).
+        :raises UsageError: ``base`` holds a run (without ``overwrite``) or other files.
+        """
+        folder = cls(base if base is not None else _new_default_folder(manifest))
+        if base is not None:
+            folder.claim(overwrite)
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         text = yaml.safe_dump(manifest.to_dict(), sort_keys=False)
-        (base / "manifest.yaml").write_text(text, encoding="utf-8")
+        _write_atomically(folder.manifest, text)
         folder.record_command()
         return folder
+
+    def check_available(self, overwrite: bool) -> None:
+        """Raise unless a new run may start in ``self.path`` (changes nothing).
+
+        :raises UsageError: the folder holds a run (without ``overwrite``), or other files.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"{self.path} is a file, not a folder", "choose another --run-dir")
+        if not self.path.exists():
+            return
+        if self.holds_run() and not overwrite:
+            raise UsageError(
+                f"{self.path} already holds a run",
+                f"continue it with agile train --resume {self.path}, replace it with "
+                "--overwrite, or choose another --run-dir",
+            )
+        if not self.holds_run() and any(self.path.iterdir()):
+            raise UsageError(
+                f"{self.path} is not empty and holds no run", "choose a new or empty --run-dir"
+            )
+
+    def claim(self, overwrite: bool) -> None:
+        """Take ``self.path`` for a new run, atomically: two runs never share a folder."""
+        self.check_available(overwrite)
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.holds_run():
+            self._remove_run()
+        try:  # the claim: only one process creates the manifest
+            with self.manifest.open("x", encoding="utf-8"):
+                pass
+        except FileExistsError:
+            raise UsageError(f"another run has just taken {self.path}") from None
+
+    def holds_run(self) -> bool:
+        return any((self.path / name).exists() for name in (*RUN_FILES, *RUN_FOLDERS[:1]))
+
+    def _remove_run(self) -> None:
+        for name in RUN_FILES:
+            (self.path / name).unlink(missing_ok=True)
+        for name in RUN_FOLDERS:
+            if (self.path / name).is_dir():
+                shutil.rmtree(self.path / name)
 
     @property
     def manifest(self) -> Path:
@@ -78,7 +128,77 @@ class RunFolder:
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         with self.metrics.open("a", encoding="utf-8") as stream:
-            stream.write(json.dumps(record) + "\n")
+            stream.write(strict_json(record) + "\n")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        self.summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        _write_atomically(self.summary, strict_json(summary, indent=2) + "\n")
+
+    def keep_metrics_until(self, generation: int) -> int:
+        """Drop the records of generations after ``generation`` (written before a crash that
+        the checkpoint did not see), and any torn last line; returns how many were dropped."""
+        if not self.metrics.is_file():
+            return 0
+        kept, dropped = [], 0
+        for line in self.metrics.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1
+                continue
+            if isinstance(record, dict) and record.get("generation", 0) <= generation:
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            _write_atomically(self.metrics, "".join(line + "\n" for line in kept))
+        return dropped
+
+    def remove_temporary_files(self) -> list[Path]:
+        """Delete what interrupted writes (a crash, kill -9) left behind; returns them."""
+        stale = {
+            path
+            for folder in (self.path, self.checkpoints) if folder.is_dir()
+            for pattern in _TEMPORARY for path in folder.glob(pattern) if path.is_file()
+        }  # fmt: skip
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return sorted(stale)
+
+
+def _new_default_folder(manifest: TrainingManifest) -> Path:
+    """``runs/<algorithm>-<environment>-<time>[-N]``, created atomically (first come first
+    served, so that runs started at the same second get distinct folders)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    label = re.sub(
+        r"[^A-Za-z0-9._-]+", "_", f"{manifest.algorithm_name}-{manifest.environment.name}"
+    )
+    Path("runs").mkdir(exist_ok=True)
+    for suffix in range(1, 10_000):
+        path = Path("runs") / (f"{label}-{stamp}" + (f"-{suffix}" if suffix > 1 else ""))
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise UsageError(f"runs/ has too many folders named {label}-{stamp}", "pass --run-dir")
+
+
+def strict_json(data: Any, indent: int | None = None) -> str:
+    """JSON that strict parsers accept: non-finite numbers become null."""
+    return json.dumps(_finite(data), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)

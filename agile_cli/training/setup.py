@@ -94,6 +94,11 @@ def member_spaces(manifest: TrainingManifest, env: Any) -> dict[str, Any]:
     }
 
 
+def describe_spaces(spaces: dict[str, Any]) -> dict[str, str]:
+    """:func:`member_spaces` as text, to record in checkpoints and compare on resume."""
+    return {name: repr(space) for name, space in spaces.items()}
+
+
 def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
     """The architecture of the network section; a team's agents share one, which must suit
     every agent's observations."""

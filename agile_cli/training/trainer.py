@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agile_cli.errors import UsageError
+from agile_cli.errors import TrainingError, UsageError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
@@ -15,6 +15,7 @@ from agile_cli.registry import Registry
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
+from agile_cli.training.resume import check_compatible, manifest_edits
 from agile_cli.training.run_folder import RunFolder
 
 
@@ -92,6 +93,7 @@ class LocalTrainer:
         seed: int | None = None,
         checkpoint_steps: int | None = None,
         checkpoint_buffer: bool = False,
+        overwrite: bool = False,
     ) -> tuple[list[Any], list[float]]:
         """Train; returns ``(population, fitnesses)``, the fitnesses aligned with the members."""
         options = RunOptions(
@@ -102,6 +104,7 @@ class LocalTrainer:
             tensorboard=tensorboard,
             checkpoint_steps=checkpoint_steps,
             checkpoint_buffer=checkpoint_buffer,
+            overwrite=overwrite,
         )
         result = run_local(self.manifest, self.registry, options, verbose=verbose)
         self.result = result
@@ -125,6 +128,8 @@ def run_local(
     manifest: TrainingManifest, registry: Registry, options: RunOptions, *, verbose: bool = True
 ) -> TrainResult:
     """Train ``manifest`` here, writing a new run folder."""
+    if options.run_dir is not None:  # refuse a taken folder before any set-up
+        RunFolder(options.run_dir).check_available(options.overwrite)
     torch_threads()
     loop = EvolutionLoop(manifest, registry, options, _reporter(verbose))
     return loop.run()
@@ -134,14 +139,54 @@ def resume_local(
     run_dir: Path, registry: Registry, options: RunOptions, *, verbose: bool = True
 ) -> TrainResult:
     """Continue the run in ``run_dir`` from its latest checkpoint."""
+    _refuse_fresh_run_options(options)
     folder = RunFolder(run_dir)
     if not folder.manifest.is_file():
         raise UsageError(f"{run_dir} is not a run folder (no manifest.yaml)")
-    state = checkpoint.load(folder.latest)
+    if not folder.latest.is_file():
+        raise TrainingError(
+            f"no generation of {run_dir} finished: it has no checkpoint to resume from",
+            f"start it again with agile train {folder.manifest} --run-dir {run_dir} --overwrite",
+        )
+    state = checkpoint.load(folder.latest, kind=checkpoint.POPULATION)
     manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
+    check_compatible(state, manifest)
+    notes = manifest_edits(state["manifest"], manifest.to_dict())
+    _refuse_finished(state, manifest, run_dir)
     options.seed = state["state"]["seed"]
-    folder.record_command()
     torch_threads()
-    loop = EvolutionLoop(manifest, registry, options, _reporter(verbose), folder=folder)
+    reporter = _reporter(verbose)
+    loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder)
     loop.restore(state)
+    folder.remove_temporary_files()
+    folder.keep_metrics_until(loop.state.generation)
+    folder.record_command()
+    for note in notes:
+        reporter.note(note)
     return loop.run(fresh=False)
+
+
+def _refuse_fresh_run_options(options: RunOptions) -> None:
+    given = [flag for flag, value in (("--seed", options.seed), ("--run-dir", options.run_dir),
+                                      ("--overwrite", options.overwrite)) if value]  # fmt: skip
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not with --resume, which continues the run as it started",
+            "drop them, or start a new run from the manifest",
+        )
+
+
+def _refuse_finished(state: dict[str, Any], manifest: TrainingManifest, run_dir: Path) -> None:
+    counters, training = state["state"], manifest.training
+    saved_target = state["manifest"].get("training", {}).get("target_score")
+    if counters["stopped_early"] and training.target_score == saved_target:
+        raise UsageError(
+            f"{run_dir} has finished: it reached its training.target_score {saved_target:g}",
+            f"to train on, raise training.target_score in {run_dir / 'manifest.yaml'} and resume",
+        )
+    if counters["steps_per_member"] >= training.max_steps:
+        raise UsageError(
+            f"{run_dir} has finished: it trained {counters['steps_per_member']:,} steps per "
+            f"member of its training.max_steps {training.max_steps:,}",
+            f"to train longer, raise training.max_steps in {run_dir / 'manifest.yaml'} and resume",
+        )

@@ -21,6 +21,7 @@ def _run_options(options: LocalOptions) -> RunOptions:
         tensorboard=options.tensorboard,
         checkpoint_steps=options.checkpoint_steps,
         checkpoint_buffer=options.checkpoint_buffer,
+        overwrite=options.overwrite,
     )
 
 

@@ -22,6 +22,9 @@ class LocalOptions(Spec):
     checkpoint_steps: int | None = Field(
         None, ge=1, description="Keep a population snapshot every N env steps per member."
     )
+    overwrite: bool = Field(
+        False, description="Replace the run already in --run-dir (deletes that run's files)."
+    )
     checkpoint_buffer: bool = Field(
         False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
     )

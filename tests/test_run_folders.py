@@ -1,0 +1,270 @@
+"""Run folders never lose or mix up work: taken folders are refused, names never collide,
+resume keeps one record per generation and refuses checkpoints or edits it cannot follow,
+and an early Ctrl-C leaves an honest summary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agile_cli.plugins import default_host
+from agile_cli.testing import interrupt_after, tiny_manifest
+from agile_cli.training import checkpoint, run_folder
+from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.progress import LogReporter
+from agile_cli.training.run_folder import RunFolder
+from agile_cli.training.trainer import resume_local
+
+MANIFEST = """\
+algorithm: {name: DQN, batch_size: 16}
+environment: {name: CartPole-v1, num_envs: 2}
+training: {max_steps: 192, evo_steps: 64, pop_size: 2}
+mutation: {}
+tournament_selection: {}
+"""
+
+
+def _strict(text: str) -> object:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _generations(run: Path) -> list[int]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [_strict(line)["generation"] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    from click.testing import CliRunner
+
+    from agile_cli.cli import cli
+
+    base = tmp_path_factory.mktemp("finished")
+    (base / "m.yaml").write_text(MANIFEST, encoding="utf-8")
+    args = ["train", str(base / "m.yaml"), "--quiet", "--device", "cpu", "--run-dir"]
+    assert CliRunner().invoke(cli, [*args, str(base / "run")]).exit_code == 0
+    ppo = MANIFEST.replace("DQN, batch_size: 16", "PPO, learn_step: 32, batch_size: 16")
+    (base / "ppo.yaml").write_text(ppo, encoding="utf-8")
+    assert CliRunner().invoke(cli, ["train", str(base / "ppo.yaml"), *args[2:],
+                                    str(base / "ppo")]).exit_code == 0  # fmt: skip
+    return base
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    def make(name: str = "run") -> Path:
+        return Path(shutil.copytree(finished / name, tmp_path / name))
+
+    return make
+
+
+def test_a_folder_that_holds_a_run_is_refused_unless_overwrite(run, finished, copy) -> None:
+    target = copy()
+    before = (target / "metrics.jsonl").read_text()
+    refused = run("train", str(finished / "m.yaml"), "--quiet", "--run-dir", str(target))
+    assert refused.exit_code == 2
+    assert "already holds a run" in refused.output and "--overwrite" in refused.output
+    assert (target / "metrics.jsonl").read_text() == before
+    replaced = run("train", str(finished / "m.yaml"), "--quiet", "--device", "cpu", "--run-dir",
+                   str(target), "--overwrite")  # fmt: skip
+    assert replaced.exit_code == 0, replaced.output
+    assert _generations(target) == [1, 2, 3]
+    assert len((target / "command.txt").read_text().splitlines()) == 1
+
+
+def test_a_non_empty_folder_that_is_no_run_is_never_touched(run, finished, tmp_path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    for extra in ((), ("--overwrite",)):
+        result = run("train", str(finished / "m.yaml"), "--run-dir", str(tmp_path / "mine"),
+                     *extra)  # fmt: skip
+        assert result.exit_code == 2 and "holds no run" in result.output
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+def test_runs_started_at_once_get_distinct_folders(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run_folder.time, "strftime", lambda _: "20261201-120000")
+    manifest = tiny_manifest("DQN")
+    start, made, errors = threading.Barrier(8), [], []
+
+    def create() -> None:
+        start.wait()
+        try:
+            made.append(RunFolder.create(manifest).path)
+        except Exception as exc:  # collected: the assertion below shows it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(set(made)) == 8
+    assert all(len((p / "command.txt").read_text().splitlines()) == 1 for p in made)
+
+
+def _interrupted(tmp_path: Path, members_trained: int) -> Path:
+    manifest = tiny_manifest("DQN", training={"max_steps": 192, "evo_steps": 64, "pop_size": 2},
+                             mutation={}, tournament_selection={})  # fmt: skip
+    options = RunOptions(device="cpu", run_dir=tmp_path / "run")
+    loop = EvolutionLoop(manifest, default_host().registry, options, LogReporter())
+    interrupt_after(loop, members_trained=members_trained)
+    assert loop.run().interrupted
+    return tmp_path / "run"
+
+
+def _resume(run_dir: Path):
+    return resume_local(run_dir, default_host().registry, RunOptions(device="cpu"), verbose=False)
+
+
+def test_resume_keeps_one_record_per_generation(tmp_path) -> None:
+    run_dir = _interrupted(tmp_path, members_trained=2)  # Ctrl-C as generation 2 starts
+    first = (run_dir / "metrics.jsonl").read_text().splitlines()
+    # As a crash between writing a generation's metrics and its checkpoint would leave:
+    stale = {**_strict(first[0]), "generation": 2, "best_fitness": -12345.0}
+    with (run_dir / "metrics.jsonl").open("a") as stream:
+        stream.write(json.dumps(stale) + "\n" + '{"generation": 3, "torn')
+    result = _resume(run_dir)
+    assert result.summary["generations"] == 3
+    assert _generations(run_dir) == [1, 2, 3]
+    records = [_strict(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[0] == _strict(first[0])
+    assert all(record["best_fitness"] != -12345.0 for record in records)
+
+
+def test_resume_removes_the_temporary_files_of_interrupted_writes(tmp_path) -> None:
+    run_dir = _interrupted(tmp_path, members_trained=2)
+    stale = [run_dir / "checkpoints" / ".latest.pt.a1b2c3.tmp", run_dir / "checkpoints" /
+             ".latest.pt.x9y8z7", run_dir / ".summary.json.tmp"]  # fmt: skip
+    for path in stale:
+        path.write_bytes(b"half a checkpoint")
+    _resume(run_dir)
+    assert not any(path.exists() for path in stale)
+
+
+def test_ctrl_c_before_the_first_generation_ends(tmp_path, capsys) -> None:
+    run_dir = _interrupted(tmp_path, members_trained=1)
+    out = capsys.readouterr().out
+    assert "-inf" not in out and "inf steps" not in out
+    assert "none yet (no generation finished)" in out
+    summary = _strict((run_dir / "summary.json").read_text())
+    assert summary["best_fitness"] is None and summary["best_member"] is None
+    assert summary["global_steps"] == 0 and summary["generations"] == 0
+    assert summary["steps_per_second"] is None
+    resumed = _resume(run_dir)
+    assert resumed.summary["generations"] == 3
+    assert resumed.summary["steps_per_member"] == 192
+    assert resumed.summary["global_steps"] == 2 * 192
+    assert _generations(run_dir) == [1, 2, 3]
+
+
+def test_a_run_that_died_before_its_first_checkpoint_says_so(run, copy) -> None:
+    target = copy()
+    (target / "checkpoints" / "latest.pt").unlink()
+    result = run("train", "--resume", str(target))
+    assert result.exit_code == 1
+    assert "no generation of" in result.output and "finished" in result.output
+    assert "--overwrite" in result.output
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [("ppo/checkpoints/latest.pt", "algorithm 'PPO', the run's is 'DQN'"),
+     ("run/elite.pt", "holds one member (an elite), not a population checkpoint")],
+)  # fmt: skip
+def test_resume_refuses_a_checkpoint_of_another_run(run, finished, copy, source, message):
+    target = copy()
+    shutil.copy(finished / source, target / "checkpoints" / "latest.pt")
+    _raise_max_steps(target)
+    result = run("train", "--resume", str(target))
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_resume_refuses_a_checkpoint_of_another_environment(run, copy) -> None:
+    target = copy()
+    manifest = yaml.safe_load((target / "manifest.yaml").read_text())
+    manifest["environment"]["name"] = "Acrobot-v1"
+    (target / "manifest.yaml").write_text(yaml.safe_dump(manifest))
+    result = run("train", "--resume", str(target))
+    assert result.exit_code == 1
+    assert "environment 'CartPole-v1', the run's is 'Acrobot-v1'" in result.output
+
+
+def test_resume_refuses_a_checkpoint_of_other_spaces(run, copy) -> None:
+    target = copy()
+    latest = target / "checkpoints" / "latest.pt"
+    state = checkpoint.load(latest)
+    state["spaces"]["observation_space"] = "Box(-1.0, 1.0, (6,), float32)"
+    checkpoint.save_atomically(state, latest)
+    _raise_max_steps(target)
+    result = run("train", "--resume", str(target))
+    assert result.exit_code == 1
+    assert "observation_space Box(-1.0, 1.0, (6,), float32), the environment's is Box(" in (
+        result.output
+    )
+
+
+def _raise_max_steps(run_dir: Path, steps: int = 256) -> None:
+    manifest = yaml.safe_load((run_dir / "manifest.yaml").read_text())
+    manifest["training"]["max_steps"] = steps
+    (run_dir / "manifest.yaml").write_text(yaml.safe_dump(manifest))
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [("training", "pop_size", 3), ("network", "latent_dim", 16), ("algorithm", "lr", 0.5)],
+)
+def test_resume_refuses_edits_it_would_ignore(run, copy, section, key, value) -> None:
+    target = copy()
+    manifest = yaml.safe_load((target / "manifest.yaml").read_text())
+    manifest[section][key] = value
+    (target / "manifest.yaml").write_text(yaml.safe_dump(manifest))
+    result = run("train", "--resume", str(target))
+    assert result.exit_code == 2, result.output
+    assert f"{section}.{key}" in result.output and "edited since the checkpoint" in result.output
+
+
+def test_a_finished_run_resumes_only_with_a_larger_budget(run, copy) -> None:
+    target = copy()
+    done = run("train", "--resume", str(target))
+    assert done.exit_code == 2 and "has finished" in done.output
+    assert "training.max_steps" in done.output
+    _raise_max_steps(target)
+    more = run("train", "--resume", str(target), "--quiet", "--device", "cpu")
+    assert more.exit_code == 0, more.output
+    assert "resuming with training.max_steps 256 (was 192)" in more.output
+    assert _generations(target) == [1, 2, 3, 4]
+
+
+def test_resume_refuses_flags_of_a_new_run(run, copy) -> None:
+    result = run("train", "--resume", str(copy()), "--seed", "3")
+    assert result.exit_code == 2 and "--seed: not with --resume" in result.output
+
+
+def test_train_without_a_manifest_says_what_is_missing(run) -> None:
+    result = run("train")
+    assert result.exit_code == 2
+    assert "nothing to train: give a MANIFEST, or --resume RUN_DIR" in result.output
+
+
+def test_dataset_collect_never_replaces_a_file_unasked(run, finished, tmp_path) -> None:
+    out = tmp_path / "existing.txt"
+    out.write_text("precious")
+    args = ["dataset", "collect", str(finished / "run"), "--episodes", "1", "--out", str(out)]
+    refused = run(*args)
+    assert refused.exit_code == 2 and "--overwrite" in refused.output
+    assert out.read_text() == "precious"
+    replaced = run(*args, "--overwrite", "--device", "cpu")
+    assert replaced.exit_code == 0, replaced.output
+    assert out.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*.tmp"))
