@@ -206,9 +206,11 @@ def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path 
 @click.option("--member", type=int, help="Member index (population checkpoints).")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the evaluation episodes.")
+@click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
+              "though your agile did not write the run.")  # fmt: skip
 @click.pass_context
 def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None, device: str,
-             seed: int) -> None:  # fmt: skip
+             seed: int, trust_code: bool) -> None:  # fmt: skip
     """Score a trained agent: a run folder's elite, elite.pt, or a checkpoint's member."""
     import numpy as np
 
@@ -217,7 +219,9 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
     if episodes < 1:
         raise click.BadParameter("must be at least 1", param_hint="--episodes")
     registry = plugin_host(ctx).registry
-    agent, manifest = load_agent(source, registry, member=member, device=device)
+    agent, manifest = load_agent(
+        source, registry, member=member, device=device, trust_code=trust_code
+    )
     returns = episode_returns(agent, manifest, registry, episodes, seed)
     click.echo(
         f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}: "

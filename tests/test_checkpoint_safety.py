@@ -154,3 +154,73 @@ def test_checkpoints_say_what_they_hold(trained) -> None:
         assert "Discrete(2)" in state["spaces"]["action_space"]
     with pytest.raises(TrainingError, match="holds one member"):
         checkpoint.load(trained / "elite.pt", kind=checkpoint.POPULATION)
+
+
+OWN_CODE = """\
+algorithm: {name: DQN, batch_size: 16}
+environment:
+  name: CartPole-v1
+  num_envs: 2
+  wrappers: ["tests.envs.toy:ScaleReward"]
+training: {max_steps: 64, evo_steps: 64, pop_size: 2}
+"""
+
+
+@pytest.fixture
+def own_key(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    return tmp_path / "config" / "agile" / "trust.key"
+
+
+def test_a_run_of_your_own_that_names_code_evaluates_without_asking(run, write, tmp_path,
+                                                                     own_key) -> None:  # fmt: skip
+    trained = run("train", str(write("own.yaml", OWN_CODE)), "--quiet", "--device", "cpu",
+                  "--run-dir", str(tmp_path / "own"))  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    assert own_key.stat().st_mode & 0o777 == 0o600
+    assert run("evaluate", str(tmp_path / "own"), "--episodes", "1").exit_code == 0
+
+
+def test_code_named_by_someone_elses_checkpoint_is_not_imported(run, trained, tmp_path,
+                                                                own_key) -> None:  # fmt: skip
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil.py").write_text(
+        "import gymnasium\n\n\ndef make(**kwargs):\n"
+        f"    open({str(marker)!r}, 'w').write('pwned')\n"
+        "    return gymnasium.make('CartPole-v1')\n"
+    )
+    elite = tmp_path / "elite.pt"
+    state = checkpoint.load(trained / "elite.pt")
+    state["manifest"]["environment"].update(entrypoint="evil.py:make", path=str(tmp_path))
+    state["code_seal"] = "0" * 64  # a seal made with another user's key
+    checkpoint.save_atomically(state, elite)
+    for args in (["evaluate", str(elite)], ["dataset", "collect", str(elite), "--episodes", "1",
+                                           "--out", str(tmp_path / "o.h5")]):  # fmt: skip
+        result = run(*args)
+        assert result.exit_code == 2, result.output
+        assert "not written by your agile" in result.output
+        assert "environment.entrypoint: evil.py:make" in result.output
+        assert "--trust-code" in result.output
+        assert not marker.exists()
+    result = run("evaluate", str(elite), "--episodes", "1", "--trust-code")  # vouched for: runs
+    assert result.exit_code == 0, result.output
+    assert marker.exists()
+
+
+def test_resume_of_someone_elses_run_that_names_code_needs_trust(run, write, tmp_path,
+                                                                 own_key) -> None:  # fmt: skip
+    manifest = write("own.yaml", OWN_CODE.replace("max_steps: 64", "max_steps: 128"))
+    first = run("train", str(manifest), "--quiet", "--device", "cpu", "--run-dir",
+                str(tmp_path / "r"))  # fmt: skip
+    assert first.exit_code == 0, first.output
+    own_key.write_bytes(bytes(32))  # as if another user, with another key, resumed it
+    latest = tmp_path / "r" / "checkpoints" / "latest.pt"
+    state = checkpoint.load(latest)
+    state["state"]["steps_per_member"] = 64  # halfway, so that there is something to resume
+    checkpoint.save_atomically(state, latest)
+    refused = run("train", "--resume", str(tmp_path / "r"))
+    assert refused.exit_code == 2 and "environment.wrappers[0]: tests.envs.toy:ScaleReward" in (
+        refused.output
+    )
+    trusted = run("train", "--resume", str(tmp_path / "r"), "--trust-code", "--quiet")
+    assert trusted.exit_code == 0, trusted.output

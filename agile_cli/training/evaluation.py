@@ -12,18 +12,28 @@ from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.registry import Registry
-from agile_cli.training import checkpoint, setup
+from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.runners import first_episode_returns
 
 
 def load_agent(
-    path: Path, registry: Registry, *, member: int | None = None, device: str = "auto"
+    path: Path,
+    registry: Registry,
+    *,
+    member: int | None = None,
+    device: str = "auto",
+    trust_code: bool = False,
 ) -> tuple[Algorithm, TrainingManifest]:
-    """The saved agent and its manifest. ``path``: a run folder, elite.pt or a checkpoint."""
+    """The saved agent and its manifest. ``path``: a run folder, elite.pt or a checkpoint.
+
+    :param trust_code: build the environment even when the checkpoint names code and this
+        user's agile did not write it (see :mod:`.trust`).
+    """
     if path.is_dir():
         path = path / "elite.pt"
     state = checkpoint.load(path)
+    trust.check(state, path, trusted=trust_code)
     manifest = TrainingManifest.get_validated(state["manifest"], registry=registry)
     saved = _member_state(state, member, path)
     env = setup.build_environment(manifest, registry, seed=0)

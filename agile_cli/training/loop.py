@@ -18,7 +18,7 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
 from agile_cli.manifest import TrainingManifest
 from agile_cli.registry import Registry
-from agile_cli.training import checkpoint, setup
+from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
@@ -41,6 +41,7 @@ class RunOptions:
     checkpoint_steps: int | None = None
     checkpoint_buffer: bool = False
     overwrite: bool = False
+    trust_code: bool = False
 
 
 @dataclass
@@ -295,6 +296,7 @@ class EvolutionLoop:
 
     def _header(self, kind: str) -> dict[str, Any]:
         """What every checkpoint of this run says about itself (see :mod:`.checkpoint`)."""
+        manifest = self.manifest.to_dict()
         return {
             "format": checkpoint.FORMAT_VERSION,
             "kind": kind,
@@ -302,7 +304,8 @@ class EvolutionLoop:
             "algorithm": self.manifest.algorithm_name,
             "environment": self.manifest.environment.name,
             "spaces": self.spaces,
-            "manifest": self.manifest.to_dict(),
+            "manifest": manifest,
+            "code_seal": trust.seal(manifest),
         }
 
     def _save_member(self, member: Algorithm, path: Path) -> None:

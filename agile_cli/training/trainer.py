@@ -12,7 +12,7 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
 from agile_cli.plugins import registry_or_default
 from agile_cli.registry import Registry
-from agile_cli.training import checkpoint
+from agile_cli.training import checkpoint, trust
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
 from agile_cli.training.resume import check_compatible, manifest_edits
@@ -152,6 +152,7 @@ def resume_local(
     manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
     check_compatible(state, manifest)
     notes = manifest_edits(state["manifest"], manifest.to_dict())
+    trust.check(state, folder.latest, trusted=options.trust_code)
     _refuse_finished(state, manifest, run_dir)
     options.seed = state["state"]["seed"]
     torch_threads()

@@ -22,6 +22,7 @@ def _run_options(options: LocalOptions) -> RunOptions:
         checkpoint_steps=options.checkpoint_steps,
         checkpoint_buffer=options.checkpoint_buffer,
         overwrite=options.overwrite,
+        trust_code=options.trust_code,
     )
 
 

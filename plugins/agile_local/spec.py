@@ -25,6 +25,11 @@ class LocalOptions(Spec):
     overwrite: bool = Field(
         False, description="Replace the run already in --run-dir (deletes that run's files)."
     )
+    trust_code: bool = Field(
+        False,
+        description="With --resume: build an environment whose code the run names, though "
+        "your agile did not write the run.",
+    )
     checkpoint_buffer: bool = Field(
         False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
     )

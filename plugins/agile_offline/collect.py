@@ -13,13 +13,15 @@ from agile_offline.dataset import _h5py
 
 def collect_episodes(
     source: Path, registry: Any, *, episodes: int, member: int | None, epsilon: float,
-    seed: int, device: str,
+    seed: int, device: str, trust_code: bool = False,
 ) -> tuple[dict[str, np.ndarray], list[float]]:  # fmt: skip
     """The columns of ``episodes`` episodes played by a saved agent, and their returns."""
     from agile_cli.training import setup
     from agile_cli.training.evaluation import load_agent
 
-    agent, manifest = load_agent(source, registry, member=member, device=device)
+    agent, manifest = load_agent(
+        source, registry, member=member, device=device, trust_code=trust_code
+    )
     if manifest.family is not None and manifest.family.multi_agent:
         raise UsageError(
             f"{manifest.algorithm_name} is a multi-agent algorithm",
@@ -29,8 +31,10 @@ def collect_episodes(
     updates = {key: value for key, value in (("num_envs", 1), ("sync", True)) if key in fields}
     spec = manifest.environment.model_copy(update=updates)
     env = setup.build_environment_from(spec, manifest, registry, seed)
-    rng = np.random.default_rng(seed)
-    env.single_action_space.seed(seed)
+    # independent streams for the epsilon coin and the random actions, both from the seed
+    coin, actions = np.random.SeedSequence(seed).spawn(2)
+    rng = np.random.default_rng(coin)
+    env.single_action_space.seed(int(actions.generate_state(1)[0]))
     try:
         rows: list[tuple[Any, ...]] = []
         returns = [_episode(agent, env, rng, epsilon, rows, seed + i) for i in range(episodes)]

@@ -33,9 +33,12 @@ def dataset() -> None:
 )  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Seed of the episodes.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
+@click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
+              "though your agile did not write the run.")  # fmt: skip
 @click.pass_context
 def collect(ctx: click.Context, run_dir: Path, episodes: int, out: Path, overwrite: bool,
-            member: int | None, epsilon: float, seed: int, device: str) -> None:  # fmt: skip
+            member: int | None, epsilon: float, seed: int, device: str,
+            trust_code: bool) -> None:  # fmt: skip
     """Play EPISODES episodes with a trained agent (RUN_DIR: a run folder's elite, elite.pt, or
     a checkpoint's member) and write them to --out.
 
@@ -50,7 +53,7 @@ def collect(ctx: click.Context, run_dir: Path, episodes: int, out: Path, overwri
     registry = plugin_host(ctx).registry
     columns, returns = collect_episodes(
         run_dir, registry, episodes=episodes, member=member, epsilon=epsilon, seed=seed,
-        device=device,
+        device=device, trust_code=trust_code,
     )  # fmt: skip
     _write_new(out, columns, write_hdf5)
     mean = sum(returns) / len(returns)
