@@ -85,6 +85,7 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         if self.holds_run():
             self._remove_run()
+        self.remove_temporary_files()
         try:  # the claim: only one process creates the manifest
             with self.manifest.open("x", encoding="utf-8"):
                 pass
