@@ -17,11 +17,13 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 import torch
+from torch.distributions import Distribution
 
 from agile_cli.models.algorithm import AlgorithmSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.training import TrainingSpec
+from agile_cli.nn import sampling
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
@@ -93,9 +95,7 @@ class Algorithm(abc.ABC):
         self.device = context.device
         self.index = index
         self.record = MemberRecord()
-        seed = np.random.SeedSequence([context.seed, index]).generate_state(1)[0]
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.rng = np.random.default_rng(int(seed))
+        self._seed_generators()
         for name in spec.mutable_hyperparameters:
             setattr(self, name, getattr(spec, name))
         self.networks: dict[str, EvolvableNetwork] = {}
@@ -198,6 +198,12 @@ class Algorithm(abc.ABC):
         with torch.no_grad():
             torch._foreach_lerp_(targets, online, tau)
 
+    def sample(self, distribution: Distribution) -> torch.Tensor:
+        """One sample of ``distribution`` (Categorical, Normal, Bernoulli, or Independent of
+        them) drawn from this member's generator: use it instead of ``distribution.sample()``,
+        which draws from torch's global generator and so breaks ``--seed``."""
+        return sampling.sample(distribution, self.generator)
+
     def obs_tensor(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]:
         """Observations from the environment as the networks take them."""
         return preprocess(self.observation_space, obs, self.device)
@@ -247,10 +253,22 @@ class Algorithm(abc.ABC):
         """Called after the policy's weights were perturbed (e.g. to refresh copies)."""
 
     def clone(self, index: int) -> Algorithm:
-        """An independent copy (networks, optimizers, hyperparameters, record) with a new index."""
+        """An independent copy (networks, optimizers, hyperparameters, record) with ``index``.
+
+        A copy under a new index gets random generators of its own (from the run's member seed
+        and that index), so that copies of one parent explore differently; a copy under the
+        same index continues its parent's streams."""
         twin = copy.deepcopy(self)
-        twin.index = index
+        if index != self.index:
+            twin.index = index
+            twin._seed_generators()
         return twin
+
+    def _seed_generators(self) -> None:
+        """``generator`` and ``rng``, derived from the run's member seed and this index."""
+        seed = int(np.random.SeedSequence([self.context.seed, self.index]).generate_state(1)[0])
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

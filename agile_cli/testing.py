@@ -9,7 +9,8 @@ Installed with agile, it gives every test suite these fixtures:
 - ``agile_population(algorithm, size=2)``: members of a tiny population, ready to act;
 - ``agile_smoke_train(algorithm, **sections)``: train a tiny evolving population and return
   the result (population, fitnesses, summary, run folder);
-- ``agile_conformance(algorithm, **sections)``: :func:`check_conformance`.
+- ``agile_conformance(algorithm, **sections)``: :func:`check_conformance`;
+- ``agile_reproducibility(algorithm, **sections)``: :func:`check_reproducibility` alone.
 
 Importing this module imports neither torch nor gymnasium; the fixtures do, when used.
 """
@@ -77,13 +78,61 @@ def tiny_population(manifest: Any, registry: Any = None, size: int | None = None
     return members
 
 
-def smoke_train(manifest: Any, run_dir: Path, registry: Any = None) -> Any:
-    """Train ``manifest`` quietly on the CPU into ``run_dir``; returns the ``TrainResult``."""
+def smoke_train(
+    manifest: Any, run_dir: Path, registry: Any = None, *, seed: int | None = None
+) -> Any:
+    """Train ``manifest`` quietly on the CPU into ``run_dir`` (with ``seed``, as ``--seed``
+    would); returns the ``TrainResult``."""
     from agile_cli.training.loop import EvolutionLoop, RunOptions
     from agile_cli.training.progress import LogReporter
 
-    options = RunOptions(device="cpu", run_dir=run_dir)
+    options = RunOptions(device="cpu", run_dir=run_dir, seed=seed)
     return EvolutionLoop(manifest, _registry(registry), options, LogReporter()).run()
+
+
+#: Fields of a metrics record that measure the machine rather than the run.
+TIMING_FIELDS = ("wall_seconds", "steps_per_second")
+
+
+def seeded_metrics(manifest: Any, run_dir: Path, seed: int, registry: Any = None) -> list[Any]:
+    """Train ``manifest`` with ``seed`` into ``run_dir``; the run's metrics records (each
+    generation's fitnesses, hyperparameters, architectures and mutations) without timings."""
+    import json
+
+    smoke_train(manifest, run_dir, registry, seed=seed)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in record.items() if k not in TIMING_FIELDS} for record in records]
+
+
+def check_reproducibility(
+    algorithm: str, workdir: Path, *, registry: Any = None, **sections: Any
+) -> None:
+    """Two runs of a tiny evolving population with the same seed must log the same metrics:
+    every random draw comes from a generator derived from the run's seed (a member's
+    ``generator`` or ``rng``), never from torch's, numpy's or Python's global state or an
+    unseeded ``Space.sample()``. Raises AssertionError naming the first generation that
+    differs."""
+    problems = _reproducibility_problems(algorithm, workdir, registry, sections)
+    assert not problems, f"{algorithm} is not reproducible:\n- " + "\n- ".join(problems)
+
+
+def _reproducibility_problems(
+    algorithm: str, workdir: Path, registry: Any, sections: Mapping[str, Any]
+) -> list[str]:
+    manifest = tiny_manifest(algorithm, registry=registry, **sections)
+    first = seeded_metrics(manifest, workdir / "seeded-run-1", 7, registry)
+    second = seeded_metrics(manifest, workdir / "seeded-run-2", 7, registry)
+    for one, two in zip(first, second, strict=False):
+        if one != two:
+            return [
+                f"generation {one['generation']} of two runs with the same seed differs (draw "
+                "every random number from the member's generator or rng, and sample "
+                "torch.distributions with self.sample(distribution)):\n"
+                f"  {one['members']}\n  {two['members']}"
+            ]
+    if len(first) != len(second):
+        return [f"two runs with the same seed ran {len(first)} and {len(second)} generations"]
+    return []
 
 
 def check_conformance(
@@ -92,8 +141,9 @@ def check_conformance(
     """Check what every algorithm plugin must do; raises AssertionError listing the failures.
 
     The spec forbids unknown keys and describes every field; each mutable hyperparameter is a
-    numeric attribute of a built member; a member's checkpoint restores it exactly; and a run
-    interrupted after its first generation resumes to the end with the same population.
+    numeric attribute of a built member; a member's checkpoint restores it exactly; a run
+    interrupted after its first generation resumes to the end with the same population; and
+    two runs with the same seed log the same metrics (:func:`check_reproducibility`).
     """
     registry = _registry(registry)
     problems = _spec_problems(registry.algorithms[algorithm].spec)
@@ -102,6 +152,7 @@ def check_conformance(
     problems += _hyperparameter_problems(member)
     problems += _round_trip_problems(member, twin, manifest)
     problems += _resume_problems(manifest, workdir, registry)
+    problems += _reproducibility_problems(algorithm, workdir, registry, sections)
     assert not problems, f"{algorithm} does not conform:\n- " + "\n- ".join(problems)
 
 
@@ -274,5 +325,16 @@ def agile_conformance(tmp_path: Path) -> Callable[..., None]:
 
     def check(algorithm: str, **sections: Any) -> None:
         check_conformance(algorithm, tmp_path, **sections)
+
+    return check
+
+
+@pytest.fixture
+def agile_reproducibility(tmp_path: Path) -> Callable[..., None]:
+    """``agile_reproducibility("MyAlgo")``: :func:`check_reproducibility` in a temporary
+    folder (:func:`check_conformance` includes it)."""
+
+    def check(algorithm: str, **sections: Any) -> None:
+        check_reproducibility(algorithm, tmp_path, **sections)
 
     return check

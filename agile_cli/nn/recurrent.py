@@ -8,6 +8,11 @@ leaves the ``lstm`` tensors alone (it skips names containing ``lstm``).
 The encoder reads observation sequences time-major, ``[T, B, ...]``, from a hidden state
 ``(h, c)`` of two ``[num_layers, B, hidden_state_size]`` tensors, and can reset the state of
 single sequences to zeros where a new episode starts inside them.
+
+Dropout between stacked layers is drawn from the generator the encoder was built with (the
+member's), not by ``nn.LSTM`` itself, whose dropout masks come from torch's global generator
+(and, on CUDA, from cuDNN's own state): in training mode with dropout the layers run one by
+one with a mask drawn between them.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from torch.nn.utils import skip_init
 
 from agile_cli.nn.modules import make_activation
 from agile_cli.nn.recurrent_arch import LSTMArch
+from agile_cli.nn.sampling import uniform
 
 LSTMState = tuple[torch.Tensor, torch.Tensor]
 """An LSTM's ``(h, c)``, each ``[num_layers, batch, hidden_state_size]``."""
 
 _LATENT_GAIN = 2**0.5
+_LAYER_PARAMETERS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
 def _segments(starts: torch.Tensor) -> list[int]:
@@ -43,7 +50,8 @@ class LSTMEncoder(nn.Module):
     :param n_in: input width (observations are flattened after the time and batch dimensions).
     :param arch: the LSTM's architecture.
     :param n_out: width of the latent.
-    :param generator: source of the initial weights.
+    :param generator: source of the initial weights and of the dropout masks (None: torch's
+        global generator).
     """
 
     def __init__(
@@ -52,11 +60,12 @@ class LSTMEncoder(nn.Module):
         super().__init__()
         self.num_layers = arch.num_layers
         self.hidden_size = arch.hidden_state_size
-        dropout = arch.dropout if arch.num_layers > 1 else 0.0
-        # Uninitialised, like skip_init (which refuses nn.LSTM's signature), then seeded below.
-        self.lstm = nn.LSTM(
-            n_in, arch.hidden_state_size, arch.num_layers, dropout=dropout, device="meta"
-        ).to_empty(device="cpu")
+        self.dropout = arch.dropout if arch.num_layers > 1 else 0.0
+        self.generator = generator
+        # Uninitialised, like skip_init (which refuses nn.LSTM's signature), then seeded below;
+        # without dropout of its own (see _run).
+        lstm = nn.LSTM(n_in, arch.hidden_state_size, arch.num_layers, device="meta")
+        self.lstm = lstm.to_empty(device="cpu")
         self.out = skip_init(nn.Linear, arch.hidden_state_size, n_out)
         with torch.no_grad():
             for name, parameter in self.lstm.named_parameters():
@@ -96,12 +105,37 @@ class LSTMEncoder(nn.Module):
         x = x.reshape(steps, batch, -1)
         h, c = state
         if starts is None:
-            out, (h, c) = self.lstm(x, (h, c))
+            out, (h, c) = self._run(x, (h, c))
         else:
             parts = []
             for begin, end in pairwise([*_segments(starts), steps]):
                 keep = (~starts[begin]).to(h.dtype).view(1, batch, 1)
-                part, (h, c) = self.lstm(x[begin:end], (h * keep, c * keep))
+                part, (h, c) = self._run(x[begin:end], (h * keep, c * keep))
                 parts.append(part)
             out = torch.cat(parts)
         return self.out_act(self.out(out)), (h, c)
+
+    def _run(self, x: torch.Tensor, state: LSTMState) -> tuple[torch.Tensor, LSTMState]:
+        """The stacked LSTM along ``x`` from ``state``: in one call, or layer by layer when
+        dropout applies between them."""
+        if not (self.training and self.dropout > 0):
+            return self.lstm(x, state)
+        h, c = state
+        finals: list[LSTMState] = []
+        for layer in range(self.num_layers):
+            if layer:
+                x = self._drop(x)
+            weights = [getattr(self.lstm, f"{kind}_l{layer}") for kind in _LAYER_PARAMETERS]
+            part = (h[layer : layer + 1], c[layer : layer + 1])
+            x, h_n, c_n = torch.lstm(x, part, weights, True, 1, 0.0, True, False, False)
+            finals.append((h_n, c_n))
+        return x, (torch.cat([f[0] for f in finals]), torch.cat([f[1] for f in finals]))
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        """Inverted dropout of rate ``self.dropout``, its mask from the encoder's generator."""
+        if self.generator is None:
+            return nn.functional.dropout(x, self.dropout, training=True)
+        if self.dropout >= 1.0:
+            return torch.zeros_like(x)
+        keep = uniform(x.shape, self.generator, x.device) >= self.dropout
+        return x * keep.to(x.dtype) / (1.0 - self.dropout)

@@ -17,17 +17,9 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional
 
+from agile_cli.nn.sampling import gumbel_argmax, standard_normal, uniform
+
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-def _uniform(like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Uniform draws in [0, 1) shaped like ``like``, drawn on the generator's device."""
-    return torch.rand(like.shape, generator=generator, device=generator.device).to(like.device)
-
-
-def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A sample of ``softmax(logits)`` along the last dimension (the Gumbel-max trick)."""
-    return (logits - torch.log(-torch.log(_uniform(logits, generator)))).argmax(dim=-1)
 
 
 class ActionHead(abc.ABC):
@@ -75,7 +67,7 @@ class CategoricalHead(ActionHead):
     def sample(
         self, out: torch.Tensor, log_std: torch.Tensor | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        actions = _gumbel_argmax(out, generator)
+        actions = gumbel_argmax(out, generator)
         log_probs = out.log_softmax(-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return actions, log_probs
 
@@ -107,7 +99,7 @@ class MultiCategoricalHead(ActionHead):
         self, out: torch.Tensor, log_std: torch.Tensor | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         parts = out.split(self.sizes, dim=-1)
-        actions = torch.stack([_gumbel_argmax(logits, generator) for logits in parts], dim=-1)
+        actions = torch.stack([gumbel_argmax(logits, generator) for logits in parts], dim=-1)
         return actions, self.evaluate(out, log_std, actions)[0]
 
     def evaluate(
@@ -134,7 +126,7 @@ class BernoulliHead(ActionHead):
     def sample(
         self, out: torch.Tensor, log_std: torch.Tensor | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        actions = (_uniform(out, generator) < out.sigmoid()).to(out.dtype)
+        actions = (uniform(out.shape, generator, out.device) < out.sigmoid()).to(out.dtype)
         return actions, self.evaluate(out, log_std, actions)[0]
 
     def evaluate(
@@ -167,9 +159,9 @@ class GaussianHead(ActionHead):
         self, out: torch.Tensor, log_std: torch.Tensor | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         assert log_std is not None
-        noise = torch.randn(out.shape, generator=generator, device=generator.device)
-        actions = out + log_std.exp() * noise.to(out.device)
-        log_probs = (-0.5 * noise.to(out.device).pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+        noise = standard_normal(out.shape, generator, out.device)
+        actions = out + log_std.exp() * noise
+        log_probs = (-0.5 * noise.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
         return actions, log_probs
 
     def evaluate(

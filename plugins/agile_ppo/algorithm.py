@@ -103,7 +103,7 @@ class PPO(OnPolicyAlgorithm):
             obs = self.obs_tensor(obs)
             logits = self._step(obs)[0] if self.recurrent else self._heads(obs)[0]
             if explore:
-                actions = self._distribution(logits).sample()
+                actions = self.sample(self._distribution(logits))
             else:  # the most likely action
                 actions = logits if self.continuous else logits.argmax(dim=-1)
         return self._to_env(actions)
@@ -118,7 +118,7 @@ class PPO(OnPolicyAlgorithm):
             else:
                 logits, values = self._heads(obs)
             distribution = self._distribution(logits)
-            actions = distribution.sample()
+            actions = self.sample(distribution)
             log_probs = distribution.log_prob(actions)
         return self._to_env(actions), PolicyRecord(actions, log_probs, values, state)
 

@@ -46,7 +46,7 @@ class REINFORCE(OnPolicyAlgorithm):
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         with torch.no_grad():
             logits, _ = self._forward(self.obs_tensor(obs))
-            actions = Categorical(logits=logits).sample() if explore else logits.argmax(-1)
+            actions = self.sample(Categorical(logits=logits)) if explore else logits.argmax(-1)
         return actions.cpu().numpy()
 
     def policy_step(
@@ -55,7 +55,7 @@ class REINFORCE(OnPolicyAlgorithm):
         with torch.no_grad():
             logits, baseline = self._forward(obs)
             distribution = Categorical(logits=logits)
-            actions = distribution.sample()
+            actions = self.sample(distribution)  # from the member's generator
         return actions.cpu().numpy(), (actions, distribution.log_prob(actions), baseline)
 
     def learn(self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
