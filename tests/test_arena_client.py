@@ -627,7 +627,7 @@ def test_post_is_not_retried_after_500_or_a_read_timeout(
     with raises(ArenaAPIError, match="boom"):
         keyed.create_project("p")
     arena.on("POST", create, httpx.ReadTimeout("timed out"), reply(200, {}))
-    with raises(ArenaNetworkError, match="did not answer in time"):
+    with raises(ArenaNetworkError, match="did not answer within 30 s"):
         keyed.create_project("p")
     assert len(arena.sent(create)) == 2 and sleeps == []
 
@@ -1193,3 +1193,41 @@ def test_credentials_echoed_by_the_server_are_redacted(
     assert "[redacted]" in info.value.detail
     assert info.value.extras == {"sent_refresh": "[redacted]"}
     assert "check the project" in info.value.hint
+
+
+# -- what may be shown ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        ("api_key", True),
+        ("apiKey", True),
+        ("X-API-Key", True),
+        ("downloadToken", True),
+        ("client_secret", True),
+        ("refresh_token", True),
+        ("tokenizer", False),
+        ("max_new_tokens", False),
+        ("keyboard", False),
+        ("name", False),
+    ],
+)
+def test_fields_named_like_credentials_are_masked(key: str, secret: bool) -> None:
+    value = "abcdefghijklmnop"
+    scrubbed = auth_module.Secrets().scrub({key: value, "nested": [{key: value}]})
+    shown = "abcd…" if secret else value
+    assert scrubbed == {key: shown, "nested": [{key: shown}]}
+    assert auth_module.mask("short") == "***"
+
+
+def test_long_server_text_is_cut_on_one_line_in_errors() -> None:
+    error = ArenaAPIError("a\nb " + "x" * 1000, extras={"why": "y" * 1000})
+    assert all(len(line) < 400 and "\n" not in line for line in error.lines())
+    assert error.detail.startswith("a b x") and error.detail.endswith("… [cut]")
+
+
+def test_the_default_transport_gets_deadlines() -> None:
+    with httpx.Client() as plain:  # a canary for the httpx internals the deadlines rely on
+        assert client_module.wire.bound_by_deadlines(plain) == 1
+        assert client_module.wire.bound_by_deadlines(plain) == 0  # never wrapped twice

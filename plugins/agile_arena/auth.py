@@ -9,7 +9,9 @@ and network errors are handled in one place. Every credential it sees is registe
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import re
 import sys
 import time
 import webbrowser
@@ -27,12 +29,18 @@ from agile_arena.errors import (
     ArenaConfigError,
     ArenaError,
     ArenaTimeoutError,
+    clip,
 )
 
 REFRESH_MARGIN_S = 60.0  # refresh an access token that expires sooner than this
 KEYCLOAK_HINT = "check ARENA_KEYCLOAK_URL and your connection"
 
 _DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_SECRET_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "credential", "credentials", "authorization"}
+)
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")})
 
 
 class LoginPost(Protocol):
@@ -67,6 +75,34 @@ class Secrets:
         if isinstance(value, list | tuple):
             return [self.redact(item) for item in value]
         return value
+
+    def scrub(self, value: Any) -> Any:
+        """``value`` fit to show: :meth:`redact`, and text under a secret-like key masked.
+
+        A server may echo a key or token back (``api_key``, ``access_token``, ``apiKey``,
+        ``client_secret``, ...); such fields are shown as their first four characters and ``…``.
+        """
+        if isinstance(value, dict):
+            return {key: self._scrub_field(str(key), item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.scrub(item) for item in value]
+        return self.redact(value)
+
+    def _scrub_field(self, key: str, value: Any) -> Any:
+        return mask(value) if isinstance(value, str) and secret_name(key) else self.scrub(value)
+
+
+def secret_name(key: str) -> bool:
+    """Whether a field called ``key`` holds a credential (``api_key``, ``downloadToken``, ...)."""
+    words = [word.lower() for word in _WORD.findall(key)]
+    if _SECRET_WORDS.intersection(words) or "apikey" in words:
+        return True
+    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
+
+
+def mask(secret: str) -> str:
+    """A credential as it may be shown: ``abcd…`` (``***`` when too short to keep a prefix)."""
+    return f"{secret[:4]}…" if len(secret) >= 12 else "***"
 
 
 class Authenticator:
@@ -291,7 +327,7 @@ def _oauth_reason(response: httpx.Response, reply: Any) -> str:
     if isinstance(reply, dict):
         text = reply.get("error_description") or reply.get("error")
         if text:
-            return str(text)
+            return clip(str(text))
     return f"HTTP {response.status_code}"
 
 

@@ -12,6 +12,11 @@ becoming two, refreshes tokens before they expire, and never shows a credential 
   nothing is resent.
 * A stored access token about to expire is refreshed before it is used, and once more after a
   401. The login (device flow) only runs when asked for.
+* Each attempt has one deadline (``request_timeout``; ``upload_timeout`` until a stream's
+  headers), however slowly the server sends. Replies are read up to a cap, and redirects are
+  followed only on the origin the request was sent to: a credential never leaves it.
+* Whatever is returned or shown has the credentials the client knows redacted, and fields that
+  look like credentials (``api_key``, ``token``, ``secret``, ...) masked.
 
 Reading replies is left to :mod:`agile_arena.parsing` and credentials to :mod:`agile_arena.auth`;
 the names callers used to import from here (``StreamEvent``, ``parse_event``,
@@ -21,8 +26,8 @@ the names callers used to import from here (``StreamEvent``, ``parse_event``,
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
-import json
 import logging
 import os
 import random
@@ -37,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from agile_arena import credentials
+from agile_arena import credentials, wire
 from agile_arena.auth import KEYCLOAK_HINT, Authenticator, Secrets
 from agile_arena.auth import REFRESH_MARGIN_S as REFRESH_MARGIN_S
 from agile_arena.errors import (
@@ -50,17 +55,27 @@ from agile_arena.errors import (
     ArenaEnvironmentNotFoundError,
     ArenaError,
     ArenaNetworkError,
+    ArenaRedirectError,
+    ArenaReplyError,
     ArenaTrainingError,
     ArenaValidationError,
+    clip,
 )
 from agile_arena.packaging import package_environment
 from agile_arena.parsing import GENERIC_FAILURE as GENERIC_FAILURE
 from agile_arena.parsing import (
     ErrorBody,
+    ReplyShapeError,
     StreamEvent,
+    an_object,
+    environment_catalogue,
     events,
     failure_body,
+    metric_names,
+    object_rows,
     parse_error_body,
+    project_rows,
+    resource_tiers,
     whole_body,
 )
 from agile_arena.parsing import parse_event as parse_event
@@ -73,6 +88,7 @@ DEFAULT_KEYCLOAK_URL = "https://auth.arena.agilerl.com"
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer wait gets its error shown instead
 METRICS_DOWNLOAD_ROWS = 50_000
+MAX_REDIRECTS = 5
 DROPPED_HINT = "check your connection; Arena may still have processed the request"
 
 _API = "/api/cli/v1"
@@ -113,6 +129,7 @@ class _Request:
     stream: bool = False
     login: bool = False  # a Keycloak request: no bearer token
     headers: dict[str, str] = field(default_factory=dict)
+    max_bytes: int | None = None  # what is read of a reply (default: wire.MAX_REPLY_BYTES)
     resend_ambiguous: bool | None = None  # resend when the server may have acted (GET, DELETE)
     before_resend: Callable[[], None] | None = None  # runs before resending after such a failure
     max_retries: int | None = None
@@ -122,6 +139,11 @@ class _Request:
         if self.resend_ambiguous is not None:
             return self.resend_ambiguous
         return self.method in ("GET", "DELETE")
+
+    @property
+    def what(self) -> str:
+        """``METHOD /path``, as errors name the request."""
+        return f"{self.method} {httpx.URL(self.url).path}"
 
 
 class _Recovered(Exception):  # control flow only: never leaves the client
@@ -143,8 +165,10 @@ class ArenaClient:
     :param keycloak_url: the login server (else ``ARENA_KEYCLOAK_URL``, else Arena's).
     :param realm: the Keycloak realm.
     :param client_id: the Keycloak client.
-    :param request_timeout: seconds allowed per request.
-    :param upload_timeout: seconds allowed to send an upload or a streamed request.
+    :param request_timeout: seconds allowed per attempt of a request, from connecting to the
+        last byte of the reply.
+    :param upload_timeout: seconds allowed to send an upload or a streamed request and get the
+        reply's headers (the progress stream that follows may take any time).
     :param credentials_dir: where tokens and config live (default ``~/.arena``).
     :param max_retries: resends allowed per request.
     :param backoff: base delay of the exponential backoff, in seconds.
@@ -175,6 +199,8 @@ class ArenaClient:
         self._max_retries = max(0, max_retries)
         self._backoff = backoff
         self._sleep = sleep
+        self._request_timeout = request_timeout
+        self._upload_timeout = upload_timeout
         self._timeout = httpx.Timeout(request_timeout)
         self._stream_timeout = httpx.Timeout(upload_timeout, read=None)
         self._secrets = Secrets()
@@ -186,7 +212,11 @@ class ArenaClient:
             sleep=sleep,
             secrets=self._secrets,
         )
-        self._http = httpx.Client(transport=transport, follow_redirects=True, timeout=self._timeout)
+        # Redirects are followed by _follow, which keeps every request on its origin.
+        self._http = httpx.Client(
+            transport=transport, follow_redirects=False, timeout=self._timeout
+        )
+        wire.bound_by_deadlines(self._http)
 
     # -- the session ------------------------------------------------------------------------
 
@@ -247,27 +277,26 @@ class ArenaClient:
     # -- user, resources, projects ---------------------------------------------------------
 
     def get_current_user(self) -> dict[str, Any]:
-        return self._expect(self._get(USER), dict, "user profile")
+        return self._get(USER, shape=an_object)
 
     def get_user_credits(self) -> Any:
         return self._get(CREDITS)
 
     def list_resources(self) -> dict[str, Any]:
         """The resource tiers: ``{"tiers": {key: {"name", "num_gpus", ...}}}``."""
-        return self._expect(self._get(RESOURCES), dict, "resource list")
+        return self._get(RESOURCES, shape=resource_tiers)
 
     def list_projects(self) -> list[dict[str, Any]]:
         """Every project, each with at least ``name``, ``type`` and ``description``."""
-        rows = self._expect(self._get(PROJECTS) or [], list, "project list")
+        rows = self._get(PROJECTS, shape=project_rows)
         return [
             {
-                "name": row.get("name"),
+                "name": row["name"],
                 "type": row.get("type"),
                 "description": row.get("description"),
                 **row,
             }
             for row in rows
-            if isinstance(row, dict)
         ]
 
     def create_project(
@@ -310,7 +339,7 @@ class ArenaClient:
     def list_environments(self, name: str | None = None, include_arena: bool = False) -> dict:
         """The catalogue ``{environment: {version: {"validated", "profiled"}}}``."""
         params = {"name": name or "", "include_arena": _flag(include_arena)}
-        return self._expect(self._get(ENVIRONMENTS, params), dict, "environment list")
+        return self._get(ENVIRONMENTS, params, shape=environment_catalogue)
 
     def environment_exists(self, name: str, version: str | None = None) -> bool:
         reply = self._get(ENVIRONMENTS_EXISTS, {"name": name, "version": version or ""})
@@ -416,7 +445,7 @@ class ArenaClient:
     def list_experiments(self, project: str | None = None) -> list[dict[str, Any]]:
         """The experiments of ``project`` (default: the stored default project)."""
         params = {"project": self.resolve_project(project)}
-        return self._expect(self._get(EXPERIMENTS, params) or [], list, "experiment list")
+        return self._get(EXPERIMENTS, params, shape=object_rows)
 
     def stop_experiment(self, name: str) -> Any:
         return self._json("POST", STOP, {"experiment_name": name.strip()})
@@ -425,17 +454,14 @@ class ArenaClient:
         return self._json("POST", RESUME, {"experiment_name": name, "max_steps": int(max_steps)})
 
     def list_checkpoints(self, name: str) -> list[dict[str, Any]]:
-        reply = self._get(CHECKPOINTS, {"experiment_name": name})
-        return self._expect(reply or [], list, "checkpoint list")
+        return self._get(CHECKPOINTS, {"experiment_name": name}, shape=object_rows)
 
     def list_metric_names(self, name: str, project: str | None = None) -> list[str]:
         params = {"experiment_name": name}
         resolved = self._project_or_default(project)
         if resolved:
             params["project"] = resolved
-        reply = self._get(METRICS, params)
-        names = reply.get("metrics") if isinstance(reply, dict) else reply
-        return [str(item) for item in self._expect(names or [], list, "metric list")]
+        return self._get(METRICS, params, shape=metric_names)
 
     def metrics_csv(
         self,
@@ -454,7 +480,8 @@ class ArenaClient:
         if resolved:
             params.append(("project", resolved))
         params.extend(("metric", metric) for metric in metrics or [])
-        response = self._call(_Request("GET", self._api(METRICS), params=params))
+        request = _Request("GET", self._api(METRICS), params=params, max_bytes=wire.MAX_CSV_BYTES)
+        response = self._call(request)
         headers = response.headers
         return response.content, headers.get("content-type", ""), headers.get("content-disposition")
 
@@ -481,7 +508,7 @@ class ArenaClient:
             name, preview_rows=METRICS_DOWNLOAD_ROWS, metrics=metrics, project=project
         )
         if not content_type.lower().startswith("text/csv"):
-            text = self._redact(body[:500].decode("utf-8", "replace")) or "(empty reply)"
+            text = self._redact(clip(body[:500].decode("utf-8", "replace"))) or "(empty reply)"
             raise ArenaAPIError(f"Arena did not send CSV metrics: {text}")
         if into_folder:
             target = target / (_suggested_name(disposition) or default_name)
@@ -503,11 +530,23 @@ class ArenaClient:
         url = self._oidc(endpoint)
         return self._send(_Request("POST", url, data=form, login=True, max_retries=max_retries))
 
-    def _get(self, path: str, params: Any = None) -> Any:
-        return _payload(self._call(_Request("GET", self._api(path), params=params)))
+    def _get(
+        self, path: str, params: Any = None, *, shape: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """A GET's reply, checked by ``shape`` (ArenaReplyError when it objects), then scrubbed."""
+        reply = _payload(self._call(_Request("GET", self._api(path), params=params)))
+        if shape is not None:
+            try:
+                reply = shape(reply)
+            except ReplyShapeError as error:
+                raise ArenaReplyError(
+                    self._redact(f"Arena sent an unexpected reply to GET {path}: {error}")
+                ) from None
+        return self._secrets.scrub(reply)
 
     def _json(self, method: str, path: str, body: Any) -> Any:
-        return _payload(self._call(_Request(method, self._api(path), json=body)))
+        reply = _payload(self._call(_Request(method, self._api(path), json=body)))
+        return self._secrets.scrub(reply)
 
     def _streamed(self, path: str, error: type[ArenaAPIError], **body: Any) -> _Request:
         return _Request(
@@ -542,10 +581,9 @@ class ArenaClient:
             if isinstance(outcome, httpx.Response):
                 outcome.close()
             log.debug(
-                "%s %s failed (%s); retrying in %.2f s",
-                request.method,
-                httpx.URL(request.url).path,
-                _reason(outcome),
+                "%s failed (%s); retrying in %.2f s",
+                request.what,
+                self._redact(_reason(outcome)),
                 delay,
             )
             self._sleep(delay)
@@ -554,6 +592,8 @@ class ArenaClient:
                 request.before_resend()
 
     def _attempt(self, request: _Request) -> httpx.Response | httpx.RequestError:
+        """One send within the attempt's deadline: the response (a successful stream still
+        open, any other read), or the network failure."""
         built = self._http.build_request(
             request.method,
             request.url,
@@ -565,17 +605,44 @@ class ArenaClient:
             timeout=request.timeout or self._timeout,
         )
         try:
+            with wire.deadline(self._seconds(request)):
+                response = self._follow(request, built)
+                if request.stream and response.is_success:
+                    return response
+                return self._read(request, response)
+        except httpx.RequestError as error:
+            return error
+
+    def _seconds(self, request: _Request) -> float:
+        return self._upload_timeout if request.stream else self._request_timeout
+
+    def _follow(self, request: _Request, built: httpx.Request) -> httpx.Response:
+        """Send ``built``, following redirects that stay on its origin and refusing the others."""
+        home = wire.origin(built.url)
+        for _ in range(MAX_REDIRECTS + 1):
             response = self._http.send(built, stream=True)
-        except httpx.RequestError as error:
-            return error
-        if request.stream:
-            return response
-        try:
-            response.read()
-        except httpx.RequestError as error:
+            target = response.next_request
+            if target is None:
+                return response
             response.close()
-            return error
-        return response
+            if wire.origin(target.url) != home:
+                raise self._redirect_error(request, target.url)
+            built = target
+        raise ArenaRedirectError(
+            f"{self._server(request)} redirected {request.what} more than {MAX_REDIRECTS} times",
+            hint=KEYCLOAK_HINT if request.login else None,
+        )
+
+    def _read(self, request: _Request, response: httpx.Response) -> httpx.Response:
+        """``response`` with its body read: an error's first MiB, else all of it up to the cap."""
+        if not response.is_success:
+            return wire.read_body(response, wire.MAX_ERROR_BYTES, cut=True)
+        try:
+            return wire.read_body(response, request.max_bytes or wire.MAX_REPLY_BYTES)
+        except wire.TooLarge as error:
+            raise ArenaReplyError(
+                f"{self._server(request)}'s reply to {request.what} is too large ({error})"
+            ) from None
 
     def _retry_plan(
         self, request: _Request, outcome: httpx.Response | httpx.RequestError, attempt: int
@@ -622,16 +689,22 @@ class ArenaClient:
         lines: list[str] = []
         failure: StreamEvent | None = None
         result: dict[str, Any] | None = None
+        cap = wire.MAX_REPLY_BYTES
         try:
-            for event in events(response.iter_lines(), lines):
+            for raw in events(wire.lines(response, min(wire.MAX_LINE_BYTES, cap)), lines, cap):
+                event = self._scrub_event(raw)
                 if on_event is not None:
                     on_event(event)
                 if event.error:
                     failure = failure or event
                 elif event.status == "completed" and event.kind != "check" and event.detail:
                     result = event.detail
+        except wire.TooLarge as error:
+            raise ArenaReplyError(
+                f"Arena's progress stream for {request.what} is too large ({error})"
+            ) from None
         except httpx.RequestError as error:
-            host = httpx.URL(request.url).host
+            host = wire.host_text(httpx.URL(request.url))
             raise ArenaNetworkError(
                 f"the connection to {host} dropped before Arena finished replying "
                 f"({self._redact(_reason(error))})",
@@ -641,7 +714,12 @@ class ArenaClient:
             response.close()
         if failure is not None:
             raise self._api_error(request.error, failure_body(failure), 0)
-        return result if result is not None else whole_body(lines)
+        return result if result is not None else self._secrets.scrub(whole_body(lines))
+
+    def _scrub_event(self, event: StreamEvent) -> StreamEvent:
+        """``event`` with what it shows scrubbed of credentials."""
+        detail = self._secrets.scrub(event.detail) if event.detail is not None else None
+        return dataclasses.replace(event, message=self._redact(event.message), detail=detail)
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -664,21 +742,40 @@ class ArenaClient:
         hint = body.hint
         if hint is None and kind.default_hint is None:
             hint = ENVIRONMENTS_HINT if body.environment_missing else _status_hint(status)
-        return kind(detail, status_code=status, extras=self._redact(body.extras), hint=hint)
+        extras = self._secrets.scrub(body.extras)
+        return kind(detail, status_code=status, extras=extras, hint=hint)
 
     def _network_error(
         self, request: _Request, error: httpx.RequestError, attempts: int
     ) -> ArenaNetworkError:
-        host = httpx.URL(request.url).host
-        if isinstance(error, _NOT_SENT):
-            what = f"could not connect to {host}"
-        elif isinstance(error, httpx.TimeoutException):
-            what = f"{host} did not answer in time"
-        else:
-            what = f"the connection to {host} failed"
+        host = wire.host_text(httpx.URL(request.url))
         tries = f" after {attempts} attempts" if attempts > 1 else ""
+        reason = self._redact(_reason(error))
         hint = KEYCLOAK_HINT if request.login else None
-        return ArenaNetworkError(f"{what}{tries} ({self._redact(_reason(error))})", hint=hint)
+        if isinstance(error, _NOT_SENT):
+            what = f"could not connect to {host}{tries} ({reason})"
+        elif isinstance(error, httpx.TimeoutException):
+            what = (
+                f"{self._server(request)} did not answer within {self._seconds(request):g} s "
+                f"({host}, {request.what}{tries}; {reason})"
+            )
+            option = "--upload-timeout" if request.stream else "--request-timeout"
+            hint = hint or f"try again later, or allow more time with {option}"
+        else:
+            what = f"the connection to {host} failed{tries} ({reason})"
+        return ArenaNetworkError(what, hint=hint)
+
+    def _redirect_error(self, request: _Request, target: httpx.URL) -> ArenaRedirectError:
+        here, there = wire.host_text(httpx.URL(request.url)), wire.host_text(target)
+        return ArenaRedirectError(
+            f"{self._server(request)} redirected {request.what} to {target.scheme}://{there}, "
+            f"another origin; not followed, so no credential leaves {here}",
+            hint=KEYCLOAK_HINT if request.login else None,
+        )
+
+    @staticmethod
+    def _server(request: _Request) -> str:
+        return "Arena's login server" if request.login else "Arena"
 
     def _redact(self, value: Any) -> Any:
         """``value`` with every credential this client knows replaced by ``[redacted]``."""
@@ -708,12 +805,6 @@ class ArenaClient:
 
     def _project_or_default(self, project: str | None) -> str | None:
         return (project or "").strip() or self.get_default_project()
-
-    def _expect(self, value: Any, kind: type, what: str) -> Any:
-        if isinstance(value, kind):
-            return value
-        shown = self._redact(json.dumps(value, default=str)[:200])
-        raise ArenaAPIError(f"Arena sent an unexpected {what}: {shown}")
 
 
 # -- wire format ---------------------------------------------------------------------------------

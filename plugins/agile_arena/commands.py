@@ -22,6 +22,7 @@ from agile_arena.render import (
 )
 
 _OPTIONS = "agile.arena.options"
+_SECONDS = click.FloatRange(min=0, min_open=True)
 
 
 def client_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,17 +32,17 @@ def client_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--base-url", help="Arena API URL (else ARENA_BASE_URL)."),
         click.option(
             "--request-timeout",
-            type=float,
+            type=_SECONDS,
             default=30.0,
             show_default=True,
-            help="Seconds allowed per request.",
+            help="Seconds allowed per attempt of a request, until its reply is read whole.",
         ),
         click.option(
             "--upload-timeout",
-            type=float,
+            type=_SECONDS,
             default=300.0,
             show_default=True,
-            help="Seconds allowed per upload or streamed request.",
+            help="Seconds allowed to send an upload or streamed request and get its reply started.",
         ),
     ]
     return functools.reduce(lambda f, decorate: decorate(f), reversed(decorators), command)
@@ -239,7 +240,7 @@ def resources_list(ctx: click.Context, as_json: bool) -> None:
         ("ram_gb", "RAM (GB)"),
         ("price_per_node_hour", "CREDITS/NODE-HOUR"),
     ]
-    print_table(sorted(tiers, key=lambda t: t.get("price_per_node_hour", 0)), columns)
+    print_table(sorted(tiers, key=lambda t: t.get("price_per_node_hour") or 0), columns)
 
 
 @arena.group()

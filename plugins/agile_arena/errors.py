@@ -18,11 +18,19 @@ ENVIRONMENTS_HINT = "see `agile arena environments list`"
 UPLOAD_HINT = "upload it with `agile arena environments upload {name} --source PATH`"
 CREDITS_HINT = "see `agile arena user credits`"
 NETWORK_HINT = "check --base-url / ARENA_BASE_URL and your connection"
+REPLY_HINT = "Arena may be having problems; try again later"
+SHOWN_CHARS = 300  # of anything a server sent, shown in an error
 
 
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines included) turned into one space."""
     return " ".join(str(text).split())
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` on one line, cut after ``limit`` characters with a note saying so."""
+    line = one_line(text)
+    return line if len(line) <= limit else f"{line[:limit].rstrip()}… [cut]"
 
 
 class ArenaError(AgileError):
@@ -52,7 +60,7 @@ class ArenaConfigError(ArenaError):
 class ArenaAPIError(ArenaError):
     """Arena answered with an error, or an in-stream ``failed`` event.
 
-    :param detail: what Arena said went wrong (one line).
+    :param detail: what Arena said went wrong (shown on one line, cut when long).
     :param status_code: the HTTP status, or 0 when there was none (stream events, network).
     :param extras: further fields of the error body, shown one per line.
     :param hint: what to do; each class has a default.
@@ -69,11 +77,14 @@ class ArenaAPIError(ArenaError):
         extras: dict[str, Any] | None = None,
         hint: str | None = None,
     ) -> None:
-        self.detail = one_line(detail)
+        self.detail = clip(detail)
         self.status_code = status_code
         self.extras = dict(extras or {})
-        where = f" ({status_code})" if status_code else ""
-        super().__init__(f"{self.label}{where}: {self.detail}", hint or self.default_hint)
+        super().__init__(self._headline(), hint or self.default_hint)
+
+    def _headline(self) -> str:
+        where = f" ({self.status_code})" if self.status_code else ""
+        return f"{self.label}{where}: {self.detail}"
 
     def lines(self) -> list[str]:
         return [*super().lines(), *(_extra_line(key, value) for key, value in self.extras.items())]
@@ -105,6 +116,24 @@ class ArenaNetworkError(ArenaAPIError):
     default_hint = NETWORK_HINT
 
 
+class ArenaReplyError(ArenaAPIError):
+    """Arena's reply cannot be used: the wrong shape, too large, or a redirect elsewhere.
+
+    The detail is the whole message, e.g. ``Arena sent an unexpected reply to GET /x: ...``.
+    """
+
+    default_hint = REPLY_HINT
+
+    def _headline(self) -> str:
+        return self.detail
+
+
+class ArenaRedirectError(ArenaReplyError):
+    """Arena redirected a request to another origin; it was not followed."""
+
+    default_hint = "check --base-url / ARENA_BASE_URL; credentials are only sent to that server"
+
+
 class ArenaCreditsError(ArenaAPIError):
     """The account has not enough credits for what was asked."""
 
@@ -121,4 +150,4 @@ def _extra_line(key: str, value: Any) -> str:
         text = json.dumps(value, default=str)
     else:
         text = str(value)
-    return f"{label}: {one_line(text)}"
+    return f"{label}: {clip(text)}"

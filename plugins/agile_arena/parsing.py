@@ -1,7 +1,9 @@
-"""What Arena's replies say: error bodies and the NDJSON events of a streamed reply.
+"""What Arena's replies say: error bodies, the NDJSON events of a streamed reply, and checks that
+a reply has the shape its endpoint documents (§2.7 of the reference).
 
 Nothing here sends a request. Messages that would show an internal service URL are replaced
-by :data:`GENERIC_FAILURE`.
+by :data:`GENERIC_FAILURE`. A reply of the wrong shape raises :class:`ReplyShapeError`, whose
+message says what was wrong without quoting values.
 """
 
 from __future__ import annotations
@@ -103,10 +105,16 @@ def scrub_internal_urls(message: str) -> str:
     return GENERIC_FAILURE if _INTERNAL_URL.search(message) else message
 
 
-def events(raw_lines: Iterable[str], seen: list[str]) -> Iterable[StreamEvent]:
-    """The events of a stream's lines (blank lines skipped); every raw line is added to ``seen``."""
+def events(raw_lines: Iterable[str], seen: list[str], keep: int) -> Iterable[StreamEvent]:
+    """The events of a stream's lines (blank lines skipped).
+
+    :param seen: receives the raw lines, while together they hold at most ``keep`` characters.
+    """
+    kept = 0
     for raw in raw_lines:
-        seen.append(raw)
+        kept += len(raw) + 1
+        if kept <= keep:
+            seen.append(raw)
         line = raw.strip()
         if line:
             yield parse_event(line)
@@ -179,3 +187,81 @@ def _json_value(text: str) -> Any:
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+# -- the shapes of replies ---------------------------------------------------------------------
+
+
+class ReplyShapeError(ValueError):
+    """A reply that does not have the shape its endpoint documents."""
+
+
+def an_object(value: Any, what: str = "the reply") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ReplyShapeError(f"{what} should be an object, not {_kind(value)}")
+    return value
+
+
+def object_rows(value: Any, what: str = "item") -> list[dict[str, Any]]:
+    """A list of objects (``[]`` for an empty reply)."""
+    value = [] if value in (None, "") else value
+    if not isinstance(value, list):
+        raise ReplyShapeError(f"the reply should be a list of objects, not {_kind(value)}")
+    for index, row in enumerate(value):
+        an_object(row, f"{what} {index}")
+    return value
+
+
+def project_rows(value: Any) -> list[dict[str, Any]]:
+    """``GET …/projects``: objects, each with a string ``name``."""
+    rows = object_rows(value, "project")
+    for index, row in enumerate(rows):
+        if not isinstance(row.get("name"), str):
+            raise ReplyShapeError(
+                f"the name of project {index} should be a string, not {_kind(row.get('name'))}"
+            )
+    return rows
+
+
+def resource_tiers(value: Any) -> dict[str, Any]:
+    """``GET …/resources/list``: ``{"tiers": {key: {..., "price_per_node_hour": number}}}``."""
+    tiers = an_object(an_object(value).get("tiers", {}), "'tiers'")
+    for key, tier in tiers.items():
+        price = an_object(tier, f"tier {key!r}").get("price_per_node_hour")
+        if price is not None and not _is_number(price):
+            raise ReplyShapeError(
+                f"the price_per_node_hour of tier {key!r} should be a number, not {_kind(price)}"
+            )
+    return value
+
+
+def environment_catalogue(value: Any) -> dict[str, Any]:
+    """``GET …/environments``: ``{environment: {version: {"validated", "profiled"}}}``."""
+    for name, versions in an_object(value).items():
+        for version, state in an_object(versions, f"environment {name!r}").items():
+            an_object(state, f"version {version!r} of environment {name!r}")
+    return value
+
+
+def metric_names(value: Any) -> list[str]:
+    """``GET …/experiments/metrics`` in JSON mode: a list of names, or ``{"metrics": [...]}``."""
+    names = value.get("metrics") if isinstance(value, dict) else value
+    names = [] if names in (None, "") else names
+    if not isinstance(names, list):
+        raise ReplyShapeError(f"the metric names should be a list, not {_kind(names)}")
+    return [str(name) for name in names]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if _is_number(value):
+        return "a number"
+    kinds = {dict: "an object", list: "a list", str: "a string"}
+    return next((name for kind, name in kinds.items() if isinstance(value, kind)), "a value")

@@ -8,11 +8,14 @@ from typing import Any
 
 import click
 
+from agile_arena.errors import clip
+
 
 def print_event(event: Any) -> None:
     """One line per progress event of a streamed request (submission, validation)."""
     if event.error:
-        click.secho(f"  [{event.stage or 'arena'}] failed: {event.message}", fg="red", err=True)
+        message = clip(event.message)
+        click.secho(f"  [{event.stage or 'arena'}] failed: {message}", fg="red", err=True)
         return
     check = event.detail.get("check") if isinstance(event.detail, Mapping) else None
     label = f"{event.stage or 'arena'}{': ' + str(check) if check else ''}"

@@ -33,5 +33,9 @@ class ArenaOptions(Spec):
         None, description="Arena API key (else ARENA_API_KEY, else `agile login`).", repr=False
     )
     base_url: str | None = Field(None, description="Arena API URL (else ARENA_BASE_URL).")
-    request_timeout: float = Field(30.0, gt=0, description="Seconds allowed per request.")
-    upload_timeout: float = Field(300.0, gt=0, description="Seconds allowed per upload.")
+    request_timeout: float = Field(
+        30.0, gt=0, description="Seconds allowed per attempt of a request, until its reply is read."
+    )
+    upload_timeout: float = Field(
+        300.0, gt=0, description="Seconds allowed to send an upload and get its reply started."
+    )

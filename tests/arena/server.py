@@ -41,6 +41,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
+from .hostile import HOSTILE_KINDS, write_hostile
+
 CLI = "/api/cli/v1"
 SUBMIT_PATH = f"{CLI}/experiments/jobs/submit"
 KEYCLOAK = r"/realms/(?P<realm>[^/]+)/protocol/openid-connect"
@@ -49,7 +51,7 @@ TOKEN_PATH = "/realms/arena/protocol/openid-connect/token"
 LOGOUT_PATH = "/realms/arena/protocol/openid-connect/logout"
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 NDJSON = "application/x-ndjson"
-FAULT_KINDS = ("status", "429", "drop", "delay", "truncate_stream")
+FAULT_KINDS = ("status", "429", "drop", "delay", "truncate_stream", *HOSTILE_KINDS)
 BUILTIN_ENVIRONMENTS = (
     "CartPole-v1",
     "LunarLander-v3",
@@ -163,6 +165,9 @@ class Fault:
     ``drop`` (close the connection without a response), ``delay`` (wait ``seconds``, then answer),
     ``truncate_stream`` (send ``after_lines`` NDJSON lines, or half of a plain body, then close).
     With ``after_processing`` the request is handled (its side effects happen) before the fault.
+    The hostile kinds (``drip``, ``drip_headers``, ``redirect``, ``huge``) are described in
+    :mod:`tests.arena.hostile`; they use ``seconds``, ``body``, ``status``, ``location``,
+    ``size``, ``chunked`` and ``content_type``, and ``huge`` counts what it sent in ``sent``.
     """
 
     kind: str
@@ -175,6 +180,11 @@ class Fault:
     seconds: float = 1.0
     after_processing: bool = False
     after_lines: int = 1
+    location: str = ""
+    size: int = 0
+    chunked: bool = True
+    content_type: str = "application/json"
+    sent: int = 0
 
     def matches(self, request: RecordedRequest) -> bool:
         return (
@@ -1072,6 +1082,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _answer(self, arena: ArenaServer, request: RecordedRequest, fault: Fault | None) -> None:
         if fault is None:
             self._write(arena.handle(request))
+        elif fault.kind in HOSTILE_KINDS:
+            write_hostile(self, fault)
         elif fault.kind == "truncate_stream":
             self._write(arena.handle(request), cut_after=fault.after_lines)
         else:
