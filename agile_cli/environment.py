@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import importlib
 import importlib.util
+import reprlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,34 @@ def resolve_reference(reference: str, base: Path, where: str) -> Any:
     if not callable(target):
         raise EnvironmentNotFoundError(f"{where}: '{reference}' is not callable")
     return target
+
+
+def not_an_environment(
+    reference: str, returned: Any, wanted: str, hint: str
+) -> EnvironmentNotFoundError:
+    """The error for an ``environment.entrypoint`` whose callable returned something other
+    than an environment.
+
+    :param reference: the entrypoint as the manifest gives it.
+    :param returned: what calling it returned.
+    :param wanted: what it should have returned, e.g. ``a gymnasium.Env``.
+    :param hint: how to make one; replaced by a pointed hint for a class or a tuple.
+    """
+    if isinstance(returned, type):
+        what, hint = f"the class {returned.__name__}", "return an instance of it"
+    else:
+        name = type(returned).__name__
+        article = "an" if name[:1].lower() in "aeiou" else "a"
+        what = f"{article} {name} ({_short.repr(returned)})"
+        if isinstance(returned, tuple):
+            hint = "return the environment alone, not a tuple"
+    return EnvironmentNotFoundError(
+        f"environment.entrypoint: {reference} returned {what}, not {wanted}", hint
+    )
+
+
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 40
 
 
 def resolve_wrapper(

@@ -9,7 +9,7 @@ from agile_cli import EnvironmentNotFoundError, LocalTrainer
 from agile_gymnasium.builder import GymBuilder
 from agile_gymnasium.spec import GymEnvSpec
 
-from .conftest import ROOT
+from .conftest import MINIMAL, ROOT
 
 TOY = {"path": str(ROOT / "tests" / "envs"), "entrypoint": "toy.py:make_dict_reach"}
 
@@ -92,3 +92,71 @@ def test_training_on_box_actions_with_ppo(tmp_path) -> None:
     assert all(np.isfinite(fitnesses))
     actions = population[0].act(np.zeros((5, 3), np.float32), explore=True)
     assert actions.shape == (5, 1) and np.all(np.abs(actions) <= 2.0)
+
+
+BAD = str(ROOT / "tests" / "envs")
+RETURNED = [
+    ("bad.py:make", "an int (42)", "return an environment"),
+    ("bad.py:make_class", "the class CartPoleEnv", "return an instance of it"),
+    ("bad.py:make_pair", "a tuple", "return the environment alone"),
+]
+
+
+@pytest.mark.parametrize(("entrypoint", "returned", "hint"), RETURNED)
+def test_an_entrypoint_that_returns_no_environment_says_what_it_returned(
+    entrypoint, returned, hint
+) -> None:
+    spec = GymEnvSpec(name="bad", entrypoint=entrypoint, path=BAD, num_envs=2, sync=True)
+    for attempt in (GymBuilder().check, lambda s: GymBuilder().build(s, seed=0)):  # and to train
+        with pytest.raises(EnvironmentNotFoundError) as excinfo:
+            attempt(spec)
+        message = excinfo.value.message
+        assert message.startswith(f"environment.entrypoint: {entrypoint} returned {returned}")
+        assert message.endswith(", not a gymnasium.Env")
+        assert hint in excinfo.value.hint
+
+
+def test_check_env_names_what_a_module_entrypoint_returned(run, write, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    path = write(
+        "m.yaml", MINIMAL.replace("CartPole-v1", "bad") + "  entrypoint: tests.envs.bad:make\n"
+    )
+    result = run("validate", "--check-env", str(path))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert (
+        "  environment.entrypoint: tests.envs.bad:make returned an int (42), "
+        "not a gymnasium.Env (return an environment, e.g. gymnasium.make(...) or an instance "
+        "of your Env class)" in result.output.splitlines()
+    )
+
+
+def test_a_pettingzoo_entrypoint_that_returns_no_environment() -> None:
+    from agile_pettingzoo.builder import PettingZooBuilder
+    from agile_pettingzoo.spec import PettingZooEnvSpec
+
+    spec = PettingZooEnvSpec(name="bad", entrypoint="bad.py:make", path=BAD, sync=True)
+    for attempt in (PettingZooBuilder().check, lambda s: PettingZooBuilder().build(s, seed=0)):
+        with pytest.raises(EnvironmentNotFoundError) as excinfo:
+            attempt(spec)
+        assert excinfo.value.message == (
+            "environment.entrypoint: bad.py:make returned an int (42), not a PettingZoo ParallelEnv"
+        )
+    a_class = PettingZooEnvSpec(name="cp", entrypoint="bad.py:make_class", path=BAD, sync=True)
+    with pytest.raises(EnvironmentNotFoundError, match="returned the class CartPoleEnv, not a"):
+        PettingZooBuilder().check(a_class)
+
+
+def test_a_bandit_entrypoint_that_returns_no_environment(run, write) -> None:
+    # the bandit builder has no separate check: --check-env builds, as training does
+    text = (
+        "algorithm: {name: NeuralUCB}\n"
+        f"environment: {{name: b, entrypoint: 'bad.py:make', path: {BAD}}}\n"
+    )
+    result = run("validate", "--check-env", str(write("b.yaml", text)))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert (
+        "environment.entrypoint: bad.py:make returned an int (42), not a bandit environment"
+        in result.output
+    )

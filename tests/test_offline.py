@@ -322,3 +322,100 @@ def test_a_real_local_minari_dataset_trains_cqn(tmp_path, monkeypatch) -> None:
                                   data.obs[1:][data.terminated[:-1] == 0])  # fmt: skip
     result = smoke_train(tiny_manifest("CQN", environment=environment), tmp_path / "run")
     assert all(np.isfinite(result.fitnesses))
+
+
+def _declare(path, rows: int, **dtypes) -> None:
+    """An HDF5 file declaring ``rows`` CartPole steps without writing them: it stays tiny."""
+    layout = {"observations": ((rows, 4), "f4"), "actions": ((rows,), "i8"),
+              "rewards": ((rows,), "f4"), "terminals": ((rows,), "bool")}  # fmt: skip
+    with h5py.File(path, "w") as file:
+        for name, (shape, dtype) in layout.items():
+            file.create_dataset(name, shape=shape, dtype=dtypes.get(name, dtype))
+
+
+@pytest.fixture
+def eight_gib(monkeypatch):
+    """This machine has 8 GiB available, whatever it really has."""
+    from agile_cli.training import budget
+
+    monkeypatch.setattr(budget, "available_memory", lambda: 8 * 2**30)
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Reading a dataset's rows fails the test: the checks must refuse before loading."""
+    import agile_offline.dataset
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dataset was loaded")
+
+    monkeypatch.setattr(agile_offline.dataset, "read_hdf5", refuse)
+    monkeypatch.setattr(agile_offline.dataset, "transitions_from_columns", refuse)
+
+
+HUGE = (
+    "declares 400,000,000 rows, which need 28.7 GiB to load (77 B a row, read and converted "
+    "to transitions), more than the 8.0 GiB this machine has available"
+)
+
+
+def test_a_tiny_file_declaring_huge_datasets_is_refused_by_check_env(
+    run, write, tmp_path, eight_gib, no_loading
+) -> None:
+    path = tmp_path / "huge.h5"
+    _declare(path, 400_000_000)
+    assert path.stat().st_size < 64_000  # declared, not stored
+    with pytest.raises(EnvironmentNotFoundError) as excinfo:
+        OfflineBuilder().check(_spec(path))
+    assert excinfo.value.message == f"environment.dataset_path: {path} {HUGE}"
+    assert excinfo.value.hint == "use a smaller dataset, or a machine with more memory"
+    manifest = write("m.yaml", f"algorithm: {{name: CQN}}\nenvironment:\n  name: CartPole-v1\n"
+                     f"  dataset_path: {path}\n")  # fmt: skip
+    result = run("validate", "--check-env", str(manifest))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"  environment.dataset_path: {path} {HUGE}" in result.output
+
+
+def test_a_huge_dataset_is_refused_before_training_loads_it(
+    run, write, tmp_path, eight_gib, no_loading
+) -> None:
+    path = tmp_path / "huge.h5"
+    _declare(path, 400_000_000)
+    with pytest.raises(EnvironmentNotFoundError, match="declares 400,000,000 rows"):
+        OfflineBuilder().build(_spec(path), seed=0)
+    text = (
+        "algorithm: {name: CQN}\n"
+        f"environment: {{name: CartPole-v1, num_envs: 2, sync: true, dataset_path: {path}}}\n"
+        "training: {max_steps: 100, evo_steps: 50}\n"
+    )
+    run_dir = tmp_path / "run"
+    result = run("train", str(write("m.yaml", text)), "--device", "cpu", "--run-dir", str(run_dir))
+    assert result.exit_code == 2, result.output
+    assert HUGE in result.output and not run_dir.exists()
+
+
+def test_datasets_must_agree_in_rows_and_hold_numbers(tmp_path) -> None:
+    short = tmp_path / "short.h5"
+    write_cartpole_dataset(short, rows=10)
+    with h5py.File(short, "a") as file:
+        del file["rewards"]
+        file.create_dataset("rewards", data=np.ones(5, dtype=np.float32))
+    with pytest.raises(EnvironmentNotFoundError) as excinfo:
+        OfflineBuilder().check(_spec(short))
+    assert excinfo.value.message == (
+        "environment.dataset_path: rewards has 5 rows but observations has 10"
+    )
+    for name, dtype in (("strings.h5", h5py.string_dtype()), ("vlen.h5", h5py.vlen_dtype("f4"))):
+        _declare(tmp_path / name, 10, rewards=dtype)
+        with pytest.raises(EnvironmentNotFoundError) as excinfo:
+            OfflineBuilder().check(_spec(tmp_path / name))
+        assert excinfo.value.message == (
+            "environment.dataset_path: rewards has dtype object, not a numeric one"
+        )
+    with h5py.File(tmp_path / "group.h5", "w") as file:
+        file.create_dataset("observations", data=np.zeros((3, 4), np.float32))
+        file.create_group("actions")
+        file.create_dataset("rewards", data=np.zeros(3))
+        file.create_dataset("terminals", data=1.0)
+    with pytest.raises(EnvironmentNotFoundError, match="actions is not an array of rows"):
+        OfflineBuilder().check(_spec(tmp_path / "group.h5"))

@@ -50,3 +50,21 @@ def test_schema_for_one_algorithm(run) -> None:
     result = run("schema", "--algorithm", "ppo")
     assert result.exit_code == 2
     assert "unknown algorithm 'ppo' (did you mean 'PPO'?)" in result.output
+
+
+def test_schema_shows_the_upper_bounds(schema) -> None:
+    definitions = schema["$defs"]
+    pop_size = definitions["TrainingSpec"]["properties"]["pop_size"]
+    assert pop_size["maximum"] == 1024 and "At most 1,024." in pop_size["description"]
+    num_envs = definitions["GymnasiumEnvironment"]["properties"]["num_envs"]
+    assert num_envs["maximum"] == 4096 and "At most 4,096." in num_envs["description"]
+    width = definitions["MLPConfig"]["properties"]["max_mlp_nodes"]
+    assert width["maximum"] == 65_536 and "At most 65,536." in width["description"]
+    max_size = definitions["ReplayBufferSpec"]["properties"]["max_size"]
+    assert max_size["maximum"] == 10**9
+    good = {"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**good, "training": {"pop_size": 100_000}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**good, "training": {"pop_size": True}}, schema)
+    jsonschema.validate({**good, "training": {"max_steps": 1e6}}, schema)

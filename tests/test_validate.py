@@ -95,8 +95,7 @@ MISTAKES = [
      "network.encoder_config.kernel_size: channel_size, kernel_size and stride_size differ "
      "in length (give one entry per layer in each)"),
     ("training:\n  pop_size: many\n",
-     "training.pop_size: input should be a valid integer, unable to parse string as an integer "
-     "(got 'many')"),
+     "training.pop_size: expected an integer, got a string (got 'many')"),
 ]  # fmt: skip
 
 
@@ -198,3 +197,62 @@ def test_get_validated_json_mode_and_errors() -> None:
     with pytest.raises(ManifestError) as excinfo:
         TrainingManifest.get_validated({"algorithm": {"name": "PPO"}})
     assert [e.path for e in excinfo.value.errors] == ["environment"]
+
+
+SURELY_MISTAKES = [
+    ("training:\n  pop_size: 1000000\n",
+     "training.pop_size: input should be less than or equal to 1024 (got 1000000)"),
+    ("training:\n  max_steps: 1e18\n",
+     "training.max_steps: input should be less than or equal to 1000000000000 "
+     "(got 1000000000000000000)"),
+    ("training:\n  eval_loop: 100000\n",
+     "training.eval_loop: input should be less than or equal to 1000 (got 100000)"),
+    ("  num_envs: 10000\n",
+     "environment.num_envs: input should be less than or equal to 4096 (got 10000)"),
+    ("network:\n  head_config: {hidden_size: [1000000], max_mlp_nodes: 1000000}\n",
+     "network.head_config.max_mlp_nodes: input should be less than or equal to 65536 "
+     "(got 1000000)"),
+    ("network:\n  latent_dim: 100000\n  max_latent_dim: 100000\n",
+     "network.max_latent_dim: input should be less than or equal to 65536 (got 100000)"),
+    ("network:\n  head_config: {max_hidden_layers: 1000}\n",
+     "network.head_config.max_hidden_layers: input should be less than or equal to 64 "
+     "(got 1000)"),
+    ("network:\n  arch: cnn\n  encoder_config: {channel_size: [100000], kernel_size: [3], "
+     "stride_size: [1], max_channel_size: 100000}\n",
+     "network.encoder_config.max_channel_size: input should be less than or equal to 8192 "
+     "(got 100000)"),
+    ("network:\n  arch: cnn\n  encoder_config: {channel_size: [16], kernel_size: [0], "
+     "stride_size: [1]}\n",
+     "network.encoder_config.kernel_size[0]: input should be greater than or equal to 1 (got 0)"),
+    ("replay_buffer:\n  max_size: 1e10\n",
+     "replay_buffer.max_size: input should be less than or equal to 1000000000 "
+     "(got 10000000000)"),
+    ("replay_buffer:\n  n_step_buffer_args: {n_step: 100000}\n",
+     "replay_buffer.n_step_buffer_args.n_step: input should be less than or equal to 1000 "
+     "(got 100000)"),
+    ("  batch_size: 1e8\n",
+     "algorithm.batch_size: input should be less than or equal to 1048576 (got 100000000)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"), SURELY_MISTAKES, ids=[m[1].split(":")[0] for m in SURELY_MISTAKES]
+)
+def test_values_that_are_surely_mistakes_are_refused(run, write, extra, expected) -> None:
+    text = MINIMAL + extra  # an indented key goes under environment, the last section
+    if extra.startswith("  batch_size"):
+        text = MINIMAL.replace("  name: DQN\n", "  name: DQN\n" + extra)
+    assert expected in _errors(run, write, text)
+
+
+def test_bounds_are_generous_for_large_real_runs() -> None:
+    manifest = TrainingManifest.get_validated(
+        {
+            "algorithm": {"name": "PPO", "learn_step": 1_048_576, "batch_size": 65_536},
+            "environment": {"name": "CartPole-v1", "num_envs": 4096},
+            "training": {"max_steps": 1e10, "pop_size": 64, "eval_loop": 100},
+            "network": {"latent_dim": 1024, "max_latent_dim": 4096,
+                        "head_config": {"hidden_size": [4096, 4096], "max_mlp_nodes": 8192}},
+        }
+    )  # fmt: skip
+    assert manifest.training.max_steps == 10_000_000_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ def run_validate(host: PluginHost, files: Sequence[Path], *, as_json: bool, chec
             continue
         except EnvironmentNotFoundError as error:
             status = EXIT_USAGE
-            problem = FieldError("environment", error.message, error.hint)
+            problem = _environment_problem(error)
             _report_invalid(str(path), ManifestError([problem], str(path)), err=as_json)
             continue
         if as_json:
@@ -42,6 +43,18 @@ def run_validate(host: PluginHost, files: Sequence[Path], *, as_json: bool, chec
         document = next(iter(resolved.values())) if len(files) == 1 else resolved
         click.echo(json.dumps(document, indent=2))
     return status
+
+
+_FIELD_PREFIX = re.compile(r"^(environment(?:\.\w+)+): (.+)$", re.DOTALL)
+
+
+def _environment_problem(error: EnvironmentNotFoundError) -> FieldError:
+    """The error under the field it names (``environment.entrypoint: ...``), else under
+    ``environment``."""
+    named = _FIELD_PREFIX.match(error.message)
+    if named is None:
+        return FieldError("environment", error.message, error.hint)
+    return FieldError(named.group(1), named.group(2), error.hint)
 
 
 def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:

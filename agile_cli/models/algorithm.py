@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field, field_validator
 
 from agile_cli.errors import FieldError
+from agile_cli.models import limits
 from agile_cli.models.base import Spec
 from agile_cli.models.network import NetworkSpec
 
@@ -53,7 +54,12 @@ class AlgorithmSpec(Spec):
     - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from.
     """
 
-    batch_size: int = Field(64, ge=1, description="Transitions (or samples) per gradient step.")
+    batch_size: int = Field(
+        64,
+        ge=1,
+        le=limits.BATCH,
+        description=f"Transitions (or samples) per gradient step. At most {limits.BATCH:,}.",
+    )
 
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("batch_size",)
     default_mutable: ClassVar[tuple[str, ...]] = ()
@@ -123,7 +129,12 @@ class VectorEnvironmentSpec(EnvironmentSpec):
     your own callable, its keyword arguments, wrappers, and where the copies run. Subclasses
     describe ``name``."""
 
-    num_envs: int = Field(16, ge=1, description="Environments stepped side by side.")
+    num_envs: int = Field(
+        16,
+        ge=1,
+        le=limits.ENVIRONMENTS,
+        description=f"Environments stepped side by side. At most {limits.ENVIRONMENTS:,}.",
+    )
     entrypoint: str | None = Field(
         None, description="'module:Callable' or 'file.py:Callable' that makes one environment."
     )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import difflib
+import enum
+import numbers
 import types
 import typing
 from collections.abc import Iterable, Mapping
+from pathlib import PurePath
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from agile_cli.errors import FieldError
@@ -19,17 +22,30 @@ class Spec(BaseModel):
 
     Unknown keys are rejected, aliases and field names are both accepted, and assignments are
     validated. Every field must carry a ``description`` (it feeds ``agile schema`` and the docs).
+
+    Types are strict: a boolean is not a number, and a string is neither a number nor a
+    boolean. What YAML, JSON and Python callers cannot write otherwise is accepted: an integral
+    float (``1e6``) for an integer, an integer for a float, numpy numbers, a list for a tuple
+    (and a tuple for a list), an enum's value for the enum, and a string for a path.
     """
 
     model_config = ConfigDict(
         extra="forbid",
         populate_by_name=True,
         validate_assignment=True,
+        strict=True,
         use_attribute_docstrings=False,
         # Build validators on first use: `agile validate` loads every plugin's specs but
         # validates against only a few of them.
         defer_build=True,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        """Give strict validation the value it wants where the input could not write it so."""
+        field = cls.model_fields.get(info.field_name or "")
+        return value if field is None else _loosen(value, field.annotation)
 
     @classmethod
     def known_keys(cls) -> list[str]:
@@ -39,6 +55,71 @@ class Spec(BaseModel):
             keys.append(name)
             keys.extend(_alias_names(field.validation_alias))
         return keys
+
+
+def _loosen(value: Any, annotation: Any) -> Any:
+    """``value`` as strict validation of ``annotation`` takes it, where a caller could not
+    write it so (see :class:`Spec`); anything else is left for validation to refuse."""
+    if typing.get_origin(annotation) is not None:
+        return _loosen_generic(value, typing.get_origin(annotation), typing.get_args(annotation))
+    if isinstance(value, bool) or not isinstance(annotation, type):
+        return value
+    if annotation is int:
+        return _as_int(value)
+    if annotation is float:
+        return _as_float(value)
+    if issubclass(annotation, enum.Enum) and not isinstance(value, annotation):
+        try:
+            return annotation(value)
+        except (ValueError, TypeError):
+            return value
+    if issubclass(annotation, PurePath) and isinstance(value, str):
+        return annotation(value)
+    return value
+
+
+def _loosen_generic(value: Any, origin: Any, args: tuple[Any, ...]) -> Any:
+    if origin is typing.Annotated:
+        return _loosen(value, args[0])
+    if origin in (Union, types.UnionType):
+        return _loosen_union(value, args)
+    if origin is list and args and isinstance(value, list | tuple):
+        return [_loosen(item, args[0]) for item in value]
+    if origin is tuple and isinstance(value, list | tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_loosen(item, args[0]) for item in value)
+        if len(args) == len(value):
+            return tuple(_loosen(item, arg) for item, arg in zip(value, args, strict=True))
+        return tuple(value)
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {key: _loosen(item, args[1]) for key, item in value.items()}
+    return value
+
+
+def _loosen_union(value: Any, args: tuple[Any, ...]) -> Any:
+    """The first member's loosening that changes ``value``, unless a member takes it as is."""
+    members = [arg for arg in args if arg is not type(None)]
+    if value is None or any(type(value) is member for member in members):
+        return value
+    for member in members:
+        loosened = _loosen(value, member)
+        if loosened is not value:
+            return loosened
+    return value
+
+
+def _as_int(value: Any) -> Any:
+    if isinstance(value, numbers.Integral):
+        return value if type(value) is int else int(value)  # numpy integers
+    if isinstance(value, numbers.Real) and float(value).is_integer() and abs(value) < 2**63:
+        return int(value)  # 1e6, 4.0: YAML and JSON write large integers so
+    return value
+
+
+def _as_float(value: Any) -> Any:
+    if isinstance(value, numbers.Real) and type(value) not in (int, float):
+        return float(value)  # numpy numbers
+    return value
 
 
 def _alias_names(alias: Any) -> list[str]:
@@ -94,12 +175,33 @@ def dotted(loc: Iterable[str | int]) -> str:
 
 
 def field_errors(error: ValidationError, model: type[BaseModel]) -> list[FieldError]:
-    """Turn a Pydantic error on ``model`` into field errors with paths relative to it."""
-    return [_one_error(detail, model) for detail in error.errors(include_url=False)]
+    """Turn a Pydantic error on ``model`` into field errors with paths relative to it; the
+    members of a union that all refused a value become one error."""
+    errors: list[FieldError] = []
+    for detail in error.errors(include_url=False):
+        _add_merged(errors, _one_error(detail, model))
+    return errors
+
+
+def _add_merged(errors: list[FieldError], new: FieldError) -> None:
+    """Append ``new``, or fold it into an error of the same path: ``expected a string or a
+    list, got an integer``."""
+    for index, old in enumerate(errors):
+        if old.path != new.path:
+            continue
+        if old.message == new.message:
+            return
+        ours, _, got = old.message.rpartition(", got ")
+        theirs, _, also = new.message.rpartition(", got ")
+        if ours.startswith("expected ") and theirs.startswith("expected ") and got == also:
+            merged = f"{ours} or {theirs.removeprefix('expected ')}, got {got}"
+            errors[index] = FieldError(old.path, merged, old.hint)
+            return
+    errors.append(new)
 
 
 def _one_error(detail: Mapping[str, Any], model: type[BaseModel]) -> FieldError:
-    loc = [part for part in detail["loc"] if not _is_union_tag(part)]
+    loc = _without_union_tags(detail["loc"], model)
     kind = detail["type"]
     if kind == "agile_field":
         parts = detail["ctx"]["field"].split(".")
@@ -110,9 +212,105 @@ def _one_error(detail: Mapping[str, Any], model: type[BaseModel]) -> FieldError:
         return _unknown_key(loc, model)
     if kind == "missing":
         return FieldError(dotted(loc), "required field is missing", "add it")
+    wanted = _wanted(kind, model, loc)
+    if wanted is not None:
+        return FieldError(dotted(loc), f"expected {wanted}, got {_kind_of(value)}", _got(value))
     message = _clean_message(str(detail["msg"]))
     hint = None if isinstance(value, Mapping | list) else f"got {value!r}"
     return FieldError(dotted(loc), message, hint)
+
+
+#: What the errors of strict validation expected, in words.
+_EXPECTED = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _wanted(kind: str, model: type[BaseModel], loc: list[str | int]) -> str | None:
+    if kind in _EXPECTED:
+        return _EXPECTED[kind]
+    if kind not in ("is_instance_of", "enum"):
+        return None
+    annotation: Any = model
+    for part in loc:
+        annotation = _descend(annotation, part)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "one of " + ", ".join(repr(member.value) for member in annotation)
+    if isinstance(annotation, type) and issubclass(annotation, PurePath):
+        return "a path"
+    return None
+
+
+def _kind_of(value: Any) -> str:
+    """What ``value`` is, in the manifest's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number" if value.is_integer() else "a number with a fractional part"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return f"a value of type {type(value).__name__}"
+
+
+_BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
+
+
+def _got(value: Any) -> str | None:
+    if value is None or isinstance(value, Mapping | list | tuple):
+        return None
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+        return f"got {value!r}; write true or false without quotes"
+    if isinstance(value, str) and _is_number(value):
+        return f"got {value!r}; write the number without quotes"
+    return f"got {value!r}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _without_union_tags(loc: Iterable[str | int], model: type[BaseModel]) -> list[str | int]:
+    """``loc`` without the names Pydantic gives union members: ``<mlp>`` for our tagged
+    unions, and the member's type (``str``, ``tuple[...]``) after a field of a plain union."""
+    kept: list[str | int] = []
+    annotation: Any = model
+    tag_next = False
+    for part in loc:
+        if tag_next and isinstance(part, str):
+            annotation, tag_next = None, False  # the member tried; which one, not worth finding
+            continue
+        if _is_union_tag(part):
+            continue
+        kept.append(part)
+        annotation = None if annotation is None else _descend(annotation, part)
+        tag_next = _is_plain_union(annotation)
+    return kept
+
+
+def _is_plain_union(annotation: Any) -> bool:
+    if typing.get_origin(annotation) not in (Union, types.UnionType):
+        return False
+    return len([arg for arg in typing.get_args(annotation) if arg is not type(None)]) > 1
 
 
 def _is_union_tag(part: str | int) -> bool:

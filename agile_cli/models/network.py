@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
+from agile_cli.models import limits
 from agile_cli.models.base import Spec, located_error
 
 Activation = Literal[
@@ -19,6 +20,9 @@ Activation = Literal[
     "GumbelSoftmax", "PReLU", "Identity",
 ]  # fmt: skip
 Arch = Literal["mlp", "cnn", "lstm", "simba", "multiinput"]
+_KernelInt = Annotated[int, Field(ge=1, le=limits.KERNEL)]
+_WIDTH = f"At most {limits.WIDTH:,}."
+_LAYERS = f"At most {limits.LAYERS:,}."
 
 
 def _check_bounds(name: str, values: list[int], low: int, high: int, bound: str) -> None:
@@ -47,10 +51,18 @@ class MLPConfig(Spec):
     layer_norm: bool = Field(True, description="Layer normalisation after each hidden layer.")
     init_layers: bool = Field(True, description="Orthogonal initialisation of the layers.")
     output_vanish: bool = Field(True, description="Scale the output layer's weights down.")
-    min_hidden_layers: int = Field(1, gt=0, description="Fewest hidden layers mutation keeps.")
-    max_hidden_layers: int = Field(3, gt=1, description="Most hidden layers mutation allows.")
-    min_mlp_nodes: int = Field(8, gt=0, description="Narrowest a hidden layer may become.")
-    max_mlp_nodes: int = Field(500, gt=1, description="Widest a hidden layer may become.")
+    min_hidden_layers: int = Field(
+        1, gt=0, le=limits.LAYERS, description="Fewest hidden layers mutation keeps."
+    )
+    max_hidden_layers: int = Field(
+        3, gt=1, le=limits.LAYERS, description=f"Most hidden layers mutation allows. {_LAYERS}"
+    )
+    min_mlp_nodes: int = Field(
+        8, gt=0, le=limits.WIDTH, description="Narrowest a hidden layer may become."
+    )
+    max_mlp_nodes: int = Field(
+        500, gt=1, le=limits.WIDTH, description=f"Widest a hidden layer may become. {_WIDTH}"
+    )
 
     @model_validator(mode="after")
     def _within_bounds(self) -> MLPConfig:
@@ -84,19 +96,34 @@ class CNNEncoderConfig(Spec):
     channel_size: list[int] = Field(
         default_factory=lambda: [32, 32], min_length=1, description="Channels of each layer."
     )
-    kernel_size: list[int] = Field(
-        default_factory=lambda: [3, 3], min_length=1, description="Kernel size of each layer."
+    kernel_size: list[_KernelInt] = Field(
+        default_factory=lambda: [3, 3],
+        min_length=1,
+        description=f"Kernel size of each layer. At most {limits.KERNEL:,}.",
     )
-    stride_size: list[int] = Field(
-        default_factory=lambda: [1, 1], min_length=1, description="Stride of each layer."
+    stride_size: list[_KernelInt] = Field(
+        default_factory=lambda: [1, 1],
+        min_length=1,
+        description=f"Stride of each layer. At most {limits.KERNEL:,}.",
     )
     activation: Activation = Field("ReLU", description="Activation after each convolution.")
     layer_norm: bool = Field(False, description="Layer normalisation after each convolution.")
     init_layers: bool = Field(True, description="Orthogonal initialisation of the layers.")
-    min_hidden_layers: int = Field(1, gt=0, description="Fewest convolutions mutation keeps.")
-    max_hidden_layers: int = Field(6, gt=1, description="Most convolutions mutation allows.")
-    min_channel_size: int = Field(8, gt=0, description="Fewest channels a layer may have.")
-    max_channel_size: int = Field(256, gt=1, description="Most channels a layer may have.")
+    min_hidden_layers: int = Field(
+        1, gt=0, le=limits.LAYERS, description="Fewest convolutions mutation keeps."
+    )
+    max_hidden_layers: int = Field(
+        6, gt=1, le=limits.LAYERS, description=f"Most convolutions mutation allows. {_LAYERS}"
+    )
+    min_channel_size: int = Field(
+        8, gt=0, le=limits.CHANNELS, description="Fewest channels a layer may have."
+    )
+    max_channel_size: int = Field(
+        256,
+        gt=1,
+        le=limits.CHANNELS,
+        description=f"Most channels a layer may have. At most {limits.CHANNELS:,}.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> CNNEncoderConfig:
@@ -125,10 +152,16 @@ class LSTMEncoderConfig(Spec):
     arch: Literal["lstm"] = Field("lstm", description="Encoder kind.")
     hidden_state_size: int = Field(128, gt=0, description="Size of the LSTM hidden state.")
     num_layers: int = Field(1, gt=0, description="Stacked LSTM layers.")
-    min_hidden_state_size: int = Field(8, gt=0, description="Smallest hidden state allowed.")
-    max_hidden_state_size: int = Field(512, gt=1, description="Largest hidden state allowed.")
-    min_layers: int = Field(1, ge=0, description="Fewest LSTM layers allowed.")
-    max_layers: int = Field(3, ge=1, description="Most LSTM layers allowed.")
+    min_hidden_state_size: int = Field(
+        8, gt=0, le=limits.WIDTH, description="Smallest hidden state allowed."
+    )
+    max_hidden_state_size: int = Field(
+        512, gt=1, le=limits.WIDTH, description=f"Largest hidden state allowed. {_WIDTH}"
+    )
+    min_layers: int = Field(1, ge=0, le=limits.LAYERS, description="Fewest LSTM layers allowed.")
+    max_layers: int = Field(
+        3, ge=1, le=limits.LAYERS, description=f"Most LSTM layers allowed. {_LAYERS}"
+    )
     dropout: float = Field(0.0, ge=0, le=1, description="Dropout between LSTM layers.")
 
     @model_validator(mode="after")
@@ -150,11 +183,19 @@ class SimBaEncoderConfig(Spec):
     hidden_size: int = Field(128, gt=0, description="Width of the residual blocks.")
     num_blocks: int = Field(2, gt=0, description="Residual blocks.")
     output_activation: Activation | None = Field(None, description="Output activation, if any.")
-    scale_factor: int = Field(4, gt=0, description="Expansion factor inside each block.")
-    min_blocks: int = Field(1, gt=0, description="Fewest blocks mutation keeps.")
-    max_blocks: int = Field(4, gt=1, description="Most blocks mutation allows.")
-    min_mlp_nodes: int = Field(16, gt=0, description="Narrowest the blocks may become.")
-    max_mlp_nodes: int = Field(500, gt=1, description="Widest the blocks may become.")
+    scale_factor: int = Field(
+        4, gt=0, le=64, description="Expansion factor inside each block. At most 64."
+    )
+    min_blocks: int = Field(1, gt=0, le=limits.LAYERS, description="Fewest blocks mutation keeps.")
+    max_blocks: int = Field(
+        4, gt=1, le=limits.LAYERS, description=f"Most blocks mutation allows. {_LAYERS}"
+    )
+    min_mlp_nodes: int = Field(
+        16, gt=0, le=limits.WIDTH, description="Narrowest the blocks may become."
+    )
+    max_mlp_nodes: int = Field(
+        500, gt=1, le=limits.WIDTH, description=f"Widest the blocks may become. {_WIDTH}"
+    )
 
     @model_validator(mode="after")
     def _within_bounds(self) -> SimBaEncoderConfig:
@@ -175,8 +216,12 @@ class MultiInputEncoderConfig(Spec):
     vector_space_mlp: bool = Field(
         False, description="Give vector entries their own MLP instead of passing them through."
     )
-    min_latent_dim: int = Field(8, gt=0, description="Smallest latent size allowed.")
-    max_latent_dim: int = Field(128, gt=1, description="Largest latent size allowed.")
+    min_latent_dim: int = Field(
+        8, gt=0, le=limits.WIDTH, description="Smallest latent size allowed."
+    )
+    max_latent_dim: int = Field(
+        128, gt=1, le=limits.WIDTH, description=f"Largest latent size allowed. {_WIDTH}"
+    )
     mlp_config: MLPEncoderConfig | None = Field(None, description="MLP for vector entries.")
     cnn_config: CNNEncoderConfig | None = Field(None, description="CNN for image entries.")
 
@@ -235,8 +280,12 @@ class NetworkSpec(Spec):
     """The evolvable network: an encoder, a latent layer, and an MLP head."""
 
     latent_dim: int = Field(64, gt=0, description="Width of the encoder's output.")
-    min_latent_dim: int = Field(8, gt=0, description="Smallest latent width mutation allows.")
-    max_latent_dim: int = Field(128, gt=1, description="Largest latent width mutation allows.")
+    min_latent_dim: int = Field(
+        8, gt=0, le=limits.WIDTH, description="Smallest latent width mutation allows."
+    )
+    max_latent_dim: int = Field(
+        128, gt=1, le=limits.WIDTH, description=f"Largest latent width mutation allows. {_WIDTH}"
+    )
     encoder_config: EncoderConfig | None = Field(
         None,
         description="Encoder options; null (or no arch) lets the observation space decide.",

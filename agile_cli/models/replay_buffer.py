@@ -6,13 +6,19 @@ from typing import Any
 
 from pydantic import AliasChoices, Field, model_validator
 
+from agile_cli.models import limits
 from agile_cli.models.base import Spec, reject_both_spellings
 
 
 class NStepBufferArgs(Spec):
     """Options of the n-step return buffer."""
 
-    n_step: int = Field(3, ge=1, description="Steps summed into each n-step return.")
+    n_step: int = Field(
+        3,
+        ge=1,
+        le=limits.N_STEP,
+        description=f"Steps summed into each n-step return. At most {limits.N_STEP:,}.",
+    )
 
 
 class PERBufferArgs(Spec):
@@ -27,8 +33,10 @@ class ReplayBufferSpec(Spec):
     max_size: int = Field(
         100_000,
         ge=1,
+        le=limits.BUFFER,
         validation_alias=AliasChoices("max_size", "memory_size"),
-        description="Transitions kept (alias memory_size).",
+        description="Transitions kept (alias memory_size). "
+        f"At most {limits.BUFFER:,}; `agile train` also checks that it fits in memory.",
     )
     standard_buffer: bool = Field(
         True, description="Accepted for compatibility; a uniform buffer is the default anyway."

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from agile_cli.models import limits
 from agile_cli.models.base import Spec
 
 
@@ -16,6 +17,9 @@ class TournamentSelectionSpec(Spec):
         "tournament", description="Selection strategy; only 'tournament' is available."
     )
     tournament_size: int = Field(
-        2, ge=2, description="Members drawn (with replacement) for each tournament."
+        2,
+        ge=2,
+        le=limits.POPULATION,
+        description="Members drawn (with replacement) for each tournament.",
     )
     elitism: bool = Field(True, description="Carry the best member into the next generation.")

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import AliasChoices, Field, model_validator
 
+from agile_cli.models import limits
 from agile_cli.models.base import Spec, located_error, reject_both_spellings
 
 
@@ -13,11 +14,16 @@ class TrainingSpec(Spec):
     """How long to train, how often to evolve, and how large the population is."""
 
     max_steps: int = Field(
-        1_000_000, ge=1, description="Environment steps each population member trains for."
+        1_000_000,
+        ge=1,
+        le=limits.STEPS,
+        description="Environment steps each population member trains for. "
+        f"At most {limits.STEPS:,}.",
     )
     evo_steps: int | None = Field(
         None,
         ge=1,
+        le=limits.STEPS,
         validation_alias=AliasChoices("evo_steps", "metrics_interval"),
         description=(
             "Environment steps between evaluations and evolution (alias metrics_interval). "
@@ -27,13 +33,25 @@ class TrainingSpec(Spec):
     pop_size: int = Field(
         1,
         ge=1,
+        le=limits.POPULATION,
         validation_alias=AliasChoices("pop_size", "population_size"),
-        description="Number of agents trained side by side (alias population_size).",
+        description="Number of agents trained side by side (alias population_size). "
+        f"At most {limits.POPULATION:,}.",
     )
     eval_steps: int | None = Field(
-        None, ge=1, description="Step cap per evaluation episode; null runs episodes to the end."
+        None,
+        ge=1,
+        le=limits.EPISODE_STEPS,
+        description="Step cap per evaluation episode; null runs episodes to the end. "
+        f"At most {limits.EPISODE_STEPS:,}.",
     )
-    eval_loop: int = Field(1, ge=1, description="Evaluation episodes averaged into one fitness.")
+    eval_loop: int = Field(
+        1,
+        ge=1,
+        le=limits.EVALUATION_EPISODES,
+        description="Evaluation episodes averaged into one fitness. "
+        f"At most {limits.EVALUATION_EPISODES:,}.",
+    )
     target_score: float | None = Field(
         None,
         description=(
@@ -42,7 +60,10 @@ class TrainingSpec(Spec):
         ),
     )
     learning_delay: int = Field(
-        0, ge=0, description="Transitions collected before off-policy learning starts."
+        0,
+        ge=0,
+        le=limits.STEPS,
+        description="Transitions collected before off-policy learning starts.",
     )
     eps_start: float = Field(1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy).")
     eps_end: float = Field(0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
@@ -50,7 +71,10 @@ class TrainingSpec(Spec):
         0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
     )
     checkpoint_steps: int | None = Field(
-        None, ge=1, description="Save the whole population every this many environment steps."
+        None,
+        ge=1,
+        le=limits.STEPS,
+        description="Save the whole population every this many environment steps.",
     )
     checkpoint_path: str | None = Field(
         None, description="Where checkpoints go; default is the run folder's checkpoints/."
@@ -59,15 +83,26 @@ class TrainingSpec(Spec):
         False, description="Keep only the latest checkpoint instead of one per save."
     )
     evaluation_interval: int = Field(
-        10, ge=1, description="LLM finetuning only: iterations between evaluations."
+        10,
+        ge=1,
+        le=limits.ITERATIONS,
+        description="LLM finetuning only: iterations between evaluations.",
     )
     num_epochs: int | None = Field(
-        None, ge=1, description="LLM finetuning only: stop after this many passes over the data."
+        None,
+        ge=1,
+        le=limits.ITERATIONS,
+        description="LLM finetuning only: stop after this many passes over the data.",
     )
     max_wall_seconds: float | None = Field(
         None, gt=0, description="Multi-turn LLM finetuning only: wall-clock budget in seconds."
     )
-    episode_steps: int = Field(500, ge=1, description="Bandits only: steps per training episode.")
+    episode_steps: int = Field(
+        500,
+        ge=1,
+        le=limits.EPISODE_STEPS,
+        description="Bandits only: steps per training episode.",
+    )
     sum_scores: bool = Field(
         True, description="Multi-agent only: sum the agents' rewards into one fitness."
     )
@@ -79,7 +114,10 @@ class TrainingSpec(Spec):
         ),
     )
     reporting_interval: int = Field(
-        1024, ge=1, description="Arena only: environment steps between progress reports."
+        1024,
+        ge=1,
+        le=limits.STEPS,
+        description="Arena only: environment steps between progress reports.",
     )
     experience_sharing: bool = Field(
         False,

@@ -18,7 +18,7 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
 from agile_cli.manifest import TrainingManifest
 from agile_cli.registry import Registry
-from agile_cli.training import checkpoint, setup, trust
+from agile_cli.training import budget, checkpoint, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
@@ -87,6 +87,11 @@ class EvolutionLoop:
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
         self.env = setup.build_environment(manifest, registry, self.seeds["environment"])
+        try:
+            budget.check_fits(manifest, self.env, self.device)
+        except BaseException:
+            self.env.close()  # subprocess workers must not outlive a refused run
+            raise
         self.context = AgentContext(
             device=self.device,
             num_envs=self.env.num_envs,

@@ -18,7 +18,7 @@ import numpy as np
 
 from agile_bandits.spec import BanditEnvSpec, is_in_memory
 from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError
-from agile_cli.environment import resolve_reference
+from agile_cli.environment import not_an_environment, resolve_reference
 
 
 class BanditEnv:
@@ -67,6 +67,8 @@ class BanditBuilder(EnvironmentBuilder):
         if spec.entrypoint:
             make_env = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
             env = make_env(**spec.config)
+            if isinstance(env, type) or not all(hasattr(env, name) for name in _BANDIT_API):
+                raise not_an_environment(spec.entrypoint, env, "a bandit environment", _BANDIT_HINT)
             env.reset(seed=seed)
             return env
         features = load_table(spec.features, base, "environment.features")
@@ -80,6 +82,13 @@ class BanditBuilder(EnvironmentBuilder):
                 "give one label per features row",
             )
         return BanditEnv(features, labels, seed)
+
+
+_BANDIT_API = ("num_envs", "single_observation_space", "single_action_space", "reset", "step")
+_BANDIT_HINT = (
+    "return an object with the vector-environment API (num_envs, single_observation_space, "
+    "single_action_space, reset, step), like agile_bandits.environment.BanditEnv"
+)
 
 
 def encode_labels(values: np.ndarray) -> np.ndarray:
@@ -103,12 +112,36 @@ def load_table(source: Any, base: Path, where: str) -> np.ndarray:
         return _read_csv(path)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path, where)
+    return _read_hdf5(path, where)
+
+
+def _read_hdf5(path: Path, where: str) -> np.ndarray:
+    """The file's first dataset, once it is known to fit in memory (a small file can declare
+    a table of billions of rows it never stored)."""
     try:
         import h5py
     except ImportError:
         raise _missing(where, "HDF5", "h5py") from None
     with h5py.File(path, "r") as file:
-        return np.asarray(file[next(iter(file.keys()))])
+        table = next((file[key] for key in file if isinstance(file[key], h5py.Dataset)), None)
+        if table is None:
+            raise EnvironmentNotFoundError(f"{where}: {path} holds no dataset", "store the table")
+        _check_fits(table.shape, table.dtype.itemsize, where, path)
+        return np.asarray(table)
+
+
+def _check_fits(shape: tuple[int, ...], itemsize: int, where: str, path: Path) -> None:
+    from agile_cli.training import budget
+
+    needed = int(np.prod(shape, dtype=np.float64)) * itemsize
+    available = budget.available_memory()
+    if available is not None and needed > available:
+        raise EnvironmentNotFoundError(
+            f"{where}: {path} declares a table of shape {tuple(shape)}, which needs "
+            f"{budget.format_bytes(needed)}, more than the {budget.format_bytes(available)} "
+            "this machine has available",
+            "use a smaller table, or a machine with more memory",
+        )
 
 
 def _read_parquet(path: Path, where: str) -> np.ndarray:

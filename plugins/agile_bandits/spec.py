@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_serializer, field_validator, model_validator
 
 from agile_cli import AlgorithmSpec, EnvironmentSpec
+from agile_cli.models import limits
 from agile_cli.models.algorithm import check_entrypoint
 from agile_cli.models.base import located_error
 
@@ -21,9 +22,12 @@ IN_MEMORY_LABEL = "<in-memory table"
 class _NeuralBanditSpec(AlgorithmSpec):
     """What NeuralUCB and NeuralTS share."""
 
-    batch_size: int = Field(64, ge=1, description="Transitions per gradient step.")
+    batch_size: int = Field(64, ge=1, le=limits.BATCH, description="Transitions per gradient step.")
     learn_step: int = Field(
-        2, ge=1, description="Gradient steps after each bandit step, once the buffer holds a batch."
+        2,
+        ge=1,
+        le=limits.ITERATIONS,
+        description="Gradient steps after each bandit step, once the buffer holds a batch.",
     )
     gamma: float = Field(
         1.0, gt=0, description="Exploration scale: multiplies the gradient-feature uncertainty."

@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from agile_cli import AlgorithmSpec
+from agile_cli.models import limits
 
 
 class CQNSpec(AlgorithmSpec):
@@ -14,7 +15,10 @@ class CQNSpec(AlgorithmSpec):
 
     lr: float = Field(1e-4, ge=0, description="Adam learning rate.")
     learn_step: int = Field(
-        5, ge=1, description="Accepted for its mutation; offline training learns every step."
+        5,
+        ge=1,
+        le=limits.ROLLOUT,
+        description="Accepted for its mutation; offline training learns every step.",
     )
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     tau: float = Field(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import Field
 
 from agile_cli import AlgorithmSpec, FieldError
+from agile_cli.models import limits
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -45,7 +46,9 @@ class DDPGSpec(ExplorationNoiseSpec):
 
     lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor.")
     lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic(s).")
-    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    learn_step: int = Field(
+        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+    )
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     tau: float = Field(
         1e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."

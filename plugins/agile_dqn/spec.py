@@ -7,13 +7,16 @@ from typing import ClassVar
 from pydantic import Field
 
 from agile_cli import AlgorithmSpec
+from agile_cli.models import limits
 
 
 class DQNSpec(AlgorithmSpec):
     """Deep Q-Network (Mnih et al., 2015), with an optional double-Q target (van Hasselt, 2016)."""
 
     lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
-    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    learn_step: int = Field(
+        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+    )
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     tau: float = Field(
         1e-3, gt=0, le=1, description="Soft update rate of the target network (1 copies it)."

@@ -9,7 +9,12 @@ from typing import Any
 import gymnasium as gym
 
 from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError
-from agile_cli.environment import can_fork, resolve_reference, resolve_wrapper
+from agile_cli.environment import (
+    can_fork,
+    not_an_environment,
+    resolve_reference,
+    resolve_wrapper,
+)
 from agile_gymnasium.spec import GymEnvSpec
 
 # Packages that provide environment families, for the install hint.
@@ -59,12 +64,25 @@ class GymBuilder(EnvironmentBuilder):
 
         def factory() -> gym.Env:
             env = _call(make_env, config, spec.name)
+            if spec.entrypoint and not _is_env(env):
+                raise not_an_environment(spec.entrypoint, env, "a gymnasium.Env", _ENV_HINT)
             for wrapper, kwargs in wrappers:
                 env = wrapper(env, **kwargs)
             return env
 
         factory().close()  # fail here, in the parent, with a clear message
         return factory
+
+
+_ENV_HINT = "return an environment, e.g. gymnasium.make(...) or an instance of your Env class"
+_ENV_API = ("reset", "step", "observation_space", "action_space")
+
+
+def _is_env(value: Any) -> bool:
+    """A gymnasium.Env, or an object with its API (vector envs accept those too)."""
+    return isinstance(value, gym.Env) or (
+        not isinstance(value, type) and all(hasattr(value, name) for name in _ENV_API)
+    )
 
 
 def _native_vector(spec: GymEnvSpec) -> gym.vector.VectorEnv | None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from agile_cli import FieldError
+from agile_cli.models import limits
 from agile_ppo.spec import ClippedObjectiveSpec
 
 if TYPE_CHECKING:
@@ -19,11 +20,15 @@ class IPPOSpec(ClippedObjectiveSpec):
     actor-critic from its own rewards; agents of a group share one."""
 
     batch_size: int = Field(
-        64, ge=1, description="Samples (one agent's step each) per gradient step of a group."
+        64,
+        ge=1,
+        le=limits.BATCH,
+        description="Samples (one agent's step each) per gradient step of a group.",
     )
     action_batch_size: int | None = Field(
         None,
         ge=1,
+        le=limits.BATCH,
         description=(
             "Acting: at most this many rows (agents of a group x environments) per forward "
             "pass, to bound memory with many environments; null: all at once."

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import Field
 
 from agile_cli import FieldError
+from agile_cli.models import limits
 from agile_ddpg.spec import ExplorationNoiseSpec
 
 if TYPE_CHECKING:
@@ -20,7 +21,9 @@ class MADDPGSpec(ExplorationNoiseSpec):
 
     lr_actor: float = Field(1e-3, gt=0, description="Adam learning rate of every actor.")
     lr_critic: float = Field(1e-2, gt=0, description="Adam learning rate of every critic.")
-    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    learn_step: int = Field(
+        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+    )
     gamma: float = Field(0.95, ge=0, le=1, description="Discount factor.")
     tau: float = Field(
         0.01, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."

@@ -1,11 +1,13 @@
 """Building offline environments: a Gymnasium vector env to evaluate on, with the dataset.
 
 :meth:`OfflineBuilder.build` returns the vector environment :class:`GymBuilder` builds, with
-one attribute added: ``load_dataset``, a callable taking no argument that reads the whole
+two attributes added: ``load_dataset``, a callable taking no argument that reads the whole
 dataset and returns an :class:`~agile_offline.dataset.OfflineDataset` of numpy arrays
-(``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``). Building checks the dataset
-(an HDF5 file's shapes, or that a Minari dataset is present) but reads no data; the offline
-runner calls ``load_dataset`` when it fills the replay buffer. The HDF5 layout is described in
+(``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``); and ``dataset_nbytes``, the
+host memory loading it takes (0 when not known), which the run's memory estimate counts.
+Building checks the dataset (an HDF5 file's shapes and dtypes, and that its rows fit in the
+memory available; or that a Minari dataset is present) but reads no data; the offline runner
+calls ``load_dataset`` when it fills the replay buffer. The HDF5 layout is described in
 :mod:`agile_offline.dataset`.
 """
 
@@ -40,10 +42,11 @@ class OfflineBuilder(EnvironmentBuilder):
         envs = GymBuilder().build(spec, seed=seed)
         observation_space, action_space = envs.single_observation_space, envs.single_action_space
         try:
-            _check_dataset(spec, observation_space, action_space)
+            nbytes = _check_dataset(spec, observation_space, action_space)
         except BaseException:
             envs.close()
             raise
+        envs.dataset_nbytes = nbytes  # type: ignore[attr-defined]
 
         def load_dataset() -> dataset.OfflineDataset:
             if spec.minari_dataset_id is not None:
@@ -57,10 +60,11 @@ class OfflineBuilder(EnvironmentBuilder):
         return envs
 
 
-def _check_dataset(spec: OfflineEnvSpec, observation_space: Any, action_space: Any) -> None:
+def _check_dataset(spec: OfflineEnvSpec, observation_space: Any, action_space: Any) -> int:
+    """Check the dataset; return the host memory loading it takes (0: not known)."""
     if spec.minari_dataset_id is not None:
         dataset.check_minari(spec.minari_dataset_id)
-    else:
-        assert spec.dataset_path is not None
-        path = Path(spec.dataset_path)
-        dataset.check_hdf5_file(path, observation_space, action_space, spec.name)
+        return 0
+    assert spec.dataset_path is not None
+    path = Path(spec.dataset_path)
+    return dataset.check_hdf5_file(path, observation_space, action_space, spec.name)

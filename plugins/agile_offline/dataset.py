@@ -68,10 +68,10 @@ _KNOWN = (*REQUIRED, "next_observations", "timeouts")
 
 def check_hdf5_file(
     path: Path, observation_space: spaces.Space, action_space: spaces.Space, env_name: str
-) -> None:
-    """Open the file and check its datasets' shapes (reads no data)."""
+) -> int:
+    """Open the file and check its datasets (reads no data); return the bytes loading needs."""
     with _open(path) as file:
-        check_hdf5(file, observation_space, action_space, env_name)
+        return check_hdf5(file, observation_space, action_space, env_name)
 
 
 def _open(path: Path) -> Any:
@@ -91,13 +91,13 @@ def _open(path: Path) -> Any:
 
 def check_hdf5(
     file: Any, observation_space: spaces.Space, action_space: spaces.Space, env_name: str
-) -> None:
-    """Refuse a file whose datasets are missing or do not fit the environment's spaces."""
+) -> int:
+    """Refuse a file whose datasets are missing, hold no numbers, disagree in rows, do not fit
+    the environment's spaces or would not fit in memory; return the bytes loading needs."""
     missing = [key for key in REQUIRED if key not in file]
     if missing:
         raise EnvironmentNotFoundError(
-            f"environment.dataset_path: {file.filename} has no dataset "
-            + ", ".join(f"'{key}'" for key in missing),
+            f"{_WHERE}: {file.filename} has no dataset " + ", ".join(f"'{key}'" for key in missing),
             "it needs observations, actions, rewards and terminals (see `agile dataset --help`)",
         )
     if not isinstance(observation_space, spaces.Box):
@@ -106,7 +106,44 @@ def check_hdf5(
             f"{type(observation_space).__name__}",
             "flatten the observations with a wrapper",
         )
-    rows = file["observations"].shape[0]
+    columns = {key: file[key] for key in _KNOWN if key in file}
+    rows = _check_columns(columns)
+    _check_shapes(columns, rows, observation_space, action_space, env_name)
+    return _check_memory(columns, rows, observation_space, file.filename)
+
+
+_WHERE = "environment.dataset_path"
+
+
+def _check_columns(columns: dict[str, Any]) -> int:
+    """Every column is a numeric array with as many rows as the observations; their rows."""
+    for key, column in columns.items():
+        if not getattr(column, "shape", None):
+            raise EnvironmentNotFoundError(
+                f"{_WHERE}: {key} is not an array of rows", "store one row per environment step"
+            )
+        if column.dtype.kind not in "biuf":
+            raise EnvironmentNotFoundError(
+                f"{_WHERE}: {key} has dtype {column.dtype}, not a numeric one",
+                "store numbers: floats, integers or booleans",
+            )
+    rows = int(columns["observations"].shape[0])
+    for key, column in columns.items():
+        if column.shape[0] != rows:
+            raise EnvironmentNotFoundError(
+                f"{_WHERE}: {key} has {column.shape[0]:,} rows but observations has {rows:,}",
+                "give every dataset one row per environment step",
+            )
+    return rows
+
+
+def _check_shapes(
+    columns: dict[str, Any],
+    rows: int,
+    observation_space: spaces.Box,
+    action_space: spaces.Space,
+    env_name: str,
+) -> None:
     expected = {
         "observations": (rows, *observation_space.shape),
         "next_observations": (rows, *observation_space.shape),
@@ -115,9 +152,38 @@ def check_hdf5(
         "terminals": (rows,),
         "timeouts": (rows,),
     }
-    for key, shape in expected.items():
-        if key in file and tuple(file[key].shape) != shape:
-            raise EnvironmentNotFoundError(_shape_message(key, file[key].shape, shape, env_name))
+    for key, column in columns.items():
+        if tuple(column.shape) != expected[key]:
+            raise EnvironmentNotFoundError(
+                _shape_message(key, column.shape, expected[key], env_name)
+            )
+
+
+def _check_memory(
+    columns: dict[str, Any], rows: int, observation_space: spaces.Box, filename: str
+) -> int:
+    """Refuse a dataset whose rows, read and converted to transitions, exceed the memory
+    available (a small file can declare billions of rows it never stored)."""
+    from agile_cli.training import budget
+
+    stored = sum(_row_bytes(column) for column in columns.values())
+    # float32 observations and next observations, actions, float32 rewards and terminations
+    converted = 8 * int(np.prod(observation_space.shape)) + _row_bytes(columns["actions"]) + 8
+    needed = rows * (stored + converted)
+    available = budget.available_memory()
+    if available is not None and needed > available:
+        raise EnvironmentNotFoundError(
+            f"{_WHERE}: {filename} declares {rows:,} rows, which need "
+            f"{budget.format_bytes(needed)} to load ({stored + converted:,} B a row, read and "
+            f"converted to transitions), more than the {budget.format_bytes(available)} this "
+            "machine has available",
+            "use a smaller dataset, or a machine with more memory",
+        )
+    return needed
+
+
+def _row_bytes(column: Any) -> int:
+    return int(np.prod(column.shape[1:], dtype=np.int64)) * column.dtype.itemsize
 
 
 def _shape_message(key: str, found: tuple[int, ...], wanted: tuple[int, ...], env: str) -> str:

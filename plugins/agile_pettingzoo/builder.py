@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError, MultiAgentVectorEnv
-from agile_cli.environment import resolve_reference, resolve_wrapper
+from agile_cli.environment import not_an_environment, resolve_reference, resolve_wrapper
 from agile_pettingzoo.spec import PettingZooEnvSpec
 from agile_pettingzoo.vector import SubprocessParallelVectorEnv, SyncParallelVectorEnv
 
@@ -83,6 +83,8 @@ class ParallelEnvFactory:
             make_env = _parallel_env(self.name)
         wrappers = [resolve_wrapper(item, base) for item in self.wrappers]
         env = _call(make_env, self.config, self.name)
+        if not _is_parallel_env(env):
+            raise _not_parallel(self.entrypoint, self.name, env)
         for wrapper, kwargs in wrappers:
             env = wrapper(env, **kwargs)
         return env
@@ -131,13 +133,29 @@ def _call(make_env: Any, config: dict[str, Any], name: str) -> Any:
         raise EnvironmentNotFoundError(
             f"environment '{name}' rejected its config: {exc}", "check environment.config"
         ) from None
-    if not hasattr(env, "possible_agents") or hasattr(env, "agent_selection"):
-        raise EnvironmentNotFoundError(
-            f"environment '{name}' made a {type(env).__name__}, not a PettingZoo ParallelEnv",
-            "return a ParallelEnv (a module's parallel_env(), or "
-            "pettingzoo.utils.aec_to_parallel(env))",
-        )
     return env
+
+
+_PARALLEL_HINT = (
+    "return a ParallelEnv (a module's parallel_env(), or pettingzoo.utils.aec_to_parallel(env))"
+)
+
+
+def _is_parallel_env(env: Any) -> bool:
+    return (
+        not isinstance(env, type)
+        and hasattr(env, "possible_agents")
+        and not hasattr(env, "agent_selection")  # an AEC environment
+    )
+
+
+def _not_parallel(entrypoint: str | None, name: str, env: Any) -> EnvironmentNotFoundError:
+    if entrypoint:
+        return not_an_environment(entrypoint, env, "a PettingZoo ParallelEnv", _PARALLEL_HINT)
+    return EnvironmentNotFoundError(
+        f"environment '{name}' made a {type(env).__name__}, not a PettingZoo ParallelEnv",
+        _PARALLEL_HINT,
+    )
 
 
 def _missing(name: str, exc: ModuleNotFoundError) -> EnvironmentNotFoundError:

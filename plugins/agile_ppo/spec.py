@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from agile_cli import AlgorithmSpec, FieldError
-from agile_cli.models import StochasticNetworkSpec
+from agile_cli.models import StochasticNetworkSpec, limits
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -19,7 +19,11 @@ class ClippedObjectiveSpec(AlgorithmSpec):
 
     lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
     learn_step: int = Field(
-        2048, ge=1, description="Rollout length: environment steps collected per update."
+        2048,
+        ge=1,
+        le=limits.ROLLOUT,
+        description="Rollout length: environment steps collected per update. "
+        f"At most {limits.ROLLOUT:,}.",
     )
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
@@ -34,7 +38,7 @@ class ClippedObjectiveSpec(AlgorithmSpec):
     target_kl: float | None = Field(
         None, ge=0, description="Stop an update's epochs early past this approximate KL."
     )
-    update_epochs: int = Field(4, ge=1, description="Passes over each rollout.")
+    update_epochs: int = Field(4, ge=1, le=limits.EPOCHS, description="Passes over each rollout.")
 
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
         "lr", "batch_size", "learn_step", "gamma", "gae_lambda", "clip_coef", "ent_coef",
@@ -60,6 +64,7 @@ class PPOSpec(ClippedObjectiveSpec):
     max_seq_len: int = Field(
         32,
         ge=1,
+        le=limits.ROLLOUT,
         description=(
             "Recurrent PPO: steps per training sequence (backpropagation through time); "
             "a minibatch holds batch_size // max_seq_len sequences."

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import Field, ValidationInfo, field_validator
 
 from agile_cli import AlgorithmSpec, FieldError
+from agile_cli.models import limits
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -21,7 +22,9 @@ class RainbowDQNSpec(AlgorithmSpec):
     """
 
     lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
-    learn_step: int = Field(5, ge=1, description="Environment steps between gradient steps.")
+    learn_step: int = Field(
+        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+    )
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     tau: float = Field(
         1e-3, gt=0, le=1, description="Soft update rate of the target network (1 copies it)."
@@ -37,7 +40,10 @@ class RainbowDQNSpec(AlgorithmSpec):
         1e-6, gt=0, description="Prioritised replay: added to every priority (keeps it > 0)."
     )
     num_atoms: int = Field(
-        51, ge=2, description="Atoms of the return distribution's support (C51 uses 51)."
+        51,
+        ge=2,
+        le=limits.WIDTH,
+        description="Atoms of the return distribution's support (C51 uses 51).",
     )
     v_min: float = Field(
         0.0,
@@ -56,6 +62,7 @@ class RainbowDQNSpec(AlgorithmSpec):
     n_step: int | None = Field(
         None,
         ge=1,
+        le=limits.N_STEP,
         description="Derived from replay_buffer.n_step_buffer_args.n_step; leave it out "
         "(if given, it must agree).",
     )

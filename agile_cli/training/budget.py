@@ -1,0 +1,348 @@
+"""What a local run needs in memory, estimated before anything large is allocated.
+
+:func:`check_fits` runs once the vector environment is built (so its spaces are known) and
+before the population and the replay buffer exist. It adds up:
+
+- the population: each member's networks, counted from the network section and the spaces (at
+  least one network per distinct agent; algorithms add critics and targets), 16 bytes a
+  parameter with its gradient and Adam's two moments, for every member held at once (while a
+  generation is selected: the old population, the new one and the elite);
+- the replay buffer: ``max_size`` transitions as the buffer lays them out (observation and
+  next observation, action, reward, termination and discount, per agent for teams), plus the
+  priority tree of prioritised replay;
+- an on-policy rollout of ``learn_step`` environment steps;
+- a dataset the environment builder declared: a builder may set ``dataset_nbytes`` on the
+  environment it returns, the host memory its data takes once loaded.
+
+Networks, buffer and rollout live on the training device, a dataset in host memory; each is
+compared with what is available there, and a run that cannot fit is refused naming the
+figure and the field to change. The figures are lower bounds, so a run that fits is never
+refused. Nothing here imports torch until a CUDA device is asked about.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from agile_cli.errors import UsageError
+from agile_cli.manifest import TrainingManifest
+
+#: Bytes a trained parameter takes: float32 weight, gradient, and Adam's two moments.
+BYTES_PER_PARAMETER = 16
+#: Columns of a rollout row besides observation and action: log-prob, value, advantage,
+#: return, reward and done, float32 each.
+_ROLLOUT_EXTRA = 6 * 4
+
+
+@dataclass(frozen=True)
+class Need:
+    """One part of a run's memory.
+
+    :param field: the manifest field that sizes it, where a fix goes.
+    :param what: what it is, e.g. ``the replay buffer``.
+    :param detail: how the figure comes about.
+    :param nbytes: the bytes it needs.
+    :param on_device: lives on the training device (else in host memory).
+    :param hint: how to make it smaller.
+    """
+
+    field: str
+    what: str
+    detail: str
+    nbytes: int
+    on_device: bool
+    hint: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What :func:`check_fits` found: each need, and the memory it was compared with."""
+
+    needs: tuple[Need, ...]
+    host_available: int | None
+    device_available: int | None
+
+    @property
+    def total(self) -> int:
+        return sum(need.nbytes for need in self.needs)
+
+
+def check_fits(manifest: TrainingManifest, env: Any, device: Any) -> Estimate:
+    """Estimate what ``manifest`` needs on this machine, and refuse it if it cannot fit.
+
+    :param manifest: the validated manifest.
+    :param env: the built vector environment (only its spaces and attributes are read).
+    :param device: the ``torch.device`` the population will train on.
+    :raises UsageError: (exit 2) the run needs more memory than is available.
+    """
+    needs = tuple(need for need in _needs(manifest, env) if need.nbytes > 0)
+    on_cuda = getattr(device, "type", "cpu") == "cuda"
+    estimate = Estimate(needs, available_memory(), device_memory(device) if on_cuda else None)
+    host = [need for need in needs if not (on_cuda and need.on_device)]
+    _refuse_overflow(host, estimate.host_available, "this machine has available")
+    if on_cuda:
+        placed = [need for need in needs if need.on_device]
+        _refuse_overflow(placed, estimate.device_available, f"{device} has free")
+    return estimate
+
+
+def _needs(manifest: TrainingManifest, env: Any) -> list[Need]:
+    needs = [_population(manifest, env), *_replay_buffer(manifest, env), _rollout(manifest, env)]
+    return [need for need in (*needs, _dataset(env)) if need is not None]
+
+
+def _refuse_overflow(needs: list[Need], available: int | None, place: str) -> None:
+    total = sum(need.nbytes for need in needs)
+    if available is None or not needs or total <= available:
+        return
+    biggest = max(needs, key=lambda need: need.nbytes)
+    message = f"{biggest.field}: {biggest.what} needs {format_bytes(biggest.nbytes)}"
+    message += f" ({biggest.detail})"
+    if biggest.nbytes <= available:
+        message += f", {format_bytes(total)} with the rest of the run"
+    raise UsageError(f"{message}, more than the {format_bytes(available)} {place}", biggest.hint)
+
+
+# -- the parts -----------------------------------------------------------------------------------
+
+
+def _population(manifest: TrainingManifest, env: Any) -> Need:
+    pop_size = manifest.training.pop_size
+    held = 2 * pop_size + 1 if manifest.evolves else pop_size
+    parameters = member_parameters(manifest, env)
+    detail = (
+        f"at least {parameters:,} parameters a member, {BYTES_PER_PARAMETER} B each with "
+        f"gradients and Adam state, {held:,} member{'s' if held != 1 else ''} held at once"
+    )
+    hint = "narrow the network (hidden_size, latent_dim, channel_size) or lower training.pop_size"
+    return Need(
+        "network", "the population", detail, held * parameters * BYTES_PER_PARAMETER, True, hint
+    )
+
+
+def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
+    spec = manifest.replay_buffer
+    if spec is None or manifest.family is None or not manifest.family.uses_replay_buffer:
+        return []
+    row = transition_bytes(*_team_spaces(manifest, env))
+    detail = f"{spec.max_size:,} transitions of {row:,} B"
+    hint = "lower replay_buffer.max_size"
+    needs = [Need("replay_buffer.max_size", "the replay buffer", detail, spec.max_size * row,
+                  True, hint)]  # fmt: skip
+    if spec.per_buffer:  # a float64 sum tree over the slots padded to a power of two, on the host
+        leaves = 1 << (spec.max_size - 1).bit_length()
+        needs.append(Need("replay_buffer.max_size", "the priority tree",
+                          f"{2 * leaves:,} float64 nodes", 16 * leaves, False, hint))  # fmt: skip
+    return needs
+
+
+def _rollout(manifest: TrainingManifest, env: Any) -> Need | None:
+    learn_step = getattr(manifest.algorithm, "learn_step", None)
+    family = manifest.family
+    if family is None or family.uses_replay_buffer or not isinstance(learn_step, int):
+        return None
+    num_envs = max(1, int(getattr(env, "num_envs", 1)))
+    steps = math.ceil(learn_step / num_envs) * num_envs
+    observations, actions = _team_spaces(manifest, env)
+    row = sum(4 * _flat_size(space) for space in observations)
+    row += sum(space_bytes(space) for space in actions) + _ROLLOUT_EXTRA * len(observations)
+    return Need(
+        "algorithm.learn_step", "a rollout", f"{steps:,} environment steps of {row:,} B",
+        steps * row, True, "lower algorithm.learn_step",
+    )  # fmt: skip
+
+
+def _dataset(env: Any) -> Need:
+    nbytes = int(getattr(env, "dataset_nbytes", 0) or 0)
+    detail = "loaded, as the environment builder declared"
+    return Need("environment", "the dataset", detail, nbytes, False, "use a smaller dataset")
+
+
+def _team_spaces(manifest: TrainingManifest, env: Any) -> tuple[list[Any], list[Any]]:
+    """Every agent's observation and action space (one agent for single-agent families)."""
+    if manifest.family is not None and manifest.family.multi_agent:
+        agents = list(env.single_observation_spaces)
+        observations = [env.single_observation_spaces[agent] for agent in agents]
+        return observations, [env.single_action_spaces[agent] for agent in agents]
+    return [env.single_observation_space], [env.single_action_space]
+
+
+# -- sizes of spaces and networks ----------------------------------------------------------------
+
+
+def transition_bytes(observations: list[Any], actions: list[Any]) -> int:
+    """Bytes of one replay-buffer row for a team of agents (a team of one: single-agent):
+    observation and next observation, action, then float32 reward and termination per agent
+    and one discount."""
+    stored = sum(2 * space_bytes(space) for space in observations)
+    stored += sum(space_bytes(space) for space in actions)
+    return stored + 8 * len(observations) + 4
+
+
+def space_bytes(space: Any) -> int:
+    """Bytes of one element of ``space`` as the replay buffer stores it: uint8 images as
+    bytes, other boxes and binaries as float32, discrete values as int64."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        children = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
+        return sum(space_bytes(child) for child in children)
+    if isinstance(space, spaces.Discrete):
+        return 8
+    if isinstance(space, spaces.MultiDiscrete):
+        return 8 * int(math.prod(space.shape))
+    if isinstance(space, spaces.Box) and space.dtype is not None and space.dtype.itemsize == 1:
+        return int(math.prod(space.shape))
+    return 4 * _flat_size(space)
+
+
+def _flat_size(space: Any) -> int:
+    from gymnasium import spaces
+
+    try:
+        return int(spaces.flatdim(space))
+    except (NotImplementedError, ValueError, TypeError):
+        return int(math.prod(getattr(space, "shape", None) or (1,)))
+
+
+def member_parameters(manifest: TrainingManifest, env: Any) -> int:
+    """A lower bound of one member's parameters: one network of the manifest's architecture
+    per distinct (observation, action) space pair of its agents."""
+    from agile_cli.nn.arch import arch_from_spec
+
+    recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
+    pairs: list[tuple[Any, Any]] = []
+    for pair in zip(*_team_spaces(manifest, env), strict=True):
+        if pair not in pairs:
+            pairs.append(pair)
+    total = 0
+    for observation, action in pairs:
+        try:
+            arch = arch_from_spec(manifest.network, observation, recurrent=recurrent)
+        except (NotImplementedError, ValueError):
+            continue  # building the population reports it
+        total += network_parameters(arch, observation, _flat_size(action))
+    return total
+
+
+def network_parameters(arch: Any, space: Any, outputs: int) -> int:
+    """Parameters of an :class:`~agile_cli.nn.modules.EvolvableNetwork` of ``arch`` reading
+    ``space``, with one head of ``outputs`` units."""
+    head = arch.head
+    encoder = _encoder_parameters(arch.encoder, space, arch.latent_dim)
+    return encoder + _mlp(arch.latent_dim, head.hidden_size, outputs, head.layer_norm)
+
+
+def _mlp(n_in: int, hidden: tuple[int, ...], n_out: int, layer_norm: bool) -> int:
+    widths = (n_in, *hidden, n_out)
+    linear = sum(a * b + b for a, b in pairwise(widths))
+    return linear + (2 * sum(hidden) if layer_norm else 0)
+
+
+def _encoder_parameters(encoder: Any, space: Any, latent: int) -> int:
+    from agile_cli.nn.arch import CNNArch, MLPArch, MultiInputArch, SimBaArch
+    from agile_cli.nn.recurrent_arch import LSTMArch
+
+    if isinstance(encoder, MultiInputArch):
+        return _multi_input(encoder, space, latent)
+    if isinstance(encoder, CNNArch):
+        return _cnn(encoder, tuple(space.shape), latent)
+    n_in = _flat_size(space)
+    if isinstance(encoder, MLPArch):
+        return _mlp(n_in, encoder.hidden_size, latent, encoder.layer_norm)
+    if isinstance(encoder, SimBaArch):
+        width, inner = encoder.hidden_size, encoder.scale_factor * encoder.hidden_size
+        block = 2 * width + (width * inner + inner) + (inner * width + width)
+        return (n_in + 1) * width + encoder.num_blocks * block + 2 * width + (width + 1) * latent
+    if isinstance(encoder, LSTMArch):
+        size = encoder.hidden_state_size
+        first, deeper = 4 * size * (n_in + size + 2), 4 * size * (2 * size + 2)
+        return first + (encoder.num_layers - 1) * deeper + (size + 1) * latent
+    return 0
+
+
+def _cnn(encoder: Any, shape: tuple[int, ...], latent: int) -> int:
+    from agile_cli.nn.modules import channels_last
+
+    channels, height, width = (shape[2], *shape[:2]) if channels_last(shape) else shape[-3:]
+    total = 0
+    sizes = (channels, *encoder.channel_size)
+    for (n_in, n_out), kernel, stride in zip(
+        pairwise(sizes), encoder.kernel_size, encoder.stride_size, strict=True
+    ):
+        kernel = max(1, min(kernel, height, width))
+        total += n_in * n_out * kernel * kernel + n_out + (2 * n_out if encoder.layer_norm else 0)
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    flat = sizes[-1] * max(height, 1) * max(width, 1)
+    return total + (flat + 1) * latent
+
+
+def _multi_input(encoder: Any, space: Any, latent: int) -> int:
+    from agile_cli.nn.arch import is_image_space
+
+    total, joined = 0, 0
+    for child in getattr(space, "spaces", {}).values():
+        if is_image_space(child):
+            total += _cnn(encoder.cnn, tuple(child.shape), encoder.latent_dim)
+            joined += encoder.latent_dim
+        elif encoder.vector_space_mlp:
+            mlp = encoder.mlp
+            total += _mlp(_flat_size(child), mlp.hidden_size, encoder.latent_dim, mlp.layer_norm)
+            joined += encoder.latent_dim
+        else:
+            joined += _flat_size(child)
+    return total + (joined + 1) * latent
+
+
+# -- memory available ----------------------------------------------------------------------------
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory a new allocation can get: Linux's ``MemAvailable``; elsewhere the
+    physical memory; None when neither is known."""
+    found = _mem_available(Path("/proc/meminfo"))
+    if found is not None:
+        return found
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _mem_available(meminfo: Path) -> int | None:
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemAvailable" and value.split():
+            return int(value.split()[0]) * 1024  # kB
+    return None
+
+
+def device_memory(device: Any) -> int | None:
+    """Free bytes on a CUDA device; None for other devices."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def format_bytes(count: int) -> str:
+    """``372 B``, ``5.2 MiB``, ``37.2 GiB``."""
+    if count < 1024:
+        return f"{count:,} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:,.1f} {unit}"
