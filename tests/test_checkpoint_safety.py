@@ -224,3 +224,13 @@ def test_resume_of_someone_elses_run_that_names_code_needs_trust(run, write, tmp
     )
     trusted = run("train", "--resume", str(tmp_path / "r"), "--trust-code", "--quiet")
     assert trusted.exit_code == 0, trusted.output
+
+
+def test_a_checkpoint_larger_than_free_memory_is_refused_unread(tmp_path, monkeypatch) -> None:
+    from agile_cli.training import budget
+
+    path = tmp_path / "big.pt"
+    checkpoint.save_atomically({"format": checkpoint.FORMAT_VERSION, "x": torch.zeros(4096)}, path)
+    monkeypatch.setattr(budget, "available_memory", lambda: 1024)
+    with pytest.raises(TrainingError, match="more than the 1.0 KiB of memory"):
+        checkpoint.load(path)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from agile_cli.errors import TrainingError
+from agile_cli.training import budget
 
 FORMAT_VERSION = 2
 POPULATION = "population"
@@ -87,6 +88,12 @@ def _check_archive(path: Path) -> None:
         raise TrainingError(f"{path} is not an agile checkpoint (it has compressed entries)")
     if sum(entry.file_size for entry in entries) > path.stat().st_size:
         raise TrainingError(f"{path} is not an agile checkpoint (its entries exceed the file)")
+    size, available = path.stat().st_size, budget.available_memory()
+    if available is not None and size > available:
+        raise TrainingError(
+            f"{path} is {budget.format_bytes(size)}, more than the "
+            f"{budget.format_bytes(available)} of memory this machine has available to read it"
+        )
 
 
 def _check_header(state: Any, path: Path, kind: str | None) -> None:
