@@ -232,5 +232,5 @@ def test_a_checkpoint_larger_than_free_memory_is_refused_unread(tmp_path, monkey
     path = tmp_path / "big.pt"
     checkpoint.save_atomically({"format": checkpoint.FORMAT_VERSION, "x": torch.zeros(4096)}, path)
     monkeypatch.setattr(budget, "available_memory", lambda: 1024)
-    with pytest.raises(TrainingError, match="more than the 1.0 KiB of memory"):
+    with pytest.raises(TrainingError, match=r"more than the 1\.0 KiB of memory"):
         checkpoint.load(path)
