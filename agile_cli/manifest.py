@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
+from agile_cli.errors import ManifestError
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
@@ -16,27 +17,20 @@ from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
 from agile_cli.registry import Registry
+from agile_cli.validation import SECTIONS, SELECTION_ALIAS, Resolution, validate_mapping
 
-SECTIONS = (
-    "algorithm",
-    "environment",
-    "training",
-    "network",
-    "mutation",
-    "tournament_selection",
-    "replay_buffer",
-)
-SELECTION_ALIAS = "selection_strategy"
+__all__ = ["SECTIONS", "SELECTION_ALIAS", "TrainingManifest"]
 
 
 class TrainingManifest(BaseModel):
     """A validated training run: every section resolved, every default filled in.
 
     Build one with :meth:`get_validated` from a file or mapping; the algorithm and environment
-    sections are instances of the specs their plugins registered.
+    sections are instances of the specs their plugins registered. A manifest is frozen: its
+    sections cannot be replaced (``model_copy(update=...)`` makes a changed copy).
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     algorithm: SerializeAsAny[AlgorithmSpec] = Field(description="The algorithm and its options.")
     environment: SerializeAsAny[EnvironmentSpec] = Field(description="Where experience comes from.")
@@ -52,30 +46,20 @@ class TrainingManifest(BaseModel):
         None, description="Replay memory (off-policy algorithms)."
     )
 
-    _algorithm_name: str = PrivateAttr("")
-    _family: Family | None = PrivateAttr(None)
-    _builder: str | None = PrivateAttr(None)
-    _default_builder: bool = PrivateAttr(True)
-    _warnings: list[str] = PrivateAttr(default_factory=list)
-
-    @property
-    def algorithm_name(self) -> str:
-        """The registered name of the algorithm (``algorithm.name``)."""
-        return self._algorithm_name
-
-    @property
-    def family(self) -> Family | None:
-        return self._family
-
-    @property
-    def environment_builder(self) -> str | None:
-        """The name of the environment builder the manifest resolved to."""
-        return self._builder
-
-    @property
-    def warnings(self) -> list[str]:
-        """Things that are valid but probably not what the author meant."""
-        return list(self._warnings)
+    # What resolution decided; not sections of the file (left out of to_dict and dumps).
+    algorithm_name: str = Field(
+        "", exclude=True, description="The registered name of the algorithm (algorithm.name)."
+    )
+    family: Family | None = Field(None, exclude=True, description="The algorithm's family.")
+    environment_builder: str | None = Field(
+        None, exclude=True, description="The environment builder the manifest resolved to."
+    )
+    default_builder: bool = Field(
+        True, exclude=True, description="The builder is the family's default (goes unsaid)."
+    )
+    warnings: tuple[str, ...] = Field(
+        (), exclude=True, description="Valid, but probably not what the author meant."
+    )
 
     @property
     def evolves(self) -> bool:
@@ -96,8 +80,8 @@ class TrainingManifest(BaseModel):
         """The resolved manifest as plain data, in the brief's key order and spelling."""
         data = self.model_dump(mode="json")
         data["algorithm"] = {"name": self.algorithm_name, **data["algorithm"]}
-        if not self._default_builder:  # the family's default builder goes unsaid
-            data["environment"] = {"builder": self._builder, **data["environment"]}
+        if not self.default_builder:  # the family's default builder goes unsaid
+            data["environment"] = {"builder": self.environment_builder, **data["environment"]}
         return {key: data[key] for key in SECTIONS if data.get(key) is not None}
 
     def summary(self) -> str:
@@ -128,16 +112,31 @@ class TrainingManifest(BaseModel):
         else:
             from agile_cli.loader import load_file
             from agile_cli.plugins import registry_or_default
-            from agile_cli.validation import validate_mapping
 
             registry = registry_or_default(registry)
             if isinstance(source, Mapping):
                 data, label = copy.deepcopy(dict(source)), None
             else:
                 data, label = load_file(source), str(source)
-            manifest = validate_mapping(data, registry, source=label)
+            manifest = cls._resolved(validate_mapping(data, registry, source=label), label)
         if mode == "json":
             return manifest.to_dict()
         if mode != "python":
             raise ValueError(f"mode must be 'python' or 'json', not {mode!r}")
+        return manifest
+
+    @classmethod
+    def _resolved(cls, resolution: Resolution, source: str | None) -> TrainingManifest:
+        """The manifest of a resolution, after the algorithm's rules across sections."""
+        manifest = cls(
+            **resolution.sections,
+            algorithm_name=resolution.algorithm_name,
+            family=resolution.family,
+            environment_builder=resolution.environment_builder,
+            default_builder=resolution.default_builder,
+            warnings=resolution.warnings,
+        )
+        late = manifest.algorithm.check_manifest(manifest)
+        if late:
+            raise ManifestError(late, source=source)
         return manifest

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agile_cli.errors import FieldError, ManifestError
-from agile_cli.manifest import SECTIONS, SELECTION_ALIAS, TrainingManifest
-from agile_cli.models.algorithm import AlgorithmSpec
+from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
@@ -19,6 +19,35 @@ from agile_cli.models.training import TrainingSpec
 from agile_cli.registry import AlgorithmEntry, Registry
 
 M = TypeVar("M", bound=BaseModel)
+
+SECTIONS = (
+    "algorithm",
+    "environment",
+    "training",
+    "network",
+    "mutation",
+    "tournament_selection",
+    "replay_buffer",
+)
+SELECTION_ALIAS = "selection_strategy"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A manifest mapping resolved against the registry: each section validated by its spec,
+    and what the registry decided (the algorithm's name and family, the environment builder).
+
+    :param sections: section name -> validated spec (None for an omitted optional section).
+    :param default_builder: the builder is the family's default (a manifest need not name it).
+    :param warnings: valid but probably not what the author meant.
+    """
+
+    sections: dict[str, Any]
+    algorithm_name: str
+    family: Family
+    environment_builder: str | None
+    default_builder: bool
+    warnings: tuple[str, ...]
 
 
 class _Collector:
@@ -47,7 +76,7 @@ class _Collector:
 
 def validate_mapping(
     data: Mapping[str, Any], registry: Registry, source: str | None = None
-) -> TrainingManifest:
+) -> Resolution:
     """Validate a parsed manifest against the core specs and the registered plugins.
 
     :raises ManifestError: listing every problem found, each with its dotted path.
@@ -55,7 +84,8 @@ def validate_mapping(
     check = _Collector()
     _check_top_level(data, check)
     entry = _algorithm_entry(data.get("algorithm"), registry, check)
-    algorithm = environment = None
+    algorithm: AlgorithmSpec | None = None
+    environment: EnvironmentSpec | None = None
     if entry is not None:
         raw = {k: v for k, v in dict(data["algorithm"]).items() if k != "name"}
         algorithm = check.section("algorithm", entry.spec, raw)
@@ -72,30 +102,24 @@ def validate_mapping(
         _check_hp_selection(mutation, entry, algorithm, check)
     if entry is not None and replay is not None:
         replay = _check_replay_buffer(replay, entry, registry, check)
-    if check.errors or None in (algorithm, environment, training, network):
+    if check.errors or None in (entry, algorithm, environment, training, network):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None
     if training.evo_steps is None:
-        training.evo_steps = min(entry.spec.default_evo_steps, training.max_steps)
+        evo_steps = min(entry.spec.default_evo_steps, training.max_steps)
+        training = training.model_copy(update={"evo_steps": evo_steps})
     if replay is None and entry.family.uses_replay_buffer:
         replay = ReplayBufferSpec()
-    manifest = TrainingManifest(
-        algorithm=algorithm,
-        environment=environment,
-        training=training,
-        network=network,
-        mutation=mutation,
-        tournament_selection=selection,
-        replay_buffer=replay,
+    sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
+                                   selection, replay), strict=True))  # fmt: skip
+    return Resolution(
+        sections=sections,
+        algorithm_name=entry.name,
+        family=entry.family,
+        environment_builder=check.builder,
+        default_builder=check.builder == registry.builders_for(entry.family)[0],
+        warnings=tuple(check.warnings),
     )
-    manifest._algorithm_name, manifest._family = entry.name, entry.family
-    manifest._builder = check.builder
-    manifest._default_builder = check.builder == registry.builders_for(entry.family)[0]
-    manifest._warnings = check.warnings
-    late = algorithm.check_manifest(manifest)  # type: ignore[union-attr]
-    if late:
-        raise ManifestError(late, source=source)
-    return manifest
 
 
 def _check_top_level(data: Mapping[str, Any], check: _Collector) -> None:

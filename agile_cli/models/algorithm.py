@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -12,9 +12,6 @@ from agile_cli.errors import FieldError
 from agile_cli.models import limits
 from agile_cli.models.base import Spec
 from agile_cli.models.network import NetworkSpec
-
-if TYPE_CHECKING:
-    from agile_cli.manifest import TrainingManifest
 
 
 class Family(str, enum.Enum):
@@ -68,8 +65,12 @@ class AlgorithmSpec(Spec):
     supports_per: ClassVar[bool] = False
     supports_n_step: ClassVar[bool] = False
 
-    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
-        """Rules that involve other sections; paths are relative to the manifest root."""
+    def check_manifest(self, manifest: Any) -> list[FieldError]:
+        """Rules that involve other sections; paths are relative to the manifest root.
+
+        :param manifest: the resolved :class:`~agile_cli.TrainingManifest` (typed loosely
+            here: the manifest is assembled from these specs, not the other way round).
+        """
         return []
 
     def not_available_errors(self, field: str, feature: str) -> list[FieldError]:
@@ -79,7 +80,7 @@ class AlgorithmSpec(Spec):
         message = f"{feature} is not available yet"
         return [FieldError(f"algorithm.{field}", message, "remove it or set it to null")]
 
-    def num_envs_copy_errors(self, field: str, manifest: TrainingManifest) -> list[FieldError]:
+    def num_envs_copy_errors(self, field: str, manifest: Any) -> list[FieldError]:
         """Errors for a field that only repeats ``environment.num_envs`` (kept for
         compatibility) when it is given and disagrees."""
         value = getattr(self, field)

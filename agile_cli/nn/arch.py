@@ -26,16 +26,12 @@ from agile_cli.models.network import (
     NetworkSpec,
     SimBaEncoderConfig,
 )
+from agile_cli.nn.activations import check_activation
 from agile_cli.nn.recurrent_arch import LSTMArch
 
 if TYPE_CHECKING:
     import gymnasium
 
-ACTIVATIONS = (
-    "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
-    "GumbelSoftmax", "PReLU", "Identity",
-)  # fmt: skip
-"""Activation names a network accepts (the ``Activation`` literal of the manifest)."""
 
 _NODE_STEPS = (16, 32, 64)
 _LATENT_STEPS = (8, 16, 32)
@@ -73,13 +69,6 @@ def _resize_latent(
 ) -> tuple[int, Args]:
     amount = int(rng.choice(_LATENT_STEPS))
     return _step(value, amount if grow else -amount, *bounds), {"nodes": amount}
-
-
-def _check_activation(activation: str) -> None:
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}"
-        )
 
 
 @dataclass(frozen=True)
@@ -143,7 +132,7 @@ class MLPArch:
 
     def with_activation(self, activation: str) -> MLPArch:
         """The same MLP with another hidden activation (the output activation is kept)."""
-        _check_activation(activation)
+        check_activation(activation)
         return replace(self, activation=activation)
 
     def describe(self) -> str:
@@ -200,7 +189,7 @@ class CNNArch:
 
     def with_activation(self, activation: str) -> CNNArch:
         """The same CNN with another activation."""
-        _check_activation(activation)
+        check_activation(activation)
         return replace(self, activation=activation)
 
     def describe(self) -> str:
@@ -320,7 +309,7 @@ class SimBaArch:
 
     def with_activation(self, activation: str) -> SimBaArch:
         """This encoder unchanged: its blocks keep SimBa's ReLU (see the class docstring)."""
-        _check_activation(activation)
+        check_activation(activation)
         return self
 
     def describe(self) -> str:

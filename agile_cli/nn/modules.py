@@ -16,7 +16,7 @@ global random state when a generator is given.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from itertools import pairwise
 
@@ -27,6 +27,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn.utils import skip_init
 
+from agile_cli.nn.activations import make_activation
 from agile_cli.nn.arch import (
     CNNArch,
     MLPArch,
@@ -41,34 +42,8 @@ from agile_cli.nn.transfer import transfer_weights
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
 
-_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "Tanh": nn.Tanh,
-    "GELU": nn.GELU,
-    "ReLU": nn.ReLU,
-    "ELU": nn.ELU,
-    "LeakyReLU": nn.LeakyReLU,
-    "Sigmoid": nn.Sigmoid,
-    "Softplus": nn.Softplus,
-    "Softmax": partial(nn.Softmax, dim=-1),
-    # Gumbel noise belongs to the policy's sampling; as a layer it is a plain softmax.
-    "GumbelSoftmax": partial(nn.Softmax, dim=-1),
-    "PReLU": nn.PReLU,
-    "Identity": nn.Identity,
-}
 _HIDDEN_GAIN = math.sqrt(2)
 _VANISH = 0.1
-
-
-def make_activation(name: str | None) -> nn.Module:
-    """The activation layer called ``name``; ``None`` is the identity.
-
-    :param name: one of :data:`agile_cli.nn.arch.ACTIVATIONS`.
-    """
-    if name is None:
-        return nn.Identity()
-    if name not in _ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; choose one of {', '.join(_ACTIVATIONS)}")
-    return _ACTIVATIONS[name]()
 
 
 def _initialise(

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.utils import skip_init
 
-from agile_cli.nn.modules import make_activation
+from agile_cli.nn.activations import make_activation
 from agile_cli.nn.recurrent_arch import LSTMArch
 from agile_cli.nn.sampling import uniform
 

@@ -11,6 +11,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from agile_cli.nn.activations import check_activation
+
 _NODE_STEPS = (16, 32, 64)
 
 
@@ -75,9 +77,7 @@ class LSTMArch:
 
     def with_activation(self, activation: str) -> LSTMArch:
         """The same encoder with another latent activation (the LSTM's gates are fixed)."""
-        from agile_cli.nn.arch import _check_activation
-
-        _check_activation(activation)
+        check_activation(activation)
         return replace(self, activation=activation)
 
     def describe(self) -> str:
