@@ -17,7 +17,7 @@ def tests(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]")
     for example in ("agile-reinforce", "agile-gridworld", "agile-runs"):
-        session.install("-e", f"plugins/{example}")
+        session.install("-e", f"examples/{example}")
     session.run("pytest", *session.posargs, env={"WANDB_MODE": "disabled"})
 
 

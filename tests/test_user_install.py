@@ -28,7 +28,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-         str(target), str(ROOT), str(ROOT / "plugins" / "agile-reinforce")],
+         str(target), str(ROOT), str(ROOT / "examples" / "agile-reinforce")],
         check=True, capture_output=True,
     )  # fmt: skip
     return target
