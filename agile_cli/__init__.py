@@ -1,8 +1,10 @@
 """agile: evolutionary training of reinforcement-learning populations from one manifest.
 
 This module is the public API for users and plugin authors; everything not in ``__all__`` is
-private and may move. Importing it is cheap: the names that need torch or gymnasium (the
-algorithm base classes, networks, buffers, rollouts, ``LocalTrainer``) load on first use.
+private and may move. First-party plugins use nothing else. Importing it is cheap: the names
+that need torch, gymnasium or numpy (the algorithm base classes and the pieces of their
+updates, networks, buffers, rollouts, ``LocalTrainer``, the training entry points) and the
+CLI's ``plugin_host`` load on first use.
 """
 
 from __future__ import annotations
@@ -11,8 +13,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from agile_cli.backend import Backend, RunResult
-from agile_cli.environment import EnvironmentBuilder, MultiAgentVectorEnv
+from agile_cli.environment import (
+    EnvironmentBuilder,
+    MultiAgentVectorEnv,
+    can_fork,
+    not_an_environment,
+    resolve_reference,
+    resolve_wrapper,
+)
 from agile_cli.errors import (
+    EXIT_RUNTIME,
     AgileError,
     EnvironmentNotFoundError,
     FieldError,
@@ -23,18 +33,37 @@ from agile_cli.errors import (
 )
 from agile_cli.hookspecs import hookimpl
 from agile_cli.manifest import TrainingManifest
-from agile_cli.models import AlgorithmSpec, EnvironmentSpec, Family, NetworkSpec, Spec
+from agile_cli.models import (
+    AlgorithmSpec,
+    EnvironmentSpec,
+    Family,
+    NetworkSpec,
+    Spec,
+    StochasticNetworkSpec,
+    limits,
+)
+from agile_cli.models.actor_critic import (
+    CentralisedActorCriticSpec,
+    DeterministicActorCriticSpec,
+    ExplorationNoiseSpec,
+)
+from agile_cli.models.algorithm import VectorEnvironmentSpec, check_entrypoint
+from agile_cli.models.base import located_error
+from agile_cli.models.clipped_objective import ClippedObjectiveSpec
+from agile_cli.models.gymnasium import GymnasiumEnvSpec
 from agile_cli.registry import (
     RegisterAlgorithm,
     RegisterBackend,
     RegisterCommand,
     RegisterEnvironment,
+    Registry,
 )
 from agile_cli.trainers import ArenaTrainer, BackendTrainer
 
 __version__ = "0.1.0"
 
-# Public names whose modules import torch or gymnasium: loaded on first access.
+# Public names whose modules import torch, gymnasium or numpy (or, for plugin_host, the CLI):
+# loaded on first access.
 _LAZY = {
     "LocalTrainer": "agile_cli.training.trainer:LocalTrainer",
     "Algorithm": "agile_cli.agent:Algorithm",
@@ -58,6 +87,33 @@ _LAZY = {
     "RolloutBatch": "agile_cli.rollout:RolloutBatch",
     "SequenceBatch": "agile_cli.rollout:SequenceBatch",
     "compute_gae": "agile_cli.rollout:compute_gae",
+    "RecurrentState": "agile_cli.rollout:RecurrentState",
+    "TeamRollout": "agile_cli.training.multi_agent_on_policy:TeamRollout",
+    "LogStd": "agile_cli.nn.modules:LogStd",
+    "reset_noise": "agile_cli.nn.noisy:reset_noise",
+    "mean_weights": "agile_cli.nn.noisy:mean_weights",
+    "scale_sigmas": "agile_cli.nn.noisy:scale_sigmas",
+    "gumbel_argmax": "agile_cli.nn.sampling:gumbel_argmax",
+    "normal_draws": "agile_cli.nn.sampling:standard_normal",
+    "uniform_draws": "agile_cli.nn.sampling:uniform",
+    "BoxActionScaler": "agile_cli.algorithms.actions:BoxActionScaler",
+    "box_action_space": "agile_cli.algorithms.actions:box_action_space",
+    "ornstein_uhlenbeck_step": "agile_cli.algorithms.noise:ornstein_uhlenbeck_step",
+    "restart_ou_noise": "agile_cli.algorithms.noise:restart_ou_noise",
+    "DeterministicActorCritic": "agile_cli.algorithms.deterministic:DeterministicActorCritic",
+    "CentralisedActorCritic": "agile_cli.algorithms.centralised:CentralisedActorCritic",
+    "QLearning": "agile_cli.algorithms.q_learning:QLearning",
+    "gym_env_factory": "agile_cli.gym_vector:gym_env_factory",
+    "gym_vector_env": "agile_cli.gym_vector:gym_vector_env",
+    "RunOptions": "agile_cli.training.loop:RunOptions",
+    "TrainResult": "agile_cli.training.loop:TrainResult",
+    "run_local": "agile_cli.training.trainer:run_local",
+    "resume_local": "agile_cli.training.trainer:resume_local",
+    "load_agent": "agile_cli.training.evaluation:load_agent",
+    "build_environment_from": "agile_cli.training.setup:build_environment_from",
+    "available_memory": "agile_cli.training.budget:available_memory",
+    "format_bytes": "agile_cli.training.budget:format_bytes",
+    "plugin_host": "agile_cli.cli:plugin_host",
 }
 
 if TYPE_CHECKING:
@@ -68,6 +124,11 @@ if TYPE_CHECKING:
         OffPolicyAlgorithm,
         OnPolicyAlgorithm,
     )
+    from agile_cli.algorithms.actions import BoxActionScaler, box_action_space
+    from agile_cli.algorithms.centralised import CentralisedActorCritic
+    from agile_cli.algorithms.deterministic import DeterministicActorCritic
+    from agile_cli.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
+    from agile_cli.algorithms.q_learning import QLearning
     from agile_cli.buffers import (
         MultiAgentReplayBuffer,
         NStepAccumulator,
@@ -75,23 +136,36 @@ if TYPE_CHECKING:
         ReplayBuffer,
         Transitions,
     )
+    from agile_cli.cli import plugin_host
+    from agile_cli.gym_vector import gym_env_factory, gym_vector_env
     from agile_cli.multi_agent import (
         MultiAgentAlgorithm,
         MultiAgentOffPolicyAlgorithm,
         MultiAgentOnPolicyAlgorithm,
     )
     from agile_cli.nn.arch import NetworkArch
-    from agile_cli.nn.modules import EvolvableNetwork, preprocess
+    from agile_cli.nn.modules import EvolvableNetwork, LogStd, preprocess
+    from agile_cli.nn.noisy import mean_weights, reset_noise, scale_sigmas
+    from agile_cli.nn.sampling import gumbel_argmax
+    from agile_cli.nn.sampling import standard_normal as normal_draws
+    from agile_cli.nn.sampling import uniform as uniform_draws
     from agile_cli.rollout import (
         PolicyRecord,
+        RecurrentState,
         Rollout,
         RolloutBatch,
         SequenceBatch,
         compute_gae,
     )
-    from agile_cli.training.trainer import LocalTrainer
+    from agile_cli.training.budget import available_memory, format_bytes
+    from agile_cli.training.evaluation import load_agent
+    from agile_cli.training.loop import RunOptions, TrainResult
+    from agile_cli.training.multi_agent_on_policy import TeamRollout
+    from agile_cli.training.setup import build_environment_from
+    from agile_cli.training.trainer import LocalTrainer, resume_local, run_local
 
 __all__ = [
+    "EXIT_RUNTIME",
     "AgentContext",
     "AgileError",
     "Algorithm",
@@ -99,14 +173,23 @@ __all__ = [
     "ArenaTrainer",
     "Backend",
     "BackendTrainer",
+    "BoxActionScaler",
+    "CentralisedActorCritic",
+    "CentralisedActorCriticSpec",
+    "ClippedObjectiveSpec",
+    "DeterministicActorCritic",
+    "DeterministicActorCriticSpec",
     "EnvironmentBuilder",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
     "EvolvableNetwork",
+    "ExplorationNoiseSpec",
     "Family",
     "FieldError",
+    "GymnasiumEnvSpec",
     "LearnResult",
     "LocalTrainer",
+    "LogStd",
     "ManifestError",
     "MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm",
@@ -121,33 +204,65 @@ __all__ = [
     "PluginError",
     "PolicyRecord",
     "PrioritizedReplayBuffer",
+    "QLearning",
+    "RecurrentState",
     "RegisterAlgorithm",
     "RegisterBackend",
     "RegisterCommand",
     "RegisterEnvironment",
+    "Registry",
     "ReplayBuffer",
     "Rollout",
     "RolloutBatch",
+    "RunOptions",
     "RunResult",
     "SequenceBatch",
     "Spec",
+    "StochasticNetworkSpec",
+    "TeamRollout",
+    "TrainResult",
     "TrainingError",
     "TrainingManifest",
     "Transitions",
     "UsageError",
+    "VectorEnvironmentSpec",
     "__version__",
+    "available_memory",
+    "box_action_space",
+    "build_environment_from",
+    "can_fork",
+    "check_entrypoint",
     "compute_gae",
+    "format_bytes",
+    "gumbel_argmax",
+    "gym_env_factory",
+    "gym_vector_env",
     "hookimpl",
+    "limits",
+    "load_agent",
+    "located_error",
+    "mean_weights",
+    "normal_draws",
+    "not_an_environment",
+    "ornstein_uhlenbeck_step",
+    "plugin_host",
     "preprocess",
+    "reset_noise",
+    "resolve_reference",
+    "resolve_wrapper",
+    "restart_ou_noise",
+    "resume_local",
+    "run_local",
+    "scale_sigmas",
+    "uniform_draws",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module_name, attribute = _LAZY[name].split(":")
-        value = getattr(import_module(module_name), attribute)
-        globals()[name] = value
-        return value
+        # Not cached here: the name stays its module's attribute, even where that is replaced.
+        return getattr(import_module(module_name), attribute)
     raise AttributeError(f"module 'agile_cli' has no attribute {name!r}")
 
 

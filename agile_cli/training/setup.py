@@ -75,7 +75,8 @@ def build_population(
         try:
             member = cls(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
         except NotImplementedError as exc:
-            raise TrainingError(f"{manifest.algorithm_name}: {exc}") from None
+            name, said = manifest.algorithm_name, str(exc)
+            raise TrainingError(said if said.startswith(name) else f"{name}: {said}") from None
         members.append(member)
     return members
 

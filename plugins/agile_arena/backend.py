@@ -13,8 +13,15 @@ import click
 from agile_arena.errors import ArenaConfigError
 from agile_arena.render import print_event
 from agile_arena.spec import ARENA_ALGORITHMS, ArenaOptions
-from agile_cli import Backend, FieldError, ManifestError, RunResult, TrainingManifest, UsageError
-from agile_cli.registry import Registry
+from agile_cli import (
+    Backend,
+    FieldError,
+    ManifestError,
+    Registry,
+    RunResult,
+    TrainingManifest,
+    UsageError,
+)
 
 
 def make_client(options: ArenaOptions) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from agile_cli.errors import EXIT_RUNTIME, AgileError
+from agile_cli import EXIT_RUNTIME, AgileError
 
 LOGIN_HINT = "run `agile login`"
 API_KEY_HINT = "check --api-key or ARENA_API_KEY"

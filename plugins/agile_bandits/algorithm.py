@@ -14,9 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, jacrev
 
-from agile_cli.agent import LearnResult, OffPolicyAlgorithm
-from agile_cli.buffers import Transitions
-from agile_cli.nn.arch import NetworkArch
+from agile_cli import LearnResult, NetworkArch, OffPolicyAlgorithm, Transitions
 
 # Up to this many network parameters the inverse design matrix is kept whole; above, only its
 # diagonal (the approximation the NeuralUCB paper uses in its experiments).

@@ -17,8 +17,12 @@ import gymnasium as gym
 import numpy as np
 
 from agile_bandits.spec import BanditEnvSpec, is_in_memory
-from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError
-from agile_cli.environment import not_an_environment, resolve_reference
+from agile_cli import (
+    EnvironmentBuilder,
+    EnvironmentNotFoundError,
+    not_an_environment,
+    resolve_reference,
+)
 
 
 class BanditEnv:
@@ -131,14 +135,14 @@ def _read_hdf5(path: Path, where: str) -> np.ndarray:
 
 
 def _check_fits(shape: tuple[int, ...], itemsize: int, where: str, path: Path) -> None:
-    from agile_cli.training import budget
+    from agile_cli import available_memory, format_bytes
 
     needed = int(np.prod(shape, dtype=np.float64)) * itemsize
-    available = budget.available_memory()
+    available = available_memory()
     if available is not None and needed > available:
         raise EnvironmentNotFoundError(
             f"{where}: {path} declares a table of shape {tuple(shape)}, which needs "
-            f"{budget.format_bytes(needed)}, more than the {budget.format_bytes(available)} "
+            f"{format_bytes(needed)}, more than the {format_bytes(available)} "
             "this machine has available",
             "use a smaller table, or a machine with more memory",
         )

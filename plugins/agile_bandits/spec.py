@@ -10,10 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
-from agile_cli import AlgorithmSpec, EnvironmentSpec
-from agile_cli.models import limits
-from agile_cli.models.algorithm import check_entrypoint
-from agile_cli.models.base import located_error
+from agile_cli import AlgorithmSpec, EnvironmentSpec, check_entrypoint, limits, located_error
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".h5", ".hdf5")
 IN_MEMORY_LABEL = "<in-memory table"

@@ -2,7 +2,7 @@
 
 Kumar, Zhou, Tucker and Levine, "Conservative Q-Learning for Offline Reinforcement Learning",
 NeurIPS 2020 (the CQL(H) penalty on a discrete-action Q-network); the Q-network, target
-network and double-Q target are DQN's.
+network and double-Q target are DQN's (:class:`agile_cli.QLearning`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from agile_cli.agent import LearnResult
-from agile_cli.buffers import Transitions
+from agile_cli import LearnResult, QLearning, Transitions
 from agile_cqn.spec import CQNSpec
-from agile_dqn.algorithm import DQN
 
 
-class CQN(DQN):
+class CQN(QLearning):
     """DQN trained from a fixed dataset, with a penalty that keeps Q-values of actions the
     dataset never took from rising above those it did.
 
@@ -25,7 +23,7 @@ class CQN(DQN):
     Acting is greedy (the dataset, not exploration, supplies the experience).
     """
 
-    spec: CQNSpec  # type: ignore[assignment]
+    spec: CQNSpec
 
     def build(self) -> None:
         if not isinstance(self.action_space, spaces.Discrete):

@@ -1,87 +1,9 @@
-"""The ``algorithm`` section of DDPG (TD3's spec extends it)."""
+"""The ``algorithm`` section of DDPG: the deterministic actor-critic fields of ``agile_cli``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
-
-from pydantic import Field
-
-from agile_cli import AlgorithmSpec, FieldError
-from agile_cli.models import limits
-
-if TYPE_CHECKING:
-    from agile_cli import TrainingManifest
+from agile_cli import DeterministicActorCriticSpec
 
 
-class ExplorationNoiseSpec(AlgorithmSpec):
-    """The exploration-noise fields of deterministic policies (DDPG, TD3, MADDPG, MATD3)."""
-
-    O_U_noise: bool = Field(
-        True,
-        description="Exploration noise from an Ornstein-Uhlenbeck process (false: Gaussian).",
-    )
-    expl_noise: float = Field(
-        0.1,
-        ge=0,
-        description="Scale of the exploration noise, in [-1, 1] action units: the Gaussian's "
-        "standard deviation, or the Ornstein-Uhlenbeck process's sigma.",
-    )
-    mean_noise: float = Field(
-        0.0, description="Mean of the Gaussian noise, or the level the O-U process reverts to."
-    )
-    theta: float = Field(
-        0.15, ge=0, description="Ornstein-Uhlenbeck mean-reversion rate (O_U_noise only)."
-    )
-    dt: float = Field(0.01, gt=0, description="Ornstein-Uhlenbeck time step (O_U_noise only).")
-    vect_noise_dim: int | None = Field(
-        None,
-        ge=1,
-        description="Derived from environment.num_envs (one noise process per environment); "
-        "leave it out.",
-    )
-
-
-class DDPGSpec(ExplorationNoiseSpec):
+class DDPGSpec(DeterministicActorCriticSpec):
     """Deep Deterministic Policy Gradient (Lillicrap et al., 2016), for Box action spaces."""
-
-    lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor.")
-    lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic(s).")
-    learn_step: int = Field(
-        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
-    )
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    tau: float = Field(
-        1e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
-    )
-    policy_freq: int = Field(
-        2,
-        ge=1,
-        description="Critic updates per actor update; the targets follow with the actor.",
-    )
-    share_encoders: bool = Field(
-        False,
-        description="Accepted for compatibility; must be false (actor and critics each have "
-        "their own encoder).",
-    )
-    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
-        "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "policy_freq",
-        "theta", "dt", "expl_noise", "mean_noise",
-    )  # fmt: skip
-    default_mutable: ClassVar[tuple[str, ...]] = (
-        "lr_actor", "lr_critic", "batch_size", "learn_step",
-    )  # fmt: skip
-    supports_per: ClassVar[bool] = True
-    supports_n_step: ClassVar[bool] = True
-
-    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
-        errors = []
-        name = manifest.algorithm_name
-        if self.share_encoders:
-            errors.append(
-                FieldError(
-                    "algorithm.share_encoders",
-                    f"{name} does not share encoders between its actor and critics",
-                    "remove it or set it to false",
-                )
-            )
-        return [*errors, *self.num_envs_copy_errors("vect_noise_dim", manifest)]

@@ -7,55 +7,24 @@ Q-learning", AAAI 2016.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-import torch
 import torch.nn.functional as F
 
-from agile_cli.agent import LearnResult, OffPolicyAlgorithm
-from agile_cli.buffers import Transitions
+from agile_cli import LearnResult, QLearning, Transitions
 from agile_dqn.spec import DQNSpec
 
 
-class DQN(OffPolicyAlgorithm):
+class DQN(QLearning):
     """Q-learning with a neural network, a replay buffer and a slowly tracking target network.
 
     Exploration is epsilon-greedy: epsilon starts at ``training.eps_start`` and is multiplied by
     ``training.eps_decay`` after every vector step, down to ``training.eps_end``. With
     ``replay_buffer.n_step_buffer`` it bootstraps from n-step returns; with
     ``replay_buffer.per_buffer`` it learns from prioritised replay (Schaul et al., 2016),
-    weighting the loss by importance weights whose exponent anneals from 0.4 to 1.
+    weighting the loss by importance weights whose exponent anneals from 0.4 to 1. The
+    networks, acting and TD terms come from :class:`agile_cli.QLearning`.
     """
 
     spec: DQNSpec
-    lr: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    tau: float
-
-    def build(self) -> None:
-        actions = int(self.action_space.n)  # type: ignore[attr-defined]
-        online = self.add_network("q", {"q": actions})
-        target = self.add_network("target", {"q": actions})
-        target.load_state_dict(online.state_dict())
-        target.requires_grad_(False)
-        self.add_optimizer("q", ("q",), "lr")
-        self.epsilon = self.context.training.eps_start
-        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
-
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        with torch.no_grad():
-            greedy = self.networks["q"](self.obs_tensor(obs))["q"].argmax(dim=1).cpu().numpy()
-        if not explore:
-            return greedy
-        training = self.context.training
-        random = self.rng.random(greedy.shape[0]) < self.epsilon
-        self.epsilon = max(training.eps_end, self.epsilon * training.eps_decay)
-        if random.any():
-            greedy[random] = self.rng.integers(0, self.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
-        return greedy
 
     def learn(self, batch: Transitions) -> LearnResult:
         _, q_taken, td_target = self.td_terms(batch)
@@ -64,46 +33,3 @@ class DQN(OffPolicyAlgorithm):
         self.gradient_step("q", loss, max_grad_norm=10.0)
         self.soft_update([("target", "q")], self.tau)
         return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)
-
-    def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The online Q-values of every action ``[B, actions]``, those of the actions taken
-        ``[B]``, and their TD targets ``[B]`` (double-Q when ``double``; n-step discounts when
-        the buffer holds n-step returns)."""
-        online, target = self.networks["q"], self.networks["target"]
-        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
-        size = batch.rewards.shape[0]
-        if self.spec.double:  # one pass over obs and next_obs; next_obs needs no gradient
-            q_both = online(_concat(obs, next_obs))["q"]
-            q_values, online_next = q_both[:size], q_both[size:].detach()
-        else:
-            q_values = online(obs)["q"]
-        q_taken = q_values.gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
-        with torch.no_grad():
-            next_q = target(next_obs)["q"]
-            if self.spec.double:  # the online network chooses, the target network evaluates
-                choice = online_next.argmax(dim=1, keepdim=True)
-                next_value = next_q.gather(1, choice).squeeze(1)
-            else:
-                next_value = next_q.max(dim=1).values
-            discount = batch.discounts if self.n_step_returns else self.gamma
-            td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
-        return q_values, q_taken, td_target
-
-    @property
-    def per_beta(self) -> float:
-        """Prioritised replay's importance exponent, annealed from 0.4 to 1 over training."""
-        progress = self.record.steps / self.context.training.max_steps
-        return min(1.0, 0.4 + 0.6 * progress)
-
-    def extra_state(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.epsilon = state["epsilon"]
-
-
-def _concat(first: Any, second: Any) -> Any:
-    """Two observation batches as one (dict observations key by key)."""
-    if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]]) for key in first}
-    return torch.cat([first, second])

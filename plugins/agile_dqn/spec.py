@@ -6,8 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec
-from agile_cli.models import limits
+from agile_cli import AlgorithmSpec, limits
 
 
 class DQNSpec(AlgorithmSpec):

@@ -16,14 +16,18 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_cli.multi_agent import MultiAgentOnPolicyAlgorithm
-from agile_cli.nn.modules import LogStd, preprocess
-from agile_cli.rollout import PolicyRecord, RolloutBatch
+from agile_cli import (
+    LogStd,
+    MultiAgentOnPolicyAlgorithm,
+    PolicyRecord,
+    RolloutBatch,
+    preprocess,
+)
 from agile_ippo.distributions import ActionHead, action_head
 from agile_ippo.spec import IPPOSpec
 
 if TYPE_CHECKING:
-    from agile_cli.training.multi_agent_on_policy import TeamRollout
+    from agile_cli import TeamRollout
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
 

@@ -17,7 +17,7 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional
 
-from agile_cli.nn.sampling import gumbel_argmax, standard_normal, uniform
+from agile_cli import gumbel_argmax, normal_draws, uniform_draws
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -126,7 +126,7 @@ class BernoulliHead(ActionHead):
     def sample(
         self, out: torch.Tensor, log_std: torch.Tensor | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        actions = (uniform(out.shape, generator, out.device) < out.sigmoid()).to(out.dtype)
+        actions = (uniform_draws(out.shape, generator, out.device) < out.sigmoid()).to(out.dtype)
         return actions, self.evaluate(out, log_std, actions)[0]
 
     def evaluate(
@@ -159,7 +159,7 @@ class GaussianHead(ActionHead):
         self, out: torch.Tensor, log_std: torch.Tensor | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         assert log_std is not None
-        noise = standard_normal(out.shape, generator, out.device)
+        noise = normal_draws(out.shape, generator, out.device)
         actions = out + log_std.exp() * noise
         log_probs = (-0.5 * noise.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
         return actions, log_probs

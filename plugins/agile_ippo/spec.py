@@ -1,5 +1,5 @@
-"""The ``algorithm`` section of IPPO: PPO's update fields (from the first-party PPO plugin, as
-TD3's come from DDPG's) plus acting options."""
+"""The ``algorithm`` section of IPPO: the clipped-objective update fields PPO has too (from
+``agile_cli``), plus acting options."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from agile_cli import FieldError
-from agile_cli.models import limits
-from agile_ppo.spec import ClippedObjectiveSpec
+from agile_cli import ClippedObjectiveSpec, FieldError, limits
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agile_cli.backend import Backend, RunResult
-from agile_cli.manifest import TrainingManifest
-from agile_cli.registry import Registry
-from agile_cli.training.loop import RunOptions, TrainResult
-from agile_cli.training.trainer import resume_local, run_local
+from agile_cli import (
+    Backend,
+    Registry,
+    RunOptions,
+    RunResult,
+    TrainingManifest,
+    TrainResult,
+    resume_local,
+    run_local,
+)
 from agile_local.spec import LocalOptions
 
 

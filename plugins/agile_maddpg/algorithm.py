@@ -6,35 +6,19 @@ NeurIPS 2017.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
-
-import numpy as np
 import torch
-from gymnasium import spaces
 
-from agile_cli.agent import LearnResult
-from agile_cli.buffers import Transitions
-from agile_cli.multi_agent import MultiAgentOffPolicyAlgorithm
+from agile_cli import CentralisedActorCritic, LearnResult, Transitions
 from agile_maddpg.spec import MADDPGSpec
 
-# Weight of the penalty on discrete actors' squared logits, which keeps them from growing
-# without bound under the straight-through gradient (as in Lowe et al.'s implementation).
-LOGIT_PENALTY = 1e-3
 
-
-class MADDPG(MultiAgentOffPolicyAlgorithm):
+class MADDPG(CentralisedActorCritic):
     """Decentralised actors trained through centralised critics (Lowe et al., 2017).
 
     Every agent has its own actor, reading only its own observations, and its own critic
     ``Q_i(x, a_1, ..., a_n)`` reading every agent's observations ``x`` and actions, so the
-    agents may differ in observation and action spaces.
-
-    **Actions.** A Box agent's actor output is squashed by tanh into [-1, 1], explored with
-    Gaussian or Ornstein-Uhlenbeck noise there (as in DDPG), and rescaled into the Box bounds
-    for the environment; critics see [-1, 1] units. A Discrete agent's actor outputs logits:
-    it explores by sampling its softmax, acts greedily when evaluated, and critics see one-hot
-    actions; its policy gradient flows through a straight-through Gumbel-softmax sample.
+    agents may differ in observation and action spaces. Acting, exploration and action scaling
+    come from :class:`agile_cli.CentralisedActorCritic`.
 
     **Updates.** Critic ``i`` regresses onto ``r_i + gamma * (1 - terminated_i) * Q'_i(x',
     a'_1, ..., a'_n)`` with every next action from the target actors (greedy for Discrete
@@ -42,107 +26,9 @@ class MADDPG(MultiAgentOffPolicyAlgorithm):
     the other agents' actions from the batch, and the targets move ``tau`` of the way. All
     actors share one optimizer following ``lr_actor``, all critics one following
     ``lr_critic``; a team's loss is the sum of its agents'.
-
-    Activation mutation is skipped, as in the reference implementation.
     """
 
-    supports_activation_mutation: ClassVar[bool] = False
-    critics: ClassVar[tuple[str, ...]] = ("critic",)
-
     spec: MADDPGSpec
-    lr_actor: float
-    lr_critic: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    tau: float
-    theta: float
-    dt: float
-
-    def build(self) -> None:
-        self.widths = {agent: _action_width(space) for agent, space in self.action_spaces.items()}
-        self.boxes = {
-            agent: _Bounds(space, self.device)
-            for agent, space in self.action_spaces.items()
-            if isinstance(space, spaces.Box)
-        }
-        self.starts = {
-            agent: int(space.start)
-            for agent, space in self.action_spaces.items()
-            if isinstance(space, spaces.Discrete)
-        }
-        joint = self.joint_observation_space()
-        for agent in self.agents:  # actors first: they are what parameter mutation perturbs
-            heads, space = {"action": self.widths[agent]}, self.observation_spaces[agent]
-            self.add_network(f"actor.{agent}", heads, observation_space=space)
-        for critic in self.critics:
-            for agent in self.agents:
-                total = sum(self.widths.values())
-                self.add_network(f"{critic}.{agent}", {"q": 1}, total, observation_space=joint)
-        for name in list(self.networks):
-            online = self.networks[name]
-            role, agent = name.split(".")
-            target = self.add_network(
-                f"{role}_target.{agent}", online.head_sizes, online.head_extra,
-                observation_space=online.observation_space,
-            )  # fmt: skip
-            target.load_state_dict(online.state_dict())
-            target.requires_grad_(False)
-        self.add_optimizer("actors", self._names("actor"), "lr_actor")
-        for critic in self.critics:
-            self.add_optimizer(critic, self._names(critic), "lr_critic")
-        self.learn_counter = 0
-        self.ou_noise = {a: np.zeros((self.context.num_envs, self.widths[a])) for a in self.boxes}
-
-    def _names(self, role: str) -> tuple[str, ...]:
-        return tuple(f"{role}.{agent}" for agent in self.agents)
-
-    # -- acting ----------------------------------------------------------------------------------
-
-    def act(self, obs: Any, *, explore: bool) -> dict[str, np.ndarray]:
-        actions = {}
-        with torch.no_grad():
-            for agent in self.agents:
-                out = self.networks[f"actor.{agent}"](self.agent_obs(obs, agent))["action"]
-                actions[agent] = self._env_action(agent, out, explore)
-        return actions
-
-    def _env_action(self, agent: str, out: torch.Tensor, explore: bool) -> np.ndarray:
-        if agent not in self.boxes:
-            if explore:
-                out = out + self._gumbel(out.shape)
-            return out.argmax(dim=-1).cpu().numpy() + self.starts[agent]
-        unit = torch.tanh(out).cpu().numpy()
-        if explore:
-            unit = np.clip(unit + self.exploration_noise(agent, unit.shape[0]), -1.0, 1.0)
-        return self.boxes[agent].to_env(unit)
-
-    def exploration_noise(self, agent: str, num_envs: int) -> np.ndarray:
-        """One step of a Box agent's exploration noise for ``num_envs`` environments."""
-        shape = (num_envs, self.widths[agent])
-        if not self.spec.O_U_noise:
-            return self.rng.normal(self.spec.mean_noise, self.spec.expl_noise, size=shape)
-        state = self.ou_noise[agent]
-        if state.shape != shape:
-            state = np.zeros(shape)
-        drift = self.theta * (self.spec.mean_noise - state) * self.dt
-        diffusion = self.spec.expl_noise * np.sqrt(self.dt) * self.rng.standard_normal(shape)
-        self.ou_noise[agent] = state + drift + diffusion
-        return self.ou_noise[agent].copy()
-
-    def reset_state(self, envs: np.ndarray | None = None) -> None:
-        """Episodes start: their Ornstein-Uhlenbeck processes restart at zero."""
-        for agent, state in self.ou_noise.items():
-            if envs is None or len(envs) != state.shape[0]:
-                self.ou_noise[agent] = np.zeros_like(state)
-            else:
-                state[np.asarray(envs, dtype=bool)] = 0.0
-
-    def _gumbel(self, shape: torch.Size) -> torch.Tensor:
-        uniform = torch.rand(shape, generator=self.generator).clamp_(1e-9, 1.0 - 1e-9)
-        return -torch.log(-torch.log(uniform)).to(self.device)
-
-    # -- learning --------------------------------------------------------------------------------
 
     def learn(self, batch: Transitions) -> LearnResult:
         obs = self.joint_obs(batch.obs)
@@ -151,139 +37,6 @@ class MADDPG(MultiAgentOffPolicyAlgorithm):
         loss = self.critic_loss(obs, actions, self.td_targets(batch))
         self.minimise(loss, self.critics)
         self.learn_counter += 1
-        if self.learn_counter % int(getattr(self, "policy_freq", 1)) == 0:
-            self.update_actors(batch.obs, obs, taken)
-            self.soft_update([(self._target(n), n) for n in self._online_names()], self.tau)
+        self.update_actors(batch.obs, obs, taken)
+        self.soft_update_targets()
         return LearnResult(float(loss.detach()))
-
-    def td_targets(self, batch: Transitions) -> dict[str, torch.Tensor]:
-        """Each agent's regression target ``r_i + gamma * (1 - terminated_i) * V'_i``, where
-        ``V'_i`` is :meth:`next_values` at the target actors' next actions."""
-        rewards, terminated = batch.rewards, batch.terminated
-        assert isinstance(rewards, dict) and isinstance(terminated, dict)
-        with torch.no_grad():
-            next_obs = self.joint_obs(batch.next_obs)
-            next_values = self.next_values(next_obs, self.target_actions(batch.next_obs))
-            return {
-                agent: rewards[agent] + self.gamma * (1.0 - terminated[agent]) * next_values[agent]
-                for agent in self.agents
-            }
-
-    def critic_action(self, agent: str, stored: torch.Tensor) -> torch.Tensor:
-        """Stored actions as a critic reads them: one-hot, or [-1, 1] units, ``[N, width]``."""
-        if agent in self.boxes:
-            return self.boxes[agent].to_unit(stored)
-        index = stored.long() - self.starts[agent]
-        return torch.nn.functional.one_hot(index, self.widths[agent]).float()
-
-    def target_actions(self, next_obs: Mapping[str, Any]) -> torch.Tensor:
-        """Every agent's next action from its target actor, side by side (critics' units)."""
-        columns = []
-        for agent in self.agents:
-            out = self.networks[f"actor_target.{agent}"](self.agent_obs(next_obs, agent))
-            columns.append(self.greedy(agent, out["action"]))
-        return torch.cat(columns, dim=1)
-
-    def greedy(self, agent: str, out: torch.Tensor) -> torch.Tensor:
-        """An actor's output as its deterministic action: tanh, or the argmax's one-hot."""
-        if agent in self.boxes:
-            return torch.tanh(out)
-        return torch.nn.functional.one_hot(out.argmax(dim=-1), self.widths[agent]).float()
-
-    def next_values(self, next_obs: torch.Tensor, next_actions: torch.Tensor) -> dict[str, Any]:
-        """Each agent's target-critic value of the next joint state and actions, ``[N]``."""
-        return {
-            agent: self.q_value(f"critic_target.{agent}", next_obs, next_actions)
-            for agent in self.agents
-        }
-
-    def critic_loss(
-        self, obs: torch.Tensor, actions: torch.Tensor, targets: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        """The team's critic loss: each critic's mean squared TD error, summed."""
-        losses = [
-            (self.q_value(f"{critic}.{agent}", obs, actions) - targets[agent]).pow(2).mean()
-            for critic in self.critics
-            for agent in self.agents
-        ]
-        return torch.stack(losses).sum()
-
-    def q_value(self, network: str, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.networks[network](obs, actions)["q"].squeeze(-1)
-
-    def update_actors(
-        self, agent_obs: Mapping[str, Any], obs: torch.Tensor, taken: dict[str, torch.Tensor]
-    ) -> None:
-        """Each actor climbs its first critic with its own action re-chosen by its policy."""
-        losses = []
-        for agent in self.agents:
-            out = self.networks[f"actor.{agent}"](self.agent_obs(agent_obs, agent))["action"]
-            joint = torch.cat(
-                [self.policy_action(agent, out) if a == agent else taken[a] for a in self.agents],
-                dim=1,
-            )
-            losses.append(-self.q_value(f"{self.critics[0]}.{agent}", obs, joint).mean())
-            if agent not in self.boxes:
-                losses.append(LOGIT_PENALTY * out.pow(2).mean())
-        self.minimise(torch.stack(losses).sum(), ("actors",))
-
-    def policy_action(self, agent: str, out: torch.Tensor) -> torch.Tensor:
-        """A differentiable action: tanh, or a straight-through Gumbel-softmax sample."""
-        if agent in self.boxes:
-            return torch.tanh(out)
-        soft = torch.softmax(out + self._gumbel(out.shape), dim=-1)
-        hard = torch.nn.functional.one_hot(soft.argmax(dim=-1), self.widths[agent]).float()
-        return hard - soft.detach() + soft
-
-    def _online_names(self) -> list[str]:
-        return [n for n in self.networks if n.split(".")[0] in ("actor", *self.critics)]
-
-    @staticmethod
-    def _target(name: str) -> str:
-        role, agent = name.split(".")
-        return f"{role}_target.{agent}"
-
-    # -- checkpoints -----------------------------------------------------------------------------
-
-    def extra_state(self) -> dict[str, Any]:
-        noise = {agent: state.copy() for agent, state in self.ou_noise.items()}
-        return {"learn_counter": self.learn_counter, "ou_noise": noise}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.learn_counter = int(state["learn_counter"])
-        self.ou_noise = {a: np.array(v, dtype=np.float64) for a, v in state["ou_noise"].items()}
-
-
-class _Bounds:
-    """A Box agent's action bounds, to map between [-1, 1] units and environment actions."""
-
-    def __init__(self, space: spaces.Box, device: torch.device) -> None:
-        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-            raise NotImplementedError(
-                "Box actions are rescaled into their bounds, which must be finite"
-            )
-        self.space = space
-        self.low = space.low.reshape(-1).astype(np.float32)
-        self.high = space.high.reshape(-1).astype(np.float32)
-        span = np.where(self.high > self.low, self.high - self.low, 1.0).astype(np.float32)
-        self._low = torch.as_tensor(self.low, device=device)
-        self._span = torch.as_tensor(span, device=device)
-
-    def to_env(self, unit: np.ndarray) -> np.ndarray:
-        scaled = self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
-        scaled = np.clip(scaled, self.low, self.high)
-        return scaled.reshape(-1, *self.space.shape).astype(self.space.dtype)
-
-    def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
-        flat = actions.reshape(actions.shape[0], -1).to(torch.float32)
-        return (flat - self._low) / self._span * 2.0 - 1.0
-
-
-def _action_width(space: spaces.Space) -> int:
-    if isinstance(space, spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, spaces.Box):
-        return int(np.prod(space.shape))
-    raise NotImplementedError(
-        f"each agent's actions must be Box or Discrete, not {type(space).__name__}"
-    )

@@ -2,8 +2,6 @@
 
 Ackermann et al., "Reducing Overestimation Bias in Multi-Agent Domains Using Double Centralized
 Critics", 2019 (TD3's three changes, Fujimoto et al. 2018, applied to MADDPG).
-
-MATD3 subclasses the first-party MADDPG plugin's implementation, as TD3 subclasses DDPG.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from agile_maddpg.algorithm import MADDPG
+from agile_cli import CentralisedActorCritic, LearnResult, Transitions
 from agile_matd3.spec import MATD3Spec
 
 # Target-policy smoothing of Box agents' target actions, in [-1, 1] units (Fujimoto et al.'s
@@ -22,9 +20,9 @@ SMOOTHING_STD = 0.2
 SMOOTHING_CLIP = 0.5
 
 
-class MATD3(MADDPG):
+class MATD3(CentralisedActorCritic):
     """MADDPG with two centralised critics per agent, delayed actor updates and smoothed
-    targets.
+    targets (the frame of both is :class:`agile_cli.CentralisedActorCritic`).
 
     Both of agent ``i``'s critics regress onto ``r_i + gamma * (1 - terminated_i) *
     min(Q'_i1, Q'_i2)(x', a')``, where each Box agent's target action carries clipped Gaussian
@@ -37,6 +35,18 @@ class MATD3(MADDPG):
 
     spec: MATD3Spec
     policy_freq: int
+
+    def learn(self, batch: Transitions) -> LearnResult:
+        obs = self.joint_obs(batch.obs)
+        taken = {agent: self.critic_action(agent, batch.actions[agent]) for agent in self.agents}
+        actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
+        loss = self.critic_loss(obs, actions, self.td_targets(batch))
+        self.minimise(loss, self.critics)
+        self.learn_counter += 1
+        if self.learn_counter % self.policy_freq == 0:  # the delayed policy update
+            self.update_actors(batch.obs, obs, taken)
+            self.soft_update_targets()
+        return LearnResult(float(loss.detach()))
 
     def target_actions(self, next_obs: Mapping[str, Any]) -> torch.Tensor:
         columns = []

@@ -1,8 +1,5 @@
-"""The ``algorithm`` section of MATD3: MADDPG's, plus the policy delay.
-
-MATD3 extends the first-party MADDPG plugin (its spec here, its implementation in
-``agile_matd3.algorithm``), as TD3 extends DDPG.
-"""
+"""The ``algorithm`` section of MATD3: the centralised actor-critic fields MADDPG has too (from
+``agile_cli``), plus the policy delay."""
 
 from __future__ import annotations
 
@@ -10,10 +7,10 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_maddpg.spec import MADDPGSpec
+from agile_cli import CentralisedActorCriticSpec
 
 
-class MATD3Spec(MADDPGSpec):
+class MATD3Spec(CentralisedActorCriticSpec):
     """Multi-Agent TD3 (Ackermann et al., 2019): MADDPG with twin centralised critics per agent,
     delayed policy updates and target-policy smoothing."""
 
@@ -25,5 +22,5 @@ class MATD3Spec(MADDPGSpec):
     )
 
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
-        *MADDPGSpec.mutable_hyperparameters, "policy_freq",
+        *CentralisedActorCriticSpec.mutable_hyperparameters, "policy_freq",
     )  # fmt: skip

@@ -1,8 +1,8 @@
 """Building offline environments: a Gymnasium vector env to evaluate on, with the dataset.
 
-:meth:`OfflineBuilder.build` returns the vector environment :class:`GymBuilder` builds, with
-two attributes added: ``load_dataset``, a callable taking no argument that reads the whole
-dataset and returns an :class:`~agile_offline.dataset.OfflineDataset` of numpy arrays
+:meth:`OfflineBuilder.build` returns the vector environment :func:`agile_cli.gym_vector_env`
+builds, with two attributes added: ``load_dataset``, a callable taking no argument that reads
+the whole dataset and returns an :class:`~agile_offline.dataset.OfflineDataset` of numpy arrays
 (``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``); and ``dataset_nbytes``, the
 host memory loading it takes (0 when not known), which the run's memory estimate counts.
 Building checks the dataset (an HDF5 file's shapes and dtypes, and that its rows fit in the
@@ -18,8 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agile_cli import EnvironmentBuilder
-from agile_gymnasium.builder import GymBuilder
+from agile_cli import EnvironmentBuilder, gym_env_factory, gym_vector_env
 from agile_offline import dataset
 from agile_offline.spec import OfflineEnvSpec
 
@@ -29,7 +28,7 @@ class OfflineBuilder(EnvironmentBuilder):
 
     def check(self, spec: OfflineEnvSpec) -> None:  # type: ignore[override]
         """Resolve the environment and check the dataset against its spaces."""
-        env = GymBuilder.make_factory(spec)()
+        env = gym_env_factory(spec)()
         try:
             _check_dataset(spec, env.observation_space, env.action_space)
         finally:
@@ -39,7 +38,7 @@ class OfflineBuilder(EnvironmentBuilder):
         self, spec: OfflineEnvSpec, *, seed: int | None = None
     ) -> gym.vector.VectorEnv:
         """The evaluation vector env, with ``load_dataset`` attached (module docstring)."""
-        envs = GymBuilder().build(spec, seed=seed)
+        envs = gym_vector_env(spec, seed=seed)
         observation_space, action_space = envs.single_observation_space, envs.single_action_space
         try:
             nbytes = _check_dataset(spec, observation_space, action_space)

@@ -16,8 +16,7 @@ def collect_episodes(
     seed: int, device: str, trust_code: bool = False,
 ) -> tuple[dict[str, np.ndarray], list[float]]:  # fmt: skip
     """The columns of ``episodes`` episodes played by a saved agent, and their returns."""
-    from agile_cli.training import setup
-    from agile_cli.training.evaluation import load_agent
+    from agile_cli import build_environment_from, load_agent
 
     agent, manifest = load_agent(
         source, registry, member=member, device=device, trust_code=trust_code
@@ -30,7 +29,7 @@ def collect_episodes(
     fields = type(manifest.environment).model_fields
     updates = {key: value for key, value in (("num_envs", 1), ("sync", True)) if key in fields}
     spec = manifest.environment.model_copy(update=updates)
-    env = setup.build_environment_from(spec, manifest, registry, seed)
+    env = build_environment_from(spec, manifest, registry, seed)
     # independent streams for the epsilon coin and the random actions, both from the seed
     coin, actions = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(coin)

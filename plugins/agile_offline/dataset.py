@@ -164,18 +164,18 @@ def _check_memory(
 ) -> int:
     """Refuse a dataset whose rows, read and converted to transitions, exceed the memory
     available (a small file can declare billions of rows it never stored)."""
-    from agile_cli.training import budget
+    from agile_cli import available_memory, format_bytes
 
     stored = sum(_row_bytes(column) for column in columns.values())
     # float32 observations and next observations, actions, float32 rewards and terminations
     converted = 8 * int(np.prod(observation_space.shape)) + _row_bytes(columns["actions"]) + 8
     needed = rows * (stored + converted)
-    available = budget.available_memory()
+    available = available_memory()
     if available is not None and needed > available:
         raise EnvironmentNotFoundError(
             f"{_WHERE}: {filename} declares {rows:,} rows, which need "
-            f"{budget.format_bytes(needed)} to load ({stored + converted:,} B a row, read and "
-            f"converted to transitions), more than the {budget.format_bytes(available)} this "
+            f"{format_bytes(needed)} to load ({stored + converted:,} B a row, read and "
+            f"converted to transitions), more than the {format_bytes(available)} this "
             "machine has available",
             "use a smaller dataset, or a machine with more memory",
         )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from agile_cli.models.base import located_error
-from agile_gymnasium.spec import GymEnvSpec
+from agile_cli import GymnasiumEnvSpec, located_error
 
 
-class OfflineEnvSpec(GymEnvSpec):
+class OfflineEnvSpec(GymnasiumEnvSpec):
     """A Gymnasium environment to evaluate on, plus the fixed dataset to learn from."""
 
     minari_dataset_id: str | None = Field(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agile_cli.models.algorithm import VectorEnvironmentSpec
+from agile_cli import VectorEnvironmentSpec
 
 
 class PettingZooEnvSpec(VectorEnvironmentSpec):

@@ -16,10 +16,16 @@ import numpy as np
 import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from agile_cli.agent import OnPolicyAlgorithm
-from agile_cli.nn.arch import NetworkArch
-from agile_cli.nn.modules import LogStd
-from agile_cli.rollout import PolicyRecord, RecurrentState, Rollout, RolloutBatch, SequenceBatch
+from agile_cli import (
+    LogStd,
+    NetworkArch,
+    OnPolicyAlgorithm,
+    PolicyRecord,
+    RecurrentState,
+    Rollout,
+    RolloutBatch,
+    SequenceBatch,
+)
 from agile_ppo.spec import PPOSpec
 
 

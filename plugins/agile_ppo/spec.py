@@ -2,50 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from agile_cli import AlgorithmSpec, FieldError
-from agile_cli.models import StochasticNetworkSpec, limits
+from agile_cli import ClippedObjectiveSpec, FieldError, limits
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
-
-
-class ClippedObjectiveSpec(AlgorithmSpec):
-    """The fields of PPO's clipped-objective update with GAE (Schulman et al., 2017), shared
-    by PPO and IPPO."""
-
-    lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
-    learn_step: int = Field(
-        2048,
-        ge=1,
-        le=limits.ROLLOUT,
-        description="Rollout length: environment steps collected per update. "
-        f"At most {limits.ROLLOUT:,}.",
-    )
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    action_std_init: float = Field(
-        0.0,
-        description="Initial log standard deviation of the Gaussian policy (Box actions).",
-    )
-    clip_coef: float = Field(0.2, ge=0, le=1, description="Policy ratio clipping range.")
-    ent_coef: float = Field(0.01, ge=0, le=1, description="Entropy bonus coefficient.")
-    vf_coef: float = Field(0.5, ge=0, le=1, description="Value loss coefficient.")
-    max_grad_norm: float = Field(0.5, ge=0, description="Gradient norm clip (0: no clipping).")
-    target_kl: float | None = Field(
-        None, ge=0, description="Stop an update's epochs early past this approximate KL."
-    )
-    update_epochs: int = Field(4, ge=1, le=limits.EPOCHS, description="Passes over each rollout.")
-
-    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
-        "lr", "batch_size", "learn_step", "gamma", "gae_lambda", "clip_coef", "ent_coef",
-        "vf_coef", "max_grad_norm", "update_epochs", "action_std_init",
-    )  # fmt: skip
-    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
-    network_spec: ClassVar[type[StochasticNetworkSpec]] = StochasticNetworkSpec
 
 
 class PPOSpec(ClippedObjectiveSpec):

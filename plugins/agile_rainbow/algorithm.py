@@ -16,9 +16,14 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_cli.agent import LearnResult, OffPolicyAlgorithm
-from agile_cli.buffers import Transitions
-from agile_cli.nn.noisy import mean_weights, reset_noise, scale_sigmas
+from agile_cli import (
+    LearnResult,
+    OffPolicyAlgorithm,
+    Transitions,
+    mean_weights,
+    reset_noise,
+    scale_sigmas,
+)
 from agile_rainbow.spec import RainbowDQNSpec
 
 

@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from agile_cli import AlgorithmSpec, FieldError
-from agile_cli.models import limits
+from agile_cli import AlgorithmSpec, FieldError, limits
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest

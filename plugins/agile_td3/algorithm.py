@@ -2,10 +2,6 @@
 
 Fujimoto, van Hoof and Meger, "Addressing Function Approximation Error in Actor-Critic
 Methods", ICML 2018.
-
-TD3 subclasses the first-party DDPG plugin's implementation (acting, action scaling,
-exploration noise, target updates, checkpoint state): importing another first-party plugin is
-accepted for this pair, since TD3 is DDPG with three changes.
 """
 
 from __future__ import annotations
@@ -14,13 +10,11 @@ from typing import ClassVar
 
 import torch
 
-from agile_cli.agent import LearnResult
-from agile_cli.buffers import Transitions
-from agile_ddpg.algorithm import DDPG
+from agile_cli import DeterministicActorCritic, LearnResult, Transitions
 from agile_td3.spec import TD3Spec
 
 
-class TD3(DDPG):
+class TD3(DeterministicActorCritic):
     """DDPG with twin critics, delayed policy updates and target-policy smoothing
     (Fujimoto et al., 2018).
 
@@ -28,8 +22,8 @@ class TD3(DDPG):
     where ``a' = clip(mu'(s') + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``; every
     ``policy_freq``-th learn call the actor climbs ``Q1(s, mu(s))`` and the targets follow. Each
     critic has its own optimizer, and both follow ``lr_critic``. Actions, exploration, n-step
-    returns and prioritised replay work as in :class:`~agile_ddpg.algorithm.DDPG`; the new
-    priorities are critic 1's absolute TD errors.
+    returns and prioritised replay work as in DDPG (:class:`agile_cli.DeterministicActorCritic`
+    gives both their frame); the new priorities are critic 1's absolute TD errors.
     """
 
     critics: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")

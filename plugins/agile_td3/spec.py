@@ -1,18 +1,14 @@
-"""The ``algorithm`` section of TD3: DDPG's, plus target-policy smoothing.
-
-TD3 extends the first-party DDPG plugin (its spec here, its implementation in
-``agile_td3.algorithm``): importing another first-party plugin is accepted for this pair,
-since TD3 is DDPG with three changes.
-"""
+"""The ``algorithm`` section of TD3: the deterministic actor-critic fields DDPG has too (from
+``agile_cli``, with TD3's defaults), plus target-policy smoothing."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from agile_ddpg.spec import DDPGSpec
+from agile_cli import DeterministicActorCriticSpec
 
 
-class TD3Spec(DDPGSpec):
+class TD3Spec(DeterministicActorCriticSpec):
     """Twin Delayed DDPG (Fujimoto et al., 2018), for Box action spaces."""
 
     tau: float = Field(

@@ -1,0 +1,152 @@
+"""The frame of single-agent deterministic actor-critics (DDPG, TD3): networks, acting with
+exploration noise, action scaling, target updates and checkpoint state. A subclass adds the
+update, :meth:`~agile_cli.Algorithm.learn`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from agile_cli.agent import OffPolicyAlgorithm
+from agile_cli.algorithms.actions import BoxActionScaler, box_action_space
+from agile_cli.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
+from agile_cli.buffers import Transitions
+from agile_cli.models.actor_critic import DeterministicActorCriticSpec
+
+
+class DeterministicActorCritic(OffPolicyAlgorithm):
+    """A tanh-squashed deterministic actor, the critics named in :attr:`critics` reading
+    ``(s, a)``, and a target network for each; the spec is a
+    :class:`~agile_cli.DeterministicActorCriticSpec`.
+
+    **Action scale.** The actor's output is squashed by tanh into [-1, 1]; exploration noise is
+    added there and the result clipped to [-1, 1]. :meth:`act` then rescales it linearly into the
+    action space's Box bounds, and the replay buffer stores those environment actions.
+    :meth:`to_unit` maps stored actions back to [-1, 1], so the critics and the actor always
+    work in [-1, 1] units, whatever the bounds.
+
+    **Exploration.** With ``O_U_noise`` each environment has its own Ornstein-Uhlenbeck process
+    ``x += theta * (mean_noise - x) * dt + expl_noise * sqrt(dt) * N(0, 1)``, which restarts at
+    zero where an episode starts (:meth:`reset_state`) and everywhere when the number of
+    environments changes; it is saved with checkpoints. Otherwise the noise is
+    ``N(mean_noise, expl_noise)``, drawn afresh at each step.
+
+    **Pieces of an update.** :meth:`policy_actions`, :meth:`q_values`, :meth:`bootstrap` (the
+    discount, n-step aware), :meth:`update_actor`, :meth:`soft_update_targets`, and
+    :attr:`per_beta` for prioritised replay; ``learn_counter`` counts learn calls for a policy
+    delay.
+
+    Activation mutation is skipped, as in the reference implementation.
+    """
+
+    supports_activation_mutation: ClassVar[bool] = False
+    #: The critics' network names; each gets an optimizer following ``lr_critic``.
+    critics: ClassVar[tuple[str, ...]] = ("critic",)
+
+    spec: DeterministicActorCriticSpec
+    lr_actor: float
+    lr_critic: float
+    batch_size: int
+    learn_step: int
+    gamma: float
+    tau: float
+    policy_freq: int
+    theta: float
+    dt: float
+    expl_noise: float
+    mean_noise: float
+
+    def build(self) -> None:
+        space = box_action_space(self.action_space, type(self).__name__)
+        self.action_dim = int(np.prod(space.shape))
+        self.scaler = BoxActionScaler(space, self.device)
+        self.add_network("actor", {"action": self.action_dim})  # first: parameter mutation's
+        for name in self.critics:
+            self.add_network(name, {"q": 1}, head_extra=self.action_dim)
+        for name in ("actor", *self.critics):
+            online = self.networks[name]
+            target = self.add_network(f"{name}_target", online.head_sizes, online.head_extra)
+            target.load_state_dict(online.state_dict())
+            target.requires_grad_(False)
+        self.add_optimizer("actor", ("actor",), "lr_actor")
+        for name in self.critics:  # one optimizer per critic, all following lr_critic
+            self.add_optimizer(name, (name,), "lr_critic")
+        self.learn_counter = 0
+        self.ou_noise = np.zeros((self.context.num_envs, self.action_dim))
+        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
+
+    # -- acting ----------------------------------------------------------------------------------
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        with torch.no_grad():
+            unit = self.policy_actions("actor", self.obs_tensor(obs)).cpu().numpy()
+        if explore:
+            unit = np.clip(unit + self.exploration_noise(unit.shape[0]), -1.0, 1.0)
+        return self.to_env(unit)
+
+    def exploration_noise(self, num_envs: int) -> np.ndarray:
+        """One step of exploration noise for ``num_envs`` environments, in [-1, 1] units."""
+        shape = (num_envs, self.action_dim)
+        if not self.spec.O_U_noise:
+            return self.rng.normal(self.mean_noise, self.expl_noise, size=shape)
+        if self.ou_noise.shape != shape:
+            self.ou_noise = np.zeros(shape)
+        self.ou_noise = ornstein_uhlenbeck_step(
+            self.ou_noise, self.rng,
+            theta=self.theta, mean=self.mean_noise, sigma=self.expl_noise, dt=self.dt,
+        )  # fmt: skip
+        return self.ou_noise.copy()
+
+    def reset_state(self, envs: np.ndarray | None = None) -> None:
+        """Episodes start (in every environment, or where ``envs`` is true): their
+        Ornstein-Uhlenbeck processes restart at zero."""
+        self.ou_noise = restart_ou_noise(self.ou_noise, envs)
+
+    def to_env(self, unit: np.ndarray) -> np.ndarray:
+        """Actions in [-1, 1] as actions of the environment's Box, ``[N, *shape]``."""
+        return self.scaler.to_env(unit)
+
+    def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
+        """Stored environment actions back in [-1, 1], ``[N, action_dim]``."""
+        return self.scaler.to_unit(actions)
+
+    # -- pieces of an update ---------------------------------------------------------------------
+
+    def policy_actions(self, network: str, obs: Any) -> torch.Tensor:
+        """The deterministic policy of ``network`` (the actor or its target), in [-1, 1]."""
+        return torch.tanh(self.networks[network](obs)["action"])
+
+    def q_values(self, network: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) of one critic, shape ``[N]``."""
+        return self.networks[network](obs, actions)["q"].squeeze(-1)
+
+    def bootstrap(self, batch: Transitions) -> torch.Tensor:
+        """What multiplies the next state's value: the discount, zero where the episode ended."""
+        discount = batch.discounts if self.n_step_returns else self.gamma
+        return discount * (1.0 - batch.terminated)
+
+    def update_actor(self, critic: str, obs: Any) -> None:
+        """Move the actor up the gradient of ``critic``'s Q(s, mu(s))."""
+        actor_loss = -self.q_values(critic, obs, self.policy_actions("actor", obs)).mean()
+        self.minimise(actor_loss, ("actor",))
+
+    def soft_update_targets(self) -> None:
+        """target <- target + tau * (online - target), for the actor and every critic."""
+        self.soft_update([(f"{name}_target", name) for name in ("actor", *self.critics)], self.tau)
+
+    # -- the rest --------------------------------------------------------------------------------
+
+    @property
+    def per_beta(self) -> float:
+        """Prioritised replay's importance exponent, annealed from 0.4 to 1 over training."""
+        progress = self.record.steps / self.context.training.max_steps
+        return min(1.0, 0.4 + 0.6 * progress)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"learn_counter": self.learn_counter, "ou_noise": self.ou_noise.copy()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.learn_counter = int(state["learn_counter"])
+        self.ou_noise = np.array(state["ou_noise"], dtype=np.float64)

@@ -1,0 +1,125 @@
+"""The ``algorithm`` fields of deterministic actor-critics (DDPG, TD3, MADDPG, MATD3).
+
+A plugin's spec subclasses one of these and adds its docstring (the schema's description) and
+any field of its own; a field it redefines keeps its place in the schema.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import Field
+
+from agile_cli.errors import FieldError
+from agile_cli.models import limits
+from agile_cli.models.algorithm import AlgorithmSpec
+
+if TYPE_CHECKING:
+    from agile_cli.manifest import TrainingManifest
+
+
+class ExplorationNoiseSpec(AlgorithmSpec):
+    """The exploration-noise fields of deterministic policies (DDPG, TD3, MADDPG, MATD3)."""
+
+    O_U_noise: bool = Field(
+        True,
+        description="Exploration noise from an Ornstein-Uhlenbeck process (false: Gaussian).",
+    )
+    expl_noise: float = Field(
+        0.1,
+        ge=0,
+        description="Scale of the exploration noise, in [-1, 1] action units: the Gaussian's "
+        "standard deviation, or the Ornstein-Uhlenbeck process's sigma.",
+    )
+    mean_noise: float = Field(
+        0.0, description="Mean of the Gaussian noise, or the level the O-U process reverts to."
+    )
+    theta: float = Field(
+        0.15, ge=0, description="Ornstein-Uhlenbeck mean-reversion rate (O_U_noise only)."
+    )
+    dt: float = Field(0.01, gt=0, description="Ornstein-Uhlenbeck time step (O_U_noise only).")
+    vect_noise_dim: int | None = Field(
+        None,
+        ge=1,
+        description="Derived from environment.num_envs (one noise process per environment); "
+        "leave it out.",
+    )
+
+
+class DeterministicActorCriticSpec(ExplorationNoiseSpec):
+    """The fields of a single-agent deterministic actor-critic (DDPG's; TD3 changes defaults),
+    for :class:`~agile_cli.DeterministicActorCritic`."""
+
+    lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor.")
+    lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic(s).")
+    learn_step: int = Field(
+        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+    )
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(
+        1e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
+    )
+    policy_freq: int = Field(
+        2,
+        ge=1,
+        description="Critic updates per actor update; the targets follow with the actor.",
+    )
+    share_encoders: bool = Field(
+        False,
+        description="Accepted for compatibility; must be false (actor and critics each have "
+        "their own encoder).",
+    )
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "policy_freq",
+        "theta", "dt", "expl_noise", "mean_noise",
+    )  # fmt: skip
+    default_mutable: ClassVar[tuple[str, ...]] = (
+        "lr_actor", "lr_critic", "batch_size", "learn_step",
+    )  # fmt: skip
+    supports_per: ClassVar[bool] = True
+    supports_n_step: ClassVar[bool] = True
+
+    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
+        errors = []
+        name = manifest.algorithm_name
+        if self.share_encoders:
+            errors.append(
+                FieldError(
+                    "algorithm.share_encoders",
+                    f"{name} does not share encoders between its actor and critics",
+                    "remove it or set it to false",
+                )
+            )
+        return [*errors, *self.num_envs_copy_errors("vect_noise_dim", manifest)]
+
+
+class CentralisedActorCriticSpec(ExplorationNoiseSpec):
+    """The fields of decentralised actors with centralised critics (MADDPG's; MATD3 adds the
+    policy delay), for :class:`~agile_cli.CentralisedActorCritic`."""
+
+    lr_actor: float = Field(1e-3, gt=0, description="Adam learning rate of every actor.")
+    lr_critic: float = Field(1e-2, gt=0, description="Adam learning rate of every critic.")
+    learn_step: int = Field(
+        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+    )
+    gamma: float = Field(0.95, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(
+        0.01, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
+    )
+    torch_compiler: str | None = Field(
+        None,
+        description="Accepted for compatibility; must be null (torch.compile is not used).",
+    )
+
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "theta", "dt",
+    )  # fmt: skip
+    default_mutable: ClassVar[tuple[str, ...]] = (
+        "lr_actor", "lr_critic", "batch_size", "learn_step",
+    )  # fmt: skip
+
+    def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
+        return [
+            *self.num_envs_copy_errors("vect_noise_dim", manifest),
+            *self.not_available_errors("torch_compiler", "torch.compile"),
+        ]

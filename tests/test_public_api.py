@@ -1,0 +1,145 @@
+"""First-party plugins are ordinary plugins: they use only ``agile_cli``'s public names, never
+another plugin, and any one of them can be removed without breaking the others."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+import yaml
+
+import agile_cli
+from agile_cli.plugins import BUILTIN_DISTRIBUTION, ENTRY_POINT_GROUP, LoadingControls, build_host
+from agile_cli.validation import validate_mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = ROOT / "plugins"
+CONFIGS = sorted((ROOT / "configs" / "training").glob("*/*.yaml"))
+
+
+def _first_party_packages() -> list[Path]:
+    return sorted(path.parent for path in PLUGINS.glob("agile_*/__init__.py"))
+
+
+def _plugin_packages() -> set[str]:
+    """Every plugin's top-level package: registered under the entry-point group, or on disk."""
+    registered = {ep.value.split(".")[0].split(":")[0] for ep in entry_points(group="agile")}
+    on_disk = {path.parent.name for path in PLUGINS.glob("*/__init__.py")}
+    nested = {path.parent.name for path in PLUGINS.glob("*/*/__init__.py")}
+    return registered | on_disk | nested
+
+
+def _imports(tree: ast.AST) -> Iterator[tuple[int, str, list[str]]]:
+    """``(line, module, names)`` for each absolute import (``names`` empty for ``import x``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module, [alias.name for alias in node.names]
+
+
+def _problems(module: str, names: list[str], own: str, plugins: set[str]) -> list[str]:
+    top = module.split(".")[0]
+    if module.startswith("agile_cli."):
+        return [f"imports the private module {module}"]
+    if module == "agile_cli":
+        private = [name for name in names if name not in agile_cli.__all__]
+        return [f"imports {name!r}, not in agile_cli.__all__" for name in private]
+    if top in plugins and top != own:
+        return [f"imports another plugin, {module}"]
+    return []
+
+
+def _violations(package: Path, plugins: set[str]) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, module, names in _imports(tree):
+            for problem in _problems(module, names, package.name, plugins):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {problem}")
+    return found
+
+
+def test_first_party_plugins_import_only_the_public_api() -> None:
+    plugins = _plugin_packages()
+    packages = _first_party_packages()
+    assert len(packages) >= 10, "the first-party plugins were not found"
+    violations = [line for package in packages for line in _violations(package, plugins)]
+    assert not violations, "\n".join(["first-party plugins bypass the public API:", *violations])
+
+
+def test_the_check_catches_private_and_cross_plugin_imports() -> None:
+    plugins = {"agile_ddpg", "agile_td3"}
+    assert _problems("agile_cli.buffers", ["Transitions"], "agile_td3", plugins)
+    assert _problems("agile_cli", ["limits", "not_public"], "agile_td3", plugins) == [
+        "imports 'not_public', not in agile_cli.__all__"
+    ]
+    assert _problems("agile_ddpg.spec", ["DDPGSpec"], "agile_td3", plugins)
+    assert not _problems("agile_td3.spec", ["TD3Spec"], "agile_td3", plugins)
+    assert not _problems("torch", [], "agile_td3", plugins)
+
+
+def test_every_public_name_resolves() -> None:
+    missing = [name for name in agile_cli.__all__ if not hasattr(agile_cli, name)]
+    assert not missing
+    assert len(agile_cli.__all__) == len(set(agile_cli.__all__))
+    assert set(agile_cli._LAZY) <= set(agile_cli.__all__)
+
+
+# -- removing one first-party plugin ---------------------------------------------------------
+
+
+def _first_party_entry_points() -> list[tuple[str, str]]:
+    """``(entry-point name, top-level package)`` of each first-party plugin."""
+    found = [
+        (ep.name, ep.value.split(".")[0])
+        for ep in entry_points(group=ENTRY_POINT_GROUP)
+        if ep.dist is not None and ep.dist.name == BUILTIN_DISTRIBUTION
+    ]
+    return sorted(found)
+
+
+FIRST_PARTY = _first_party_entry_points()
+
+
+@pytest.fixture(scope="module")
+def owners() -> dict[Path, set[str]]:
+    """The plugins each example manifest needs (its algorithm's and its environment builder's),
+    found with every plugin loaded."""
+    registry = build_host(controls=LoadingControls()).registry
+    found = {}
+    for path in CONFIGS:
+        resolution = validate_mapping(yaml.safe_load(path.read_text()), registry, str(path))
+        builder = registry.environments[str(resolution.environment_builder)]
+        found[path] = {registry.algorithms[resolution.algorithm_name].plugin, builder.plugin}
+    return found
+
+
+def _block(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
+    """Make ``package`` unimportable, and every first-party plugin module import afresh."""
+    packages = {top for _, top in FIRST_PARTY}
+    for name in [name for name in sys.modules if name.split(".")[0] in packages]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
+@pytest.mark.parametrize(("removed", "package"), FIRST_PARTY, ids=[n for n, _ in FIRST_PARTY])
+def test_removing_one_first_party_plugin_leaves_the_others_working(
+    removed: str, package: str, owners: dict[Path, set[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _block(monkeypatch, package)
+    host = build_host(controls=LoadingControls(disabled=frozenset({removed})))
+    assert not host.failed, host.warnings
+    registry = host.registry
+    tables = (registry.algorithms, registry.environments, registry.backends)
+    for entry in [entry for table in tables for entry in table.values()]:
+        entry.load()  # its implementation imports without the removed plugin
+    kept = [path for path, needed in owners.items() if removed not in needed]
+    assert kept
+    for path in kept:
+        validate_mapping(yaml.safe_load(path.read_text()), registry, str(path))
