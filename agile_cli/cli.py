@@ -135,7 +135,10 @@ def cli(disable_plugin: tuple[str, ...]) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved manifest(s) as JSON.")
 @click.option(
-    "--check-env", is_flag=True, help="Also resolve each environment (imports its package)."
+    "--check-env",
+    is_flag=True,
+    help="Also resolve each environment (imports its package) and build one member of the "
+    "algorithm on it, on the CPU, so that spaces it cannot handle are reported.",
 )
 @click.pass_context
 def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_env: bool) -> None:

@@ -12,6 +12,9 @@ Installed with agile, it gives every test suite these fixtures:
 - ``agile_conformance(algorithm, **sections)``: :func:`check_conformance`;
 - ``agile_reproducibility(algorithm, **sections)``: :func:`check_reproducibility` alone.
 
+Those taking an algorithm also take ``registry=`` (e.g. ``agile_host(...).registry``, to test
+a variant registered for one test); by default they use the installed plugins.
+
 Importing this module imports neither torch nor gymnasium; the fixtures do, when used.
 """
 
@@ -141,16 +144,20 @@ def check_conformance(
     """Check what every algorithm plugin must do; raises AssertionError listing the failures.
 
     The spec forbids unknown keys and describes every field; each mutable hyperparameter is a
-    numeric attribute of a built member; a member's checkpoint restores it exactly; a run
-    interrupted after its first generation resumes to the end with the same population; and
-    two runs with the same seed log the same metrics (:func:`check_reproducibility`).
+    numeric attribute of a built member; the checkpoint of a member that has learned restores
+    it exactly (hyperparameters, fitness history, greedy actions, and every attribute holding
+    numbers: :func:`lost_attributes`); a run interrupted after its first generation resumes
+    to the end with the same population; and two runs with the same seed log the same metrics
+    (:func:`check_reproducibility`). ``registry``: the plugins to use (e.g. a host's from the
+    ``agile_host`` fixture, to check a variant registered for one test); the installed ones
+    when None.
     """
     registry = _registry(registry)
     problems = _spec_problems(registry.algorithms[algorithm].spec)
     manifest = tiny_manifest(algorithm, registry=registry, **sections)
     member, twin = tiny_population(manifest, registry, size=2)
     problems += _hyperparameter_problems(member)
-    problems += _round_trip_problems(member, twin, manifest)
+    problems += _round_trip_problems(member, twin, manifest, registry)
     problems += _resume_problems(manifest, workdir, registry)
     problems += _reproducibility_problems(algorithm, workdir, registry, sections)
     assert not problems, f"{algorithm} does not conform:\n- " + "\n- ".join(problems)
@@ -181,29 +188,149 @@ def _hyperparameter_problems(member: Any) -> list[str]:
     ]
 
 
-def _round_trip_problems(member: Any, twin: Any, manifest: Any) -> list[str]:
+def _round_trip_problems(member: Any, twin: Any, manifest: Any, registry: Any) -> list[str]:
+    """Train ``member`` a little, save it through a checkpoint into the untrained ``twin``, and
+    compare what learning changed."""
     import numpy as np
     import torch
 
     from agile_cli.training import checkpoint
 
-    space = member.observation_space
-    obs = np.stack([space.sample() for _ in range(4)]) if not hasattr(space, "spaces") else None
-    if obs is None:
-        return []  # Dict spaces: the state comparison below still runs in _resume_problems
+    learn_a_little(member, manifest, registry)
     member.record.fitness.append(1.0)
-    state = member.state_dict()
-    buffer = _bytes_round_trip(state, checkpoint)
-    twin.load_state_dict(buffer)
+    member.reset_state()  # what a resumed run starts from anyway
+    twin.load_state_dict(_bytes_round_trip(member.state_dict(), checkpoint))
+    _configure_member(twin, manifest)
+    twin.reset_state()
     problems = []
     if twin.hyperparameters() != member.hyperparameters():
         problems.append("checkpoint round trip changed the hyperparameters")
     if twin.record.fitness != member.record.fitness:
         problems.append("checkpoint round trip lost the fitness history")
+    problems += lost_attributes(member, twin)
+    space = member.observation_space
+    if hasattr(space, "spaces"):
+        return problems  # Dict spaces: no batch of samples to act on
+    obs = np.stack([space.sample() for _ in range(4)])
     with torch.no_grad():
         if not np.array_equal(member.act(obs, explore=False), twin.act(obs, explore=False)):
             problems.append("checkpoint round trip changed the greedy actions")
     return problems
+
+
+def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
+    """Train ``member`` for one generation of ``manifest`` on the CPU, plus one more learn
+    call for off-policy families (whatever their ``learn_step``), so that whatever learning
+    changes has changed."""
+    import torch
+
+    from agile_cli.models.algorithm import Family
+    from agile_cli.training import setup
+
+    registry = _registry(registry)
+    env = setup.build_environment(manifest, registry, seed=0)
+    try:
+        buffer = setup.build_buffer(manifest, env, torch.device("cpu"))
+        runner = setup.build_runner(manifest, env, buffer)
+        _configure_member(member, manifest)
+        runner.train(member, manifest.evo_steps, lambda _steps: None)
+        off_policy = (Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY)
+        if manifest.family in off_policy and len(buffer) >= int(member.batch_size):
+            member.learn(buffer.sample(int(member.batch_size), member.generator))
+    finally:
+        env.close()
+
+
+def _configure_member(member: Any, manifest: Any) -> None:
+    """What the training loop sets on every member it builds or restores: ``n_step_returns``
+    (for algorithms that have it) when the replay buffer holds n-step returns."""
+    if hasattr(member, "n_step_returns"):
+        spec = manifest.replay_buffer
+        member.n_step_returns = bool(spec is not None and spec.n_step_buffer)
+
+
+#: Member attributes that :meth:`~agile_cli.agent.Algorithm.state_dict` saves itself or that
+#: describe the member's setting rather than what it learned.
+_SAVED_OR_SETTING = frozenset(
+    {
+        "spec", "observation_space", "action_space", "observation_spaces", "action_spaces",
+        "arch", "context", "device", "index", "record", "generator", "rng", "networks",
+        "optimizers", "_plans", "_parameter_lists",
+    }
+)  # fmt: skip
+
+
+def lost_attributes(member: Any, restored: Any) -> list[str]:
+    """Problems for each attribute of ``member`` holding numbers (tensors, parameters, numpy
+    arrays, ints, floats, bools, containers of them, networks or optimizers kept outside
+    ``networks`` / ``optimizers``) whose value ``restored`` does not have."""
+    problems = []
+    for name, value in vars(member).items():
+        if name in _SAVED_OR_SETTING or name.startswith("__"):
+            continue
+        saved = dict(_numeric_leaves(value))
+        if not saved:
+            continue
+        if _same_leaves(saved, dict(_numeric_leaves(getattr(restored, name, None)))):
+            continue
+        problems.append(_lost_message(name, value))
+    return problems
+
+
+def _lost_message(name: str, value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
+        return (
+            f"checkpoint round trip lost the state of '{name}' ({type(value).__name__}), kept "
+            "outside self.networks / self.optimizers: build it with add_network / "
+            "add_optimizer, or save its state_dict() in extra_state()"
+        )
+    return (
+        f"checkpoint round trip lost '{name}' (learning changed it, the restored member has "
+        "another value): return it from extra_state() and restore it in load_extra_state()"
+    )
+
+
+def _numeric_leaves(value: Any, path: str = "", depth: int = 0) -> Iterable[tuple[str, Any]]:
+    """``(path, leaf)`` for every number, tensor or numeric array inside ``value``."""
+    import numpy as np
+    import torch
+
+    if depth > 4:
+        return
+    if isinstance(value, torch.Tensor):
+        yield path, value.detach().cpu()
+    elif isinstance(value, bool | int | float | np.number | np.ndarray):
+        if np.asarray(value).dtype.kind in "biuf":
+            yield path, value
+    elif isinstance(value, torch.nn.Module | torch.optim.Optimizer):
+        yield from _numeric_leaves(value.state_dict(), path, depth + 1)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _numeric_leaves(item, f"{path}.{key}", depth + 1)
+    elif isinstance(value, list | tuple):
+        for position, item in enumerate(value):
+            yield from _numeric_leaves(item, f"{path}[{position}]", depth + 1)
+
+
+def _same_leaves(one: dict[str, Any], two: dict[str, Any]) -> bool:
+    import numpy as np
+    import torch
+
+    if one.keys() != two.keys():
+        return False
+    for key, left in one.items():
+        right = two[key]
+        if isinstance(left, torch.Tensor) != isinstance(right, torch.Tensor):
+            return False
+        if isinstance(left, torch.Tensor):
+            left, right = left.numpy(force=True), right.numpy(force=True)
+        left, right = np.asarray(left), np.asarray(right)
+        nan_too = left.dtype.kind == "f" and right.dtype.kind == "f"
+        if not np.array_equal(left, right, equal_nan=nan_too):
+            return False
+    return True
 
 
 def _bytes_round_trip(state: dict[str, Any], checkpoint: Any) -> dict[str, Any]:
@@ -301,30 +428,36 @@ def agile_manifest() -> Callable[..., Any]:
 
 @pytest.fixture
 def agile_population() -> Callable[..., list[Any]]:
-    """``agile_population("MyAlgo", size=2, **sections)``: members of a tiny population."""
+    """``agile_population("MyAlgo", size=2, registry=None, **sections)``: members of a tiny
+    population (``registry``: e.g. ``agile_host(...).registry``; the installed plugins' when
+    None)."""
 
-    def build(algorithm: str, size: int = 2, **sections: Any) -> list[Any]:
-        return tiny_population(tiny_manifest(algorithm, **sections), size=size)
+    def build(algorithm: str, size: int = 2, *, registry: Any = None, **sections: Any) -> list[Any]:
+        manifest = tiny_manifest(algorithm, registry=registry, **sections)
+        return tiny_population(manifest, registry, size=size)
 
     return build
 
 
 @pytest.fixture
 def agile_smoke_train(tmp_path: Path) -> Callable[..., Any]:
-    """``agile_smoke_train("MyAlgo", **sections)``: train a tiny evolving population."""
+    """``agile_smoke_train("MyAlgo", registry=None, **sections)``: train a tiny evolving
+    population."""
 
-    def train(algorithm: str, **sections: Any) -> Any:
-        return smoke_train(tiny_manifest(algorithm, **sections), tmp_path / "smoke-run")
+    def train(algorithm: str, *, registry: Any = None, **sections: Any) -> Any:
+        manifest = tiny_manifest(algorithm, registry=registry, **sections)
+        return smoke_train(manifest, tmp_path / "smoke-run", registry)
 
     return train
 
 
 @pytest.fixture
 def agile_conformance(tmp_path: Path) -> Callable[..., None]:
-    """``agile_conformance("MyAlgo")``: :func:`check_conformance` in a temporary folder."""
+    """``agile_conformance("MyAlgo", registry=None, **sections)``: :func:`check_conformance`
+    in a temporary folder."""
 
-    def check(algorithm: str, **sections: Any) -> None:
-        check_conformance(algorithm, tmp_path, **sections)
+    def check(algorithm: str, *, registry: Any = None, **sections: Any) -> None:
+        check_conformance(algorithm, tmp_path, registry=registry, **sections)
 
     return check
 
@@ -334,7 +467,7 @@ def agile_reproducibility(tmp_path: Path) -> Callable[..., None]:
     """``agile_reproducibility("MyAlgo")``: :func:`check_reproducibility` in a temporary
     folder (:func:`check_conformance` includes it)."""
 
-    def check(algorithm: str, **sections: Any) -> None:
-        check_reproducibility(algorithm, tmp_path, **sections)
+    def check(algorithm: str, *, registry: Any = None, **sections: Any) -> None:
+        check_reproducibility(algorithm, tmp_path, registry=registry, **sections)
 
     return check

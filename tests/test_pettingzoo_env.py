@@ -326,9 +326,9 @@ def test_validate_check_env_reports_a_missing_environment_module(make_host, run,
         "environment: cannot import 'no_such_pkg.e_v0' "
         "(install it with `pip install no_such_pkg`)" in result.output
     )
-    toy = write(
+    toy = write(  # --check-env also builds a member: a real algorithm
         "t.yaml",
-        "algorithm: {name: ToyMA}\nenvironment:\n  name: toy\n"
+        "algorithm: {name: MADDPG}\nenvironment:\n  name: toy\n"
         f"  entrypoint: toy_parallel.py:ToyParallel\n  path: {ENVS}\n",
     )
     result = run("validate", "--check-env", str(toy), host=host)

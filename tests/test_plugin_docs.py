@@ -6,9 +6,14 @@ Adding a hook to ``agile_cli/hookspecs.py`` without a docstring, without a secti
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
+import sys
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +87,67 @@ def test_hook_is_used_by_a_test(hook: str) -> None:
 @pytest.mark.parametrize("name", agile_cli.__all__)
 def test_public_name_resolves(name: str) -> None:
     getattr(agile_cli, name)  # lazy names import their module here (torch, gymnasium)
+
+
+def test_the_guides_python_blocks_compile() -> None:
+    text = GUIDE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^( *)```python\n(.*?)^\1```", text, re.M | re.S)
+    assert len(blocks) > 5
+    for _indent, block in blocks:
+        compile(textwrap.dedent(block), str(GUIDE), "exec")
+
+
+def _guide_python_blocks() -> dict[str, str]:
+    """The guide's Python code blocks whose docstring begins with a file name, by that name
+    (a block starting ``\"\"\"agile_vpg/plugin.py: ...`` is ``agile_vpg/plugin.py``)."""
+    blocks = re.findall(r"^```python\n(.*?)^```", GUIDE.read_text(encoding="utf-8"), re.M | re.S)
+    named = {}
+    for block in blocks:
+        first = re.match(r'"""([\w/.-]+\.py)', block)
+        if first:
+            named[first.group(1)] = block
+    return named
+
+
+GUIDE_MODULES = ("agile_vpg", "agile_vpg.plugin", "agile_vpg.algorithm", "guide_variant_test")
+
+
+@pytest.fixture
+def guide_vpg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The guide's ``agile_vpg`` package and ``tests/test_variant.py``, importable (as
+    ``guide_variant_test``) from the folder returned."""
+    blocks = _guide_python_blocks()
+    folder = tmp_path / "guide"
+    package = folder / "agile_vpg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("plugin.py", "algorithm.py"):
+        (package / name).write_text(blocks[f"agile_vpg/{name}"])
+    (folder / "guide_variant_test.py").write_text(blocks["tests/test_variant.py"])
+    monkeypatch.syspath_prepend(str(folder))
+    for name in GUIDE_MODULES:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    yield folder
+    for name in GUIDE_MODULES:
+        sys.modules.pop(name, None)
+
+
+def test_the_guides_variant_example_works(guide_vpg: Path, agile_host: Any) -> None:
+    """Section 5's example, varying the guide's own VPG."""
+    module = importlib.import_module("guide_variant_test")
+    module.test_the_variant_conforms(agile_host, guide_vpg / "work")
+
+
+def test_the_guides_vpg_refuses_box_actions_at_validate(
+    guide_vpg: Path, agile_host: Any, agile_cli: Any
+) -> None:
+    """Section 3: an unsupported space is reported by ``validate --check-env``."""
+    host = agile_host(("vpg", importlib.import_module("agile_vpg.plugin")))
+    manifest = guide_vpg / "vpg.yaml"
+    manifest.write_text("algorithm: {name: VPG}\nenvironment: Pendulum-v1\n")
+    result = agile_cli("validate", "--check-env", str(manifest), host=host)
+    assert result.exit_code == 2, result.output
+    assert (
+        "algorithm: VPG does not support Box action spaces (it needs Discrete actions; use PPO)"
+        in result.output
+    )

@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from agile_cli.errors import EXIT_USAGE, EnvironmentNotFoundError, FieldError, ManifestError
+from agile_cli.errors import (
+    EXIT_USAGE,
+    AgileError,
+    EnvironmentNotFoundError,
+    FieldError,
+    ManifestError,
+)
 from agile_cli.manifest import TrainingManifest
 from agile_cli.plugins import PluginHost
 
@@ -65,7 +71,65 @@ def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:
 
 
 def _check_environment(host: PluginHost, manifest: TrainingManifest) -> None:
+    """Resolve the environment with its builder's ``check``, then build one member on it."""
     assert manifest.family is not None
     entry = host.registry.environment_for(manifest.family, manifest.environment_builder)
     assert entry is not None  # validation found one
     entry.load()().check(manifest.environment)
+    _check_member(host, manifest)
+
+
+def _check_member(host: PluginHost, manifest: TrainingManifest) -> None:
+    """Build one member on the CPU for the environment's spaces, as ``agile train`` would, so
+    that an algorithm refuses spaces it cannot handle now (``NotImplementedError`` in its
+    ``build()``) rather than when training starts.
+
+    :raises ManifestError: under ``algorithm``, when the member cannot be built.
+    """
+    import torch  # only --check-env pays for torch
+
+    from agile_cli.agent import AgentContext
+    from agile_cli.training import setup
+
+    env = setup.build_environment(manifest, host.registry, seed=0)
+    try:
+        spaces = setup.member_spaces(manifest, env)
+        context = AgentContext(
+            torch.device("cpu"), env.num_envs, manifest.training,
+            network=manifest.network, replay_buffer=manifest.replay_buffer,
+        )  # fmt: skip
+        try:
+            cls = setup.algorithm_class(manifest, host.registry)
+            setup.build_population(manifest, cls, env, context, size=1)
+        except AgileError as error:
+            problem = FieldError("algorithm", _own_words(manifest, error.message), error.hint)
+            raise ManifestError([problem]) from None
+        except Exception as error:
+            raise ManifestError([_build_failure(manifest, spaces, error)]) from None
+    finally:
+        env.close()
+
+
+def _own_words(manifest: TrainingManifest, message: str) -> str:
+    """``message`` without the ``NAME: `` that training puts before an algorithm's refusal when
+    the refusal already begins with the algorithm's name."""
+    name = manifest.algorithm_name
+    prefix = f"{name}: "
+    if message.startswith(prefix + name):
+        return message[len(prefix) :]
+    return message
+
+
+def _build_failure(
+    manifest: TrainingManifest, spaces: dict[str, Any], error: Exception
+) -> FieldError:
+    words = {"observation": "observations", "action": "actions"}
+    described = ", ".join(f"{words[name.split('_')[0]]} {space}" for name, space in spaces.items())
+    said = " ".join(str(error).split())
+    return FieldError(
+        "algorithm",
+        f"{manifest.algorithm_name} could not build a member for this environment "
+        f"({described}): {type(error).__name__}" + (f": {said}" if said else ""),
+        "an algorithm that does not support these spaces should raise NotImplementedError in "
+        "build() saying so; otherwise report this to its plugin",
+    )
