@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 # The CPU build of torch; an unpinned torch would download a multi-GB CUDA build.
@@ -27,6 +27,14 @@ def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    """mypy over the core and the first-party plugins (with torch installed, for its types)."""
+    session.install(TORCH)
+    session.install("-e", ".[test]")
+    session.run("mypy", "agile_cli", "plugins")
 
 
 @nox.session(python="3.11")

@@ -12,7 +12,7 @@ import abc
 import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,9 @@ from agile_cli.nn import sampling
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
+
+if TYPE_CHECKING:
+    from agile_cli.rollout import PolicyRecord
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,9 @@ class Algorithm(abc.ABC):
         """Create the networks and optimizers from ``self.arch``."""
 
     @abc.abstractmethod
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        """Actions for a batch of observations (explore: training; otherwise evaluation)."""
+    def act(self, obs: Any, *, explore: bool) -> Any:
+        """Actions for a batch of observations (explore: training; otherwise evaluation): an
+        array, or for a multi-agent algorithm a dict of arrays keyed by agent."""
 
     def reset_state(self, envs: np.ndarray | None = None) -> None:  # noqa: B027 (optional hook)
         """Called when episodes start: after ``env.reset()`` (``envs`` None: in every
@@ -193,8 +197,10 @@ class Algorithm(abc.ABC):
         """``target <- target + tau * (online - target)`` for each ``(target, online)`` pair of
         network names (one fused operation over every tensor)."""
         pairs = list(pairs)
-        targets = [p for target, _ in pairs for p in self.parameter_list(target)]
-        online = [p for _, source in pairs for p in self.parameter_list(source)]
+        targets: list[torch.Tensor] = [
+            p for target, _ in pairs for p in self.parameter_list(target)
+        ]
+        online: list[torch.Tensor] = [p for _, source in pairs for p in self.parameter_list(source)]
         with torch.no_grad():
             torch._foreach_lerp_(targets, online, tau)
 
@@ -338,6 +344,10 @@ class LearnResult:
 class OffPolicyAlgorithm(Algorithm):
     """An algorithm that learns from batches sampled out of the shared replay buffer."""
 
+    # Mutable hyperparameters the runners read, copied from the spec by __init__.
+    batch_size: int | float
+    learn_step: int | float
+
     @abc.abstractmethod
     def learn(self, batch: Any) -> LearnResult:
         """One gradient step on a :class:`~agile_cli.buffers.Transitions` batch."""
@@ -346,10 +356,13 @@ class OffPolicyAlgorithm(Algorithm):
 class OnPolicyAlgorithm(Algorithm):
     """An algorithm that learns from the rollouts it just collected."""
 
+    # A mutable hyperparameter the runners read, copied from the spec by __init__.
+    learn_step: int | float
+
     @abc.abstractmethod
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> tuple[np.ndarray, tuple[torch.Tensor, ...]]:
+    ) -> tuple[np.ndarray, PolicyRecord | tuple[torch.Tensor, ...]]:
         """For preprocessed observations: the environment actions, and the
         ``(actions, log_probs, values)`` tensors :meth:`learn` needs, followed for a recurrent
         policy by the hidden state it acted from (a :class:`~agile_cli.rollout.PolicyRecord`)."""

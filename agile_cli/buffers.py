@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias, cast
 
 import numpy as np
 import torch
@@ -195,9 +195,10 @@ class ReplayBuffer:
         self.device = torch.device(device)
         self._obs = _allocate(observation_space, capacity, self.device)
         self._next_obs = _allocate(observation_space, capacity, self.device)
-        self._actions = _allocate_one(action_space, capacity, self.device)
-        self._rewards = torch.zeros(capacity, dtype=torch.float32, device=self.device)
-        self._terminated = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+        # Stored: the multi-agent buffer keeps these per agent.
+        self._actions: Stored = _allocate_one(action_space, capacity, self.device)
+        self._rewards: Stored = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+        self._terminated: Stored = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self._discounts = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self._position = 0
         self._size = 0
@@ -266,12 +267,16 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
 
     def _batch(self, index: torch.Tensor, weights: torch.Tensor) -> Transitions:
+        # Tensors here: the multi-agent buffer, which keeps dicts, has its own _batch.
+        actions = cast(torch.Tensor, self._actions)
+        rewards = cast(torch.Tensor, self._rewards)
+        terminated = cast(torch.Tensor, self._terminated)
         return Transitions(
             obs=_gather(self._obs, index),
-            actions=self._actions.index_select(0, index),
-            rewards=self._rewards.index_select(0, index),
+            actions=actions.index_select(0, index),
+            rewards=rewards.index_select(0, index),
             next_obs=_gather(self._next_obs, index),
-            terminated=self._terminated.index_select(0, index),
+            terminated=terminated.index_select(0, index),
             discounts=self._discounts.index_select(0, index),
             weights=weights,
             indices=index,

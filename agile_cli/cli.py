@@ -26,7 +26,8 @@ class ReportedError(click.ClickException):
     def __init__(self, error: AgileError) -> None:
         super().__init__(error.message)
         self.error = error
-        self.exit_code = error.exit_code
+        # click types exit_code as a ClassVar, but reads it from the instance
+        self.exit_code = error.exit_code  # type: ignore[misc]
 
     def show(self, file: Any = None) -> None:
         lines = self.error.lines()
@@ -238,4 +239,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()
+    sys.exit()

@@ -38,27 +38,29 @@ class TrainingManifest(BaseModel):
     network: SerializeAsAny[NetworkSpec] = Field(
         default_factory=NetworkSpec, description="The evolvable network."
     )
-    mutation: MutationSpec | None = Field(None, description="Mutations; null: none.")
+    mutation: MutationSpec | None = Field(default=None, description="Mutations; null: none.")
     tournament_selection: TournamentSelectionSpec | None = Field(
-        None, description="Selection between generations; null: none."
+        default=None, description="Selection between generations; null: none."
     )
     replay_buffer: ReplayBufferSpec | None = Field(
-        None, description="Replay memory (off-policy algorithms)."
+        default=None, description="Replay memory (off-policy algorithms)."
     )
 
     # What resolution decided; not sections of the file (left out of to_dict and dumps).
     algorithm_name: str = Field(
-        "", exclude=True, description="The registered name of the algorithm (algorithm.name)."
+        default="",
+        exclude=True,
+        description="The registered name of the algorithm (algorithm.name).",
     )
-    family: Family | None = Field(None, exclude=True, description="The algorithm's family.")
+    family: Family | None = Field(default=None, exclude=True, description="The algorithm's family.")
     environment_builder: str | None = Field(
-        None, exclude=True, description="The environment builder the manifest resolved to."
+        default=None, exclude=True, description="The environment builder the manifest resolved to."
     )
     default_builder: bool = Field(
-        True, exclude=True, description="The builder is the family's default (goes unsaid)."
+        default=True, exclude=True, description="The builder is the family's default (goes unsaid)."
     )
     warnings: tuple[str, ...] = Field(
-        (), exclude=True, description="Valid, but probably not what the author meant."
+        default=(), exclude=True, description="Valid, but probably not what the author meant."
     )
 
     @property

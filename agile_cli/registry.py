@@ -205,7 +205,7 @@ def _add(table: dict[str, Any], kind: str, entry: Any) -> None:
     table[entry.name] = entry
 
 
-def _require_subclass(name: str, spec: Any, base: type) -> None:
+def _require_subclass(name: str, spec: Any, base: type[Spec]) -> None:
     if not (isinstance(spec, type) and issubclass(spec, base)):
         raise PluginError(
             f"'{name}' comes with {spec!r}, not a subclass of agile_cli.{base.__name__}"

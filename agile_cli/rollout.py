@@ -70,10 +70,13 @@ class SequenceBatch(NamedTuple):
 
     def select(self, sequences: torch.Tensor) -> SequenceBatch:
         """The sequences at the indices ``sequences``."""
-        return SequenceBatch(
-            *(_select(field, sequences) for field in self[:-1]),
-            initial_state=tuple(state[:, sequences] for state in self.initial_state),
+        obs, actions, log_probs, values, advantages, returns, valid, starts = (
+            _select(field, sequences) for field in self[:-1]
         )
+        return SequenceBatch(
+            obs, actions, log_probs, values, advantages, returns, valid, starts,
+            initial_state=tuple(state[:, sequences] for state in self.initial_state),
+        )  # fmt: skip
 
     def valid_steps(self) -> RolloutBatch:
         """The valid steps, flattened in time-major order (as a policy's ``[L, S]`` outputs
@@ -161,7 +164,7 @@ class Rollout:
     def add(
         self,
         obs: torch.Tensor | dict[str, torch.Tensor],
-        step: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        step: PolicyRecord | tuple[torch.Tensor, ...],
         rewards: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,

@@ -90,22 +90,24 @@ def _entries(registry: Registry, algorithm: str | None) -> list[AlgorithmEntry]:
 
 def _named_spec(entry: AlgorithmEntry) -> type:
     """The algorithm's spec with its ``name`` field, as it appears in a manifest."""
+    name: Any = Literal[entry.name]  # a type built at run time
     return create_model(
         f"{entry.name}Algorithm",
         __base__=entry.spec,
         __doc__=entry.spec.__doc__,
-        name=(Literal[entry.name], Field(description="Algorithm name (case-sensitive).")),  # type: ignore[valid-type]
+        name=(name, Field(description="Algorithm name (case-sensitive).")),
     )
 
 
 def _builder_spec(entry: EnvironmentEntry) -> type:
     """The builder's spec with the optional ``builder`` key that selects it."""
+    builder: Any = Literal[entry.name] | None  # a type built at run time
     return create_model(
         f"{entry.name.title().replace('_', '')}Environment",
         __base__=entry.spec,
         __doc__=entry.spec.__doc__,
         builder=(
-            Literal[entry.name] | None,  # type: ignore[valid-type]
+            builder,
             Field(None, description="Environment builder; omitted: the family's default."),
         ),
     )

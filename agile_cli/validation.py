@@ -232,7 +232,7 @@ def _check_hp_selection(
             check.add(path, f"{entry.name} has no mutable hyperparameter '{name}'", hint)
             continue
         field = entry.spec.model_fields[name]
-        typed = (
+        typed: Any = (  # a type built at run time
             Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
         )
         adapter: TypeAdapter[Any] = TypeAdapter(typed)

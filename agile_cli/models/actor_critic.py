@@ -22,24 +22,27 @@ class ExplorationNoiseSpec(AlgorithmSpec):
     """The exploration-noise fields of deterministic policies (DDPG, TD3, MADDPG, MATD3)."""
 
     O_U_noise: bool = Field(
-        True,
+        default=True,
         description="Exploration noise from an Ornstein-Uhlenbeck process (false: Gaussian).",
     )
     expl_noise: float = Field(
-        0.1,
+        default=0.1,
         ge=0,
         description="Scale of the exploration noise, in [-1, 1] action units: the Gaussian's "
         "standard deviation, or the Ornstein-Uhlenbeck process's sigma.",
     )
     mean_noise: float = Field(
-        0.0, description="Mean of the Gaussian noise, or the level the O-U process reverts to."
+        default=0.0,
+        description="Mean of the Gaussian noise, or the level the O-U process reverts to.",
     )
     theta: float = Field(
-        0.15, ge=0, description="Ornstein-Uhlenbeck mean-reversion rate (O_U_noise only)."
+        default=0.15, ge=0, description="Ornstein-Uhlenbeck mean-reversion rate (O_U_noise only)."
     )
-    dt: float = Field(0.01, gt=0, description="Ornstein-Uhlenbeck time step (O_U_noise only).")
+    dt: float = Field(
+        default=0.01, gt=0, description="Ornstein-Uhlenbeck time step (O_U_noise only)."
+    )
     vect_noise_dim: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description="Derived from environment.num_envs (one noise process per environment); "
         "leave it out.",
@@ -50,22 +53,25 @@ class DeterministicActorCriticSpec(ExplorationNoiseSpec):
     """The fields of a single-agent deterministic actor-critic (DDPG's; TD3 changes defaults),
     for :class:`~agile_cli.DeterministicActorCritic`."""
 
-    lr_actor: float = Field(1e-4, gt=0, description="Adam learning rate of the actor.")
-    lr_critic: float = Field(1e-3, gt=0, description="Adam learning rate of the critic(s).")
+    lr_actor: float = Field(default=1e-4, gt=0, description="Adam learning rate of the actor.")
+    lr_critic: float = Field(default=1e-3, gt=0, description="Adam learning rate of the critic(s).")
     learn_step: int = Field(
-        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+        default=5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
     )
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    gamma: float = Field(default=0.99, ge=0, le=1, description="Discount factor.")
     tau: float = Field(
-        1e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
+        default=1e-3,
+        ge=0,
+        le=1,
+        description="Soft update rate of the target networks (1 copies them).",
     )
     policy_freq: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Critic updates per actor update; the targets follow with the actor.",
     )
     share_encoders: bool = Field(
-        False,
+        default=False,
         description="Accepted for compatibility; must be false (actor and critics each have "
         "their own encoder).",
     )
@@ -97,17 +103,20 @@ class CentralisedActorCriticSpec(ExplorationNoiseSpec):
     """The fields of decentralised actors with centralised critics (MADDPG's; MATD3 adds the
     policy delay), for :class:`~agile_cli.CentralisedActorCritic`."""
 
-    lr_actor: float = Field(1e-3, gt=0, description="Adam learning rate of every actor.")
-    lr_critic: float = Field(1e-2, gt=0, description="Adam learning rate of every critic.")
+    lr_actor: float = Field(default=1e-3, gt=0, description="Adam learning rate of every actor.")
+    lr_critic: float = Field(default=1e-2, gt=0, description="Adam learning rate of every critic.")
     learn_step: int = Field(
-        5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
+        default=5, ge=1, le=limits.ROLLOUT, description="Environment steps between gradient steps."
     )
-    gamma: float = Field(0.95, ge=0, le=1, description="Discount factor.")
+    gamma: float = Field(default=0.95, ge=0, le=1, description="Discount factor.")
     tau: float = Field(
-        0.01, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Soft update rate of the target networks (1 copies them).",
     )
     torch_compiler: str | None = Field(
-        None,
+        default=None,
         description="Accepted for compatibility; must be null (torch.compile is not used).",
     )
 

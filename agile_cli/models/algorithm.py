@@ -52,7 +52,7 @@ class AlgorithmSpec(Spec):
     """
 
     batch_size: int = Field(
-        64,
+        default=64,
         ge=1,
         le=limits.BATCH,
         description=f"Transitions (or samples) per gradient step. At most {limits.BATCH:,}.",
@@ -131,16 +131,17 @@ class VectorEnvironmentSpec(EnvironmentSpec):
     describe ``name``."""
 
     num_envs: int = Field(
-        16,
+        default=16,
         ge=1,
         le=limits.ENVIRONMENTS,
         description=f"Environments stepped side by side. At most {limits.ENVIRONMENTS:,}.",
     )
     entrypoint: str | None = Field(
-        None, description="'module:Callable' or 'file.py:Callable' that makes one environment."
+        default=None,
+        description="'module:Callable' or 'file.py:Callable' that makes one environment.",
     )
     path: str | None = Field(
-        None, description="Directory that entrypoint and wrapper modules are resolved from."
+        default=None, description="Directory that entrypoint and wrapper modules are resolved from."
     )
     config: dict[str, Any] = Field(
         default_factory=dict,
@@ -154,7 +155,7 @@ class VectorEnvironmentSpec(EnvironmentSpec):
         ),
     )
     sync: bool = Field(
-        False, description="Step the environments in this process instead of subprocesses."
+        default=False, description="Step the environments in this process instead of subprocesses."
     )
 
     _entrypoint_shape = field_validator("entrypoint")(check_entrypoint)

@@ -111,8 +111,10 @@ def _loosen_union(value: Any, args: tuple[Any, ...]) -> Any:
 def _as_int(value: Any) -> Any:
     if isinstance(value, numbers.Integral):
         return value if type(value) is int else int(value)  # numpy integers
-    if isinstance(value, numbers.Real) and float(value).is_integer() and abs(value) < 2**63:
-        return int(value)  # 1e6, 4.0: YAML and JSON write large integers so
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        real: Any = value  # typeshed's numbers.Real has neither abs() < int nor int()
+        if abs(real) < 2**63:
+            return int(real)  # 1e6, 4.0: YAML and JSON write large integers so
     return value
 
 

@@ -19,28 +19,32 @@ class ClippedObjectiveSpec(AlgorithmSpec):
     """The fields of PPO's clipped-objective update with GAE (Schulman et al., 2017), shared
     by PPO and IPPO."""
 
-    lr: float = Field(1e-4, gt=0, description="Adam learning rate.")
+    lr: float = Field(default=1e-4, gt=0, description="Adam learning rate.")
     learn_step: int = Field(
-        2048,
+        default=2048,
         ge=1,
         le=limits.ROLLOUT,
         description="Rollout length: environment steps collected per update. "
         f"At most {limits.ROLLOUT:,}.",
     )
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    gamma: float = Field(default=0.99, ge=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(default=0.95, ge=0, le=1, description="GAE lambda.")
     action_std_init: float = Field(
-        0.0,
+        default=0.0,
         description="Initial log standard deviation of the Gaussian policy (Box actions).",
     )
-    clip_coef: float = Field(0.2, ge=0, le=1, description="Policy ratio clipping range.")
-    ent_coef: float = Field(0.01, ge=0, le=1, description="Entropy bonus coefficient.")
-    vf_coef: float = Field(0.5, ge=0, le=1, description="Value loss coefficient.")
-    max_grad_norm: float = Field(0.5, ge=0, description="Gradient norm clip (0: no clipping).")
-    target_kl: float | None = Field(
-        None, ge=0, description="Stop an update's epochs early past this approximate KL."
+    clip_coef: float = Field(default=0.2, ge=0, le=1, description="Policy ratio clipping range.")
+    ent_coef: float = Field(default=0.01, ge=0, le=1, description="Entropy bonus coefficient.")
+    vf_coef: float = Field(default=0.5, ge=0, le=1, description="Value loss coefficient.")
+    max_grad_norm: float = Field(
+        default=0.5, ge=0, description="Gradient norm clip (0: no clipping)."
     )
-    update_epochs: int = Field(4, ge=1, le=limits.EPOCHS, description="Passes over each rollout.")
+    target_kl: float | None = Field(
+        default=None, ge=0, description="Stop an update's epochs early past this approximate KL."
+    )
+    update_epochs: int = Field(
+        default=4, ge=1, le=limits.EPOCHS, description="Passes over each rollout."
+    )
 
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
         "lr", "batch_size", "learn_step", "gamma", "gae_lambda", "clip_coef", "ent_coef",

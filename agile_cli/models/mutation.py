@@ -10,10 +10,14 @@ from agile_cli.models.base import Spec, located_error
 class MutationProbabilities(Spec):
     """Relative weights of the mutation kinds; normalised, so they need not sum to 1."""
 
-    no_mut: float = Field(0.4, ge=0, le=1, description="Weight of leaving an agent unchanged.")
-    arch_mut: float = Field(0.2, ge=0, le=1, description="Weight of an architecture mutation.")
+    no_mut: float = Field(
+        default=0.4, ge=0, le=1, description="Weight of leaving an agent unchanged."
+    )
+    arch_mut: float = Field(
+        default=0.2, ge=0, le=1, description="Weight of an architecture mutation."
+    )
     new_layer: float = Field(
-        0.2,
+        default=0.2,
         ge=0,
         le=1,
         description=(
@@ -21,9 +25,15 @@ class MutationProbabilities(Spec):
             "(the rest are node moves). Not a mutation kind of its own."
         ),
     )
-    params_mut: float = Field(0.2, ge=0, le=1, description="Weight of Gaussian weight noise.")
-    act_mut: float = Field(0.0, ge=0, le=1, description="Weight of a hidden activation swap.")
-    rl_hp_mut: float = Field(0.2, ge=0, le=1, description="Weight of an RL hyperparameter change.")
+    params_mut: float = Field(
+        default=0.2, ge=0, le=1, description="Weight of Gaussian weight noise."
+    )
+    act_mut: float = Field(
+        default=0.0, ge=0, le=1, description="Weight of a hidden activation swap."
+    )
+    rl_hp_mut: float = Field(
+        default=0.2, ge=0, le=1, description="Weight of an RL hyperparameter change."
+    )
 
     def weights(self) -> dict[str, float]:
         """The mutation kinds in their fixed order, with their weights (new_layer excluded)."""
@@ -41,9 +51,11 @@ class RLHyperparameter(Spec):
 
     min: float = Field(description="Smallest value a mutation may produce.")
     max: float = Field(description="Largest value a mutation may produce.")
-    grow_factor: float = Field(1.2, ge=1, description="Factor applied when the value grows.")
+    grow_factor: float = Field(
+        default=1.2, ge=1, description="Factor applied when the value grows."
+    )
     shrink_factor: float = Field(
-        0.8, ge=0, le=1, description="Factor applied when the value shrinks."
+        default=0.8, ge=0, le=1, description="Factor applied when the value shrinks."
     )
 
     @model_validator(mode="after")
@@ -67,6 +79,8 @@ class MutationSpec(Spec):
         ),
     )
     mutation_sd: float = Field(
-        0.1, ge=0, description="Relative standard deviation of parameter mutations."
+        default=0.1, ge=0, description="Relative standard deviation of parameter mutations."
     )
-    rand_seed: int = Field(42, ge=0, description="Seed of the mutation and selection generator.")
+    rand_seed: int = Field(
+        default=42, ge=0, description="Seed of the mutation and selection generator."
+    )

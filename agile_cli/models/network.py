@@ -46,22 +46,32 @@ class MLPConfig(Spec):
     hidden_size: list[int] = Field(
         default_factory=lambda: [64], min_length=1, description="Width of each hidden layer."
     )
-    activation: Activation = Field("ReLU", description="Hidden-layer activation.")
-    output_activation: Activation | None = Field(None, description="Output activation, if any.")
-    layer_norm: bool = Field(True, description="Layer normalisation after each hidden layer.")
-    init_layers: bool = Field(True, description="Orthogonal initialisation of the layers.")
-    output_vanish: bool = Field(True, description="Scale the output layer's weights down.")
+    activation: Activation = Field(default="ReLU", description="Hidden-layer activation.")
+    output_activation: Activation | None = Field(
+        default=None, description="Output activation, if any."
+    )
+    layer_norm: bool = Field(
+        default=True, description="Layer normalisation after each hidden layer."
+    )
+    init_layers: bool = Field(default=True, description="Orthogonal initialisation of the layers.")
+    output_vanish: bool = Field(default=True, description="Scale the output layer's weights down.")
     min_hidden_layers: int = Field(
-        1, gt=0, le=limits.LAYERS, description="Fewest hidden layers mutation keeps."
+        default=1, gt=0, le=limits.LAYERS, description="Fewest hidden layers mutation keeps."
     )
     max_hidden_layers: int = Field(
-        3, gt=1, le=limits.LAYERS, description=f"Most hidden layers mutation allows. {_LAYERS}"
+        default=3,
+        gt=1,
+        le=limits.LAYERS,
+        description=f"Most hidden layers mutation allows. {_LAYERS}",
     )
     min_mlp_nodes: int = Field(
-        8, gt=0, le=limits.WIDTH, description="Narrowest a hidden layer may become."
+        default=8, gt=0, le=limits.WIDTH, description="Narrowest a hidden layer may become."
     )
     max_mlp_nodes: int = Field(
-        500, gt=1, le=limits.WIDTH, description=f"Widest a hidden layer may become. {_WIDTH}"
+        default=500,
+        gt=1,
+        le=limits.WIDTH,
+        description=f"Widest a hidden layer may become. {_WIDTH}",
     )
 
     @model_validator(mode="after")
@@ -82,7 +92,7 @@ class MLPEncoderConfig(MLPConfig):
     """MLP encoder for vector observations."""
 
     arch: Literal["mlp"] | None = Field(
-        None, description="Encoder kind; null lets the observation space decide."
+        default=None, description="Encoder kind; null lets the observation space decide."
     )
     hidden_size: list[int] = Field(
         default_factory=lambda: [64, 64], min_length=1, description="Width of each hidden layer."
@@ -92,7 +102,7 @@ class MLPEncoderConfig(MLPConfig):
 class CNNEncoderConfig(Spec):
     """Convolutional encoder for image observations (channels-first or channels-last)."""
 
-    arch: Literal["cnn"] = Field("cnn", description="Encoder kind.")
+    arch: Literal["cnn"] = Field(default="cnn", description="Encoder kind.")
     channel_size: list[int] = Field(
         default_factory=lambda: [32, 32], min_length=1, description="Channels of each layer."
     )
@@ -106,20 +116,25 @@ class CNNEncoderConfig(Spec):
         min_length=1,
         description=f"Stride of each layer. At most {limits.KERNEL:,}.",
     )
-    activation: Activation = Field("ReLU", description="Activation after each convolution.")
-    layer_norm: bool = Field(False, description="Layer normalisation after each convolution.")
-    init_layers: bool = Field(True, description="Orthogonal initialisation of the layers.")
+    activation: Activation = Field(default="ReLU", description="Activation after each convolution.")
+    layer_norm: bool = Field(
+        default=False, description="Layer normalisation after each convolution."
+    )
+    init_layers: bool = Field(default=True, description="Orthogonal initialisation of the layers.")
     min_hidden_layers: int = Field(
-        1, gt=0, le=limits.LAYERS, description="Fewest convolutions mutation keeps."
+        default=1, gt=0, le=limits.LAYERS, description="Fewest convolutions mutation keeps."
     )
     max_hidden_layers: int = Field(
-        6, gt=1, le=limits.LAYERS, description=f"Most convolutions mutation allows. {_LAYERS}"
+        default=6,
+        gt=1,
+        le=limits.LAYERS,
+        description=f"Most convolutions mutation allows. {_LAYERS}",
     )
     min_channel_size: int = Field(
-        8, gt=0, le=limits.CHANNELS, description="Fewest channels a layer may have."
+        default=8, gt=0, le=limits.CHANNELS, description="Fewest channels a layer may have."
     )
     max_channel_size: int = Field(
-        256,
+        default=256,
         gt=1,
         le=limits.CHANNELS,
         description=f"Most channels a layer may have. At most {limits.CHANNELS:,}.",
@@ -149,20 +164,22 @@ class CNNEncoderConfig(Spec):
 class LSTMEncoderConfig(Spec):
     """Recurrent (LSTM) encoder, used by recurrent PPO."""
 
-    arch: Literal["lstm"] = Field("lstm", description="Encoder kind.")
-    hidden_state_size: int = Field(128, gt=0, description="Size of the LSTM hidden state.")
-    num_layers: int = Field(1, gt=0, description="Stacked LSTM layers.")
+    arch: Literal["lstm"] = Field(default="lstm", description="Encoder kind.")
+    hidden_state_size: int = Field(default=128, gt=0, description="Size of the LSTM hidden state.")
+    num_layers: int = Field(default=1, gt=0, description="Stacked LSTM layers.")
     min_hidden_state_size: int = Field(
-        8, gt=0, le=limits.WIDTH, description="Smallest hidden state allowed."
+        default=8, gt=0, le=limits.WIDTH, description="Smallest hidden state allowed."
     )
     max_hidden_state_size: int = Field(
-        512, gt=1, le=limits.WIDTH, description=f"Largest hidden state allowed. {_WIDTH}"
+        default=512, gt=1, le=limits.WIDTH, description=f"Largest hidden state allowed. {_WIDTH}"
     )
-    min_layers: int = Field(1, ge=0, le=limits.LAYERS, description="Fewest LSTM layers allowed.")
+    min_layers: int = Field(
+        default=1, ge=0, le=limits.LAYERS, description="Fewest LSTM layers allowed."
+    )
     max_layers: int = Field(
-        3, ge=1, le=limits.LAYERS, description=f"Most LSTM layers allowed. {_LAYERS}"
+        default=3, ge=1, le=limits.LAYERS, description=f"Most LSTM layers allowed. {_LAYERS}"
     )
-    dropout: float = Field(0.0, ge=0, le=1, description="Dropout between LSTM layers.")
+    dropout: float = Field(default=0.0, ge=0, le=1, description="Dropout between LSTM layers.")
 
     @model_validator(mode="after")
     def _within_bounds(self) -> LSTMEncoderConfig:
@@ -179,22 +196,26 @@ class LSTMEncoderConfig(Spec):
 class SimBaEncoderConfig(Spec):
     """SimBa residual MLP encoder (Lee et al., 2024)."""
 
-    arch: Literal["simba"] = Field("simba", description="Encoder kind.")
-    hidden_size: int = Field(128, gt=0, description="Width of the residual blocks.")
-    num_blocks: int = Field(2, gt=0, description="Residual blocks.")
-    output_activation: Activation | None = Field(None, description="Output activation, if any.")
-    scale_factor: int = Field(
-        4, gt=0, le=64, description="Expansion factor inside each block. At most 64."
+    arch: Literal["simba"] = Field(default="simba", description="Encoder kind.")
+    hidden_size: int = Field(default=128, gt=0, description="Width of the residual blocks.")
+    num_blocks: int = Field(default=2, gt=0, description="Residual blocks.")
+    output_activation: Activation | None = Field(
+        default=None, description="Output activation, if any."
     )
-    min_blocks: int = Field(1, gt=0, le=limits.LAYERS, description="Fewest blocks mutation keeps.")
+    scale_factor: int = Field(
+        default=4, gt=0, le=64, description="Expansion factor inside each block. At most 64."
+    )
+    min_blocks: int = Field(
+        default=1, gt=0, le=limits.LAYERS, description="Fewest blocks mutation keeps."
+    )
     max_blocks: int = Field(
-        4, gt=1, le=limits.LAYERS, description=f"Most blocks mutation allows. {_LAYERS}"
+        default=4, gt=1, le=limits.LAYERS, description=f"Most blocks mutation allows. {_LAYERS}"
     )
     min_mlp_nodes: int = Field(
-        16, gt=0, le=limits.WIDTH, description="Narrowest the blocks may become."
+        default=16, gt=0, le=limits.WIDTH, description="Narrowest the blocks may become."
     )
     max_mlp_nodes: int = Field(
-        500, gt=1, le=limits.WIDTH, description=f"Widest the blocks may become. {_WIDTH}"
+        default=500, gt=1, le=limits.WIDTH, description=f"Widest the blocks may become. {_WIDTH}"
     )
 
     @model_validator(mode="after")
@@ -211,19 +232,20 @@ class SimBaEncoderConfig(Spec):
 class MultiInputEncoderConfig(Spec):
     """Encoder for Dict observations: one sub-encoder per entry, concatenated."""
 
-    arch: Literal["multiinput"] = Field("multiinput", description="Encoder kind.")
-    latent_dim: int = Field(64, gt=0, description="Output size of each sub-encoder.")
+    arch: Literal["multiinput"] = Field(default="multiinput", description="Encoder kind.")
+    latent_dim: int = Field(default=64, gt=0, description="Output size of each sub-encoder.")
     vector_space_mlp: bool = Field(
-        False, description="Give vector entries their own MLP instead of passing them through."
+        default=False,
+        description="Give vector entries their own MLP instead of passing them through.",
     )
     min_latent_dim: int = Field(
-        8, gt=0, le=limits.WIDTH, description="Smallest latent size allowed."
+        default=8, gt=0, le=limits.WIDTH, description="Smallest latent size allowed."
     )
     max_latent_dim: int = Field(
-        128, gt=1, le=limits.WIDTH, description=f"Largest latent size allowed. {_WIDTH}"
+        default=128, gt=1, le=limits.WIDTH, description=f"Largest latent size allowed. {_WIDTH}"
     )
-    mlp_config: MLPEncoderConfig | None = Field(None, description="MLP for vector entries.")
-    cnn_config: CNNEncoderConfig | None = Field(None, description="CNN for image entries.")
+    mlp_config: MLPEncoderConfig | None = Field(default=None, description="MLP for vector entries.")
+    cnn_config: CNNEncoderConfig | None = Field(default=None, description="CNN for image entries.")
 
     @model_validator(mode="after")
     def _within_bounds(self) -> MultiInputEncoderConfig:
@@ -279,22 +301,27 @@ EncoderConfig = Annotated[
 class NetworkSpec(Spec):
     """The evolvable network: an encoder, a latent layer, and an MLP head."""
 
-    latent_dim: int = Field(64, gt=0, description="Width of the encoder's output.")
+    latent_dim: int = Field(default=64, gt=0, description="Width of the encoder's output.")
     min_latent_dim: int = Field(
-        8, gt=0, le=limits.WIDTH, description="Smallest latent width mutation allows."
+        default=8, gt=0, le=limits.WIDTH, description="Smallest latent width mutation allows."
     )
     max_latent_dim: int = Field(
-        128, gt=1, le=limits.WIDTH, description=f"Largest latent width mutation allows. {_WIDTH}"
+        default=128,
+        gt=1,
+        le=limits.WIDTH,
+        description=f"Largest latent width mutation allows. {_WIDTH}",
     )
     encoder_config: EncoderConfig | None = Field(
-        None,
+        default=None,
         description="Encoder options; null (or no arch) lets the observation space decide.",
     )
     head_config: MLPConfig = Field(
         default_factory=MLPConfig, description="MLP head(s) on top of the latent."
     )
-    random_seed: int | None = Field(None, description="Seed of the network's own generator.")
-    simba: bool = Field(False, description="Use the SimBa residual encoder for vectors.")
+    random_seed: int | None = Field(
+        default=None, description="Seed of the network's own generator."
+    )
+    simba: bool = Field(default=False, description="Use the SimBa residual encoder for vectors.")
 
     @model_validator(mode="before")
     @classmethod
@@ -344,5 +371,5 @@ class StochasticNetworkSpec(NetworkSpec):
     """Network of a stochastic policy (PPO): adds output squashing."""
 
     squash_output: bool = Field(
-        False, description="Squash continuous actions with tanh instead of clipping them."
+        default=False, description="Squash continuous actions with tanh instead of clipping them."
     )

@@ -14,7 +14,7 @@ class NStepBufferArgs(Spec):
     """Options of the n-step return buffer."""
 
     n_step: int = Field(
-        3,
+        default=3,
         ge=1,
         le=limits.N_STEP,
         description=f"Steps summed into each n-step return. At most {limits.N_STEP:,}.",
@@ -24,14 +24,14 @@ class NStepBufferArgs(Spec):
 class PERBufferArgs(Spec):
     """Options of the prioritised replay buffer."""
 
-    alpha: float = Field(0.5, ge=0, le=1, description="Priority exponent (0 is uniform).")
+    alpha: float = Field(default=0.5, ge=0, le=1, description="Priority exponent (0 is uniform).")
 
 
 class ReplayBufferSpec(Spec):
     """The replay memory shared by the whole population."""
 
     max_size: int = Field(
-        100_000,
+        default=100_000,
         ge=1,
         le=limits.BUFFER,
         validation_alias=AliasChoices("max_size", "memory_size"),
@@ -39,14 +39,17 @@ class ReplayBufferSpec(Spec):
         f"At most {limits.BUFFER:,}; `agile train` also checks that it fits in memory.",
     )
     standard_buffer: bool = Field(
-        True, description="Accepted for compatibility; a uniform buffer is the default anyway."
+        default=True,
+        description="Accepted for compatibility; a uniform buffer is the default anyway.",
     )
-    n_step_buffer: bool = Field(False, description="Learn from n-step returns (single-agent).")
+    n_step_buffer: bool = Field(
+        default=False, description="Learn from n-step returns (single-agent)."
+    )
     n_step_buffer_args: NStepBufferArgs = Field(
         default_factory=NStepBufferArgs, description="Options of the n-step buffer."
     )
     per_buffer: bool = Field(
-        False, description="Prioritised experience replay (algorithms that support it)."
+        default=False, description="Prioritised experience replay (algorithms that support it)."
     )
     per_buffer_args: PERBufferArgs = Field(
         default_factory=PERBufferArgs, description="Options of the prioritised buffer."

@@ -14,12 +14,14 @@ class TournamentSelectionSpec(Spec):
     """Tournament selection with optional elitism, run between generations."""
 
     strategy: Literal["tournament"] = Field(
-        "tournament", description="Selection strategy; only 'tournament' is available."
+        default="tournament", description="Selection strategy; only 'tournament' is available."
     )
     tournament_size: int = Field(
-        2,
+        default=2,
         ge=2,
         le=limits.POPULATION,
         description="Members drawn (with replacement) for each tournament.",
     )
-    elitism: bool = Field(True, description="Carry the best member into the next generation.")
+    elitism: bool = Field(
+        default=True, description="Carry the best member into the next generation."
+    )

@@ -14,14 +14,14 @@ class TrainingSpec(Spec):
     """How long to train, how often to evolve, and how large the population is."""
 
     max_steps: int = Field(
-        1_000_000,
+        default=1_000_000,
         ge=1,
         le=limits.STEPS,
         description="Environment steps each population member trains for. "
         f"At most {limits.STEPS:,}.",
     )
     evo_steps: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=limits.STEPS,
         validation_alias=AliasChoices("evo_steps", "metrics_interval"),
@@ -31,7 +31,7 @@ class TrainingSpec(Spec):
         ),
     )
     pop_size: int = Field(
-        1,
+        default=1,
         ge=1,
         le=limits.POPULATION,
         validation_alias=AliasChoices("pop_size", "population_size"),
@@ -39,88 +39,92 @@ class TrainingSpec(Spec):
         f"At most {limits.POPULATION:,}.",
     )
     eval_steps: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=limits.EPISODE_STEPS,
         description="Step cap per evaluation episode; null runs episodes to the end. "
         f"At most {limits.EPISODE_STEPS:,}.",
     )
     eval_loop: int = Field(
-        1,
+        default=1,
         ge=1,
         le=limits.EVALUATION_EPISODES,
         description="Evaluation episodes averaged into one fitness. "
         f"At most {limits.EVALUATION_EPISODES:,}.",
     )
     target_score: float | None = Field(
-        None,
+        default=None,
         description=(
             "Stop early once the best member's mean fitness over its last few evaluations "
             "reaches this score."
         ),
     )
     learning_delay: int = Field(
-        0,
+        default=0,
         ge=0,
         le=limits.STEPS,
         description="Transitions collected before off-policy learning starts.",
     )
-    eps_start: float = Field(1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy).")
-    eps_end: float = Field(0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
+    eps_start: float = Field(
+        default=1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy)."
+    )
+    eps_end: float = Field(default=0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
     eps_decay: float = Field(
-        0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
+        default=0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
     )
     checkpoint_steps: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=limits.STEPS,
         description="Save the whole population every this many environment steps.",
     )
     checkpoint_path: str | None = Field(
-        None, description="Where checkpoints go; default is the run folder's checkpoints/."
+        default=None, description="Where checkpoints go; default is the run folder's checkpoints/."
     )
     overwrite_checkpoints: bool = Field(
-        False, description="Keep only the latest checkpoint instead of one per save."
+        default=False, description="Keep only the latest checkpoint instead of one per save."
     )
     evaluation_interval: int = Field(
-        10,
+        default=10,
         ge=1,
         le=limits.ITERATIONS,
         description="LLM finetuning only: iterations between evaluations.",
     )
     num_epochs: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=limits.ITERATIONS,
         description="LLM finetuning only: stop after this many passes over the data.",
     )
     max_wall_seconds: float | None = Field(
-        None, gt=0, description="Multi-turn LLM finetuning only: wall-clock budget in seconds."
+        default=None,
+        gt=0,
+        description="Multi-turn LLM finetuning only: wall-clock budget in seconds.",
     )
     episode_steps: int = Field(
-        500,
+        default=500,
         ge=1,
         le=limits.EPISODE_STEPS,
         description="Bandits only: steps per training episode.",
     )
     sum_scores: bool = Field(
-        True, description="Multi-agent only: sum the agents' rewards into one fitness."
+        default=True, description="Multi-agent only: sum the agents' rewards into one fitness."
     )
     hpo: bool = Field(
-        True,
+        default=True,
         description=(
             "Evolve the population when both mutation and tournament_selection are given; "
             "false trains the members independently."
         ),
     )
     reporting_interval: int = Field(
-        1024,
+        default=1024,
         ge=1,
         le=limits.STEPS,
         description="Arena only: environment steps between progress reports.",
     )
     experience_sharing: bool = Field(
-        False,
+        default=False,
         description="Arena only: share experience between nodes (locally it is always shared).",
     )
 

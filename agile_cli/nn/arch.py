@@ -11,9 +11,9 @@ bounds changes nothing, as in AgileRL's evolvable modules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 import numpy as np
 
@@ -433,7 +433,7 @@ class NetworkArch:
         )
 
 
-def is_image_space(space: gymnasium.spaces.Space) -> bool:
+def is_image_space(space: gymnasium.spaces.Space) -> TypeGuard[gymnasium.spaces.Box]:
     """Whether ``space`` holds images: a 3-D ``Box``, channels-first or channels-last."""
     from gymnasium import spaces
 
@@ -516,7 +516,10 @@ def _from_config(
     config: MLPConfig | CNNEncoderConfig | SimBaEncoderConfig,
 ) -> Any:
     values = {field.name: getattr(config, field.name) for field in fields(cls)}
-    return cls(**{key: tuple(v) if isinstance(v, list) else v for key, v in values.items()})
+    kwargs: dict[str, Any] = {
+        key: tuple(v) if isinstance(v, list) else v for key, v in values.items()
+    }
+    return cls(**kwargs)
 
 
 def _default_cnn() -> CNNArch:
@@ -577,7 +580,7 @@ def _lstm_encoder(config: Any) -> LSTMArch:
     )
 
 
-_ENCODER_BUILDERS = {
+_ENCODER_BUILDERS: dict[str, Callable[[Any], EncoderArch]] = {
     "mlp": _mlp_encoder,
     "cnn": _cnn_encoder,
     "multiinput": _multi_input_encoder,

@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping
 from functools import partial
 from itertools import pairwise
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium
 import numpy as np
@@ -40,6 +41,9 @@ from agile_cli.nn.noisy import NoisyLinear
 from agile_cli.nn.recurrent_arch import LSTMArch
 from agile_cli.nn.transfer import transfer_weights
 
+if TYPE_CHECKING:
+    from agile_cli.nn.recurrent import LSTMEncoder
+
 Observation = torch.Tensor | dict[str, torch.Tensor]
 
 _HIDDEN_GAIN = math.sqrt(2)
@@ -50,14 +54,15 @@ def _initialise(
     layer: nn.Linear | nn.Conv2d, gain: float | None, generator: torch.Generator | None
 ) -> None:
     """Orthogonal weights with ``gain`` and zero biases; ``gain=None`` is PyTorch's default."""
+    bias = cast(torch.Tensor, layer.bias)  # the layers made here all have one
     with torch.no_grad():
         if gain is not None:
             nn.init.orthogonal_(layer.weight, gain, generator=generator)
-            nn.init.zeros_(layer.bias)
+            nn.init.zeros_(bias)
             return
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
         bound = 1 / math.sqrt(layer.weight[0].numel())
-        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+        nn.init.uniform_(bias, -bound, bound, generator=generator)
 
 
 def _linear(
@@ -136,7 +141,8 @@ class MLP(nn.Module):
         self.out_act = make_activation(arch.activation if latent else arch.output_activation)
         if arch.output_vanish and not latent:
             with torch.no_grad():
-                weight = self.out.weight_mu if noisy_std is not None else self.out.weight
+                out = self.out
+                weight = out.weight_mu if isinstance(out, NoisyLinear) else out.weight
                 weight.mul_(_VANISH)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -326,7 +332,7 @@ def _encoder(
 ) -> nn.Module:
     encoder = arch.encoder
     is_dict = isinstance(space, spaces.Dict)
-    if isinstance(encoder, MultiInputArch) and is_dict:
+    if isinstance(encoder, MultiInputArch) and isinstance(space, spaces.Dict):
         return MultiInputEncoder(space, encoder, arch.latent_dim, generator)
     if isinstance(encoder, CNNArch) and is_image_space(space):
         return CNN(space.shape, encoder, arch.latent_dim, generator)
@@ -416,7 +422,7 @@ class EvolvableNetwork(nn.Module):
     def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
         """A recurrent network's zero hidden state for ``batch`` sequences: ``(h, c)``, each
         ``[num_layers, batch, hidden_state_size]``."""
-        return self.encoder.initial_state(batch)
+        return cast("LSTMEncoder", self.encoder).initial_state(batch)
 
     def unroll(
         self,
@@ -491,7 +497,12 @@ def preprocess(
     """
     space = observation_space
     if isinstance(space, spaces.Dict):
-        return {key: preprocess(sub, obs[key], device) for key, sub in space.spaces.items()}
+        entries = cast("dict[str, Any]", obs)  # a Dict space's observations are dicts
+        # Any: a nested Dict space gives a nested dict
+        processed: dict[str, Any] = {
+            key: preprocess(sub, entries[key], device) for key, sub in space.spaces.items()
+        }
+        return processed
     if not isinstance(obs, torch.Tensor):
         obs = np.asarray(obs)
     tensor = torch.as_tensor(obs, device=device)

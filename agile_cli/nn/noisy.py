@@ -48,6 +48,9 @@ class NoisyLinear(nn.Module):
     :param generator: source of the initial weights.
     """
 
+    eps_in: torch.Tensor  # buffers
+    eps_out: torch.Tensor
+
     def __init__(
         self,
         in_features: int,

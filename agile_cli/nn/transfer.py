@@ -103,7 +103,7 @@ def transfer_optimizer_state(
         for name, new_param in new_params.items():
             old_param = old_params.get(name)
             state = old.state.get(old_param) if old_param is not None else None
-            if state:
+            if state and old_param is not None:  # state implies old_param
                 blocks = gate_blocks(name)
                 new.state[new_param] = {
                     key: _moved_state(value, old_param, new_param, blocks)

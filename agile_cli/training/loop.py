@@ -332,7 +332,7 @@ class EvolutionLoop:
         }
 
     def _save_checkpoint(self) -> None:
-        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps
+        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps or 0
         snapshot = bool(every) and self.state.steps_per_member // every > self.state.snapshots
         if snapshot:
             self.state.snapshots = self.state.steps_per_member // every

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from agile_cli.training.runners import (
     Progress,
     rollout_lengths,
 )
+
+if TYPE_CHECKING:
+    from agile_cli.nn.modules import Observation
 
 
 class GroupRows(NamedTuple):
@@ -142,7 +145,10 @@ class MultiAgentOnPolicyRunner:
                 valid, finished = tracker.step(rewards, terminated, truncated)
                 if not valid.all():  # those steps only reset: obs starts new episodes
                     member.reset_state(~valid)
-                rollout.add(obs_tensor, records, agents.step(infos, valid))
+                # A team's observations and records are keyed by group.
+                team_obs = cast("Mapping[str, Observation]", obs_tensor)
+                team_records = cast("Mapping[str, PolicyRecord]", records)
+                rollout.add(team_obs, team_records, agents.step(infos, valid))
                 stats.episode_returns += finished
                 stats.steps += self.num_envs
                 member.record.steps += self.num_envs

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -20,6 +20,13 @@ from agile_cli.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayB
 from agile_cli.rollout import Rollout
 
 Progress = Callable[[int], None]
+
+
+class _Prioritised(Protocol):
+    """A member that learns from prioritised replay: it anneals the importance exponent."""
+
+    @property
+    def per_beta(self) -> float: ...
 
 
 @dataclass
@@ -131,7 +138,8 @@ class OffPolicyRunner:
 
     def _learn(self, member: OffPolicyAlgorithm) -> float:
         if isinstance(self.buffer, PrioritizedReplayBuffer):
-            batch = self.buffer.sample(int(member.batch_size), member.generator, member.per_beta)
+            beta = cast(_Prioritised, member).per_beta
+            batch = self.buffer.sample(int(member.batch_size), member.generator, beta)
         else:
             batch = self.buffer.sample(int(member.batch_size), member.generator)
         result = member.learn(batch)

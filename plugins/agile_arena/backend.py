@@ -6,7 +6,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -19,6 +19,7 @@ from agile_cli import (
     ManifestError,
     Registry,
     RunResult,
+    Spec,
     TrainingManifest,
     UsageError,
 )
@@ -93,11 +94,12 @@ class ArenaBackend(Backend):
     def train(
         self,
         manifest: TrainingManifest,
-        options: ArenaOptions,
+        options: Spec,
         registry: Registry,
         *,
         verbose: bool,
     ) -> RunResult:
+        options = cast(ArenaOptions, options)  # the CLI validated them against ArenaOptions
         check_eligible(manifest)
         payload = arena_manifest(manifest)
         with make_client(options) as client:
@@ -164,9 +166,10 @@ def _upload_custom_environment(
         )
     with tempfile.TemporaryDirectory() as folder:
         env_config = None
-        if getattr(environment, "config", None):
+        config = getattr(environment, "config", None)
+        if config:
             env_config = Path(folder) / "env_config.json"
-            env_config.write_text(json.dumps(environment.config))
+            env_config.write_text(json.dumps(config))
         client.validate_environment(
             environment.name,
             source=source,

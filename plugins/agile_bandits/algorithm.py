@@ -113,9 +113,9 @@ class NeuralUCB(OffPolicyAlgorithm):
         old_inverse = self.a_inv
         super().set_architecture(arch)
         new_shapes = self._parameter_shapes()
-        new_index, old_index = surviving_indices(old_shapes, new_shapes)
+        new_rows, old_rows = surviving_indices(old_shapes, new_shapes)
         inverse = self._initial_inverse(sum(int(np.prod(s)) for s in new_shapes.values()))
-        new_index, old_index = torch.as_tensor(new_index), torch.as_tensor(old_index)
+        new_index, old_index = torch.as_tensor(new_rows), torch.as_tensor(old_rows)
         if inverse.dim() == 1:
             kept = old_inverse if old_inverse.dim() == 1 else old_inverse.diagonal()
             inverse[new_index] = kept[old_index]

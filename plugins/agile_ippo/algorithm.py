@@ -10,7 +10,7 @@ Multi-Agent Games", NeurIPS 2022 Datasets and Benchmarks).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -130,7 +130,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
 
     def _log_std(self, group: str) -> torch.Tensor | None:
         module = self.networks.get(f"log_std.{group}")
-        return None if module is None else module.log_std  # type: ignore[union-attr]
+        return None if module is None else cast(LogStd, module).log_std
 
     def _split(self, group: str, actions: np.ndarray) -> dict[str, np.ndarray]:
         """A group's ``[A * N, ...]`` actions by agent."""

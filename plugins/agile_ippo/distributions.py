@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -22,6 +23,12 @@ from agile_cli import gumbel_argmax, normal_draws, uniform_draws
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
+def _shape(space: spaces.Space) -> tuple[int, ...]:
+    """The shape of a space :func:`action_head` accepts (all four have one; gymnasium types
+    ``Space.shape`` as optional for spaces without)."""
+    return cast("tuple[int, ...]", space.shape)
+
+
 class ActionHead(abc.ABC):
     """How one action space reads a policy head's output. Box heads take the log standard
     deviation as ``log_std``; the others ignore it.
@@ -31,7 +38,7 @@ class ActionHead(abc.ABC):
 
     def __init__(self, space: spaces.Space) -> None:
         self.space = space
-        self.width = int(np.prod(space.shape))
+        self.width = int(np.prod(_shape(space)))
 
     @abc.abstractmethod
     def sample(
@@ -52,7 +59,7 @@ class ActionHead(abc.ABC):
     def to_env(self, actions: torch.Tensor) -> np.ndarray:
         """Actions as the environment takes them, one row each."""
         array = actions.cpu().numpy()
-        return array.reshape(array.shape[0], *self.space.shape)
+        return array.reshape(array.shape[0], *_shape(self.space))
 
 
 class CategoricalHead(ActionHead):

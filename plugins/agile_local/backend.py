@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from agile_cli import (
     Backend,
     Registry,
     RunOptions,
     RunResult,
+    Spec,
     TrainingManifest,
     TrainResult,
     resume_local,
@@ -17,7 +19,8 @@ from agile_cli import (
 from agile_local.spec import LocalOptions
 
 
-def _run_options(options: LocalOptions) -> RunOptions:
+def _run_options(spec: Spec) -> RunOptions:
+    options = cast(LocalOptions, spec)  # the CLI validated them against LocalOptions
     return RunOptions(
         device=options.device,
         seed=options.seed,
@@ -49,7 +52,7 @@ class LocalBackend(Backend):
     def train(
         self,
         manifest: TrainingManifest,
-        options: LocalOptions,
+        options: Spec,
         registry: Registry,
         *,
         verbose: bool,
@@ -57,6 +60,6 @@ class LocalBackend(Backend):
         return _result(run_local(manifest, registry, _run_options(options), verbose=verbose))
 
     def resume(
-        self, run_dir: Path, options: LocalOptions, registry: Registry, *, verbose: bool
+        self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
     ) -> RunResult:
         return _result(resume_local(run_dir, registry, _run_options(options), verbose=verbose))

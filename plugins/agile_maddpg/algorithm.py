@@ -6,6 +6,8 @@ NeurIPS 2017.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from agile_cli import CentralisedActorCritic, LearnResult, Transitions
@@ -31,12 +33,15 @@ class MADDPG(CentralisedActorCritic):
     spec: MADDPGSpec
 
     def learn(self, batch: Transitions) -> LearnResult:
-        obs = self.joint_obs(batch.obs)
-        taken = {agent: self.critic_action(agent, batch.actions[agent]) for agent in self.agents}
+        # a multi-agent buffer samples observations and actions by agent
+        agent_obs = cast("dict[str, torch.Tensor]", batch.obs)
+        stored = cast("dict[str, torch.Tensor]", batch.actions)
+        obs = self.joint_obs(agent_obs)
+        taken = {agent: self.critic_action(agent, stored[agent]) for agent in self.agents}
         actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
         loss = self.critic_loss(obs, actions, self.td_targets(batch))
         self.minimise(loss, self.critics)
         self.learn_counter += 1
-        self.update_actors(batch.obs, obs, taken)
+        self.update_actors(agent_obs, obs, taken)
         self.soft_update_targets()
         return LearnResult(float(loss.detach()))

@@ -7,7 +7,7 @@ Critics", 2019 (TD3's three changes, Fujimoto et al. 2018, applied to MADDPG).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
@@ -37,14 +37,17 @@ class MATD3(CentralisedActorCritic):
     policy_freq: int
 
     def learn(self, batch: Transitions) -> LearnResult:
-        obs = self.joint_obs(batch.obs)
-        taken = {agent: self.critic_action(agent, batch.actions[agent]) for agent in self.agents}
+        # a multi-agent buffer samples observations and actions by agent
+        agent_obs = cast("dict[str, torch.Tensor]", batch.obs)
+        stored = cast("dict[str, torch.Tensor]", batch.actions)
+        obs = self.joint_obs(agent_obs)
+        taken = {agent: self.critic_action(agent, stored[agent]) for agent in self.agents}
         actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
         loss = self.critic_loss(obs, actions, self.td_targets(batch))
         self.minimise(loss, self.critics)
         self.learn_counter += 1
         if self.learn_counter % self.policy_freq == 0:  # the delayed policy update
-            self.update_actors(batch.obs, obs, taken)
+            self.update_actors(agent_obs, obs, taken)
             self.soft_update_targets()
         return LearnResult(float(loss.detach()))
 

@@ -11,7 +11,7 @@ import math
 import multiprocessing
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -135,7 +135,7 @@ class SyncParallelVectorEnv(_Vector):
 
     def _unbatch(self, actions: dict[str, Any]) -> dict[str, Any]:
         """Per agent, something indexable by copy: Python ints for Discrete, rows otherwise."""
-        per_agent = {}
+        per_agent: dict[str, Any] = {}
         for agent in self.agents:
             if self._discrete[agent]:
                 per_agent[agent] = np.asarray(actions[agent], np.int64).reshape(-1).tolist()
@@ -338,7 +338,7 @@ class _Flat:
     crosses a pipe as one bytes object: pickling a dozen small arrays costs about as much as
     stepping a simple environment."""
 
-    def __init__(self, parts: list[dict[str, tuple[tuple[int, ...], Any]]]) -> None:
+    def __init__(self, parts: Sequence[Mapping[str, tuple[tuple[int, ...], Any]]]) -> None:
         self._fields = []
         offset = 0
         for part, arrays in enumerate(parts):

@@ -9,7 +9,7 @@ SB3-contrib's ``RecurrentPPO``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -55,7 +55,7 @@ class PPO(OnPolicyAlgorithm):
 
     def build(self) -> None:
         self.continuous = isinstance(self.action_space, gym.spaces.Box)
-        if self.continuous:
+        if isinstance(self.action_space, gym.spaces.Box):  # that is, self.continuous
             outputs = int(np.prod(self.action_space.shape))
         elif isinstance(self.action_space, gym.spaces.Discrete):
             outputs = int(self.action_space.n)
@@ -63,7 +63,7 @@ class PPO(OnPolicyAlgorithm):
             raise NotImplementedError(f"PPO does not handle {type(self.action_space).__name__}")
         if self.spec.share_encoders:
             self.add_network("actor_critic", {"policy": outputs, "value": 1})
-            trained = ("actor_critic",)
+            trained: tuple[str, ...] = ("actor_critic",)
         else:
             self.add_network("actor", {"policy": outputs})
             self.add_network("critic", {"value": 1})
@@ -91,7 +91,7 @@ class PPO(OnPolicyAlgorithm):
     def _distribution(self, logits: torch.Tensor) -> Distribution:
         if not self.continuous:
             return Categorical(logits=logits)
-        std = self.networks["log_std"].log_std.exp().expand_as(logits)  # type: ignore[union-attr]
+        std = cast(LogStd, self.networks["log_std"]).log_std.exp().expand_as(logits)
         return Independent(Normal(logits, std), 1)
 
     def _to_env(self, actions: torch.Tensor) -> np.ndarray:
@@ -119,8 +119,8 @@ class PPO(OnPolicyAlgorithm):
     ) -> tuple[np.ndarray, PolicyRecord]:
         with torch.no_grad():
             state = None
-            if self.recurrent:
-                logits, values, state = self._step(obs)
+            if self.recurrent:  # an LSTM encoder takes array observations, never dicts
+                logits, values, state = self._step(cast(torch.Tensor, obs))
             else:
                 logits, values = self._heads(obs)
             distribution = self._distribution(logits)
@@ -206,8 +206,8 @@ class PPO(OnPolicyAlgorithm):
             obs = last_obs.unsqueeze(0)  # type: ignore[union-attr]
             _, last_values, _ = self._unroll(obs, self._current_state(obs.shape[1]))
         length = self.spec.max_seq_len
-        batch = rollout.finish_sequences(last_values[0], self.gamma, self.gae_lambda, length)
-        return batch, max(1, int(self.batch_size) // length)
+        sequences = rollout.finish_sequences(last_values[0], self.gamma, self.gae_lambda, length)
+        return sequences, max(1, int(self.batch_size) // length)
 
     def _minibatch(
         self, batch: RolloutBatch | SequenceBatch, rows: torch.Tensor
