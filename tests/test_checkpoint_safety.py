@@ -234,3 +234,15 @@ def test_a_checkpoint_larger_than_free_memory_is_refused_unread(tmp_path, monkey
     monkeypatch.setattr(budget, "available_memory", lambda: 1024)
     with pytest.raises(TrainingError, match=r"more than the 1\.0 KiB of memory"):
         checkpoint.load(path)
+
+
+@pytest.mark.parametrize("missing", ["state", "members", "manifest"])
+def test_a_checkpoint_missing_entries_is_refused_without_a_traceback(run, run_copy, missing):
+    latest = run_copy / "checkpoints" / "latest.pt"
+    state = checkpoint.load(latest)
+    del state[missing]
+    checkpoint.save_atomically(state, latest)
+    for args in (["train", "--resume", str(run_copy)], ["evaluate", str(latest)]):
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert f"not an agile checkpoint (no valid {missing})" in result.output

@@ -16,6 +16,7 @@ from agile_cli.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.buffers import Transitions
 from agile_cli.models.actor_critic import CentralisedActorCriticSpec
 from agile_cli.multi_agent import MultiAgentOffPolicyAlgorithm
+from agile_cli.nn import sampling
 
 # Weight of the penalty on discrete actors' squared logits, which keeps them from growing
 # without bound under the straight-through gradient (as in Lowe et al.'s implementation).
@@ -111,7 +112,7 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
     def _env_action(self, agent: str, out: torch.Tensor, explore: bool) -> np.ndarray:
         if agent not in self.boxes:
             if explore:
-                out = out + self._gumbel(out.shape)
+                out = out + sampling.gumbel_noise(out.shape, self.generator, self.device)
             return out.argmax(dim=-1).cpu().numpy() + self.starts[agent]
         unit = torch.tanh(out).cpu().numpy()
         if explore:
@@ -136,10 +137,6 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
         """Episodes start: their Ornstein-Uhlenbeck processes restart at zero."""
         for agent, state in self.ou_noise.items():
             self.ou_noise[agent] = restart_ou_noise(state, envs)
-
-    def _gumbel(self, shape: torch.Size) -> torch.Tensor:
-        uniform = torch.rand(shape, generator=self.generator).clamp_(1e-9, 1.0 - 1e-9)
-        return -torch.log(-torch.log(uniform)).to(self.device)
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -218,7 +215,8 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
         """A differentiable action: tanh, or a straight-through Gumbel-softmax sample."""
         if agent in self.boxes:
             return torch.tanh(out)
-        soft = torch.softmax(out + self._gumbel(out.shape), dim=-1)
+        noise = sampling.gumbel_noise(out.shape, self.generator, self.device)
+        soft = torch.softmax(out + noise, dim=-1)
         hard = torch.nn.functional.one_hot(soft.argmax(dim=-1), self.widths[agent]).float()
         return hard - soft.detach() + soft
 

@@ -31,11 +31,19 @@ def standard_normal(
     return draws.to(device) if device is not None else draws
 
 
+def gumbel_noise(
+    shape: Sequence[int], generator: torch.Generator, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Standard Gumbel draws of ``shape`` from ``generator``, on ``device`` (uniform draws
+    kept off 0 and 1, so that the noise is finite)."""
+    noise = -torch.log(-torch.log(uniform(shape, generator).clamp_(1e-9, 1.0 - 1e-9)))
+    return noise.to(device) if device is not None else noise
+
+
 def gumbel_argmax(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One sample of ``softmax(logits)`` along the last dimension (the Gumbel-max trick:
     ``argmax(logits + Gumbel noise)``); ``-inf`` logits are never chosen."""
-    draws = uniform(logits.shape, generator, logits.device)
-    return (logits - torch.log(-torch.log(draws))).argmax(dim=-1)
+    return (logits + gumbel_noise(logits.shape, generator, logits.device)).argmax(dim=-1)
 
 
 @torch.no_grad()

@@ -33,6 +33,11 @@ FORMAT_VERSION = 2
 POPULATION = "population"
 MEMBER = "member"
 
+#: The entries each kind must hold, and of what type, for the loop and evaluation to read.
+_LAYOUT: dict[str, dict[str, type | tuple[type, ...]]] = {
+    POPULATION: {"manifest": dict, "state": dict, "members": list, "elite": (dict, type(None))},
+    MEMBER: {"manifest": dict, "member": dict},
+}
 _ARRAY_TAG = "__agile_ndarray__"
 _PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.Size)
 
@@ -56,10 +61,11 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
         raise
 
 
-def load(path: Path, kind: str | None = None) -> dict[str, Any]:
+def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_atomically`, without running any code in it.
 
-    :param kind: the kind required (:data:`POPULATION` or :data:`MEMBER`); None takes either.
+    :param kind: the kind or kinds required (:data:`POPULATION`, :data:`MEMBER`), whose
+        entries are then checked too; None takes any agile file of this format.
     :raises TrainingError: the file is missing, damaged, foreign, or of another kind.
     """
     if not path.is_file():
@@ -96,7 +102,7 @@ def _check_archive(path: Path) -> None:
         )
 
 
-def _check_header(state: Any, path: Path, kind: str | None) -> None:
+def _check_header(state: Any, path: Path, kind: str | tuple[str, ...] | None) -> None:
     if not isinstance(state, dict) or "format" not in state:
         raise TrainingError(f"{path} is not an agile checkpoint")
     if state["format"] != FORMAT_VERSION:
@@ -105,9 +111,20 @@ def _check_header(state: Any, path: Path, kind: str | None) -> None:
             f"{FORMAT_VERSION}",
             "train the run again with this version of agile",
         )
-    if kind is not None and state.get("kind") != kind:
+    if kind is None:
+        return
+    kinds = (kind,) if isinstance(kind, str) else kind
+    if len(kinds) == 1 and state.get("kind") in _LAYOUT and state.get("kind") != kinds[0]:
         what = "one member (an elite)" if state.get("kind") == MEMBER else "a whole population"
-        raise TrainingError(f"{path} holds {what}, not a {kind} checkpoint")
+        raise TrainingError(f"{path} holds {what}, not a {kinds[0]} checkpoint")
+    if state.get("kind") not in kinds:
+        raise TrainingError(
+            f"{path} is not an agile checkpoint (unknown kind {state.get('kind')!r})"
+        )
+    layout = _LAYOUT[state["kind"]]
+    wrong = [key for key, types in layout.items() if not isinstance(state.get(key), types)]
+    if wrong:
+        raise TrainingError(f"{path} is not an agile checkpoint (no valid {', '.join(wrong)})")
 
 
 def _encode(value: Any, where: str) -> Any:

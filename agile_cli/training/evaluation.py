@@ -32,10 +32,11 @@ def load_agent(
     """
     if path.is_dir():
         path = path / "elite.pt"
-    state = checkpoint.load(path)
+    state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
     trust.check(state, path, trusted=trust_code)
     manifest = TrainingManifest.get_validated(state["manifest"], registry=registry)
-    saved = _member_state(state, member, path)
+    with explain_mismatch():
+        saved = _member_state(state, member, path)
     env = setup.build_environment(manifest, registry, seed=0)
     try:
         spaces = setup.member_spaces(manifest, env)

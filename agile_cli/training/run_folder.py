@@ -93,7 +93,7 @@ class RunFolder:
             raise UsageError(f"another run has just taken {self.path}") from None
 
     def holds_run(self) -> bool:
-        return any((self.path / name).exists() for name in (*RUN_FILES, *RUN_FOLDERS[:1]))
+        return any((self.path / name).exists() for name in (*RUN_FILES, "checkpoints"))
 
     def _remove_run(self) -> None:
         for name in RUN_FILES:

@@ -15,7 +15,7 @@ from agile_cli.registry import Registry
 from agile_cli.training import checkpoint, trust
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
-from agile_cli.training.resume import check_compatible, manifest_edits
+from agile_cli.training.resume import check_compatible, explain_mismatch, manifest_edits
 from agile_cli.training.run_folder import RunFolder
 
 
@@ -153,8 +153,9 @@ def resume_local(
     check_compatible(state, manifest)
     notes = manifest_edits(state["manifest"], manifest.to_dict())
     trust.check(state, folder.latest, trusted=options.trust_code)
-    _refuse_finished(state, manifest, run_dir)
-    options.seed = state["state"]["seed"]
+    with explain_mismatch():
+        _refuse_finished(state, manifest, run_dir)
+        options.seed = int(state["state"]["seed"])
     torch_threads()
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder)
