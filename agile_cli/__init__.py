@@ -12,6 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from agile_cli import experience
 from agile_cli.backend import Backend, RunResult
 from agile_cli.environment import (
     EnvironmentBuilder,
@@ -51,20 +52,26 @@ from agile_cli.models.algorithm import VectorEnvironmentSpec, check_entrypoint
 from agile_cli.models.base import located_error
 from agile_cli.models.clipped_objective import ClippedObjectiveSpec
 from agile_cli.models.gymnasium import GymnasiumEnvSpec
+from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
+from agile_cli.plugins import installed_registry
 from agile_cli.registry import (
+    ParadigmEntry,
     RegisterAlgorithm,
     RegisterBackend,
     RegisterCommand,
     RegisterEnvironment,
+    RegisterParadigm,
     Registry,
 )
-from agile_cli.trainers import ArenaTrainer, BackendTrainer
+from agile_cli.trainers import BackendTrainer
 
 __version__ = "0.1.0"
 
 # Public names whose modules import torch, gymnasium or numpy (or, for plugin_host, the CLI):
 # loaded on first access.
 _LAZY = {
+    # The brief's name, kept: the Arena plugin's trainer (`from agile_arena import ArenaTrainer`).
+    "ArenaTrainer": "agile_arena.trainer:ArenaTrainer",
     "LocalTrainer": "agile_cli.training.trainer:LocalTrainer",
     "Algorithm": "agile_cli.agent:Algorithm",
     "OffPolicyAlgorithm": "agile_cli.agent:OffPolicyAlgorithm",
@@ -106,6 +113,11 @@ _LAZY = {
     "gym_env_factory": "agile_cli.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_cli.gym_vector:gym_vector_env",
     "RunOptions": "agile_cli.training.loop:RunOptions",
+    "OffPolicyRunner": "agile_cli.training.runners:OffPolicyRunner",
+    "OnPolicyRunner": "agile_cli.training.runners:OnPolicyRunner",
+    "MultiAgentOffPolicyRunner": "agile_cli.training.runners:MultiAgentOffPolicyRunner",
+    "MultiAgentOnPolicyRunner": "agile_cli.training.multi_agent_on_policy:MultiAgentOnPolicyRunner",
+    "GenerationStats": "agile_cli.training.runners:GenerationStats",
     "TrainResult": "agile_cli.training.loop:TrainResult",
     "run_local": "agile_cli.training.trainer:run_local",
     "resume_local": "agile_cli.training.trainer:resume_local",
@@ -117,6 +129,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from agile_arena.trainer import ArenaTrainer
     from agile_cli.agent import (
         AgentContext,
         Algorithm,
@@ -160,7 +173,13 @@ if TYPE_CHECKING:
     from agile_cli.training.budget import available_memory, format_bytes
     from agile_cli.training.evaluation import load_agent
     from agile_cli.training.loop import RunOptions, TrainResult
-    from agile_cli.training.multi_agent_on_policy import TeamRollout
+    from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
+    from agile_cli.training.runners import (
+        GenerationStats,
+        MultiAgentOffPolicyRunner,
+        OffPolicyRunner,
+        OnPolicyRunner,
+    )
     from agile_cli.training.setup import build_environment_from
     from agile_cli.training.trainer import LocalTrainer, resume_local, run_local
 
@@ -182,10 +201,12 @@ __all__ = [
     "EnvironmentBuilder",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
+    "EpsilonGreedyTraining",
     "EvolvableNetwork",
     "ExplorationNoiseSpec",
     "Family",
     "FieldError",
+    "GenerationStats",
     "GymnasiumEnvSpec",
     "LearnResult",
     "LocalTrainer",
@@ -193,14 +214,19 @@ __all__ = [
     "ManifestError",
     "MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm",
+    "MultiAgentOffPolicyRunner",
     "MultiAgentOnPolicyAlgorithm",
+    "MultiAgentOnPolicyRunner",
     "MultiAgentReplayBuffer",
     "MultiAgentVectorEnv",
     "NStepAccumulator",
     "NetworkArch",
     "NetworkSpec",
     "OffPolicyAlgorithm",
+    "OffPolicyRunner",
     "OnPolicyAlgorithm",
+    "OnPolicyRunner",
+    "ParadigmEntry",
     "PluginError",
     "PolicyRecord",
     "PrioritizedReplayBuffer",
@@ -210,6 +236,7 @@ __all__ = [
     "RegisterBackend",
     "RegisterCommand",
     "RegisterEnvironment",
+    "RegisterParadigm",
     "Registry",
     "ReplayBuffer",
     "Rollout",
@@ -223,6 +250,7 @@ __all__ = [
     "TrainResult",
     "TrainingError",
     "TrainingManifest",
+    "TrainingSpec",
     "Transitions",
     "UsageError",
     "VectorEnvironmentSpec",
@@ -233,11 +261,13 @@ __all__ = [
     "can_fork",
     "check_entrypoint",
     "compute_gae",
+    "experience",
     "format_bytes",
     "gumbel_argmax",
     "gym_env_factory",
     "gym_vector_env",
     "hookimpl",
+    "installed_registry",
     "limits",
     "load_agent",
     "located_error",

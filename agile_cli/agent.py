@@ -1,9 +1,14 @@
 """The base class every algorithm implementation derives from: one instance is one member.
 
 The core owns the population, the evolutionary loop, checkpoints and logging. An algorithm
-builds its networks and optimizers from the member's architecture, acts, and learns; the base
-class gives it hyperparameters as attributes, architecture and learning-rate changes that keep
-what can be kept, cloning, and a complete state for checkpoints.
+builds its networks, learned parameters and optimizers from the member's architecture, acts,
+and learns; the base class keeps the member's own copy of its spec (whose hyperparameters
+mutation changes), architecture and learning-rate changes that keep what can be kept, cloning,
+and a complete state for checkpoints.
+
+What the runners tell a member arrives as arguments (``learn``'s batch or rollout, the
+importance exponent's ``progress``); what they read from it is declared here: its spec's
+``batch_size`` and ``learn_step``, :attr:`Algorithm.policy_network`, and :class:`LearnResult`.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class AgentContext:
 class _OptimizerPlan:
     networks: tuple[str, ...]
     lr_attribute: str
+    parameters: tuple[str, ...] = ()
 
 
 @dataclass
@@ -73,12 +79,20 @@ class MemberRecord:
 class Algorithm(abc.ABC):
     """One population member of some algorithm.
 
-    Subclasses implement :meth:`build` (create networks with :meth:`add_network` and optimizers
-    with :meth:`add_optimizer`) and :meth:`act`, plus the learning interface of their family
+    Subclasses implement :meth:`build` (create networks with :meth:`add_network`, learned
+    tensors that are not networks with :meth:`add_parameter`, and optimizers with
+    :meth:`add_optimizer`) and :meth:`act`, plus the learning interface of their family
     (:class:`OffPolicyAlgorithm` or :class:`OnPolicyAlgorithm`).
+
+    Hyperparameters are read from ``self.spec``, the member's own copy of its spec, which
+    :meth:`set_hyperparameter` replaces when mutation changes one.
     """
 
     supports_activation_mutation: ClassVar[bool] = True
+    policy_network: str | None = None
+    """The name of the network that acts, whose weights parameter mutation perturbs. Set it on
+    the class, or in :meth:`build` when it depends on the spec; None (plugins written before it
+    existed) means the first network built."""
 
     def __init__(
         self,
@@ -90,7 +104,7 @@ class Algorithm(abc.ABC):
         context: AgentContext,
         index: int = 0,
     ) -> None:
-        self.spec = spec
+        self.spec = spec.model_copy()  # this member's own: mutation replaces it
         self.observation_space = observation_space
         self.action_space = action_space
         self.arch = arch
@@ -99,13 +113,26 @@ class Algorithm(abc.ABC):
         self.index = index
         self.record = MemberRecord()
         self._seed_generators()
-        for name in spec.mutable_hyperparameters:
-            setattr(self, name, getattr(spec, name))
         self.networks: dict[str, EvolvableNetwork] = {}
+        self.learned_parameters: dict[str, torch.nn.Parameter] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._plans: dict[str, _OptimizerPlan] = {}
         self._parameter_lists: dict[str, list[torch.nn.Parameter]] = {}
         self.build()
+
+    if not TYPE_CHECKING:  # hidden from type checkers, so that agile's own code reads the spec
+
+        def __getattr__(self, name: str) -> Any:
+            """``self.<field>`` for a field of the spec, read-only, for plugins written when
+            hyperparameters were copied onto the member (read ``self.spec.<field>`` instead).
+
+            Only reached when ordinary lookup fails; reads ``__dict__`` directly, since copying
+            and unpickling look attributes up before ``spec`` is set.
+            """
+            spec = self.__dict__.get("spec")
+            if spec is not None and name in type(spec).model_fields:
+                return getattr(spec, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- what subclasses implement -----------------------------------------------------------
 
@@ -154,9 +181,31 @@ class Algorithm(abc.ABC):
         self.networks[name] = network
         return network
 
-    def add_optimizer(self, name: str, networks: tuple[str, ...], lr_attribute: str) -> None:
-        """An Adam optimizer over ``networks`` whose learning rate is ``self.<lr_attribute>``."""
-        self._plans[name] = _OptimizerPlan(networks, lr_attribute)
+    def add_parameter(self, name: str, initial: torch.Tensor) -> torch.nn.Parameter:
+        """A learned tensor that is not a network (e.g. Soft Actor-Critic's log temperature),
+        starting at ``initial``, on the member's device, registered under ``name``.
+
+        Like a network's weights, it can be trained by an optimizer (``add_optimizer(...,
+        parameters=(name,))``), is saved and restored with checkpoints, copied by
+        :meth:`clone`, and kept, with its optimizer state, through architecture changes. Keep
+        it in ``self.learned_parameters[name]``: update it in place (an optimizer step), do
+        not replace it.
+        """
+        parameter = torch.nn.Parameter(initial.detach().clone().to(self.device))
+        self.learned_parameters[name] = parameter
+        return parameter
+
+    def add_optimizer(
+        self,
+        name: str,
+        networks: tuple[str, ...],
+        lr_attribute: str,
+        parameters: tuple[str, ...] = (),
+    ) -> None:
+        """An Adam optimizer over ``networks`` and the learned ``parameters`` (names given to
+        :meth:`add_parameter`) whose learning rate is the hyperparameter ``lr_attribute`` of
+        the spec, following it when it mutates."""
+        self._plans[name] = _OptimizerPlan(networks, lr_attribute, parameters)
         self.optimizers[name] = self._make_optimizer(self._plans[name])
 
     def parameter_list(self, network: str) -> list[torch.nn.Parameter]:
@@ -172,21 +221,16 @@ class Algorithm(abc.ABC):
     ) -> None:
         """Minimise ``loss`` with one step of the named optimizer, clipping the gradient norm
         of its parameters to ``max_grad_norm`` when given (and positive)."""
-        plan = self._plans[optimizer]
         self.optimizers[optimizer].zero_grad(set_to_none=True)
         loss.backward()
         if max_grad_norm:
-            parameters = [p for name in plan.networks for p in self.parameter_list(name)]
-            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self._trained(optimizer), max_grad_norm)
         self.optimizers[optimizer].step()
 
     def minimise(self, loss: torch.Tensor, optimizers: tuple[str, ...]) -> None:
         """One gradient step of ``loss`` by each named optimizer; gradients are computed for
-        their networks' parameters only (e.g. an actor's loss leaves its critic's alone)."""
-        parameters = [
-            p for name in optimizers for network in self._plans[name].networks
-            for p in self.parameter_list(network)
-        ]  # fmt: skip
+        their parameters only (e.g. an actor's loss leaves its critic's alone)."""
+        parameters = [p for name in optimizers for p in self._trained(name)]
         for name in optimizers:
             self.optimizers[name].zero_grad(set_to_none=True)
         loss.backward(inputs=parameters)
@@ -218,8 +262,11 @@ class Algorithm(abc.ABC):
 
     @property
     def policy(self) -> EvolvableNetwork:
-        """The network whose weights parameter mutation perturbs (the first one built)."""
-        return next(iter(self.networks.values()))
+        """The network named by :attr:`policy_network` (the first one built when that is None),
+        whose weights parameter mutation perturbs."""
+        if self.policy_network is None:
+            return next(iter(self.networks.values()))
+        return self.networks[self.policy_network]
 
     @property
     def policies(self) -> list[EvolvableNetwork]:
@@ -227,19 +274,22 @@ class Algorithm(abc.ABC):
         return [self.policy]
 
     def hyperparameters(self) -> dict[str, float | int]:
-        """Current values of every mutable hyperparameter."""
-        return {name: getattr(self, name) for name in self.spec.mutable_hyperparameters}
+        """Current values of every mutable hyperparameter, as this member's spec holds them."""
+        return {name: getattr(self.spec, name) for name in self.spec.mutable_hyperparameters}
 
     def set_hyperparameter(self, name: str, value: float | int) -> None:
-        """Change a hyperparameter; every optimizer using it as learning rate follows."""
-        setattr(self, name, value)
+        """Change a hyperparameter: the member's spec is replaced by a copy with the new value
+        (not validated again: mutation keeps values within their bounds); every optimizer using
+        it as learning rate follows."""
+        self.spec = self.spec.model_copy(update={name: value})
         for optimizer_name, plan in self._plans.items():
             if plan.lr_attribute == name:
                 for group in self.optimizers[optimizer_name].param_groups:
                     group["lr"] = value
 
     def set_architecture(self, arch: NetworkArch) -> None:
-        """Rebuild every network for ``arch``, keeping weights and optimizer state that fit."""
+        """Rebuild every network for ``arch``, keeping weights and optimizer state that fit
+        (learned parameters are not rebuilt: they and their optimizer state are kept)."""
         old_networks = self.networks
         self._parameter_lists = {}
         old_params = {name: self._named_parameters(plan) for name, plan in self._plans.items()}
@@ -259,7 +309,8 @@ class Algorithm(abc.ABC):
         """Called after the policy's weights were perturbed (e.g. to refresh copies)."""
 
     def clone(self, index: int) -> Algorithm:
-        """An independent copy (networks, optimizers, hyperparameters, record) with ``index``.
+        """An independent copy (networks, learned parameters, optimizers, spec, record) with
+        ``index``.
 
         A copy under a new index gets random generators of its own (from the run's member seed
         and that index), so that copies of one parent explore differently; a copy under the
@@ -285,6 +336,10 @@ class Algorithm(abc.ABC):
             "arch": self.arch.to_dict(),
             "hyperparameters": self.hyperparameters(),
             "networks": {name: net.state_dict() for name, net in self.networks.items()},
+            "parameters": {
+                name: parameter.detach().clone()
+                for name, parameter in self.learned_parameters.items()
+            },
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "record": copy.deepcopy(self.record.__dict__),
             "torch_rng": self.generator.get_state(),
@@ -300,6 +355,9 @@ class Algorithm(abc.ABC):
             self.set_hyperparameter(name, value)
         for name, network_state in state["networks"].items():
             self.networks[name].load_state_dict(network_state)
+        with torch.no_grad():  # checkpoints made before learned parameters existed have none
+            for name, value in state.get("parameters", {}).items():
+                self.learned_parameters[name].copy_(value)
         for name, optimizer_state in state["optimizers"].items():
             self.optimizers[name].load_state_dict(optimizer_state)
         self.record = MemberRecord(**state["record"])
@@ -316,48 +374,103 @@ class Algorithm(abc.ABC):
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _trained(self, optimizer: str) -> list[torch.nn.Parameter]:
+        """What an optimizer trains: its networks' parameters, then its learned parameters."""
+        plan = self._plans[optimizer]
+        networks = [p for name in plan.networks for p in self.parameter_list(name)]
+        return networks + [self.learned_parameters[name] for name in plan.parameters]
+
     def _named_parameters(self, plan: _OptimizerPlan) -> dict[str, torch.nn.Parameter]:
-        return {
+        named = {
             f"{network}.{name}": parameter
             for network in plan.networks
             for name, parameter in self.networks[network].named_parameters()
         }
+        for name in plan.parameters:
+            named[f"learned_parameters.{name}"] = self.learned_parameters[name]
+        return named
 
     def _make_optimizer(self, plan: _OptimizerPlan) -> torch.optim.Optimizer:
         parameters = list(self._named_parameters(plan).values())
+        lr = getattr(self.spec, plan.lr_attribute)
         # fused: one kernel for every tensor of the step, much faster for small networks
-        return torch.optim.Adam(parameters, lr=getattr(self, plan.lr_attribute), fused=True)
+        return torch.optim.Adam(parameters, lr=lr, fused=True)
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """Every network's parameters, then the learned parameters."""
         for network in self.networks.values():
             yield from network.parameters()
+        yield from self.learned_parameters.values()
 
 
 @dataclass
 class LearnResult:
-    """What one gradient step reports: its loss and, for prioritised replay, new priorities."""
+    """What one call of ``learn`` reports, in either family: its loss and, for prioritised
+    replay, new priorities of the batch's rows."""
 
     loss: float
     priorities: torch.Tensor | None = None
 
 
-class OffPolicyAlgorithm(Algorithm):
-    """An algorithm that learns from batches sampled out of the shared replay buffer."""
+#: Prioritised replay's importance exponent anneals from this to 1 over a member's training.
+INITIAL_IMPORTANCE_EXPONENT = 0.4
 
-    # Mutable hyperparameters the runners read, copied from the spec by __init__.
-    batch_size: int | float
-    learn_step: int | float
+
+class OffPolicyAlgorithm(Algorithm):
+    """An algorithm that learns from batches sampled out of the shared replay buffer.
+
+    The runner reads ``self.spec.batch_size`` (rows per batch) and ``self.spec.learn_step``
+    (environment steps per learn call), and, with prioritised replay,
+    :meth:`importance_exponent`.
+    """
+
+    spec: Any  # an AlgorithmSpec with a learn_step field
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "per_beta" in vars(cls) and "importance_exponent" not in vars(cls):
+            cls.importance_exponent = _per_beta  # type: ignore[method-assign]
 
     @abc.abstractmethod
     def learn(self, batch: Any) -> LearnResult:
         """One gradient step on a :class:`~agile_cli.buffers.Transitions` batch."""
 
+    def importance_exponent(self, progress: float) -> float:
+        """Prioritised replay's importance-sampling exponent (beta) for the next batch.
+
+        :param progress: the fraction of the member's step budget done (its steps over
+            ``training.max_steps``, at most 1).
+        :returns: by default, annealed linearly from 0.4 to 1 over training (Schaul et al.,
+            2016).
+        """
+        start = INITIAL_IMPORTANCE_EXPONENT
+        return min(1.0, start + (1.0 - start) * progress)
+
+    @property
+    def n_step_returns(self) -> bool:
+        """Whether the replay buffer holds n-step returns: for plugins written before
+        ``batch.discounts`` said so itself (it is None for one-step buffers). Setting it does
+        nothing; the manifest's ``replay_buffer.n_step_buffer`` decides."""
+        spec = self.context.replay_buffer
+        return bool(spec is not None and spec.n_step_buffer)
+
+    @n_step_returns.setter
+    def n_step_returns(self, value: bool) -> None:
+        """Ignored: older plugins set it to False in ``build()``."""
+
+
+def _per_beta(self: Any, progress: float) -> float:
+    """The importance exponent of a plugin written when the runner read ``per_beta``."""
+    return float(self.per_beta)
+
 
 class OnPolicyAlgorithm(Algorithm):
-    """An algorithm that learns from the rollouts it just collected."""
+    """An algorithm that learns from the rollouts it just collected.
 
-    # A mutable hyperparameter the runners read, copied from the spec by __init__.
-    learn_step: int | float
+    The runner reads ``self.spec.learn_step``, the length of a rollout in environment steps.
+    """
+
+    spec: Any  # an AlgorithmSpec with a learn_step field
 
     @abc.abstractmethod
     def policy_step(
@@ -368,6 +481,7 @@ class OnPolicyAlgorithm(Algorithm):
         policy by the hidden state it acted from (a :class:`~agile_cli.rollout.PolicyRecord`)."""
 
     @abc.abstractmethod
-    def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
+    def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> LearnResult:
         """Update on a :class:`~agile_cli.rollout.Rollout` whose next observation is
-        ``last_obs``; returns the mean loss."""
+        ``last_obs``; returns the mean loss as a :class:`LearnResult` (a bare float, as plugins
+        written before returned, is accepted too)."""

@@ -35,9 +35,13 @@ class Transitions(NamedTuple):
 
     Observations come in their stored dtype (uint8 images, int64 Discrete indices, float32
     otherwise); the networks preprocess them. ``rewards`` are n-step returns for n-step
-    transitions, ``terminated`` is 1.0 where the episode really ended, ``discounts`` multiplies
-    the bootstrap value (``gamma**k`` for a k-step transition), ``weights`` are importance
-    weights (ones unless prioritised) and ``indices`` the slots drawn, for priority updates.
+    transitions, ``terminated`` is 1.0 where the episode really ended, ``weights`` are
+    importance weights (ones unless prioritised) and ``indices`` the slots drawn, for priority
+    updates.
+
+    ``discounts`` multiplies the bootstrap value when the buffer holds n-step returns
+    (``gamma**k`` for a k-step transition, ``gamma`` the manifest's); it is None for a buffer of
+    one-step transitions, where the algorithm discounts with its own, possibly mutated, gamma.
     """
 
     obs: torch.Tensor | dict[str, torch.Tensor]
@@ -45,7 +49,7 @@ class Transitions(NamedTuple):
     rewards: torch.Tensor
     next_obs: torch.Tensor | dict[str, torch.Tensor]
     terminated: torch.Tensor
-    discounts: torch.Tensor
+    discounts: torch.Tensor | None
     weights: torch.Tensor
     indices: torch.Tensor
 
@@ -175,8 +179,12 @@ class ReplayBuffer:
     :param capacity: transitions kept; when full, each new one overwrites the oldest.
     :param observation_space: space of one environment's observations (not the vector env's).
     :param action_space: space of one environment's actions.
-    :param gamma: discount stored with transitions added without explicit ``discounts``.
+    :param gamma: discount stored with transitions added without explicit ``discounts`` to a
+        buffer that holds n-step returns.
     :param device: where the storage lives and sampled batches are returned.
+
+    The buffer holds n-step returns once rows were added with explicit ``discounts``; then
+    sampled batches carry ``discounts``, otherwise it is None.
     """
 
     def __init__(
@@ -200,6 +208,7 @@ class ReplayBuffer:
         self._rewards: Stored = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self._terminated: Stored = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self._discounts = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+        self.n_step = False
         self._position = 0
         self._size = 0
 
@@ -224,7 +233,8 @@ class ReplayBuffer:
         :param rewards: ``[N]`` rewards (n-step returns for n-step transitions).
         :param next_obs: observations reached, the final ones where an episode ended.
         :param terminated: ``[N]`` true where the episode really ended (not truncated).
-        :param discounts: ``[N]`` multipliers of the bootstrap value; ``gamma`` by default.
+        :param discounts: ``[N]`` multipliers of the bootstrap value of n-step transitions
+            (from then on the buffer holds n-step returns); ``gamma`` by default.
         :param mask: ``[N]`` bool, the rows to store; all of them by default.
         """
         rows = _kept_rows(len(rewards), mask, self.capacity)
@@ -235,6 +245,7 @@ class ReplayBuffer:
             discounts = np.full(count, self.gamma, dtype=np.float32)
         else:
             discounts = _take(discounts, rows)
+            self.n_step = True
         start = self._position
         _write(self._obs, start, _take(obs, rows))
         _write(self._next_obs, start, _take(next_obs, rows))
@@ -277,7 +288,7 @@ class ReplayBuffer:
             rewards=rewards.index_select(0, index),
             next_obs=_gather(self._next_obs, index),
             terminated=terminated.index_select(0, index),
-            discounts=self._discounts.index_select(0, index),
+            discounts=self._discounts.index_select(0, index) if self.n_step else None,
             weights=weights,
             indices=index,
         )
@@ -287,11 +298,13 @@ class ReplayBuffer:
         return dict(zip(_COLUMNS, (*stores, self._terminated, self._discounts), strict=True))
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to restore the buffer exactly: stored rows, position and size."""
+        """Everything needed to restore the buffer exactly: stored rows, position, size and
+        whether it holds n-step returns."""
         state: dict[str, Any] = {
             "capacity": self.capacity,
             "position": self._position,
             "size": self._size,
+            "n_step": self.n_step,
         }
         for name, store in self._columns().items():
             state[name] = _snapshot(store, self._size)
@@ -312,6 +325,13 @@ class ReplayBuffer:
             _restore(store, state[name])
         self._position = int(state["position"])
         self._size = int(state["size"])
+        self.n_step = bool(state.get("n_step", self._holds_other_discounts()))
+
+    def _holds_other_discounts(self) -> bool:
+        """Whether a stored discount is not ``gamma``: how a buffer saved before it recorded
+        ``n_step`` tells that it holds n-step returns."""
+        stored = self._discounts[: self._size]
+        return bool((stored != torch.tensor(self.gamma, dtype=torch.float32)).any())
 
 
 class MultiAgentReplayBuffer(ReplayBuffer):
@@ -320,7 +340,8 @@ class MultiAgentReplayBuffer(ReplayBuffer):
     :meth:`add` takes dicts keyed by agent for observations, actions, rewards, next
     observations and terminations (one row per environment of the vector env); sampled
     :class:`Transitions` carry the same dicts, drawn at the same rows for every agent, so a
-    centralised critic sees what the whole team saw and did.
+    centralised critic sees what the whole team saw and did. It holds one-step transitions:
+    their ``discounts`` is None.
 
     :param capacity: team transitions kept.
     :param observation_spaces: each agent's (single-environment) observation space.
@@ -381,7 +402,7 @@ class MultiAgentReplayBuffer(ReplayBuffer):
             rewards=_gather(self._rewards, index),  # type: ignore[arg-type]
             next_obs=_gather(self._next_obs, index),
             terminated=_gather(self._terminated, index),  # type: ignore[arg-type]
-            discounts=self._discounts.index_select(0, index),
+            discounts=None,
             weights=weights,
             indices=index,
         )

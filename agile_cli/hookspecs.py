@@ -27,12 +27,40 @@ if TYPE_CHECKING:
         RegisterBackend,
         RegisterCommand,
         RegisterEnvironment,
+        RegisterParadigm,
     )
 
 PROJECT = "agile"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def agile_register_paradigms(register: RegisterParadigm) -> None:
+    """Register training paradigms (how members of a kind of algorithm train).
+
+    Called once when the plugin host is built, for every plugin before any algorithm or
+    environment builder is registered, so those may name a paradigm of any plugin as their
+    ``family``. For each paradigm call ``register(name=..., runner="module:factory", ...)``:
+
+    - ``runner``: ``factory(manifest, env, buffer)`` returns the runner, whose
+      ``train(member, steps, progress) -> GenerationStats`` trains one member for one
+      generation of ``steps`` steps, calling ``progress(n)`` as steps are done; a runner with
+      ``evaluate(member, rounds, max_steps) -> float`` scores members itself (otherwise the
+      core plays greedy episodes);
+    - ``buffer`` (optional): ``factory(manifest, env, device)`` returns what the population
+      shares (e.g. a replay buffer); given, the manifest's ``replay_buffer`` section applies;
+    - ``environment`` (optional): ``factory(env, manifest)`` wraps the built environment;
+    - ``multi_agent``: members take dicts of spaces keyed by agent;
+    - ``training``: a :class:`~agile_cli.TrainingSpec` subclass adding the paradigm's own
+      fields to the ``training`` section;
+    - ``algorithm_fields``: ``{name: type}`` every algorithm's spec must declare (the runner
+      reads them);
+    - ``description``: one line for ``agile plugins``.
+
+    The factories are imported only when training starts.
+    """
 
 
 @hookspec
@@ -45,7 +73,9 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     - ``name`` is what ``algorithm.name`` must equal in a manifest (case-sensitive);
     - ``spec`` is an :class:`~agile_cli.AlgorithmSpec` subclass validating the rest of the
       ``algorithm`` section;
-    - ``family`` (a :class:`~agile_cli.Family`) picks the environment builder and loop;
+    - ``family`` names the training paradigm (a :class:`~agile_cli.Family` value for the
+      first-party ones, or any name a plugin registered with ``agile_register_paradigms``): it
+      picks the runner, the shared buffer and the environment builders;
     - ``implementation`` names the :class:`~agile_cli.Algorithm` subclass, imported only when
       training starts.
 
@@ -74,7 +104,9 @@ def agile_register_backends(register: RegisterBackend) -> None:
     Called once when the plugin host is built. For each backend call
     ``register(name=..., options=..., implementation="module:Backend")``: ``options`` is a
     :class:`~agile_cli.Spec` subclass of the backend's run options (``agile train
-    --backend NAME``).
+    --backend NAME``). ``training`` (optional) is a :class:`~agile_cli.TrainingSpec` subclass
+    of fields the backend reads from the manifest's ``training`` section; since a manifest is
+    validated without knowing where it will run, every manifest accepts them.
     """
 
 

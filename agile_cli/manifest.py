@@ -7,16 +7,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, SerializeAsAny
 
 from agile_cli.errors import ManifestError
-from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
+from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
-from agile_cli.registry import Registry
+from agile_cli.registry import ParadigmEntry, Registry
 from agile_cli.validation import SECTIONS, SELECTION_ALIAS, Resolution, validate_mapping
 
 __all__ = ["SECTIONS", "SELECTION_ALIAS", "TrainingManifest"]
@@ -34,7 +34,9 @@ class TrainingManifest(BaseModel):
 
     algorithm: SerializeAsAny[AlgorithmSpec] = Field(description="The algorithm and its options.")
     environment: SerializeAsAny[EnvironmentSpec] = Field(description="Where experience comes from.")
-    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The training loop.")
+    training: SerializeAsAny[TrainingSpec] = Field(
+        default_factory=TrainingSpec, description="The training loop."
+    )
     network: SerializeAsAny[NetworkSpec] = Field(
         default_factory=NetworkSpec, description="The evolvable network."
     )
@@ -52,7 +54,9 @@ class TrainingManifest(BaseModel):
         exclude=True,
         description="The registered name of the algorithm (algorithm.name).",
     )
-    family: Family | None = Field(default=None, exclude=True, description="The algorithm's family.")
+    paradigm: InstanceOf[ParadigmEntry] | None = Field(
+        default=None, exclude=True, description="The algorithm's training paradigm."
+    )
     environment_builder: str | None = Field(
         default=None, exclude=True, description="The environment builder the manifest resolved to."
     )
@@ -62,6 +66,11 @@ class TrainingManifest(BaseModel):
     warnings: tuple[str, ...] = Field(
         default=(), exclude=True, description="Valid, but probably not what the author meant."
     )
+
+    @property
+    def family(self) -> str | None:
+        """The name of the algorithm's paradigm (its registered ``family``)."""
+        return None if self.paradigm is None else self.paradigm.name
 
     @property
     def evolves(self) -> bool:
@@ -106,16 +115,17 @@ class TrainingManifest(BaseModel):
 
         :param source: a YAML/JSON file path, an already-parsed mapping, or a manifest.
         :param mode: ``"python"`` returns the :class:`TrainingManifest`; ``"json"`` a plain dict.
-        :param registry: what plugins registered; default: the installed plugins.
+        :param registry: what plugins registered; default: the installed plugins, loaded now
+            (:func:`~agile_cli.installed_registry`).
         :raises ManifestError: with every field error found.
         """
         if isinstance(source, TrainingManifest):
             manifest = source
         else:
             from agile_cli.loader import load_file
-            from agile_cli.plugins import registry_or_default
+            from agile_cli.plugins import installed_registry
 
-            registry = registry_or_default(registry)
+            registry = registry if registry is not None else installed_registry()
             if isinstance(source, Mapping):
                 data, label = copy.deepcopy(dict(source)), None
             else:
@@ -133,7 +143,7 @@ class TrainingManifest(BaseModel):
         manifest = cls(
             **resolution.sections,
             algorithm_name=resolution.algorithm_name,
-            family=resolution.family,
+            paradigm=resolution.paradigm,
             environment_builder=resolution.environment_builder,
             default_builder=resolution.default_builder,
             warnings=resolution.warnings,

@@ -10,7 +10,7 @@ and they all share one architecture, so every mutation changes every sub-network
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -63,6 +63,10 @@ class MultiAgentAlgorithm(Algorithm):
     ``observation_space`` argument (one agent's space, or :meth:`joint_observation_space`).
     """
 
+    policy_role: ClassVar[str] = "actor"
+    """Each agent's (or group's) policy is the network named ``<policy_role>.<agent or
+    group>``: those are what parameter mutation perturbs (:attr:`policies`)."""
+
     def __init__(
         self,
         spec: AlgorithmSpec,
@@ -103,8 +107,10 @@ class MultiAgentAlgorithm(Algorithm):
 
     @property
     def policies(self) -> list[EvolvableNetwork]:
-        """Each agent's (or group's) actor: the networks named ``actor.*``."""
-        actors = [net for name, net in self.networks.items() if name.startswith("actor.")]
+        """Each agent's (or group's) policy: the networks named ``<policy_role>.*`` (the
+        :attr:`policy` alone if there are none)."""
+        prefix = f"{self.policy_role}."
+        actors = [net for name, net in self.networks.items() if name.startswith(prefix)]
         return actors or [self.policy]
 
 

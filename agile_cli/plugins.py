@@ -1,7 +1,8 @@
 """The plugin host: finds plugins through entry points and collects what they register.
 
-Nothing happens at import. :func:`build_host` is called when the CLI starts (or the first time
-library code needs the registry, through :func:`default_host`).
+Nothing happens at import, and nothing is kept between calls: :func:`build_host` is called when
+the CLI starts (which passes its registry on), and by :func:`installed_registry` when library
+code is called without one.
 
 Plugin code (an entry point's import, its registration with pluggy, each of its hooks) runs
 with ``sys.stdout`` sent to stderr, so that what a plugin prints cannot corrupt machine-readable
@@ -32,6 +33,7 @@ BUILTIN_DISTRIBUTION = "agile-cli"
 
 # Hook name -> the Registry method that makes its register callback.
 _HOOKS: tuple[tuple[str, str], ...] = (
+    ("agile_register_paradigms", "paradigm_registrar"),
     ("agile_register_algorithms", "algorithm_registrar"),
     ("agile_register_environments", "environment_registrar"),
     ("agile_register_backends", "backend_registrar"),
@@ -282,25 +284,22 @@ def _call_hook(
 
 
 def _forget(registry: Registry, plugin: str) -> None:
-    for table in (registry.algorithms, registry.environments, registry.backends, registry.commands):
+    tables = (registry.paradigms, registry.algorithms, registry.environments, registry.backends,
+              registry.commands)  # fmt: skip
+    for table in tables:
         for name in [name for name, entry in table.items() if entry.plugin == plugin]:
             del table[name]
 
 
-@functools.cache
-def default_host() -> PluginHost:
-    """The host built from installed plugins, made on first use and kept for the process."""
-    return build_host()
+def installed_registry() -> Registry:
+    """What the installed plugins register, loaded now (under the ``AGILE_*PLUGINS``
+    environment controls): the default of library calls given no ``registry``.
 
+    Nothing is cached: each call loads the plugins again (tens of milliseconds), so a caller
+    that needs the registry often builds one with :func:`build_host` and passes it on.
 
-def registry_or_default(registry: Registry | None) -> Registry:
-    """``registry``, or the installed plugins' registry when None.
-
-    :raises BrokenPluginsError: when that registry is needed, loading was strict and a plugin
-        failed.
+    :raises BrokenPluginsError: when loading is strict and a plugin failed.
     """
-    if registry is not None:
-        return registry
-    host = default_host()
+    host = build_host()
     host.check()
     return host.registry

@@ -1,15 +1,17 @@
-"""What plugins registered: algorithms, environment builders, backends and commands."""
+"""What plugins registered: training paradigms, algorithms, environment builders, backends and
+commands."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agile_cli.errors import PluginError
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
-from agile_cli.models.base import Spec
+from agile_cli.models.base import Spec, suggest
+from agile_cli.models.training import TrainingSpec
 
 
 def load_object(reference: str) -> Any:
@@ -31,12 +33,57 @@ def load_object(reference: str) -> Any:
 
 
 @dataclass(frozen=True)
+class ParadigmEntry:
+    """A training paradigm a plugin registered: how the members of its algorithms train.
+
+    :param name: what algorithms and environment builders name as their ``family``.
+    :param runner: ``"module:factory"``; ``factory(manifest, env, buffer)`` returns the object
+        whose ``train(member, steps, progress)`` trains one member for one generation (and,
+        optionally, ``evaluate(member, rounds, max_steps)`` scores it).
+    :param buffer: ``"module:factory"``; ``factory(manifest, env, device)`` returns the store of
+        experience the whole population shares; None: the paradigm keeps none.
+    :param environment: ``"module:factory"``; ``factory(env, manifest)`` wraps the built
+        environment; None: used as built.
+    :param multi_agent: members take dicts of spaces keyed by agent (``observation_spaces``,
+        ``action_spaces``) instead of one ``observation_space`` and ``action_space``.
+    :param training: the ``training`` section's spec (a :class:`~agile_cli.TrainingSpec`
+        subclass with the paradigm's own fields).
+    :param algorithm_fields: ``name -> type`` of the spec fields every algorithm of the paradigm
+        must declare, because the runner reads them.
+    """
+
+    name: str
+    runner: str
+    buffer: str | None
+    environment: str | None
+    multi_agent: bool
+    training: type[TrainingSpec]
+    algorithm_fields: tuple[tuple[str, type], ...]
+    description: str
+    plugin: str
+
+    @property
+    def uses_replay_buffer(self) -> bool:
+        """Whether the manifest's ``replay_buffer`` section applies."""
+        return self.buffer is not None
+
+    def build_runner(self, manifest: Any, env: Any, buffer: Any) -> Any:
+        return load_object(self.runner)(manifest, env, buffer)
+
+    def build_buffer(self, manifest: Any, env: Any, device: Any) -> Any:
+        return None if self.buffer is None else load_object(self.buffer)(manifest, env, device)
+
+    def wrap_environment(self, env: Any, manifest: Any) -> Any:
+        return env if self.environment is None else load_object(self.environment)(env, manifest)
+
+
+@dataclass(frozen=True)
 class AlgorithmEntry:
-    """An algorithm a plugin registered."""
+    """An algorithm a plugin registered; ``family`` names its paradigm."""
 
     name: str
     spec: type[AlgorithmSpec]
-    family: Family
+    family: str
     implementation: str
     plugin: str
 
@@ -51,7 +98,7 @@ class EnvironmentEntry:
 
     name: str
     spec: type[EnvironmentSpec]
-    families: frozenset[Family]
+    families: frozenset[str]
     implementation: str
     plugin: str
 
@@ -67,6 +114,7 @@ class BackendEntry:
     options: type[Spec]
     implementation: str
     plugin: str
+    training: type[TrainingSpec] | None = None
 
     def load(self) -> Any:
         return load_object(self.implementation)
@@ -79,6 +127,21 @@ class CommandEntry:
     name: str
     command: Any
     plugin: str
+
+
+class RegisterParadigm(Protocol):
+    def __call__(
+        self,
+        *,
+        name: str,
+        runner: str,
+        buffer: str | None = None,
+        environment: str | None = None,
+        multi_agent: bool = False,
+        training: type[TrainingSpec] = TrainingSpec,
+        algorithm_fields: Mapping[str, type] | None = None,
+        description: str = "",
+    ) -> None: ...
 
 
 class RegisterAlgorithm(Protocol):
@@ -99,7 +162,14 @@ class RegisterEnvironment(Protocol):
 
 
 class RegisterBackend(Protocol):
-    def __call__(self, *, name: str, options: type[Spec], implementation: str) -> None: ...
+    def __call__(
+        self,
+        *,
+        name: str,
+        options: type[Spec],
+        implementation: str,
+        training: type[TrainingSpec] | None = None,
+    ) -> None: ...
 
 
 class RegisterCommand(Protocol):
@@ -110,6 +180,7 @@ class RegisterCommand(Protocol):
 class Registry:
     """Everything registered, keyed by name; a second registration of a name is refused."""
 
+    paradigms: dict[str, ParadigmEntry] = field(default_factory=dict)
     algorithms: dict[str, AlgorithmEntry] = field(default_factory=dict)
     environments: dict[str, EnvironmentEntry] = field(default_factory=dict)
     backends: dict[str, BackendEntry] = field(default_factory=dict)
@@ -119,7 +190,11 @@ class Registry:
     def algorithm(self, name: str) -> AlgorithmEntry:
         return self.algorithms[name]
 
-    def environment_for(self, family: Family, name: str | None = None) -> EnvironmentEntry | None:
+    def paradigm(self, name: str) -> ParadigmEntry:
+        """The paradigm called ``name`` (an algorithm's ``family``)."""
+        return self.paradigms[name]
+
+    def environment_for(self, family: str, name: str | None = None) -> EnvironmentEntry | None:
         """The builder called ``name`` if it serves ``family``; without a name, the family's
         default: the first builder registered for it (first-party plugins register first)."""
         if name is not None:
@@ -127,13 +202,14 @@ class Registry:
             return entry if entry is not None and family in entry.families else None
         return next((e for e in self.environments.values() if family in e.families), None)
 
-    def builders_for(self, family: Family) -> list[str]:
+    def builders_for(self, family: str) -> list[str]:
         """Names of every builder serving ``family``, the default first."""
         return [name for name, entry in self.environments.items() if family in entry.families]
 
     def contributions(self, plugin: str) -> list[str]:
         """What one plugin contributed, as ``kind:name`` labels."""
         kinds = (
+            ("paradigm", self.paradigms),
             ("algorithm", self.algorithms),
             ("environment", self.environments),
             ("backend", self.backends),
@@ -148,14 +224,41 @@ class Registry:
 
     # -- register callbacks handed to the hooks ------------------------------------------------
 
+    def paradigm_registrar(self, plugin: str) -> RegisterParadigm:
+        def register(
+            *,
+            name: str,
+            runner: str,
+            buffer: str | None = None,
+            environment: str | None = None,
+            multi_agent: bool = False,
+            training: type[TrainingSpec] = TrainingSpec,
+            algorithm_fields: Mapping[str, type] | None = None,
+            description: str = "",
+        ) -> None:
+            name = _plain(name)
+            _require_subclass(name, training, TrainingSpec)
+            for reference in (runner, buffer, environment):
+                _check_reference(name, reference)
+            fields = tuple((algorithm_fields or {}).items())
+            entry = ParadigmEntry(name, runner, buffer, environment, bool(multi_agent), training,
+                                  fields, description, plugin)  # fmt: skip
+            _add(self.paradigms, "paradigm", entry)
+
+        return register
+
     def algorithm_registrar(self, plugin: str) -> RegisterAlgorithm:
         def register(
             *, name: str, spec: type[AlgorithmSpec], family: Family | str, implementation: str
         ) -> None:
             _require_subclass(name, spec, AlgorithmSpec)
             _check_mutable(name, spec)
-            family = _family(family)
-            _check_loop_fields(name, spec, family)
+            if spec.training_spec is not None:
+                _require_subclass(name, spec.training_spec, TrainingSpec)
+            family = _plain(family)
+            paradigm = self.paradigms.get(family)  # None: not installed; validate says so
+            if paradigm is not None:
+                _check_paradigm_fields(name, spec, paradigm)
             entry = AlgorithmEntry(name, spec, family, implementation, plugin)
             _add(self.algorithms, "algorithm", entry)
 
@@ -170,16 +273,25 @@ class Registry:
             implementation: str,
         ) -> None:
             _require_subclass(name, spec, EnvironmentSpec)
-            wanted = frozenset(_family(family) for family in families)
+            wanted = frozenset(_plain(family) for family in families)
             entry = EnvironmentEntry(name, spec, wanted, implementation, plugin)
             _add(self.environments, "environment builder", entry)
 
         return register
 
     def backend_registrar(self, plugin: str) -> RegisterBackend:
-        def register(*, name: str, options: type[Spec], implementation: str) -> None:
+        def register(
+            *,
+            name: str,
+            options: type[Spec],
+            implementation: str,
+            training: type[TrainingSpec] | None = None,
+        ) -> None:
             _require_subclass(name, options, Spec)
-            _add(self.backends, "backend", BackendEntry(name, options, implementation, plugin))
+            if training is not None:
+                _require_subclass(name, training, TrainingSpec)
+            entry = BackendEntry(name, options, implementation, plugin, training)
+            _add(self.backends, "backend", entry)
 
         return register
 
@@ -194,15 +306,36 @@ class Registry:
 
         return register
 
+    def missing_paradigm(self, entry: AlgorithmEntry) -> str | None:
+        """Why ``entry`` cannot be trained: its paradigm is not registered; None when it is."""
+        if entry.family in self.paradigms:
+            return None
+        known = sorted(self.paradigms)
+        close = suggest(entry.family, known)
+        listing = "registered: " + (", ".join(known) or "none")
+        said = f"did you mean '{close}'?" if close else listing
+        return (
+            f"{entry.name} trains by paradigm {entry.family!r}, which no plugin registers ({said})"
+        )
+
 
 def _add(table: dict[str, Any], kind: str, entry: Any) -> None:
-    existing = table.get(entry.name)
+    _check_free(table, kind, entry.name, entry.plugin)
+    table[entry.name] = entry
+
+
+def _check_free(table: dict[str, Any], kind: str, name: str, plugin: str) -> None:
+    existing = table.get(name)
     if existing is not None:
         raise PluginError(
-            f"{kind} '{entry.name}' is registered by both '{existing.plugin}' and '{entry.plugin}'",
+            f"{kind} '{name}' is registered by both '{existing.plugin}' and '{plugin}'",
             "uninstall or disable one of them",
         )
-    table[entry.name] = entry
+
+
+def _plain(name: Family | str) -> str:
+    """A paradigm's name as a plain string (``Family`` members are strings too)."""
+    return name.value if isinstance(name, Family) else name
 
 
 def _require_subclass(name: str, spec: Any, base: type[Spec]) -> None:
@@ -217,22 +350,19 @@ def _require_subclass(name: str, spec: Any, base: type[Spec]) -> None:
         )
 
 
-def _family(family: Family | str) -> Family:
-    try:
-        return Family(family)
-    except ValueError:
-        valid = ", ".join(f.value for f in Family)
-        raise PluginError(f"unknown family {family!r} (valid: {valid})") from None
+def _check_reference(name: str, reference: str | None) -> None:
+    if reference is not None and (not isinstance(reference, str) or ":" not in reference):
+        raise PluginError(f"paradigm '{name}': {reference!r} is not a 'module:callable' reference")
 
 
-def _check_loop_fields(name: str, spec: type[AlgorithmSpec], family: Family) -> None:
-    """The single-agent loops read ``learn_step`` (and ``batch_size``) from every member."""
-    if family in (Family.OFF_POLICY, Family.ON_POLICY):
-        field = spec.model_fields.get("learn_step")
-        if field is None or field.annotation is not int:
+def _check_paradigm_fields(name: str, spec: type[AlgorithmSpec], paradigm: ParadigmEntry) -> None:
+    """The fields the paradigm's runner reads from every member's spec."""
+    for field_name, annotation in paradigm.algorithm_fields:
+        field = spec.model_fields.get(field_name)
+        if field is None or field.annotation is not annotation:
             raise PluginError(
-                f"algorithm '{name}' ({family.value}) needs an int field 'learn_step': "
-                "the training loop reads it"
+                f"algorithm '{name}' ({paradigm.name}) needs a {annotation.__name__} field "
+                f"'{field_name}': the {paradigm.name} runner reads it"
             )
 
 

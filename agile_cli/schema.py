@@ -12,8 +12,8 @@ from agile_cli.models.base import suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
-from agile_cli.models.training import TrainingSpec
 from agile_cli.registry import AlgorithmEntry, EnvironmentEntry, Registry
+from agile_cli.validation import training_spec_for
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -31,11 +31,12 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         for name in registry.builders_for(entry.family)
     }
     networks = {entry.spec.network_spec for entry in entries}
+    trainings = {entry.name: training_spec_for(entry, registry) for entry in entries}
     models = [
         *named.values(),
         *builders.values(),
         *networks,
-        TrainingSpec,
+        *dict.fromkeys(trainings.values()),
         MutationSpec,
         TournamentSelectionSpec,
         ReplayBufferSpec,
@@ -53,7 +54,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
     properties: dict[str, Any] = {
         "algorithm": one_of([ref(model) for model in named.values()]),
         "environment": _any_of([ref(spec) for spec in builders.values()] or [{"type": "object"}]),
-        "training": ref(TrainingSpec),
+        "training": _any_of([ref(model) for model in dict.fromkeys(trainings.values())]),
         "network": _any_of([ref(model) for model in networks]),
         "mutation": ref(MutationSpec),
         "tournament_selection": ref(TournamentSelectionSpec),
@@ -67,7 +68,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "required": ["algorithm", "environment"],
         "additionalProperties": False,
         "properties": properties,
-        "allOf": _per_family_rules(entries, registry, builders, ref),
+        "allOf": _per_family_rules(entries, registry, builders, trainings, ref),
         "$defs": definitions.get("$defs", {}),
     }
 
@@ -114,13 +115,21 @@ def _builder_spec(entry: EnvironmentEntry) -> type:
 
 
 def _per_family_rules(
-    entries: list[AlgorithmEntry], registry: Registry, builders: dict[str, type], ref: Any
+    entries: list[AlgorithmEntry],
+    registry: Registry,
+    builders: dict[str, type],
+    trainings: dict[str, type],
+    ref: Any,
 ) -> list[dict[str, Any]]:
-    """if algorithm.name is one of these, then environment and network use these specs."""
+    """if algorithm.name is one of these, then environment, training and network use these
+    specs."""
     rules = []
     for entry in entries:
         names = registry.builders_for(entry.family)
-        then: dict[str, Any] = {"network": ref(entry.spec.network_spec)}
+        then: dict[str, Any] = {
+            "network": ref(entry.spec.network_spec),
+            "training": ref(trainings[entry.name]),
+        }
         if names:
             then["environment"] = _any_of([ref(builders[name]) for name in names])
         rules.append(

@@ -21,6 +21,7 @@ Importing this module imports neither torch nor gymnasium; the fixtures do, when
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,21 @@ def tiny_manifest(
 
 
 def _registry(registry: Any) -> Any:
-    from agile_cli.plugins import registry_or_default
+    return registry if registry is not None else installed_host().registry
 
-    return registry_or_default(registry)
+
+@functools.cache
+def installed_host() -> Any:
+    """The installed plugins' :class:`~agile_cli.plugins.PluginHost`, loaded once for the kit's
+    process (a test suite builds many small manifests; pass ``registry=`` to test another).
+
+    :raises BrokenPluginsError: when loading is strict and a plugin failed.
+    """
+    from agile_cli.plugins import build_host
+
+    host = build_host()
+    host.check()
+    return host
 
 
 def tiny_population(manifest: Any, registry: Any = None, size: int | None = None) -> list[Any]:
@@ -144,13 +157,13 @@ def check_conformance(
     """Check what every algorithm plugin must do; raises AssertionError listing the failures.
 
     The spec forbids unknown keys and describes every field; each mutable hyperparameter is a
-    numeric attribute of a built member; the checkpoint of a member that has learned restores
-    it exactly (hyperparameters, fitness history, greedy actions, and every attribute holding
-    numbers: :func:`lost_attributes`); a run interrupted after its first generation resumes
-    to the end with the same population; and two runs with the same seed log the same metrics
-    (:func:`check_reproducibility`). ``registry``: the plugins to use (e.g. a host's from the
-    ``agile_host`` fixture, to check a variant registered for one test); the installed ones
-    when None.
+    numeric field of a built member's spec; the checkpoint of a member that has learned
+    restores it exactly (hyperparameters, fitness history, greedy actions, learned parameters,
+    and every attribute holding numbers: :func:`lost_attributes`); a run interrupted after its
+    first generation resumes to the end with the same population; and two runs with the same
+    seed log the same metrics (:func:`check_reproducibility`). ``registry``: the plugins to use
+    (e.g. a host's from the ``agile_host`` fixture, to check a variant registered for one
+    test); the installed ones when None.
     """
     registry = _registry(registry)
     problems = _spec_problems(registry.algorithms[algorithm].spec)
@@ -181,10 +194,11 @@ def _spec_problems(spec: Any) -> list[str]:
 
 
 def _hyperparameter_problems(member: Any) -> list[str]:
+    fields = type(member.spec).model_fields
     return [
-        f"mutable hyperparameter '{name}' is not a numeric attribute of {type(member).__name__}"
+        f"mutable hyperparameter '{name}' is not a numeric field of {type(member.spec).__name__}"
         for name in member.spec.mutable_hyperparameters
-        if not isinstance(getattr(member, name, None), int | float)
+        if name not in fields or not isinstance(getattr(member.spec, name), int | float)
     ]
 
 
@@ -200,7 +214,6 @@ def _round_trip_problems(member: Any, twin: Any, manifest: Any, registry: Any) -
     member.record.fitness.append(1.0)
     member.reset_state()  # what a resumed run starts from anyway
     twin.load_state_dict(_bytes_round_trip(member.state_dict(), checkpoint))
-    _configure_member(twin, manifest)
     twin.reset_state()
     problems = []
     if twin.hyperparameters() != member.hyperparameters():
@@ -232,21 +245,13 @@ def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
     try:
         buffer = setup.build_buffer(manifest, env, torch.device("cpu"))
         runner = setup.build_runner(manifest, env, buffer)
-        _configure_member(member, manifest)
         runner.train(member, manifest.evo_steps, lambda _steps: None)
         off_policy = (Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY)
-        if manifest.family in off_policy and len(buffer) >= int(member.batch_size):
-            member.learn(buffer.sample(int(member.batch_size), member.generator))
+        size = int(member.spec.batch_size)
+        if manifest.family in off_policy and len(buffer) >= size:
+            member.learn(buffer.sample(size, member.generator))
     finally:
         env.close()
-
-
-def _configure_member(member: Any, manifest: Any) -> None:
-    """What the training loop sets on every member it builds or restores: ``n_step_returns``
-    (for algorithms that have it) when the replay buffer holds n-step returns."""
-    if hasattr(member, "n_step_returns"):
-        spec = manifest.replay_buffer
-        member.n_step_returns = bool(spec is not None and spec.n_step_buffer)
 
 
 #: Member attributes that :meth:`~agile_cli.agent.Algorithm.state_dict` saves itself or that
@@ -280,6 +285,11 @@ def lost_attributes(member: Any, restored: Any) -> list[str]:
 def _lost_message(name: str, value: Any) -> str:
     import torch
 
+    if name == "learned_parameters":
+        return (
+            "checkpoint round trip changed a learned parameter (add_parameter): the core "
+            "restores them, so do not reset them in set_architecture() or load_extra_state()"
+        )
     if isinstance(value, torch.nn.Module | torch.optim.Optimizer):
         return (
             f"checkpoint round trip lost the state of '{name}' ({type(value).__name__}), kept "

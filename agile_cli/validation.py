@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
 from agile_cli.errors import FieldError, ManifestError
-from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
+from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
-from agile_cli.registry import AlgorithmEntry, Registry
+from agile_cli.registry import AlgorithmEntry, ParadigmEntry, Registry
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -31,11 +32,21 @@ SECTIONS = (
 )
 SELECTION_ALIAS = "selection_strategy"
 
+PARADIGM_HINT = (
+    "install (or, under AGILE_PLUGINS, also name) the plugin that registers it; "
+    "`paradigms` registers agile's on- and off-policy ones"
+)
+
+# ``training`` keys of the format agile is compatible with that no installed plugin may read
+# (its LLM fine-tuning options): a manifest keeps validating with them, and is told they are
+# ignored.
+FORMAT_TRAINING_KEYS = ("evaluation_interval", "num_epochs", "max_wall_seconds")
+
 
 @dataclass(frozen=True)
 class Resolution:
     """A manifest mapping resolved against the registry: each section validated by its spec,
-    and what the registry decided (the algorithm's name and family, the environment builder).
+    and what the registry decided (the algorithm's name and paradigm, the environment builder).
 
     :param sections: section name -> validated spec (None for an omitted optional section).
     :param default_builder: the builder is the family's default (a manifest need not name it).
@@ -44,7 +55,7 @@ class Resolution:
 
     sections: dict[str, Any]
     algorithm_name: str
-    family: Family
+    paradigm: ParadigmEntry
     environment_builder: str | None
     default_builder: bool
     warnings: tuple[str, ...]
@@ -92,7 +103,7 @@ def validate_mapping(
         environment = _environment(data.get("environment"), entry, registry, check)
     elif "environment" in data and not isinstance(data["environment"], Mapping):
         check.add("environment", "must be a mapping")
-    training = check.section("training", TrainingSpec, data.get("training"))
+    training = _training(data.get("training"), entry, registry, check)
     network_spec = entry.spec.network_spec if entry is not None else NetworkSpec
     network = check.section("network", network_spec, data.get("network"))
     mutation = _optional(check, "mutation", MutationSpec, data)
@@ -108,14 +119,15 @@ def validate_mapping(
     if training.evo_steps is None:
         evo_steps = min(entry.spec.default_evo_steps, training.max_steps)
         training = training.model_copy(update={"evo_steps": evo_steps})
-    if replay is None and entry.family.uses_replay_buffer:
+    paradigm = registry.paradigm(entry.family)
+    if replay is None and paradigm.uses_replay_buffer:
         replay = ReplayBufferSpec()
     sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
                                    selection, replay), strict=True))  # fmt: skip
     return Resolution(
         sections=sections,
         algorithm_name=entry.name,
-        family=entry.family,
+        paradigm=paradigm,
         environment_builder=check.builder,
         default_builder=check.builder == registry.builders_for(entry.family)[0],
         warnings=tuple(check.warnings),
@@ -163,6 +175,11 @@ def _algorithm_entry(raw: Any, registry: Registry, check: _Collector) -> Algorit
         hint = f"did you mean '{close}'?" if close else None
         listing = "installed: " + ", ".join(names) if names else "no algorithm plugin is installed"
         check.add("algorithm.name", f"unknown algorithm {name!r}", hint or listing)
+        return None
+    missing = registry.missing_paradigm(entry)
+    if missing is not None:
+        check.add("algorithm.name", missing, PARADIGM_HINT)
+        return None
     return entry
 
 
@@ -182,7 +199,7 @@ def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Co
         if name is None or not able:
             check.add(
                 "environment",
-                f"no installed plugin builds environments for {entry.family.value} algorithms "
+                f"no installed plugin builds environments for {entry.family} algorithms "
                 f"like {entry.name}",
                 "install the plugin that provides them",
             )
@@ -195,6 +212,61 @@ def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Co
     if spec is not None:
         check.builder = builder.name
     return spec
+
+
+def training_spec_for(entry: AlgorithmEntry | None, registry: Registry) -> type[TrainingSpec]:
+    """The spec of the ``training`` section for ``entry``'s manifests (``<name>Training``): the
+    core fields, the algorithm's, its paradigm's and every installed backend's."""
+    parts: list[type[TrainingSpec]] = []
+    if entry is not None:
+        if entry.spec.training_spec is not None:
+            parts.append(entry.spec.training_spec)
+        parts.append(registry.paradigm(entry.family).training)
+    parts += [b.training for b in registry.backends.values() if b.training is not None]
+    name = f"{entry.name}Training" if entry is not None else "Training"
+    return _combined(name, tuple(parts))
+
+
+@functools.cache
+def _combined(name: str, parts: tuple[type[TrainingSpec], ...]) -> type[TrainingSpec]:
+    # A part another part already extends adds nothing (and would upset the MRO).
+    extended = {part for part in parts if any(o is not part and issubclass(o, part) for o in parts)}
+    bases = tuple(dict.fromkeys(p for p in parts if p is not TrainingSpec and p not in extended))
+    if not bases:
+        return TrainingSpec
+    model: type[TrainingSpec] = create_model(  # type: ignore[call-overload]
+        name, __base__=bases, __doc__=TrainingSpec.__doc__
+    )
+    return model
+
+
+def _training(
+    raw: Any, entry: AlgorithmEntry | None, registry: Registry, check: _Collector
+) -> TrainingSpec | None:
+    """The training section, less keys other algorithms read (ignored, with a warning)."""
+    spec = training_spec_for(entry, registry)
+    if entry is not None and isinstance(raw, Mapping):
+        elsewhere = _training_keys_elsewhere(registry) - _keys_of(spec)
+        ignored = [key for key in raw if key in elsewhere]
+        for key in ignored:
+            check.warnings.append(f"training.{key}: ignored, {entry.name} does not read it")
+        raw = {key: value for key, value in raw.items() if key not in ignored}
+    return check.section("training", spec, raw)
+
+
+def _keys_of(spec: type[BaseModel]) -> set[str]:
+    """Every spelling of a spec's fields."""
+    keys = set(spec.model_fields)
+    for field in spec.model_fields.values():
+        alias = field.validation_alias
+        keys.update(getattr(alias, "choices", ()) if alias is not None else ())
+    return {key for key in keys if isinstance(key, str)}
+
+
+def _training_keys_elsewhere(registry: Registry) -> set[str]:
+    specs = [p.training for p in registry.paradigms.values()]
+    specs += [a.spec.training_spec for a in registry.algorithms.values() if a.spec.training_spec]
+    return set(FORMAT_TRAINING_KEYS).union(*(_keys_of(spec) for spec in specs))
 
 
 def _optional(check: _Collector, key: str, model: type[M], data: Mapping[str, Any]) -> M | None:
@@ -255,9 +327,9 @@ def _check_hp_selection(
 def _check_replay_buffer(
     replay: ReplayBufferSpec, entry: AlgorithmEntry, registry: Registry, check: _Collector
 ) -> ReplayBufferSpec | None:
-    if not entry.family.uses_replay_buffer:
+    if not registry.paradigm(entry.family).uses_replay_buffer:
         check.warnings.append(
-            f"replay_buffer: ignored, {entry.name} learns on-policy without a replay buffer"
+            f"replay_buffer: ignored, {entry.name} ({entry.family}) keeps no replay buffer"
         )
         return None
     wanted = (

@@ -8,10 +8,10 @@ import torch
 import yaml
 
 from agile_bandits.environment import BanditEnv, load_table
+from agile_bandits.runner import BanditRunner
 from agile_bandits.spec import BanditEnvSpec
 from agile_cli import EnvironmentNotFoundError, ManifestError, TrainingManifest
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
-from agile_cli.training.bandit import BanditRunner
 
 FEATURES = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]] * 16)
 TARGETS = np.array(["b", "a", "c", "a"] * 16)

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from agile_cli import TrainingManifest, UsageError
 from agile_cli.nn.arch import arch_from_spec
 from agile_cli.nn.modules import EvolvableNetwork
-from agile_cli.plugins import registry_or_default
+from agile_cli.testing import installed_host
 from agile_cli.training import budget, setup
 
 from .conftest import CONFIGS, MINIMAL, ROOT
@@ -38,7 +38,7 @@ def _manifest(**sections) -> TrainingManifest:
 
 
 def _env(manifest: TrainingManifest):
-    return setup.build_environment(manifest, registry_or_default(None), seed=0)
+    return setup.build_environment(manifest, installed_host().registry, seed=0)
 
 
 def test_a_huge_replay_buffer_is_refused_with_the_figure_and_the_field(memory) -> None:

@@ -13,8 +13,13 @@ from agile_cli.agent import AgentContext
 from agile_cli.buffers import Transitions
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.nn.arch import arch_from_spec
-from agile_cli.plugins import default_host
-from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.testing import (
+    check_conformance,
+    installed_host,
+    smoke_train,
+    tiny_manifest,
+    tiny_population,
+)
 
 PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}
 OBSERVATIONS = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
@@ -25,7 +30,7 @@ def _member(name: str, action_space: spaces.Space | None = None, num_envs: int =
     manifest = tiny_manifest(name, environment=PENDULUM, algorithm_options=options)
     context = AgentContext(torch.device("cpu"), num_envs, manifest.training,
                            network=manifest.network)  # fmt: skip
-    cls = default_host().registry.algorithms[name].load()
+    cls = installed_host().registry.algorithms[name].load()
     return cls(
         manifest.algorithm,
         observation_space=OBSERVATIONS,
@@ -44,7 +49,7 @@ def _batch(size: int = 2, actions: torch.Tensor | None = None, **columns) -> Tra
         "rewards": torch.ones(size),
         "next_obs": torch.rand(size, 3, generator=generator) * 2 - 1,
         "terminated": torch.zeros(size),
-        "discounts": torch.full((size,), 0.99),
+        "discounts": None,  # a one-step buffer's
         "weights": torch.ones(size),
         "indices": torch.arange(size),
     }
@@ -88,7 +93,6 @@ def test_ddpg_target_is_reward_plus_discounted_target_q(monkeypatch) -> None:
 
 def test_ddpg_bootstraps_with_n_step_discounts(monkeypatch) -> None:
     member = _member("DDPG", gamma=0.9)
-    member.n_step_returns = True
     _fix_targets(member, monkeypatch, {"critic_target": [2.0, 2.0]})
     batch = _batch(2, discounts=torch.tensor([0.5, 0.25]))
     with torch.no_grad():

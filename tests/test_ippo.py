@@ -15,8 +15,7 @@ from agile_cli.agent import AgentContext
 from agile_cli.environment import MultiAgentVectorEnv
 from agile_cli.multi_agent import TeamEnv
 from agile_cli.nn.arch import arch_from_spec
-from agile_cli.plugins import default_host
-from agile_cli.testing import check_conformance, smoke_train, tiny_manifest
+from agile_cli.testing import check_conformance, installed_host, smoke_train, tiny_manifest
 from agile_cli.training.multi_agent_on_policy import (
     GroupRows,
     MultiAgentOnPolicyRunner,
@@ -36,7 +35,7 @@ def _member(observations, actions, num_envs: int = 2, network=None, **options):
     manifest = tiny_manifest("IPPO", environment=TOY, algorithm_options=options, **sections)
     context = AgentContext(torch.device("cpu"), num_envs, manifest.training,
                            network=manifest.network)  # fmt: skip
-    cls = default_host().registry.algorithms["IPPO"].load()
+    cls = installed_host().registry.algorithms["IPPO"].load()
     return cls(
         manifest.algorithm,
         observation_spaces=observations,
@@ -131,8 +130,8 @@ def test_a_learn_step_changes_the_weights_and_keeps_their_shapes() -> None:
         rollout.add(obs, records, GroupRows(
             {"agent": rows}, {"agent": flags}, {"agent": flags}, {"agent": ~flags}
         ))  # fmt: skip
-    loss = member.learn(rollout, member.obs_tensor(_obs(TRIO, 2, seed=9)))
-    assert np.isfinite(loss)
+    result = member.learn(rollout, member.obs_tensor(_obs(TRIO, 2, seed=9)))
+    assert np.isfinite(result.loss)
     after = dict(member.networks["actor.agent"].named_parameters())
     assert {n: p.shape for n, p in after.items()} == {n: p.shape for n, p in before.items()}
     assert any(not torch.equal(before[n], after[n]) for n in before)

@@ -12,8 +12,7 @@ from gymnasium import spaces
 from agile_cli.agent import AgentContext
 from agile_cli.buffers import MultiAgentReplayBuffer, Transitions
 from agile_cli.nn.arch import arch_from_spec
-from agile_cli.plugins import default_host
-from agile_cli.testing import smoke_train, tiny_manifest
+from agile_cli.testing import installed_host, smoke_train, tiny_manifest
 
 TOY = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
        "sync": True}  # fmt: skip
@@ -27,7 +26,7 @@ ACTIONS = {"speaker_0": spaces.Discrete(3), "listener_0": spaces.Box(0.0, 1.0, (
 def _member(name: str, **options):
     manifest = tiny_manifest(name, environment=TOY, algorithm_options=options)
     context = AgentContext(torch.device("cpu"), 2, manifest.training, network=manifest.network)
-    cls = default_host().registry.algorithms[name].load()
+    cls = installed_host().registry.algorithms[name].load()
     arch = arch_from_spec(manifest.network, OBS["speaker_0"])
     return cls(manifest.algorithm, observation_spaces=OBS, action_spaces=ACTIONS, arch=arch,
                context=context)  # fmt: skip
@@ -48,7 +47,7 @@ def _batch(size: int = 3, **columns) -> Transitions:
         "rewards": {agent: torch.ones(size) for agent in OBS},
         "next_obs": observations(),
         "terminated": {agent: torch.zeros(size) for agent in OBS},
-        "discounts": torch.full((size,), 0.9),
+        "discounts": None,  # a multi-agent buffer holds one-step transitions
         "weights": torch.ones(size),
         "indices": torch.arange(size),
     }

@@ -13,10 +13,10 @@ from gymnasium import spaces
 from agile_cli import EnvironmentNotFoundError
 from agile_cli.buffers import ReplayBuffer, Transitions
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
-from agile_cli.training.offline import OfflineRunner
 from agile_cqn.algorithm import conservative_penalty
 from agile_offline.builder import OfflineBuilder
 from agile_offline.dataset import transitions_from_columns
+from agile_offline.runner import OfflineRunner
 from agile_offline.spec import OfflineEnvSpec
 from tests.envs.toy_offline import toy_offline_environment, write_cartpole_dataset
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 from gymnasium import spaces
+from pydantic import Field
 
 from agile_cli import AlgorithmSpec, EnvironmentNotFoundError, Family, TrainingError, hookimpl
 from agile_pettingzoo import builder as builder_module
@@ -306,6 +307,7 @@ def test_a_space_that_cannot_be_batched_is_refused_up_front() -> None:
 class ToyMultiAgentSpec(AlgorithmSpec):
     """A made-up multi-agent algorithm, so that validate picks the PettingZoo builder."""
 
+    gamma: float = Field(0.99, description="Discount factor (the paradigm's runner reads it).")
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ()
 
 

@@ -30,6 +30,7 @@ class FooSpec(AlgorithmSpec):
 
     alpha: float = Field(0.5, ge=0, description="Step size.")
     learn_step: int = Field(4, ge=1, description="Steps between updates.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
@@ -274,7 +275,7 @@ def test_malformed_spec_is_named(make_host) -> None:
 
 
 def test_only_and_disabled_plugins(monkeypatch, run) -> None:
-    controls = LoadingControls.from_environment({"AGILE_PLUGINS": "gymnasium, ppo"})
+    controls = LoadingControls.from_environment({"AGILE_PLUGINS": "paradigms, gymnasium, ppo"})
     host = build_host(controls=controls)
     assert sorted(host.registry.algorithms) == ["PPO"]
     rows = {info.name: info for info in host.plugins}

@@ -109,14 +109,16 @@ FIRST_PARTY = _first_party_entry_points()
 
 @pytest.fixture(scope="module")
 def owners() -> dict[Path, set[str]]:
-    """The plugins each example manifest needs (its algorithm's and its environment builder's),
-    found with every plugin loaded."""
+    """The plugins each example manifest needs (its algorithm's, its paradigm's and its
+    environment builder's), found with every plugin loaded."""
     registry = build_host(controls=LoadingControls()).registry
     found = {}
     for path in CONFIGS:
         resolution = validate_mapping(yaml.safe_load(path.read_text()), registry, str(path))
         builder = registry.environments[str(resolution.environment_builder)]
-        found[path] = {registry.algorithms[resolution.algorithm_name].plugin, builder.plugin}
+        algorithm = registry.algorithms[resolution.algorithm_name]
+        paradigm = registry.paradigm(algorithm.family)
+        found[path] = {algorithm.plugin, paradigm.plugin, builder.plugin}
     return found
 
 

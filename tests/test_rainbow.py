@@ -29,7 +29,7 @@ def _batch(size: int, **columns: torch.Tensor) -> Transitions:
         "rewards": torch.ones(size),
         "next_obs": torch.randn(size, 4, generator=generator),
         "terminated": torch.zeros(size),
-        "discounts": torch.full((size,), 0.5),
+        "discounts": None,  # a one-step buffer's
         "weights": torch.ones(size),
         "indices": torch.arange(size),
     }
@@ -114,9 +114,8 @@ def projection_spy(monkeypatch):
 @pytest.mark.parametrize("n_step", [True, False])
 def test_target_bootstraps_with_n_step_discounts(projection_spy, n_step: bool) -> None:
     member = _member(gamma=0.9)
-    member.n_step_returns = n_step
-    batch = _batch(3, discounts=torch.tensor([0.5, 0.25, 0.5]),
-                   terminated=torch.tensor([0.0, 0.0, 1.0]))  # fmt: skip
+    discounts = torch.tensor([0.5, 0.25, 0.5]) if n_step else None
+    batch = _batch(3, discounts=discounts, terminated=torch.tensor([0.0, 0.0, 1.0]))
     member.learn(batch)
     expected = [0.5, 0.25, 0.0] if n_step else [0.9, 0.9, 0.0]
     torch.testing.assert_close(projection_spy["discounts"], torch.tensor(expected))
@@ -158,14 +157,11 @@ def test_importance_weights_reach_the_loss_and_priorities_are_the_cross_entropy(
     assert result.loss != pytest.approx(float(cross_entropy.mean()), rel=1e-3)
 
 
-def test_per_beta_anneals_from_beta_to_one() -> None:
-    member = _member(beta=0.4)
-    max_steps = member.context.training.max_steps
-    assert member.per_beta == pytest.approx(0.4)
-    member.record.steps = max_steps // 2
-    assert member.per_beta == pytest.approx(0.7)
-    member.record.steps = 2 * max_steps
-    assert member.per_beta == 1.0
+def test_importance_exponent_anneals_from_beta_to_one() -> None:
+    member = _member(beta=0.3)
+    assert member.importance_exponent(0.0) == pytest.approx(0.3)
+    assert member.importance_exponent(0.5) == pytest.approx(0.65)
+    assert member.importance_exponent(1.0) == 1.0
 
 
 # -- acting and hyperparameters ----------------------------------------------------------------

@@ -17,9 +17,14 @@ from agile_cli.nn.arch import MLPArch, NetworkArch, arch_from_spec
 from agile_cli.nn.modules import EvolvableNetwork
 from agile_cli.nn.recurrent_arch import LSTMArch
 from agile_cli.nn.transfer import transfer_optimizer_state
-from agile_cli.plugins import registry_or_default
 from agile_cli.rollout import PolicyRecord, Rollout
-from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.testing import (
+    check_conformance,
+    installed_host,
+    smoke_train,
+    tiny_manifest,
+    tiny_population,
+)
 from agile_cli.training import setup
 from agile_cli.training.runners import OnPolicyRunner, first_episode_returns
 from agile_ppo.wrappers import MaskVelocity
@@ -67,7 +72,7 @@ def _recurrent_member(environment: dict | None = None, **options: object):
 
 
 def _env(manifest, seed: int = 0):
-    return setup.build_environment(manifest, registry_or_default(None), seed=seed)
+    return setup.build_environment(manifest, installed_host().registry, seed=seed)
 
 
 # -- the LSTM encoder and its mutations ----------------------------------------------------------

@@ -18,11 +18,10 @@ import torch
 from torch.distributions import Bernoulli, Beta, Categorical, Independent, Normal
 
 from agile_cli.nn.sampling import sample
-from agile_cli.plugins import default_host
-from agile_cli.testing import seeded_metrics, smoke_train, tiny_manifest
+from agile_cli.testing import installed_host, seeded_metrics, smoke_train, tiny_manifest
 from tests.test_training import _evolving, _toy_environment
 
-ALGORITHMS = sorted(default_host().registry.algorithms)
+ALGORITHMS = sorted(installed_host().registry.algorithms)
 # Short generations and evaluations: bandit fitness otherwise plays 500 steps per member.
 BUDGET = {"max_steps": 64, "evo_steps": 32, "pop_size": 2, "eval_steps": 32}
 # Randomness the registry's algorithms on their toy environments do not reach: Gaussian
@@ -70,7 +69,7 @@ def test_a_seed_fixes_collected_episodes(tmp_path) -> None:
     from agile_offline.collect import collect_episodes
 
     smoke_train(tiny_manifest("DQN", training=BUDGET), tmp_path / "dqn", seed=3)
-    registry = default_host().registry
+    registry = installed_host().registry
 
     def collect(seed: int) -> dict[str, np.ndarray]:
         columns, _ = collect_episodes(

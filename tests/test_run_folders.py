@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agile_cli.plugins import default_host
-from agile_cli.testing import interrupt_after, tiny_manifest
+from agile_cli.testing import installed_host, interrupt_after, tiny_manifest
 from agile_cli.training import checkpoint, run_folder
 from agile_cli.training.loop import EvolutionLoop, RunOptions
 from agile_cli.training.progress import LogReporter
@@ -116,14 +115,14 @@ def _interrupted(tmp_path: Path, members_trained: int) -> Path:
     manifest = tiny_manifest("DQN", training={"max_steps": 192, "evo_steps": 64, "pop_size": 2},
                              mutation={}, tournament_selection={})  # fmt: skip
     options = RunOptions(device="cpu", run_dir=tmp_path / "run")
-    loop = EvolutionLoop(manifest, default_host().registry, options, LogReporter())
+    loop = EvolutionLoop(manifest, installed_host().registry, options, LogReporter())
     interrupt_after(loop, members_trained=members_trained)
     assert loop.run().interrupted
     return tmp_path / "run"
 
 
 def _resume(run_dir: Path):
-    return resume_local(run_dir, default_host().registry, RunOptions(device="cpu"), verbose=False)
+    return resume_local(run_dir, installed_host().registry, RunOptions(device="cpu"), verbose=False)
 
 
 def test_resume_keeps_one_record_per_generation(tmp_path) -> None:

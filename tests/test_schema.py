@@ -54,7 +54,7 @@ def test_schema_for_one_algorithm(run) -> None:
 
 def test_schema_shows_the_upper_bounds(schema) -> None:
     definitions = schema["$defs"]
-    pop_size = definitions["TrainingSpec"]["properties"]["pop_size"]
+    pop_size = definitions["DQNTraining"]["properties"]["pop_size"]
     assert pop_size["maximum"] == 1024 and "At most 1,024." in pop_size["description"]
     num_envs = definitions["GymnasiumEnvironment"]["properties"]["num_envs"]
     assert num_envs["maximum"] == 4096 and "At most 4,096." in num_envs["description"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import Field, ValidationError
 
-from agile_cli import Spec, TrainingManifest
+from agile_cli import EpsilonGreedyTraining, Spec, TrainingManifest
 from agile_cli.models import MLPConfig, TrainingSpec
 from agile_cli.models.base import field_errors
 from agile_gymnasium.spec import GymEnvSpec
@@ -104,7 +104,9 @@ def test_optional_fields_take_null() -> None:
 
 
 def test_python_callers_may_pass_numpy_numbers_and_tuples() -> None:
-    training = TrainingSpec(pop_size=np.int64(3), max_steps=np.float64(1e4), eps_end=np.float32(0))
+    training = EpsilonGreedyTraining(
+        pop_size=np.int64(3), max_steps=np.float64(1e4), eps_end=np.float32(0)
+    )
     assert (training.pop_size, training.max_steps) == (3, 10_000)
     assert type(training.pop_size) is int and type(training.eps_end) is float
     assert MLPConfig(hidden_size=(32, 16)).hidden_size == [32, 16]
@@ -112,12 +114,19 @@ def test_python_callers_may_pass_numpy_numbers_and_tuples() -> None:
         TrainingSpec(pop_size=np.bool_(True))
 
 
-def test_assignment_is_strict_too() -> None:
-    training = TrainingSpec()
-    training.evo_steps = 5.0
-    assert training.evo_steps == 5 and type(training.evo_steps) is int
-    with pytest.raises(ValidationError):
-        training.pop_size = True
+def test_a_validated_manifest_cannot_change_in_place() -> None:
+    manifest = TrainingManifest.get_validated(
+        {"algorithm": {"name": "DQN"}, "environment": "CartPole-v1"}
+    )
+    changes = (("training", "evo_steps", 5), ("algorithm", "lr", 0.5),
+               ("network", "latent_dim", 8), ("environment", "num_envs", 2))  # fmt: skip
+    for section, field, value in changes:
+        with pytest.raises(ValidationError, match="frozen"):
+            setattr(getattr(manifest, section), field, value)
+    with pytest.raises(ValidationError, match="frozen"):
+        manifest.network.head_config.hidden_size = [8]  # nested sections too
+    changed = manifest.training.model_copy(update={"evo_steps": 5})
+    assert changed.evo_steps == 5 and manifest.training.evo_steps != 5
 
 
 class Colour(enum.Enum):

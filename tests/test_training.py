@@ -13,8 +13,13 @@ import yaml
 
 from agile_cli import LocalTrainer, TrainingError
 from agile_cli.models.algorithm import Family
-from agile_cli.plugins import default_host
-from agile_cli.testing import check_conformance, interrupt_after, tiny_manifest, tiny_population
+from agile_cli.testing import (
+    check_conformance,
+    installed_host,
+    interrupt_after,
+    tiny_manifest,
+    tiny_population,
+)
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import EvolutionLoop, RunOptions
 from agile_cli.training.progress import LogReporter
@@ -30,7 +35,7 @@ LOCAL_FAMILIES = (
 )  # fmt: skip
 TRAINABLE = sorted(
     name
-    for name, entry in default_host().registry.algorithms.items()
+    for name, entry in installed_host().registry.algorithms.items()
     if entry.family in LOCAL_FAMILIES
 )
 # Toy environments in order of preference: each algorithm trains on the first whose action
@@ -52,11 +57,13 @@ TOY_BANDIT = {"name": "toy", "features": "toy_bandit_features.csv",
 def _toy_environment(algorithm: str) -> dict:
     """The first toy environment ``algorithm`` accepts; an algorithm refuses an action space
     by raising NotImplementedError in build(), which reaches us as a TrainingError."""
-    if default_host().registry.algorithms[algorithm].family.multi_agent:
+    registry = installed_host().registry
+    family = registry.algorithms[algorithm].family
+    if registry.paradigm(family).multi_agent:
         return TOY_TEAM
-    if default_host().registry.algorithms[algorithm].family is Family.OFFLINE:
+    if family == Family.OFFLINE:
         return toy_offline_environment()  # CartPole with a random dataset
-    if default_host().registry.algorithms[algorithm].family is Family.BANDIT:
+    if family == Family.BANDIT:
         return TOY_BANDIT
     for environment in TOY_ENVIRONMENTS:
         try:
@@ -69,7 +76,7 @@ def _toy_environment(algorithm: str) -> dict:
 
 def _evolving(algorithm: str) -> dict:
     """EVOLVING, mutating the algorithm's learning rates (lr, or lr_actor and lr_critic)."""
-    spec = default_host().registry.algorithms[algorithm].spec
+    spec = installed_host().registry.algorithms[algorithm].spec
     rates = {name: {"min": 1e-4, "max": 1e-2}
              for name in spec.mutable_hyperparameters if name.startswith("lr")}  # fmt: skip
     return {**EVOLVING, "mutation": {"rl_hp_selection": rates}}
@@ -77,7 +84,7 @@ def _evolving(algorithm: str) -> dict:
 
 def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
     run = RunOptions(device="cpu", run_dir=tmp_path / "run", **options)
-    return EvolutionLoop(manifest, default_host().registry, run, LogReporter())
+    return EvolutionLoop(manifest, installed_host().registry, run, LogReporter())
 
 
 @pytest.mark.parametrize("algorithm", TRAINABLE)
@@ -179,7 +186,7 @@ def test_interrupt_saves_and_resume_continues_the_same_population(tmp_path, monk
 
     from agile_cli.training.trainer import resume_local
 
-    resumed = resume_local(tmp_path / "run", default_host().registry,
+    resumed = resume_local(tmp_path / "run", installed_host().registry,
                            RunOptions(device="cpu"), verbose=False)  # fmt: skip
     assert not resumed.interrupted
     assert resumed.summary["generations"] == 3

@@ -143,7 +143,9 @@ def test_replay_buffer_for_on_policy_is_a_warning(run, write) -> None:
     text = "algorithm: {name: PPO}\nenvironment: {name: CartPole-v1}\nreplay_buffer: {}\n"
     result = run("validate", str(write("m.yaml", text)))
     assert result.exit_code == 0
-    assert "warning: replay_buffer: ignored, PPO learns on-policy" in result.output
+    assert (
+        "warning: replay_buffer: ignored, PPO (on_policy) keeps no replay buffer" in result.output
+    )
 
 
 def test_several_files_one_line_each_and_exit_two_if_any_is_bad(run, write) -> None:

@@ -52,14 +52,7 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
     critics: ClassVar[tuple[str, ...]] = ("critic",)
 
     spec: CentralisedActorCriticSpec
-    lr_actor: float
-    lr_critic: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    tau: float
-    theta: float
-    dt: float
+    policy_role = "actor"  # parameter mutation perturbs every actor.<agent>
 
     def build(self) -> None:
         self.widths = {agent: _action_width(space) for agent, space in self.action_spaces.items()}
@@ -74,7 +67,8 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
             if isinstance(space, spaces.Discrete)
         }
         joint = self.joint_observation_space()
-        for agent in self.agents:  # actors first: they are what parameter mutation perturbs
+        self.policy_network = f"actor.{self.agents[0]}"
+        for agent in self.agents:
             heads, space = {"action": self.widths[agent]}, self.observation_spaces[agent]
             self.add_network(f"actor.{agent}", heads, observation_space=space)
         for critic in self.critics:
@@ -121,15 +115,15 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
 
     def exploration_noise(self, agent: str, num_envs: int) -> np.ndarray:
         """One step of a Box agent's exploration noise for ``num_envs`` environments."""
-        shape = (num_envs, self.widths[agent])
-        if not self.spec.O_U_noise:
-            return self.rng.normal(self.spec.mean_noise, self.spec.expl_noise, size=shape)
+        shape, spec = (num_envs, self.widths[agent]), self.spec
+        if not spec.O_U_noise:
+            return self.rng.normal(spec.mean_noise, spec.expl_noise, size=shape)
         state = self.ou_noise[agent]
         if state.shape != shape:
             state = np.zeros(shape)
         self.ou_noise[agent] = ornstein_uhlenbeck_step(
             state, self.rng,
-            theta=self.theta, mean=self.spec.mean_noise, sigma=self.spec.expl_noise, dt=self.dt,
+            theta=spec.theta, mean=spec.mean_noise, sigma=spec.expl_noise, dt=spec.dt,
         )  # fmt: skip
         return self.ou_noise[agent].copy()
 
@@ -142,14 +136,16 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
 
     def td_targets(self, batch: Transitions) -> dict[str, torch.Tensor]:
         """Each agent's regression target ``r_i + gamma * (1 - terminated_i) * V'_i``, where
-        ``V'_i`` is :meth:`next_values` at the target actors' next actions."""
+        ``V'_i`` is :meth:`next_values` at the target actors' next actions (``gamma`` is the
+        batch's n-step discounts, if it has them)."""
         rewards, terminated = batch.rewards, batch.terminated
         assert isinstance(rewards, dict) and isinstance(terminated, dict)
+        discount = self.spec.gamma if batch.discounts is None else batch.discounts
         with torch.no_grad():
             next_obs = self.joint_obs(batch.next_obs)
             next_values = self.next_values(next_obs, self.target_actions(batch.next_obs))
             return {
-                agent: rewards[agent] + self.gamma * (1.0 - terminated[agent]) * next_values[agent]
+                agent: rewards[agent] + discount * (1.0 - terminated[agent]) * next_values[agent]
                 for agent in self.agents
             }
 
@@ -222,7 +218,7 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
 
     def soft_update_targets(self) -> None:
         """target <- target + tau * (online - target), for every actor and critic."""
-        self.soft_update([(self._target(n), n) for n in self._online_names()], self.tau)
+        self.soft_update([(self._target(n), n) for n in self._online_names()], self.spec.tau)
 
     def _online_names(self) -> list[str]:
         return [n for n in self.networks if n.split(".")[0] in ("actor", *self.critics)]

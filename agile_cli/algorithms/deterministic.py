@@ -34,9 +34,9 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     ``N(mean_noise, expl_noise)``, drawn afresh at each step.
 
     **Pieces of an update.** :meth:`policy_actions`, :meth:`q_values`, :meth:`bootstrap` (the
-    discount, n-step aware), :meth:`update_actor`, :meth:`soft_update_targets`, and
-    :attr:`per_beta` for prioritised replay; ``learn_counter`` counts learn calls for a policy
-    delay.
+    discount, n-step aware), :meth:`update_actor` and :meth:`soft_update_targets`;
+    ``learn_counter`` counts learn calls for a policy delay. Prioritised replay's exponent is
+    the default of :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`.
 
     Activation mutation is skipped, as in the reference implementation.
     """
@@ -46,23 +46,13 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     critics: ClassVar[tuple[str, ...]] = ("critic",)
 
     spec: DeterministicActorCriticSpec
-    lr_actor: float
-    lr_critic: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    tau: float
-    policy_freq: int
-    theta: float
-    dt: float
-    expl_noise: float
-    mean_noise: float
+    policy_network = "actor"
 
     def build(self) -> None:
         space = box_action_space(self.action_space, type(self).__name__)
         self.action_dim = int(np.prod(space.shape))
         self.scaler = BoxActionScaler(space, self.device)
-        self.add_network("actor", {"action": self.action_dim})  # first: parameter mutation's
+        self.add_network("actor", {"action": self.action_dim})
         for name in self.critics:
             self.add_network(name, {"q": 1}, head_extra=self.action_dim)
         for name in ("actor", *self.critics):
@@ -75,7 +65,6 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
             self.add_optimizer(name, (name,), "lr_critic")
         self.learn_counter = 0
         self.ou_noise = np.zeros((self.context.num_envs, self.action_dim))
-        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
 
     # -- acting ----------------------------------------------------------------------------------
 
@@ -88,14 +77,14 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
 
     def exploration_noise(self, num_envs: int) -> np.ndarray:
         """One step of exploration noise for ``num_envs`` environments, in [-1, 1] units."""
-        shape = (num_envs, self.action_dim)
-        if not self.spec.O_U_noise:
-            return self.rng.normal(self.mean_noise, self.expl_noise, size=shape)
+        shape, spec = (num_envs, self.action_dim), self.spec
+        if not spec.O_U_noise:
+            return self.rng.normal(spec.mean_noise, spec.expl_noise, size=shape)
         if self.ou_noise.shape != shape:
             self.ou_noise = np.zeros(shape)
         self.ou_noise = ornstein_uhlenbeck_step(
             self.ou_noise, self.rng,
-            theta=self.theta, mean=self.mean_noise, sigma=self.expl_noise, dt=self.dt,
+            theta=spec.theta, mean=spec.mean_noise, sigma=spec.expl_noise, dt=spec.dt,
         )  # fmt: skip
         return self.ou_noise.copy()
 
@@ -123,8 +112,9 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
         return self.networks[network](obs, actions)["q"].squeeze(-1)
 
     def bootstrap(self, batch: Transitions) -> torch.Tensor:
-        """What multiplies the next state's value: the discount, zero where the episode ended."""
-        discount = batch.discounts if self.n_step_returns else self.gamma
+        """What multiplies the next state's value: the discount (the batch's n-step discounts,
+        else ``gamma``), zero where the episode ended."""
+        discount = self.spec.gamma if batch.discounts is None else batch.discounts
         return discount * (1.0 - batch.terminated)
 
     def update_actor(self, critic: str, obs: Any) -> None:
@@ -134,15 +124,10 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
 
     def soft_update_targets(self) -> None:
         """target <- target + tau * (online - target), for the actor and every critic."""
-        self.soft_update([(f"{name}_target", name) for name in ("actor", *self.critics)], self.tau)
+        pairs = [(f"{name}_target", name) for name in ("actor", *self.critics)]
+        self.soft_update(pairs, self.spec.tau)
 
     # -- the rest --------------------------------------------------------------------------------
-
-    @property
-    def per_beta(self) -> float:
-        """Prioritised replay's importance exponent, annealed from 0.4 to 1 over training."""
-        progress = self.record.steps / self.context.training.max_steps
-        return min(1.0, 0.4 + 0.6 * progress)
 
     def extra_state(self) -> dict[str, Any]:
         return {"learn_counter": self.learn_counter, "ou_noise": self.ou_noise.copy()}

@@ -4,7 +4,7 @@ Reinforcement Learning with Double Q-learning", AAAI 2016."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -12,12 +12,14 @@ import torch
 
 from agile_cli.agent import OffPolicyAlgorithm
 from agile_cli.buffers import Transitions
+from agile_cli.models.training import EpsilonGreedyTraining
 
 
 class QLearning(OffPolicyAlgorithm):
     """The frame of deep Q-learning over Discrete actions (DQN, CQN): an online Q-network
-    ``q`` and its target network ``target``, epsilon-greedy acting, the TD terms of an update
-    (:meth:`td_terms`), prioritised replay's exponent and checkpoint state. A subclass adds
+    ``q`` (the policy) and its target network ``target``, epsilon-greedy acting, the TD terms of
+    an update (:meth:`td_terms`) and checkpoint state; prioritised replay's exponent is the
+    default of :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`. A subclass adds
     :meth:`~agile_cli.Algorithm.learn`; its spec has the fields ``lr``, ``gamma``, ``tau`` and
     ``double``.
 
@@ -26,12 +28,8 @@ class QLearning(OffPolicyAlgorithm):
     ``replay_buffer.n_step_buffer`` the TD targets bootstrap from n-step returns.
     """
 
-    spec: Any  # a spec with the fields lr, gamma, tau and double
-    lr: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    tau: float
+    spec: Any  # a spec with the fields lr, learn_step, gamma, tau and double
+    policy_network = "q"
 
     def build(self) -> None:
         if not isinstance(self.action_space, gym.spaces.Discrete):
@@ -45,20 +43,24 @@ class QLearning(OffPolicyAlgorithm):
         target.load_state_dict(online.state_dict())
         target.requires_grad_(False)
         self.add_optimizer("q", ("q",), "lr")
-        self.epsilon = self.context.training.eps_start
-        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
+        self.epsilon = self.schedule.eps_start
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         with torch.no_grad():
             greedy = self.networks["q"](self.obs_tensor(obs))["q"].argmax(dim=1).cpu().numpy()
         if not explore:
             return greedy
-        training = self.context.training
+        schedule = self.schedule
         random = self.rng.random(greedy.shape[0]) < self.epsilon
-        self.epsilon = max(training.eps_end, self.epsilon * training.eps_decay)
+        self.epsilon = max(schedule.eps_end, self.epsilon * schedule.eps_decay)
         if random.any():
             greedy[random] = self.rng.integers(0, self.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
         return greedy
+
+    @property
+    def schedule(self) -> EpsilonGreedyTraining:
+        """The ``training`` section's epsilon schedule (which algorithms of this frame call for)."""
+        return cast(EpsilonGreedyTraining, self.context.training)
 
     def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The online Q-values of every action ``[B, actions]``, those of the actions taken
@@ -80,15 +82,9 @@ class QLearning(OffPolicyAlgorithm):
                 next_value = next_q.gather(1, choice).squeeze(1)
             else:
                 next_value = next_q.max(dim=1).values
-            discount = batch.discounts if self.n_step_returns else self.gamma
+            discount = self.spec.gamma if batch.discounts is None else batch.discounts
             td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
         return q_values, q_taken, td_target
-
-    @property
-    def per_beta(self) -> float:
-        """Prioritised replay's importance exponent, annealed from 0.4 to 1 over training."""
-        progress = self.record.steps / self.context.training.max_steps
-        return min(1.0, 0.4 + 0.6 * progress)
 
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}

@@ -129,7 +129,7 @@ class Mutator:
         name = names[int(self.rng.integers(len(names)))]
         bounds = self.ranges[name]
         factor = bounds.shrink if self.rng.random() < 0.5 else bounds.grow
-        value = min(max(getattr(member, name) * factor, bounds.low), bounds.high)
+        value = min(max(member.hyperparameters()[name] * factor, bounds.low), bounds.high)
         value = int(value) if bounds.integer else float(value)
         member.set_hyperparameter(name, value)
         return f"{name}={value:.4g}"

@@ -12,10 +12,17 @@ from agile_cli.errors import FieldError
 from agile_cli.models import limits
 from agile_cli.models.base import Spec
 from agile_cli.models.network import NetworkSpec
+from agile_cli.models.training import TrainingSpec
 
 
 class Family(str, enum.Enum):
-    """The kind of training loop an algorithm needs; environment builders serve families."""
+    """Names of the training paradigms agile's first-party plugins register.
+
+    An algorithm's ``family`` is the name of a paradigm (``agile_register_paradigms``): one of
+    these, or any name a plugin registered. The members are plain strings
+    (``Family.OFF_POLICY == "off_policy"``); the set is open, this enum only spells the names
+    agile ships.
+    """
 
     OFF_POLICY = "off_policy"
     ON_POLICY = "on_policy"
@@ -24,19 +31,6 @@ class Family(str, enum.Enum):
     OFFLINE = "offline"
     BANDIT = "bandit"
     LLM = "llm"
-
-    @property
-    def uses_replay_buffer(self) -> bool:
-        return self in (
-            Family.OFF_POLICY,
-            Family.MULTI_AGENT_OFF_POLICY,
-            Family.OFFLINE,
-            Family.BANDIT,
-        )
-
-    @property
-    def multi_agent(self) -> bool:
-        return self in (Family.MULTI_AGENT_OFF_POLICY, Family.MULTI_AGENT_ON_POLICY)
 
 
 class AlgorithmSpec(Spec):
@@ -48,7 +42,9 @@ class AlgorithmSpec(Spec):
     - ``default_mutable``: the ones mutated when ``rl_hp_selection`` is empty;
     - ``default_evo_steps``: evolution interval when ``training.evo_steps`` is omitted;
     - ``network_spec``: the class the ``network`` section is validated against;
-    - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from.
+    - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from;
+    - ``training_spec``: a :class:`~agile_cli.TrainingSpec` subclass with ``training`` fields
+      this algorithm reads (e.g. epsilon-greedy exploration's ``eps_*``); None: none of its own.
     """
 
     batch_size: int = Field(
@@ -64,6 +60,7 @@ class AlgorithmSpec(Spec):
     network_spec: ClassVar[type[NetworkSpec]] = NetworkSpec
     supports_per: ClassVar[bool] = False
     supports_n_step: ClassVar[bool] = False
+    training_spec: ClassVar[type[TrainingSpec] | None] = None
 
     def check_manifest(self, manifest: Any) -> list[FieldError]:
         """Rules that involve other sections; paths are relative to the manifest root.

@@ -20,8 +20,9 @@ from agile_cli.errors import FieldError
 class Spec(BaseModel):
     """Base of every manifest section and plugin spec.
 
-    Unknown keys are rejected, aliases and field names are both accepted, and assignments are
-    validated. Every field must carry a ``description`` (it feeds ``agile schema`` and the docs).
+    Unknown keys are rejected, aliases and field names are both accepted, and a validated spec
+    is frozen (``model_copy(update=...)`` makes a changed copy). Every field must carry a
+    ``description`` (it feeds ``agile schema`` and the docs).
 
     Types are strict: a boolean is not a number, and a string is neither a number nor a
     boolean. What YAML, JSON and Python callers cannot write otherwise is accepted: an integral
@@ -32,7 +33,9 @@ class Spec(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         populate_by_name=True,
-        validate_assignment=True,
+        # A validated section is a value: a run, a member or a checkpoint holding one cannot
+        # change it under the others (``model_copy(update=...)`` makes a changed copy).
+        frozen=True,
         strict=True,
         use_attribute_docstrings=False,
         # Build validators on first use: `agile validate` loads every plugin's specs but

@@ -1,4 +1,10 @@
-"""The ``training`` section: step budget, evolution interval, population, exploration schedule."""
+"""The ``training`` section: step budget, evolution interval, population, checkpoints.
+
+The core's :class:`TrainingSpec` holds what every run reads. A paradigm, an algorithm or a
+backend that reads more registers a subclass with its own fields (e.g.
+:class:`EpsilonGreedyTraining`); a manifest's ``training`` section is validated against the
+combination its algorithm, paradigm and the installed backends call for.
+"""
 
 from __future__ import annotations
 
@@ -59,19 +65,6 @@ class TrainingSpec(Spec):
             "reaches this score."
         ),
     )
-    learning_delay: int = Field(
-        default=0,
-        ge=0,
-        le=limits.STEPS,
-        description="Transitions collected before off-policy learning starts.",
-    )
-    eps_start: float = Field(
-        default=1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy)."
-    )
-    eps_end: float = Field(default=0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
-    eps_decay: float = Field(
-        default=0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
-    )
     checkpoint_steps: int | None = Field(
         default=None,
         ge=1,
@@ -84,48 +77,12 @@ class TrainingSpec(Spec):
     overwrite_checkpoints: bool = Field(
         default=False, description="Keep only the latest checkpoint instead of one per save."
     )
-    evaluation_interval: int = Field(
-        default=10,
-        ge=1,
-        le=limits.ITERATIONS,
-        description="LLM finetuning only: iterations between evaluations.",
-    )
-    num_epochs: int | None = Field(
-        default=None,
-        ge=1,
-        le=limits.ITERATIONS,
-        description="LLM finetuning only: stop after this many passes over the data.",
-    )
-    max_wall_seconds: float | None = Field(
-        default=None,
-        gt=0,
-        description="Multi-turn LLM finetuning only: wall-clock budget in seconds.",
-    )
-    episode_steps: int = Field(
-        default=500,
-        ge=1,
-        le=limits.EPISODE_STEPS,
-        description="Bandits only: steps per training episode.",
-    )
-    sum_scores: bool = Field(
-        default=True, description="Multi-agent only: sum the agents' rewards into one fitness."
-    )
     hpo: bool = Field(
         default=True,
         description=(
             "Evolve the population when both mutation and tournament_selection are given; "
             "false trains the members independently."
         ),
-    )
-    reporting_interval: int = Field(
-        default=1024,
-        ge=1,
-        le=limits.STEPS,
-        description="Arena only: environment steps between progress reports.",
-    )
-    experience_sharing: bool = Field(
-        default=False,
-        description="Arena only: share experience between nodes (locally it is always shared).",
     )
 
     @model_validator(mode="before")
@@ -145,11 +102,28 @@ class TrainingSpec(Spec):
             raise located_error(
                 "evo_steps", f"{self.evo_steps} exceeds max_steps ({self.max_steps})"
             )
-        if self.eps_start < self.eps_end:
-            raise located_error("eps_end", f"{self.eps_end} is above eps_start ({self.eps_start})")
         return self
 
     @property
     def population_size(self) -> int:
         """The population size (the brief's Python spelling)."""
         return self.pop_size
+
+
+class EpsilonGreedyTraining(TrainingSpec):
+    """``training`` fields of epsilon-greedy exploration: epsilon starts at ``eps_start``, is
+    multiplied by ``eps_decay`` after every vector step and stays at least ``eps_end``."""
+
+    eps_start: float = Field(
+        default=1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy)."
+    )
+    eps_end: float = Field(default=0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
+    eps_decay: float = Field(
+        default=0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
+    )
+
+    @model_validator(mode="after")
+    def _epsilon_order(self) -> EpsilonGreedyTraining:
+        if self.eps_start < self.eps_end:
+            raise located_error("eps_end", f"{self.eps_end} is above eps_start ({self.eps_start})")
+        return self

@@ -127,7 +127,7 @@ def _population(manifest: TrainingManifest, env: Any) -> Need:
 
 def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
     spec = manifest.replay_buffer
-    if spec is None or manifest.family is None or not manifest.family.uses_replay_buffer:
+    if spec is None or manifest.paradigm is None or not manifest.paradigm.uses_replay_buffer:
         return []
     row = transition_bytes(*_team_spaces(manifest, env))
     detail = f"{spec.max_size:,} transitions of {row:,} B"
@@ -143,8 +143,8 @@ def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
 
 def _rollout(manifest: TrainingManifest, env: Any) -> Need | None:
     learn_step = getattr(manifest.algorithm, "learn_step", None)
-    family = manifest.family
-    if family is None or family.uses_replay_buffer or not isinstance(learn_step, int):
+    paradigm = manifest.paradigm
+    if paradigm is None or paradigm.uses_replay_buffer or not isinstance(learn_step, int):
         return None
     num_envs = max(1, int(getattr(env, "num_envs", 1)))
     steps = math.ceil(learn_step / num_envs) * num_envs
@@ -165,7 +165,7 @@ def _dataset(env: Any) -> Need:
 
 def _team_spaces(manifest: TrainingManifest, env: Any) -> tuple[list[Any], list[Any]]:
     """Every agent's observation and action space (one agent for single-agent families)."""
-    if manifest.family is not None and manifest.family.multi_agent:
+    if manifest.paradigm is not None and manifest.paradigm.multi_agent:
         agents = list(env.single_observation_spaces)
         observations = [env.single_observation_spaces[agent] for agent in agents]
         return observations, [env.single_action_spaces[agent] for agent in agents]

@@ -105,7 +105,6 @@ class EvolutionLoop:
         self.population = setup.build_population(manifest, self.cls, self.env, self.context)
         self.buffer = setup.build_buffer(manifest, self.env, self.device)
         self.runner = setup.build_runner(manifest, self.env, self.buffer)
-        self._configure_members()
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection()
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
@@ -117,12 +116,6 @@ class EvolutionLoop:
         )
 
     # -- set-up ----------------------------------------------------------------------------------
-
-    def _configure_members(self) -> None:
-        n_step = bool(self.manifest.replay_buffer and self.manifest.replay_buffer.n_step_buffer)
-        for member in self.population:
-            if hasattr(member, "n_step_returns"):
-                member.n_step_returns = n_step
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:

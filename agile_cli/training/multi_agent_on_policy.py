@@ -34,6 +34,7 @@ from agile_cli.training.runners import (
     EpisodeTracker,
     GenerationStats,
     Progress,
+    learned_loss,
     rollout_lengths,
 )
 
@@ -136,7 +137,7 @@ class MultiAgentOnPolicyRunner:
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
         obs, _ = self.env.reset()
         member.reset_state()
-        for length in rollout_lengths(total, int(member.learn_step), self.num_envs):
+        for length in rollout_lengths(total, int(member.spec.learn_step), self.num_envs):
             rollout = TeamRollout(member.groups)
             for _ in range(length):
                 obs_tensor = member.obs_tensor(obs)
@@ -153,5 +154,5 @@ class MultiAgentOnPolicyRunner:
                 stats.steps += self.num_envs
                 member.record.steps += self.num_envs
                 progress(self.num_envs)
-            stats.losses.append(member.learn(rollout, member.obs_tensor(obs)))
+            stats.losses.append(learned_loss(member.learn(rollout, member.obs_tensor(obs))))
         return stats

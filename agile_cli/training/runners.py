@@ -11,22 +11,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any
 
 import numpy as np
 
-from agile_cli.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from agile_cli.agent import Algorithm, LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_cli.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
 from agile_cli.rollout import Rollout
 
 Progress = Callable[[int], None]
 
 
-class _Prioritised(Protocol):
-    """A member that learns from prioritised replay: it anneals the importance exponent."""
+def learned_loss(result: LearnResult | float) -> float:
+    """The loss an on-policy ``learn`` reports: a :class:`LearnResult`, or a bare float as
+    plugins written before returned."""
+    return result.loss if isinstance(result, LearnResult) else float(result)
 
-    @property
-    def per_beta(self) -> float: ...
+
+def budget_progress(member: Algorithm) -> float:
+    """The fraction of its step budget (``training.max_steps``) the member has trained, at
+    most 1."""
+    return min(1.0, member.record.steps / member.context.training.max_steps)
 
 
 @dataclass
@@ -79,7 +84,7 @@ class OffPolicyRunner:
         """Train ``member`` for about ``steps`` environment steps."""
         stats = GenerationStats()
         tracker = EpisodeTracker(self.num_envs)
-        every, repeats = _learn_schedule(int(member.learn_step), self.num_envs)
+        every, repeats = _learn_schedule(int(member.spec.learn_step), self.num_envs)
         obs, _ = self.env.reset()
         member.reset_state()
         for t in range(max(1, steps // self.num_envs)):
@@ -134,14 +139,15 @@ class OffPolicyRunner:
 
     def _ready(self, member: OffPolicyAlgorithm) -> bool:
         size = len(self.buffer)
-        return size >= int(member.batch_size) and size > self.learning_delay
+        return size >= int(member.spec.batch_size) and size > self.learning_delay
 
     def _learn(self, member: OffPolicyAlgorithm) -> float:
+        size = int(member.spec.batch_size)
         if isinstance(self.buffer, PrioritizedReplayBuffer):
-            beta = cast(_Prioritised, member).per_beta
-            batch = self.buffer.sample(int(member.batch_size), member.generator, beta)
+            beta = member.importance_exponent(budget_progress(member))
+            batch = self.buffer.sample(size, member.generator, beta)
         else:
-            batch = self.buffer.sample(int(member.batch_size), member.generator)
+            batch = self.buffer.sample(size, member.generator)
         result = member.learn(batch)
         if result.priorities is not None and isinstance(self.buffer, PrioritizedReplayBuffer):
             self.buffer.update_priorities(batch.indices, result.priorities)
@@ -187,7 +193,7 @@ class OnPolicyRunner:
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
         obs, _ = self.env.reset()
         member.reset_state()
-        for length in rollout_lengths(total, int(member.learn_step), self.num_envs):
+        for length in rollout_lengths(total, int(member.spec.learn_step), self.num_envs):
             rollout = Rollout()
             for _ in range(length):
                 obs_tensor = member.obs_tensor(obs)
@@ -201,7 +207,7 @@ class OnPolicyRunner:
                 stats.steps += self.num_envs
                 member.record.steps += self.num_envs
                 progress(self.num_envs)
-            stats.losses.append(member.learn(rollout, member.obs_tensor(obs)))
+            stats.losses.append(learned_loss(member.learn(rollout, member.obs_tensor(obs))))
         return stats
 
 

@@ -1,5 +1,5 @@
 """Building what a local run needs from a validated manifest: device, environment, population,
-replay buffer and runner."""
+and, through the algorithm's paradigm, the shared buffer and the runner."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import torch
 from agile_cli.agent import AgentContext, Algorithm
 from agile_cli.errors import TrainingError, UsageError
 from agile_cli.manifest import TrainingManifest
-from agile_cli.models.algorithm import Family
 from agile_cli.nn.arch import NetworkArch, arch_from_spec
-from agile_cli.registry import Registry
+from agile_cli.registry import ParadigmEntry, Registry
 
 
 def resolve_device(device: str) -> torch.device:
@@ -36,17 +35,19 @@ def build_environment(manifest: TrainingManifest, registry: Registry, seed: int)
 def build_environment_from(
     spec: Any, manifest: TrainingManifest, registry: Registry, seed: int
 ) -> Any:
-    """A vector environment for ``spec`` by the manifest's environment builder."""
-    assert manifest.family is not None
-    entry = registry.environment_for(manifest.family, manifest.environment_builder)
+    """A vector environment for ``spec`` by the manifest's environment builder, as the
+    algorithm's paradigm wraps it."""
+    paradigm = _paradigm(manifest)
+    entry = registry.environment_for(paradigm.name, manifest.environment_builder)
     if entry is None:
-        raise TrainingError(f"no environment builder for {manifest.family.value} algorithms")
+        raise TrainingError(f"no environment builder for {paradigm.name} algorithms")
     env = entry.load()().build(spec, seed=seed)
-    if manifest.family.multi_agent:
-        from agile_cli.multi_agent import TeamEnv
+    return paradigm.wrap_environment(env, manifest)
 
-        return TeamEnv(env, manifest.training.sum_scores)
-    return env
+
+def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
+    assert manifest.paradigm is not None, "a resolved manifest names its paradigm"
+    return manifest.paradigm
 
 
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Algorithm]:
@@ -83,8 +84,7 @@ def build_population(
 
 def member_spaces(manifest: TrainingManifest, env: Any) -> dict[str, Any]:
     """The constructor arguments that describe what members observe and do."""
-    assert manifest.family is not None
-    if manifest.family.multi_agent:
+    if _paradigm(manifest).multi_agent:
         return {
             "observation_spaces": env.single_observation_spaces,
             "action_spaces": env.single_action_spaces,
@@ -103,8 +103,7 @@ def describe_spaces(spaces: dict[str, Any]) -> dict[str, str]:
 def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
     """The architecture of the network section; a team's agents share one, which must suit
     every agent's observations."""
-    assert manifest.family is not None
-    if manifest.family.multi_agent:
+    if _paradigm(manifest).multi_agent:
         observed = list(env.single_observation_spaces.values())
     else:
         observed = [env.single_observation_space]
@@ -123,70 +122,14 @@ def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
 
 
 def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
-    """The replay buffer the whole population shares (off-policy families), else None."""
-    assert manifest.family is not None
-    if manifest.replay_buffer is None:
-        return None
-    from agile_cli.buffers import MultiAgentReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
-
-    spec = manifest.replay_buffer
-    gamma = float(getattr(manifest.algorithm, "gamma", 0.99))
-    if manifest.family is Family.MULTI_AGENT_OFF_POLICY:
-        return MultiAgentReplayBuffer(
-            spec.max_size, env.single_observation_spaces, env.single_action_spaces,
-            gamma=gamma, device=device,
-        )  # fmt: skip
-    if manifest.family not in (Family.OFF_POLICY, Family.OFFLINE, Family.BANDIT):
-        return None
-    spaces = (env.single_observation_space, env.single_action_space)
-    if spec.per_buffer:
-        return PrioritizedReplayBuffer(
-            spec.max_size, *spaces, gamma=gamma, alpha=spec.per_buffer_args.alpha, device=device
-        )
-    return ReplayBuffer(spec.max_size, *spaces, gamma=gamma, device=device)
+    """What the whole population shares (a replay buffer), as the paradigm builds it; None
+    when it keeps nothing."""
+    return _paradigm(manifest).build_buffer(manifest, env, device)
 
 
 def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Any:
-    """The runner that trains one member for one generation."""
-    from agile_cli.training.runners import (
-        MultiAgentOffPolicyRunner,
-        OffPolicyRunner,
-        OnPolicyRunner,
-    )
-
-    if manifest.family is Family.ON_POLICY:
-        return OnPolicyRunner(env)
-    if manifest.family is Family.MULTI_AGENT_OFF_POLICY:
-        delay = manifest.training.learning_delay
-        return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
-    if manifest.family is Family.MULTI_AGENT_ON_POLICY:
-        from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner
-
-        return MultiAgentOnPolicyRunner(env)
-    if manifest.family is Family.OFFLINE:
-        from agile_cli.training.offline import OfflineRunner
-
-        return OfflineRunner(env, buffer)
-    if manifest.family is Family.BANDIT:
-        from agile_cli.training.bandit import BanditRunner
-
-        return BanditRunner(env, buffer, episode_steps=manifest.training.episode_steps)
-    if manifest.family is Family.OFF_POLICY:
-        n_step = None
-        spec = manifest.replay_buffer
-        if spec is not None and spec.n_step_buffer:
-            from agile_cli.buffers import NStepAccumulator
-
-            gamma = float(getattr(manifest.algorithm, "gamma", 0.99))
-            n_step = NStepAccumulator(spec.n_step_buffer_args.n_step, gamma, env.num_envs)
-        return OffPolicyRunner(
-            env, buffer, learning_delay=manifest.training.learning_delay, n_step=n_step
-        )
-    assert manifest.family is not None
-    raise TrainingError(
-        f"local training of {manifest.family.value} algorithms is not available yet",
-        "single- and multi-agent on- and off-policy algorithms train locally today",
-    )
+    """The runner that trains one member for one generation, as the paradigm builds it."""
+    return _paradigm(manifest).build_runner(manifest, env, buffer)
 
 
 def seeds(seed: int) -> dict[str, int]:

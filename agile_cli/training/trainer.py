@@ -10,7 +10,7 @@ from agile_cli.errors import TrainingError, UsageError
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
-from agile_cli.plugins import registry_or_default
+from agile_cli.plugins import installed_registry
 from agile_cli.registry import Registry
 from agile_cli.training import checkpoint, trust
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
@@ -49,7 +49,7 @@ class LocalTrainer:
     ) -> None:
         if tournament is not None and selection_strategy is not None:
             raise UsageError("give tournament or selection_strategy, not both")
-        registry = registry_or_default(registry)
+        registry = registry if registry is not None else installed_registry()
         data: dict[str, Any] = {
             "algorithm": _algorithm_section(algorithm, registry),
             "environment": {"name": environment}
@@ -76,7 +76,7 @@ class LocalTrainer:
         registry: Registry | None = None,
     ) -> LocalTrainer:
         """A trainer for a manifest file, mapping or validated manifest."""
-        registry = registry_or_default(registry)
+        registry = registry if registry is not None else installed_registry()
         trainer = cls.__new__(cls)
         trainer.manifest = TrainingManifest.get_validated(manifest, registry=registry)
         trainer.registry = registry

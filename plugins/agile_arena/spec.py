@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agile_cli import Spec
+from agile_cli import Spec, TrainingSpec, limits
 
 #: The algorithms Arena can run (the reference platform's registry); others are local-only.
 ARENA_ALGORITHMS = frozenset(
@@ -38,4 +38,20 @@ class ArenaOptions(Spec):
     )
     upload_timeout: float = Field(
         300.0, gt=0, description="Seconds allowed to send an upload and get its reply started."
+    )
+
+
+class ArenaTraining(TrainingSpec):
+    """The ``training`` fields Arena reads from a manifest (accepted in every manifest, since
+    a manifest is validated without knowing where it will run; local training ignores them)."""
+
+    reporting_interval: int = Field(
+        default=1024,
+        ge=1,
+        le=limits.STEPS,
+        description="Arena only: environment steps between progress reports.",
+    )
+    experience_sharing: bool = Field(
+        default=False,
+        description="Arena only: share experience between nodes (locally it is always shared).",
     )

@@ -31,12 +31,7 @@ class NeuralUCB(OffPolicyAlgorithm):
     of more than ``FULL_COVARIANCE_LIMIT`` parameters keep only the diagonal of A.
     """
 
-    lr: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    lamb: float
-    reg: float
+    policy_network = "q"
 
     def build(self) -> None:
         if not isinstance(self.action_space, gym.spaces.Discrete):
@@ -61,7 +56,7 @@ class NeuralUCB(OffPolicyAlgorithm):
 
     def explore_scores(self, values: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
         """The upper confidence bound of every arm."""
-        return values + self.gamma * variance.sqrt()
+        return values + self.spec.gamma * variance.sqrt()
 
     def gradient_features(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Predicted rewards ``(batch, arms)`` and their gradients ``(batch, arms, params)``,
@@ -100,7 +95,7 @@ class NeuralUCB(OffPolicyAlgorithm):
         values = self.networks["q"](self.obs_tensor(batch.obs))["value"]
         predicted = values.gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         decay = sum(p.pow(2).sum() for p in self.parameter_list("q"))
-        loss = F.mse_loss(predicted, batch.rewards) + self.reg * decay
+        loss = F.mse_loss(predicted, batch.rewards) + self.spec.reg * decay
         self.gradient_step("q", loss)
         return LearnResult(float(loss.detach()))
 
@@ -139,8 +134,8 @@ class NeuralUCB(OffPolicyAlgorithm):
 
     def _initial_inverse(self, size: int) -> torch.Tensor:
         if size > FULL_COVARIANCE_LIMIT:
-            return torch.full((size,), 1.0 / self.lamb, device=self.device)
-        return torch.eye(size, device=self.device) / self.lamb
+            return torch.full((size,), 1.0 / self.spec.lamb, device=self.device)
+        return torch.eye(size, device=self.device) / self.spec.lamb
 
 
 class NeuralTS(NeuralUCB):
@@ -149,7 +144,7 @@ class NeuralTS(NeuralUCB):
 
     def explore_scores(self, values: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
         noise = torch.randn(values.shape, generator=self.generator).to(values.device)
-        return values + self.gamma * variance.sqrt() * noise
+        return values + self.spec.gamma * variance.sqrt() * noise
 
 
 def surviving_indices(

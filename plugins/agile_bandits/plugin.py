@@ -1,10 +1,22 @@
-"""Registers NeuralUCB, NeuralTS and the ``bandit`` environment builder (light: the
-implementations are imported only to train)."""
+"""Registers the bandit paradigm, NeuralUCB, NeuralTS and the ``bandit`` environment builder
+(light: the implementations are imported only to train)."""
 
 from __future__ import annotations
 
-from agile_bandits.spec import BanditEnvSpec, NeuralTSSpec, NeuralUCBSpec
-from agile_cli import Family, RegisterAlgorithm, RegisterEnvironment, hookimpl
+from agile_bandits.spec import BanditEnvSpec, BanditTraining, NeuralTSSpec, NeuralUCBSpec
+from agile_cli import Family, RegisterAlgorithm, RegisterEnvironment, RegisterParadigm, hookimpl
+
+
+@hookimpl
+def agile_register_paradigms(register: RegisterParadigm) -> None:
+    register(
+        name=Family.BANDIT,
+        runner="agile_bandits.runner:bandit_runner",
+        buffer="agile_bandits.runner:replay_buffer",
+        training=BanditTraining,
+        algorithm_fields={"learn_step": int, "gamma": float},
+        description="pull arms in episodes of episode_steps, learn from the shared buffer",
+    )
 
 
 @hookimpl

@@ -10,7 +10,14 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
-from agile_cli import AlgorithmSpec, EnvironmentSpec, check_entrypoint, limits, located_error
+from agile_cli import (
+    AlgorithmSpec,
+    EnvironmentSpec,
+    TrainingSpec,
+    check_entrypoint,
+    limits,
+    located_error,
+)
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".h5", ".hdf5")
 IN_MEMORY_LABEL = "<in-memory table"
@@ -145,3 +152,14 @@ def describe_table(value: Any) -> Any:
         return value
     shape = tuple(getattr(value, "shape", ()))
     return f"{IN_MEMORY_LABEL} {'x'.join(str(n) for n in shape) or '?'}>"
+
+
+class BanditTraining(TrainingSpec):
+    """The bandit paradigm's ``training`` fields."""
+
+    episode_steps: int = Field(
+        default=500,
+        ge=1,
+        le=limits.EPISODE_STEPS,
+        description="Bandits only: steps per training episode.",
+    )

@@ -37,7 +37,7 @@ class CQN(QLearning):
         td_loss = F.smooth_l1_loss(q_taken, td_target)
         loss = td_loss + self.spec.cql_alpha * conservative_penalty(q_values, q_taken)
         self.gradient_step("q", loss, max_grad_norm=10.0)
-        self.soft_update([("target", "q")], self.tau)
+        self.soft_update([("target", "q")], self.spec.tau)
         return LearnResult(float(loss.detach()))
 
 

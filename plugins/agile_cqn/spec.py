@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, limits
+from agile_cli import AlgorithmSpec, EpsilonGreedyTraining, TrainingSpec, limits
 
 
 class CQNSpec(AlgorithmSpec):
@@ -37,3 +37,4 @@ class CQNSpec(AlgorithmSpec):
     )  # fmt: skip
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     default_evo_steps: ClassVar[int] = 5_000
+    training_spec: ClassVar[type[TrainingSpec] | None] = EpsilonGreedyTraining

@@ -39,7 +39,7 @@ class DDPG(DeterministicActorCritic):
         loss = (batch.weights * (q - td_target).pow(2)).mean()
         self.minimise(loss, ("critic",))
         self.learn_counter += 1
-        if self.learn_counter % self.policy_freq == 0:
+        if self.learn_counter % self.spec.policy_freq == 0:
             self.update_actor("critic", obs)
             self.soft_update_targets()
         return LearnResult(float(loss.detach()), (q - td_target).detach().abs() + 1e-6)

@@ -31,5 +31,5 @@ class DQN(QLearning):
         errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
         loss = (batch.weights * errors).mean()
         self.gradient_step("q", loss, max_grad_norm=10.0)
-        self.soft_update([("target", "q")], self.tau)
+        self.soft_update([("target", "q")], self.spec.tau)
         return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)

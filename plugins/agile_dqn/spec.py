@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, limits
+from agile_cli import AlgorithmSpec, EpsilonGreedyTraining, TrainingSpec, limits
 
 
 class DQNSpec(AlgorithmSpec):
@@ -31,3 +31,4 @@ class DQNSpec(AlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     supports_per: ClassVar[bool] = True
     supports_n_step: ClassVar[bool] = True
+    training_spec: ClassVar[type[TrainingSpec] | None] = EpsilonGreedyTraining

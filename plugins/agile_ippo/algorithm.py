@@ -17,6 +17,7 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import (
+    LearnResult,
     LogStd,
     MultiAgentOnPolicyAlgorithm,
     PolicyRecord,
@@ -58,20 +59,11 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
 
     spec: IPPOSpec
     supports_activation_mutation = False
-    lr: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    gae_lambda: float
-    clip_coef: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    update_epochs: int
-    action_std_init: float
+    policy_role = "actor"  # parameter mutation perturbs every actor.<group>
 
     def build(self) -> None:
         self.groups = self._sharing_groups()
+        self.policy_network = f"actor.{next(iter(self.groups))}"
         squash = bool(getattr(self.context.network, "squash_output", False))
         self.heads: dict[str, ActionHead] = {}
         for group, agents in self.groups.items():
@@ -81,7 +73,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             self.add_network(f"critic.{group}", {"value": 1}, observation_space=observed)
             trained: tuple[str, ...] = (f"actor.{group}", f"critic.{group}")
             if isinstance(head.space, spaces.Box):
-                log_std = LogStd(head.width, self.action_std_init).to(self.device)
+                log_std = LogStd(head.width, self.spec.action_std_init).to(self.device)
                 self.networks[f"log_std.{group}"] = log_std  # type: ignore[assignment]
                 trained = (*trained, f"log_std.{group}")
             self.add_optimizer(group, trained, "lr")
@@ -166,20 +158,20 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
 
     # -- learning --------------------------------------------------------------------------------
 
-    def learn(self, rollout: TeamRollout, last_obs: Mapping[str, Observation]) -> float:  # type: ignore[override]
+    def learn(self, rollout: TeamRollout, last_obs: Mapping[str, Observation]) -> LearnResult:  # type: ignore[override]
         losses: list[float] = []
         for group in self.groups:
             with torch.no_grad():
                 last_values = self._values(group, last_obs[group])
-            batch = rollout.finish(group, last_values, self.gamma, self.gae_lambda)
+            batch = rollout.finish(group, last_values, self.spec.gamma, self.spec.gae_lambda)
             losses += self._learn_group(group, batch)
-        return float(np.mean(losses)) if losses else 0.0
+        return LearnResult(float(np.mean(losses)) if losses else 0.0)
 
     def _learn_group(self, group: str, batch: RolloutBatch) -> list[float]:
         """``update_epochs`` passes over one group's samples; the loss of each minibatch."""
-        size = int(self.batch_size)
+        size = int(self.spec.batch_size)
         losses = []
-        for _ in range(int(self.update_epochs)):
+        for _ in range(int(self.spec.update_epochs)):
             order = torch.randperm(len(batch), generator=self.generator).to(self.device)
             approx_kl = 0.0
             for start in range(0, len(batch), size):
@@ -201,13 +193,13 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         advantages = batch.advantages
         if advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        clip = float(self.clip_coef)
+        clip = float(self.spec.clip_coef)
         policy_loss = -torch.min(
             ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
         ).mean()
         value_loss = 0.5 * (values - batch.returns).pow(2).mean()
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy.mean()
-        self.gradient_step(group, loss, max_grad_norm=self.max_grad_norm)
+        loss = policy_loss + self.spec.vf_coef * value_loss - self.spec.ent_coef * entropy.mean()
+        self.gradient_step(group, loss, max_grad_norm=self.spec.max_grad_norm)
         with torch.no_grad():
             approx_kl = float(((ratio - 1.0) - log_ratio).mean())  # Schulman's k3 estimator
         return float(loss.detach()), approx_kl

@@ -34,7 +34,6 @@ class MATD3(CentralisedActorCritic):
     critics: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")
 
     spec: MATD3Spec
-    policy_freq: int
 
     def learn(self, batch: Transitions) -> LearnResult:
         # a multi-agent buffer samples observations and actions by agent
@@ -46,7 +45,7 @@ class MATD3(CentralisedActorCritic):
         loss = self.critic_loss(obs, actions, self.td_targets(batch))
         self.minimise(loss, self.critics)
         self.learn_counter += 1
-        if self.learn_counter % self.policy_freq == 0:  # the delayed policy update
+        if self.learn_counter % self.spec.policy_freq == 0:  # the delayed policy update
             self.update_actors(agent_obs, obs, taken)
             self.soft_update_targets()
         return LearnResult(float(loss.detach()))

@@ -21,7 +21,7 @@ def collect_episodes(
     agent, manifest = load_agent(
         source, registry, member=member, device=device, trust_code=trust_code
     )
-    if manifest.family is not None and manifest.family.multi_agent:
+    if manifest.paradigm is not None and manifest.paradigm.multi_agent:
         raise UsageError(
             f"{manifest.algorithm_name} is a multi-agent algorithm",
             "agile dataset collect records single-agent runs",

@@ -1,11 +1,22 @@
-"""Registers the offline environment builder and ``agile dataset`` (light: no h5py, gymnasium
-or torch import here)."""
+"""Registers the offline paradigm, its environment builder and ``agile dataset`` (light: no
+h5py, gymnasium or torch import here)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterCommand, RegisterEnvironment, hookimpl
+from agile_cli import Family, RegisterCommand, RegisterEnvironment, RegisterParadigm, hookimpl
 from agile_offline.command import dataset
 from agile_offline.spec import OfflineEnvSpec
+
+
+@hookimpl
+def agile_register_paradigms(register: RegisterParadigm) -> None:
+    register(
+        name=Family.OFFLINE,
+        runner="agile_offline.runner:offline_runner",
+        buffer="agile_offline.runner:replay_buffer",
+        algorithm_fields={"gamma": float},
+        description="learn from a fixed dataset copied into a replay buffer, without acting",
+    )
 
 
 @hookimpl

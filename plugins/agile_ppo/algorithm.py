@@ -17,6 +17,7 @@ import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_cli import (
+    LearnResult,
     LogStd,
     NetworkArch,
     OnPolicyAlgorithm,
@@ -41,17 +42,6 @@ class PPO(OnPolicyAlgorithm):
 
     spec: PPOSpec
     supports_activation_mutation = False
-    lr: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    gae_lambda: float
-    clip_coef: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    update_epochs: int
-    action_std_init: float
 
     def build(self) -> None:
         self.continuous = isinstance(self.action_space, gym.spaces.Box)
@@ -61,6 +51,7 @@ class PPO(OnPolicyAlgorithm):
             outputs = int(self.action_space.n)
         else:
             raise NotImplementedError(f"PPO does not handle {type(self.action_space).__name__}")
+        self.policy_network = "actor_critic" if self.spec.share_encoders else "actor"
         if self.spec.share_encoders:
             self.add_network("actor_critic", {"policy": outputs, "value": 1})
             trained: tuple[str, ...] = ("actor_critic",)
@@ -74,7 +65,7 @@ class PPO(OnPolicyAlgorithm):
         self._trunks = trained
         self._state: RecurrentState | None = None
         if self.continuous:
-            self.networks["log_std"] = LogStd(outputs, self.action_std_init)  # type: ignore[assignment]
+            self.networks["log_std"] = LogStd(outputs, self.spec.action_std_init)  # type: ignore[assignment]
             trained = (*trained, "log_std")
         self.add_optimizer("policy", trained, "lr")
 
@@ -178,11 +169,13 @@ class PPO(OnPolicyAlgorithm):
 
     # -- learning --------------------------------------------------------------------------------
 
-    def learn(self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
+    def learn(
+        self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> LearnResult:
         batch, size = self._finish(rollout, last_obs)
         losses = []
         approx_kl = 0.0
-        for _ in range(int(self.update_epochs)):
+        for _ in range(int(self.spec.update_epochs)):
             order = torch.randperm(len(batch), generator=self.generator).to(self.device)
             for start in range(0, len(batch), size):
                 steps, logits, values = self._minibatch(batch, order[start : start + size])
@@ -191,7 +184,7 @@ class PPO(OnPolicyAlgorithm):
                     losses.append(loss)
             if self.spec.target_kl is not None and approx_kl > self.spec.target_kl:
                 break
-        return float(np.mean(losses)) if losses else 0.0
+        return LearnResult(float(np.mean(losses)) if losses else 0.0)
 
     def _finish(
         self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
@@ -201,13 +194,15 @@ class PPO(OnPolicyAlgorithm):
         with torch.no_grad():
             if not self.recurrent:
                 _, last_values = self._heads(last_obs)
-                batch = rollout.finish(last_values, self.gamma, self.gae_lambda)
-                return batch, int(self.batch_size)
+                batch = rollout.finish(last_values, self.spec.gamma, self.spec.gae_lambda)
+                return batch, int(self.spec.batch_size)
             obs = last_obs.unsqueeze(0)  # type: ignore[union-attr]
             _, last_values, _ = self._unroll(obs, self._current_state(obs.shape[1]))
         length = self.spec.max_seq_len
-        sequences = rollout.finish_sequences(last_values[0], self.gamma, self.gae_lambda, length)
-        return sequences, max(1, int(self.batch_size) // length)
+        sequences = rollout.finish_sequences(
+            last_values[0], self.spec.gamma, self.spec.gae_lambda, length
+        )
+        return sequences, max(1, int(self.spec.batch_size) // length)
 
     def _minibatch(
         self, batch: RolloutBatch | SequenceBatch, rows: torch.Tensor
@@ -235,7 +230,7 @@ class PPO(OnPolicyAlgorithm):
         advantages = batch.advantages
         if self.spec.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        clip = float(self.clip_coef)
+        clip = float(self.spec.clip_coef)
         policy_loss = -torch.min(
             ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
         ).mean()
@@ -246,8 +241,10 @@ class PPO(OnPolicyAlgorithm):
             clipped = old + (values - old).clamp(-clip, clip)
             value_loss = torch.max(value_loss, (clipped - returns).pow(2))
         entropy = distribution.entropy().mean()
-        loss = policy_loss + self.vf_coef * 0.5 * value_loss.mean() - self.ent_coef * entropy
-        self.gradient_step("policy", loss, max_grad_norm=self.max_grad_norm)
+        loss = (
+            policy_loss + self.spec.vf_coef * 0.5 * value_loss.mean() - self.spec.ent_coef * entropy
+        )
+        self.gradient_step("policy", loss, max_grad_norm=self.spec.max_grad_norm)
         with torch.no_grad():
             approx_kl = float(((ratio - 1.0) - log_ratio).mean())  # Schulman's k3 estimator
         return float(loss.detach()), approx_kl

@@ -81,14 +81,7 @@ class RainbowDQN(OffPolicyAlgorithm):
     """
 
     spec: RainbowDQNSpec
-    lr: float
-    batch_size: int
-    learn_step: int
-    gamma: float
-    tau: float
-    beta: float
-    prior_eps: float
-    noise_std: float
+    policy_network = "q"
 
     def build(self) -> None:
         if not isinstance(self.action_space, spaces.Discrete):
@@ -98,13 +91,12 @@ class RainbowDQN(OffPolicyAlgorithm):
         self.num_actions = int(self.action_space.n)
         atoms = self.spec.num_atoms
         heads = {"value": atoms, "advantage": self.num_actions * atoms}
-        online = self.add_network("q", heads, noisy_std=self.noise_std)
-        target = self.add_network("target", heads, noisy_std=self.noise_std)
+        online = self.add_network("q", heads, noisy_std=self.spec.noise_std)
+        target = self.add_network("target", heads, noisy_std=self.spec.noise_std)
         target.load_state_dict(online.state_dict())
         target.requires_grad_(False)
         self.add_optimizer("q", ("q",), "lr")
         self.support = torch.linspace(self.spec.v_min, self.spec.v_max, atoms, device=self.device)
-        self.n_step_returns = False  # set by the trainer when the buffer holds n-step returns
 
     def log_probs(self, network: str, obs: Any) -> torch.Tensor:
         """``[batch, actions, atoms]`` log-probabilities of each action's return distribution
@@ -137,27 +129,26 @@ class RainbowDQN(OffPolicyAlgorithm):
             # Double Q: the online network chooses the next action, the target evaluates it.
             next_actions = self.q_values(both[size:].detach()).argmax(dim=1)
             next_probs = self.log_probs("target", next_obs)[rows, next_actions].exp()
-            discount = batch.discounts if self.n_step_returns else self.gamma
+            discount = self.spec.gamma if batch.discounts is None else batch.discounts
             discounts = discount * (1.0 - batch.terminated)
             target = project_distribution(next_probs, batch.rewards, discounts, self.support)
         cross_entropy = -(target * taken).sum(dim=-1)
         loss = (batch.weights * cross_entropy).mean()
         self.gradient_step("q", loss, max_grad_norm=10.0)
-        self.soft_update([("target", "q")], self.tau)
-        return LearnResult(float(loss.detach()), cross_entropy.detach() + self.prior_eps)
+        self.soft_update([("target", "q")], self.spec.tau)
+        return LearnResult(float(loss.detach()), cross_entropy.detach() + self.spec.prior_eps)
 
-    @property
-    def per_beta(self) -> float:
+    def importance_exponent(self, progress: float) -> float:
         """Prioritised replay's importance exponent, annealed from ``beta`` to 1 over training."""
-        progress = min(1.0, self.record.steps / self.context.training.max_steps)
-        return self.beta + (1.0 - self.beta) * progress
+        beta = self.spec.beta
+        return beta + (1.0 - beta) * progress
 
     def set_hyperparameter(self, name: str, value: float | int) -> None:
         """As the base class; a new ``noise_std`` also rescales every noisy layer's sigma by
         new / old, and is the scale of noisy layers an architecture change adds."""
         if name == "noise_std":
             for network in self.networks.values():
-                scale_sigmas(network, value / self.noise_std)
+                scale_sigmas(network, value / self.spec.noise_std)
                 network.noisy_std = float(value)
         super().set_hyperparameter(name, value)
 

@@ -47,7 +47,7 @@ class TD3(DeterministicActorCritic):
         loss = (batch.weights * errors).mean()
         self.minimise(loss, self.critics)
         self.learn_counter += 1
-        if self.learn_counter % self.policy_freq == 0:  # the delayed policy update
+        if self.learn_counter % self.spec.policy_freq == 0:  # the delayed policy update
             self.update_actor("critic_1", obs)
             self.soft_update_targets()
         return LearnResult(float(loss.detach()), (q_1 - td_target).detach().abs() + 1e-6)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agile_cli import ArenaTrainer
+from agile_arena import ArenaTrainer
 
 from ..conftest import CONFIGS, ROOT
 

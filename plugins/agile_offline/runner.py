@@ -4,12 +4,21 @@ dataset instead of by acting."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
-from agile_cli.agent import OffPolicyAlgorithm
-from agile_cli.buffers import ReplayBuffer
-from agile_cli.errors import TrainingError
-from agile_cli.training.runners import GenerationStats, Progress
+import torch
+
+from agile_cli import (
+    GenerationStats,
+    OffPolicyAlgorithm,
+    ReplayBuffer,
+    TrainingError,
+    TrainingManifest,
+    experience,
+)
+
+Progress = Callable[[int], None]
 
 CHUNK = 10_000  # transitions copied into the buffer at a time
 PROGRESS_EVERY = 100  # gradient steps between progress reports
@@ -59,7 +68,7 @@ class OfflineRunner:
         stats = GenerationStats()
         pending = 0
         for _ in range(steps):
-            batch = self.buffer.sample(int(member.batch_size), member.generator)
+            batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
             stats.losses.append(member.learn(batch).loss)
             stats.steps += 1
             member.record.steps += 1
@@ -70,3 +79,12 @@ class OfflineRunner:
         if pending:
             progress(pending)
         return stats
+
+
+def replay_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+    """The buffer the dataset is copied into (the offline paradigm's buffer factory)."""
+    return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+
+
+def offline_runner(manifest: TrainingManifest, env: Any, buffer: ReplayBuffer) -> OfflineRunner:
+    return OfflineRunner(env, buffer)

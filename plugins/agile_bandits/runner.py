@@ -11,18 +11,27 @@ The fitness is the mean summed reward of ``rounds`` runs of ``max_steps`` greedy
 
 Unlike the reference's bandit loop, which evaluates after every episode and evolves every
 ``evo_steps``, the core's loop evaluates and evolves once per generation of ``evo_steps``
-steps per member, as for every other family.
+steps per member, as for every other paradigm.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
+import torch
 
-from agile_cli.agent import OffPolicyAlgorithm
-from agile_cli.buffers import ReplayBuffer
-from agile_cli.training.runners import GenerationStats, Progress
+from agile_bandits.spec import BanditTraining
+from agile_cli import (
+    GenerationStats,
+    OffPolicyAlgorithm,
+    ReplayBuffer,
+    TrainingManifest,
+    experience,
+)
+
+Progress = Callable[[int], None]
 
 
 class BanditRunner:
@@ -54,9 +63,9 @@ class BanditRunner:
             self.buffer.add(context, arms, rewards, context, np.ones_like(rewards, dtype=bool))
             total += float(np.sum(rewards))
             context = next_context
-            if len(self.buffer) >= int(member.batch_size):
-                for _ in range(int(member.learn_step)):
-                    batch = self.buffer.sample(int(member.batch_size), member.generator)
+            if len(self.buffer) >= int(member.spec.batch_size):
+                for _ in range(int(member.spec.learn_step)):
+                    batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
                     stats.losses.append(member.learn(batch).loss)
             stats.steps += 1
             member.record.steps += 1
@@ -75,3 +84,13 @@ class BanditRunner:
                 total += float(np.sum(rewards))
             totals.append(total)
         return float(np.mean(totals))
+
+
+def replay_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+    """Every member's (context, arm, reward) rows (the bandit paradigm's buffer factory)."""
+    return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+
+
+def bandit_runner(manifest: TrainingManifest, env: Any, buffer: ReplayBuffer) -> BanditRunner:
+    episode_steps = cast(BanditTraining, manifest.training).episode_steps
+    return BanditRunner(env, buffer, episode_steps=episode_steps)

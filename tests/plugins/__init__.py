@@ -1,0 +1,1 @@
+"""Plugins written for the tests, as a third party would write them."""

@@ -1,0 +1,121 @@
+"""Training paradigms are plugins: a third party adds one without touching agile's core."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agile_cli import Family, RegisterAlgorithm, TrainingManifest, hookimpl
+from agile_cli.plugins import build_host
+
+from .conftest import MINIMAL
+from .plugins.toy_paradigm import FitterSpec, ToyParadigmPlugin
+
+REGRESSION = """\
+algorithm: {name: Fitter, lr: 0.05}
+environment: {name: line}
+training: {max_steps: 300, evo_steps: 100, pop_size: 2, samples_per_step: 16}
+mutation:
+  probabilities: {no_mut: 0.5, rl_hp_mut: 0.5, arch_mut: 0, new_layer: 0, params_mut: 0, act_mut: 0}
+  rl_hp_selection: {lr: {min: 0.01, max: 0.1}}
+tournament_selection: {tournament_size: 2}
+"""
+
+
+@pytest.fixture
+def toy_host(make_host):
+    return make_host(("toy-paradigm", ToyParadigmPlugin()))
+
+
+def test_the_toy_paradigm_trains_through_the_cli(toy_host, run, write, tmp_path: Path) -> None:
+    manifest = write("fit.yaml", REGRESSION)
+    run_dir = tmp_path / "fit"
+    result = run("train", str(manifest), "--run-dir", str(run_dir), "--quiet", host=toy_host)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["generations"] == 3
+    # Its own runner trained and scored the members: minus the squared error of y = 2x, which
+    # an untrained network gets wrong by about 4/3 on average over x in [-1, 1].
+    assert -0.2 < summary["best_fitness"] <= 0.0
+    resolved = (run_dir / "manifest.yaml").read_text()
+    assert "samples_per_step: 16" in resolved
+
+
+def test_the_paradigm_s_training_field_is_validated_with_its_path(toy_host, run, write) -> None:
+    bad = write("bad.yaml", REGRESSION.replace("samples_per_step: 16", "samples_per_step: 0"))
+    result = run("validate", str(bad), host=toy_host)
+    assert result.exit_code == 2
+    assert "training.samples_per_step: " in result.output
+
+
+def test_another_paradigm_s_training_field_is_ignored_with_a_warning(toy_host, run, write) -> None:
+    text = MINIMAL + "training:\n  samples_per_step: 4\n"
+    result = run("validate", str(write("dqn.yaml", text)), host=toy_host)
+    assert result.exit_code == 0, result.output
+    assert "warning: training.samples_per_step: ignored, DQN does not read it" in result.output
+    manifest = TrainingManifest.get_validated(
+        {"algorithm": {"name": "DQN"}, "environment": "CartPole-v1",
+         "training": {"samples_per_step": 4}},
+        registry=toy_host.registry,
+    )  # fmt: skip
+    assert "samples_per_step" not in manifest.to_dict()["training"]
+
+
+def test_a_field_no_plugin_reads_is_still_an_error(run, write) -> None:
+    result = run("validate", str(write("m.yaml", MINIMAL + "training:\n  sample_per_step: 4\n")))
+    assert result.exit_code == 2
+    assert "training.sample_per_step: unknown field" in result.output
+
+
+def test_plugins_lists_the_paradigm(toy_host, run) -> None:
+    result = run("plugins", host=toy_host)
+    assert result.exit_code == 0
+    assert "paradigm:regression" in result.output
+
+
+def test_an_algorithm_of_a_missing_paradigm_loads_and_validate_names_it(
+    make_host, run, write
+) -> None:
+    class Lost:
+        @hookimpl
+        def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
+            register(name="Lost", spec=FitterSpec, family="regresion", implementation="x:Y")
+
+    host = make_host(("lost", Lost()), ("toy-paradigm", ToyParadigmPlugin()))
+    assert not host.failed  # like an algorithm whose environment builder is not installed
+    result = run("validate", str(write("m.yaml", "algorithm: {name: Lost}\nenvironment: x\n")),
+                 host=host)  # fmt: skip
+    assert result.exit_code == 2
+    assert (
+        "algorithm.name: Lost trains by paradigm 'regresion', which no plugin registers "
+        "(did you mean 'regression'?)"
+    ) in result.output
+
+
+def test_first_party_paradigms_are_a_plugin_too() -> None:
+    registry = build_host().registry
+    for family in Family:
+        if family is not Family.LLM:  # registered by the LLM plugin, once there is one
+            assert registry.paradigm(family.value).plugin in {"paradigms", "offline", "bandits"}
+    assert registry.paradigm("off_policy").plugin == "paradigms"
+
+
+@pytest.mark.parametrize(
+    ("registration", "error"),
+    [
+        ({"runner": "no_colon"}, "paradigm 'broken': 'no_colon' is not a 'module:callable'"),
+        ({"runner": "m:f", "training": dict}, "'broken' comes with <class 'dict'>, not a subclass"),
+    ],
+)
+def test_a_malformed_paradigm_is_refused(make_host, registration: dict, error: str) -> None:
+    class Broken:
+        @hookimpl
+        def agile_register_paradigms(self, register) -> None:
+            register(name="broken", **registration)
+
+    host = make_host(("broken", Broken()))
+    info = next(info for info in host.plugins if info.name == "broken")
+    assert info.status == "failed" and error in str(info.error)
+    assert "broken" not in host.registry.paradigms
