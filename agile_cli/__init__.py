@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from agile_cli import experience
-from agile_cli.backend import Backend, RunResult
+from agile_cli.backend import Backend, BackendTrainer, RunResult
 from agile_cli.environment import (
     EnvironmentBuilder,
     MultiAgentVectorEnv,
@@ -32,7 +32,17 @@ from agile_cli.errors import (
     TrainingError,
     UsageError,
 )
-from agile_cli.hookspecs import hookimpl
+from agile_cli.host.hookspecs import hookimpl
+from agile_cli.host.plugins import installed_registry
+from agile_cli.host.registry import (
+    ParadigmEntry,
+    RegisterAlgorithm,
+    RegisterBackend,
+    RegisterCommand,
+    RegisterEnvironment,
+    RegisterParadigm,
+    Registry,
+)
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models import (
     AlgorithmSpec,
@@ -53,48 +63,35 @@ from agile_cli.models.base import located_error
 from agile_cli.models.clipped_objective import ClippedObjectiveSpec
 from agile_cli.models.gymnasium import GymnasiumEnvSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
-from agile_cli.plugins import installed_registry
-from agile_cli.registry import (
-    ParadigmEntry,
-    RegisterAlgorithm,
-    RegisterBackend,
-    RegisterCommand,
-    RegisterEnvironment,
-    RegisterParadigm,
-    Registry,
-)
-from agile_cli.trainers import BackendTrainer
 
 __version__ = "0.1.0"
 
 # Public names whose modules import torch, gymnasium or numpy (or, for plugin_host, the CLI):
 # loaded on first access.
 _LAZY = {
-    # The brief's name, kept: the Arena plugin's trainer (`from agile_arena import ArenaTrainer`).
-    "ArenaTrainer": "agile_arena.trainer:ArenaTrainer",
     "LocalTrainer": "agile_cli.training.trainer:LocalTrainer",
-    "Algorithm": "agile_cli.agent:Algorithm",
-    "OffPolicyAlgorithm": "agile_cli.agent:OffPolicyAlgorithm",
-    "OnPolicyAlgorithm": "agile_cli.agent:OnPolicyAlgorithm",
-    "AgentContext": "agile_cli.agent:AgentContext",
-    "LearnResult": "agile_cli.agent:LearnResult",
-    "MultiAgentAlgorithm": "agile_cli.multi_agent:MultiAgentAlgorithm",
-    "MultiAgentOffPolicyAlgorithm": "agile_cli.multi_agent:MultiAgentOffPolicyAlgorithm",
-    "MultiAgentOnPolicyAlgorithm": "agile_cli.multi_agent:MultiAgentOnPolicyAlgorithm",
-    "MultiAgentReplayBuffer": "agile_cli.buffers:MultiAgentReplayBuffer",
+    "Algorithm": "agile_cli.runtime.agent:Algorithm",
+    "OffPolicyAlgorithm": "agile_cli.runtime.agent:OffPolicyAlgorithm",
+    "OnPolicyAlgorithm": "agile_cli.runtime.agent:OnPolicyAlgorithm",
+    "AgentContext": "agile_cli.runtime.agent:AgentContext",
+    "LearnResult": "agile_cli.runtime.agent:LearnResult",
+    "MultiAgentAlgorithm": "agile_cli.runtime.multi_agent:MultiAgentAlgorithm",
+    "MultiAgentOffPolicyAlgorithm": "agile_cli.runtime.multi_agent:MultiAgentOffPolicyAlgorithm",
+    "MultiAgentOnPolicyAlgorithm": "agile_cli.runtime.multi_agent:MultiAgentOnPolicyAlgorithm",
+    "MultiAgentReplayBuffer": "agile_cli.runtime.buffers:MultiAgentReplayBuffer",
     "EvolvableNetwork": "agile_cli.nn.modules:EvolvableNetwork",
     "NetworkArch": "agile_cli.nn.arch:NetworkArch",
     "preprocess": "agile_cli.nn.modules:preprocess",
-    "ReplayBuffer": "agile_cli.buffers:ReplayBuffer",
-    "PrioritizedReplayBuffer": "agile_cli.buffers:PrioritizedReplayBuffer",
-    "NStepAccumulator": "agile_cli.buffers:NStepAccumulator",
-    "Transitions": "agile_cli.buffers:Transitions",
-    "PolicyRecord": "agile_cli.rollout:PolicyRecord",
-    "Rollout": "agile_cli.rollout:Rollout",
-    "RolloutBatch": "agile_cli.rollout:RolloutBatch",
-    "SequenceBatch": "agile_cli.rollout:SequenceBatch",
-    "compute_gae": "agile_cli.rollout:compute_gae",
-    "RecurrentState": "agile_cli.rollout:RecurrentState",
+    "ReplayBuffer": "agile_cli.runtime.buffers:ReplayBuffer",
+    "PrioritizedReplayBuffer": "agile_cli.runtime.buffers:PrioritizedReplayBuffer",
+    "NStepAccumulator": "agile_cli.runtime.buffers:NStepAccumulator",
+    "Transitions": "agile_cli.runtime.buffers:Transitions",
+    "PolicyRecord": "agile_cli.runtime.rollout:PolicyRecord",
+    "Rollout": "agile_cli.runtime.rollout:Rollout",
+    "RolloutBatch": "agile_cli.runtime.rollout:RolloutBatch",
+    "SequenceBatch": "agile_cli.runtime.rollout:SequenceBatch",
+    "compute_gae": "agile_cli.runtime.rollout:compute_gae",
+    "RecurrentState": "agile_cli.runtime.rollout:RecurrentState",
     "TeamRollout": "agile_cli.training.multi_agent_on_policy:TeamRollout",
     "LogStd": "agile_cli.nn.modules:LogStd",
     "reset_noise": "agile_cli.nn.noisy:reset_noise",
@@ -103,21 +100,24 @@ _LAZY = {
     "gumbel_argmax": "agile_cli.nn.sampling:gumbel_argmax",
     "normal_draws": "agile_cli.nn.sampling:standard_normal",
     "uniform_draws": "agile_cli.nn.sampling:uniform",
-    "BoxActionScaler": "agile_cli.algorithms.actions:BoxActionScaler",
-    "box_action_space": "agile_cli.algorithms.actions:box_action_space",
-    "ornstein_uhlenbeck_step": "agile_cli.algorithms.noise:ornstein_uhlenbeck_step",
-    "restart_ou_noise": "agile_cli.algorithms.noise:restart_ou_noise",
-    "DeterministicActorCritic": "agile_cli.algorithms.deterministic:DeterministicActorCritic",
-    "CentralisedActorCritic": "agile_cli.algorithms.centralised:CentralisedActorCritic",
-    "QLearning": "agile_cli.algorithms.q_learning:QLearning",
-    "gym_env_factory": "agile_cli.gym_vector:gym_env_factory",
-    "gym_vector_env": "agile_cli.gym_vector:gym_vector_env",
+    "BoxActionScaler": "agile_cli.runtime.algorithms.actions:BoxActionScaler",
+    "box_action_space": "agile_cli.runtime.algorithms.actions:box_action_space",
+    "ornstein_uhlenbeck_step": "agile_cli.runtime.algorithms.noise:ornstein_uhlenbeck_step",
+    "restart_ou_noise": "agile_cli.runtime.algorithms.noise:restart_ou_noise",
+    "DeterministicActorCritic": (
+        "agile_cli.runtime.algorithms.deterministic:DeterministicActorCritic"
+    ),
+    "CentralisedActorCritic": "agile_cli.runtime.algorithms.centralised:CentralisedActorCritic",
+    "QLearning": "agile_cli.runtime.algorithms.q_learning:QLearning",
+    "gym_env_factory": "agile_cli.runtime.gym_vector:gym_env_factory",
+    "gym_vector_env": "agile_cli.runtime.gym_vector:gym_vector_env",
     "RunOptions": "agile_cli.training.loop:RunOptions",
     "OffPolicyRunner": "agile_cli.training.runners:OffPolicyRunner",
     "OnPolicyRunner": "agile_cli.training.runners:OnPolicyRunner",
     "MultiAgentOffPolicyRunner": "agile_cli.training.runners:MultiAgentOffPolicyRunner",
     "MultiAgentOnPolicyRunner": "agile_cli.training.multi_agent_on_policy:MultiAgentOnPolicyRunner",
     "GenerationStats": "agile_cli.training.runners:GenerationStats",
+    "Runner": "agile_cli.training.runners:Runner",
     "TrainResult": "agile_cli.training.loop:TrainResult",
     "run_local": "agile_cli.training.trainer:run_local",
     "resume_local": "agile_cli.training.trainer:resume_local",
@@ -129,40 +129,39 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from agile_arena.trainer import ArenaTrainer
-    from agile_cli.agent import (
-        AgentContext,
-        Algorithm,
-        LearnResult,
-        OffPolicyAlgorithm,
-        OnPolicyAlgorithm,
-    )
-    from agile_cli.algorithms.actions import BoxActionScaler, box_action_space
-    from agile_cli.algorithms.centralised import CentralisedActorCritic
-    from agile_cli.algorithms.deterministic import DeterministicActorCritic
-    from agile_cli.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
-    from agile_cli.algorithms.q_learning import QLearning
-    from agile_cli.buffers import (
-        MultiAgentReplayBuffer,
-        NStepAccumulator,
-        PrioritizedReplayBuffer,
-        ReplayBuffer,
-        Transitions,
-    )
     from agile_cli.cli import plugin_host
-    from agile_cli.gym_vector import gym_env_factory, gym_vector_env
-    from agile_cli.multi_agent import (
-        MultiAgentAlgorithm,
-        MultiAgentOffPolicyAlgorithm,
-        MultiAgentOnPolicyAlgorithm,
-    )
     from agile_cli.nn.arch import NetworkArch
     from agile_cli.nn.modules import EvolvableNetwork, LogStd, preprocess
     from agile_cli.nn.noisy import mean_weights, reset_noise, scale_sigmas
     from agile_cli.nn.sampling import gumbel_argmax
     from agile_cli.nn.sampling import standard_normal as normal_draws
     from agile_cli.nn.sampling import uniform as uniform_draws
-    from agile_cli.rollout import (
+    from agile_cli.runtime.agent import (
+        AgentContext,
+        Algorithm,
+        LearnResult,
+        OffPolicyAlgorithm,
+        OnPolicyAlgorithm,
+    )
+    from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
+    from agile_cli.runtime.algorithms.centralised import CentralisedActorCritic
+    from agile_cli.runtime.algorithms.deterministic import DeterministicActorCritic
+    from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
+    from agile_cli.runtime.algorithms.q_learning import QLearning
+    from agile_cli.runtime.buffers import (
+        MultiAgentReplayBuffer,
+        NStepAccumulator,
+        PrioritizedReplayBuffer,
+        ReplayBuffer,
+        Transitions,
+    )
+    from agile_cli.runtime.gym_vector import gym_env_factory, gym_vector_env
+    from agile_cli.runtime.multi_agent import (
+        MultiAgentAlgorithm,
+        MultiAgentOffPolicyAlgorithm,
+        MultiAgentOnPolicyAlgorithm,
+    )
+    from agile_cli.runtime.rollout import (
         PolicyRecord,
         RecurrentState,
         Rollout,
@@ -179,6 +178,7 @@ if TYPE_CHECKING:
         MultiAgentOffPolicyRunner,
         OffPolicyRunner,
         OnPolicyRunner,
+        Runner,
     )
     from agile_cli.training.setup import build_environment_from
     from agile_cli.training.trainer import LocalTrainer, resume_local, run_local
@@ -189,7 +189,6 @@ __all__ = [
     "AgileError",
     "Algorithm",
     "AlgorithmSpec",
-    "ArenaTrainer",
     "Backend",
     "BackendTrainer",
     "BoxActionScaler",
@@ -243,6 +242,7 @@ __all__ = [
     "RolloutBatch",
     "RunOptions",
     "RunResult",
+    "Runner",
     "SequenceBatch",
     "Spec",
     "StochasticNetworkSpec",

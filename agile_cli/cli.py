@@ -15,7 +15,7 @@ import click
 
 from agile_cli import __version__
 from agile_cli.errors import AgileError, ManifestError
-from agile_cli.plugins import LoadingControls, PluginHost, build_host
+from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate")
 

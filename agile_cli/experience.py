@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 if TYPE_CHECKING:
     import torch
 
-    from agile_cli.buffers import ReplayBuffer
     from agile_cli.manifest import TrainingManifest
     from agile_cli.models.replay_buffer import ReplayBufferSpec
-    from agile_cli.multi_agent import TeamEnv
+    from agile_cli.runtime.buffers import ReplayBuffer
+    from agile_cli.runtime.team_env import TeamEnv
 
 
 class Discounted(Protocol):
@@ -41,7 +41,7 @@ def replay_buffer(
 ) -> ReplayBuffer:
     """A single-agent replay buffer as the ``replay_buffer`` section describes it (prioritised
     when ``per_buffer``), for ``env``'s observation and action spaces."""
-    from agile_cli.buffers import PrioritizedReplayBuffer, ReplayBuffer
+    from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 
     spec = replay_spec(manifest)
     spaces = (env.single_observation_space, env.single_action_space)
@@ -56,7 +56,7 @@ def team_replay_buffer(
     manifest: TrainingManifest, env: Any, device: torch.device, *, gamma: float
 ) -> ReplayBuffer:
     """A replay buffer of every agent's transitions, for a :class:`TeamEnv`'s spaces."""
-    from agile_cli.buffers import MultiAgentReplayBuffer
+    from agile_cli.runtime.buffers import MultiAgentReplayBuffer
 
     return MultiAgentReplayBuffer(
         replay_spec(manifest).max_size, env.single_observation_spaces, env.single_action_spaces,
@@ -67,6 +67,6 @@ def team_replay_buffer(
 def team_environment(env: Any, *, sum_scores: bool) -> TeamEnv:
     """A multi-agent vector environment as one team: rewards summed into one score (or kept
     per agent) and a copy's episode ending when every agent is done."""
-    from agile_cli.multi_agent import TeamEnv
+    from agile_cli.runtime.team_env import TeamEnv
 
     return TeamEnv(env, sum_scores)

@@ -10,13 +10,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, SerializeAsAny
 
 from agile_cli.errors import ManifestError
+from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
-from agile_cli.registry import ParadigmEntry, Registry
 from agile_cli.validation import SECTIONS, SELECTION_ALIAS, Resolution, validate_mapping
 
 __all__ = ["SECTIONS", "SELECTION_ALIAS", "TrainingManifest"]
@@ -122,8 +122,8 @@ class TrainingManifest(BaseModel):
         if isinstance(source, TrainingManifest):
             manifest = source
         else:
+            from agile_cli.host.plugins import installed_registry
             from agile_cli.loader import load_file
-            from agile_cli.plugins import installed_registry
 
             registry = registry if registry is not None else installed_registry()
             if isinstance(source, Mapping):

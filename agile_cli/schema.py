@@ -8,11 +8,11 @@ from pydantic import Field, create_model
 from pydantic.json_schema import models_json_schema
 
 from agile_cli.errors import UsageError
+from agile_cli.host.registry import AlgorithmEntry, EnvironmentEntry, Registry
 from agile_cli.models.base import suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
-from agile_cli.registry import AlgorithmEntry, EnvironmentEntry, Registry
 from agile_cli.validation import training_spec_for
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

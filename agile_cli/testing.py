@@ -63,12 +63,12 @@ def _registry(registry: Any) -> Any:
 
 @functools.cache
 def installed_host() -> Any:
-    """The installed plugins' :class:`~agile_cli.plugins.PluginHost`, loaded once for the kit's
+    """The installed plugins' :class:`~agile_cli.host.plugins.PluginHost`, loaded once for the kit's
     process (a test suite builds many small manifests; pass ``registry=`` to test another).
 
     :raises BrokenPluginsError: when loading is strict and a plugin failed.
     """
-    from agile_cli.plugins import build_host
+    from agile_cli.host.plugins import build_host
 
     host = build_host()
     host.check()
@@ -79,7 +79,7 @@ def tiny_population(manifest: Any, registry: Any = None, size: int | None = None
     """Fresh members for ``manifest`` on the CPU (the environment is built and closed)."""
     import torch
 
-    from agile_cli.agent import AgentContext
+    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
 
     registry = _registry(registry)
@@ -254,7 +254,7 @@ def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
         env.close()
 
 
-#: Member attributes that :meth:`~agile_cli.agent.Algorithm.state_dict` saves itself or that
+#: Member attributes that :meth:`~agile_cli.runtime.agent.Algorithm.state_dict` saves itself or that
 #: describe the member's setting rather than what it learned.
 _SAVED_OR_SETTING = frozenset(
     {
@@ -401,7 +401,7 @@ def interrupt_after(loop: Any, members_trained: int) -> None:
 def agile_host() -> Callable[..., Any]:
     """Build a plugin host from the installed plugins plus the given ones (this test only)."""
     from agile_cli.cli import CORE_COMMANDS
-    from agile_cli.plugins import LoadingControls, build_host
+    from agile_cli.host.plugins import LoadingControls, build_host
 
     def make(*plugins: object, controls: LoadingControls | None = None) -> Any:
         pairs: Iterable[tuple[str, object]] = [

@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
 from agile_cli.errors import FieldError, ManifestError
+from agile_cli.host.registry import AlgorithmEntry, ParadigmEntry, Registry
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.models.mutation import MutationSpec
@@ -17,7 +18,6 @@ from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
-from agile_cli.registry import AlgorithmEntry, ParadigmEntry, Registry
 
 M = TypeVar("M", bound=BaseModel)
 

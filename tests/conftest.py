@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agile_cli.cli import CORE_COMMANDS, cli
-from agile_cli.plugins import PluginHost, build_host
+from agile_cli.host.plugins import PluginHost, build_host
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 

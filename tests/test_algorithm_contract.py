@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agile_cli import Family, LearnResult, hookimpl
-from agile_cli.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
+from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
 from agile_cli.testing import check_conformance, lost_attributes, tiny_manifest, tiny_population
 from agile_cli.training import setup
 from agile_cli.training.runners import OnPolicyRunner, budget_progress, learned_loss

@@ -9,10 +9,10 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import FieldError, ManifestError, TrainingError
-from agile_cli.agent import AgentContext
-from agile_cli.buffers import Transitions
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.nn.arch import arch_from_spec
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.buffers import Transitions
 from agile_cli.testing import (
     check_conformance,
     installed_host,

@@ -11,10 +11,10 @@ from gymnasium import spaces
 from torch.distributions import Bernoulli, Categorical, Independent, Normal
 
 from agile_cli import FieldError, ManifestError
-from agile_cli.agent import AgentContext
 from agile_cli.environment import MultiAgentVectorEnv
-from agile_cli.multi_agent import TeamEnv
 from agile_cli.nn.arch import arch_from_spec
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.team_env import TeamEnv
 from agile_cli.testing import check_conformance, installed_host, smoke_train, tiny_manifest
 from agile_cli.training.multi_agent_on_policy import (
     GroupRows,

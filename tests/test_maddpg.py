@@ -9,9 +9,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agile_cli.agent import AgentContext
-from agile_cli.buffers import MultiAgentReplayBuffer, Transitions
 from agile_cli.nn.arch import arch_from_spec
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.buffers import MultiAgentReplayBuffer, Transitions
 from agile_cli.testing import installed_host, smoke_train, tiny_manifest
 
 TOY = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,

@@ -11,7 +11,7 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import EnvironmentNotFoundError
-from agile_cli.buffers import ReplayBuffer, Transitions
+from agile_cli.runtime.buffers import ReplayBuffer, Transitions
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
 from agile_cqn.algorithm import conservative_penalty
 from agile_offline.builder import OfflineBuilder

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from agile_cli import Family, RegisterAlgorithm, TrainingManifest, hookimpl
-from agile_cli.plugins import build_host
+from agile_cli.host.plugins import build_host
 
 from .conftest import MINIMAL
-from .plugins.toy_paradigm import FitterSpec, ToyParadigmPlugin
+from .plugins.toy_paradigm import FitterSpec, MalformedRunnerPlugin, ToyParadigmPlugin
 
 REGRESSION = """\
 algorithm: {name: Fitter, lr: 0.05}
@@ -41,6 +41,15 @@ def test_the_toy_paradigm_trains_through_the_cli(toy_host, run, write, tmp_path:
     assert -0.2 < summary["best_fitness"] <= 0.0
     resolved = (run_dir / "manifest.yaml").read_text()
     assert "samples_per_step: 16" in resolved
+
+
+def test_a_runner_factory_must_make_a_runner(make_host, run, write, tmp_path: Path) -> None:
+    host = make_host(("bogus", MalformedRunnerPlugin()))
+    manifest = write("bogus.yaml", "algorithm: {name: Bogus}\nenvironment: {name: line}\n")
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "b"), "--quiet", host=host)
+    assert result.exit_code == 1
+    assert "the bogus paradigm's runner factory" in result.output
+    assert "made a object, not an agile_cli.Runner" in result.output
 
 
 def test_the_paradigm_s_training_field_is_validated_with_its_path(toy_host, run, write) -> None:

@@ -1,6 +1,6 @@
 """Every plugin hook is documented and tested, and the public API resolves.
 
-Adding a hook to ``agile_cli/hookspecs.py`` without a docstring, without a section in
+Adding a hook to ``agile_cli/host/hookspecs.py`` without a docstring, without a section in
 ``docs/plugins.md`` or without a test that uses it makes these tests fail.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import agile_cli
-from agile_cli import hookspecs
+from agile_cli.host import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "plugins.md"
@@ -66,7 +66,7 @@ def test_hooks_are_found() -> None:
 @pytest.mark.parametrize("hook", HOOKS)
 def test_hook_has_a_docstring(hook: str) -> None:
     doc = inspect.getdoc(getattr(hookspecs, hook))
-    assert doc and doc.strip(), f"{hook} in agile_cli/hookspecs.py has no docstring"
+    assert doc and doc.strip(), f"{hook} in agile_cli/host/hookspecs.py has no docstring"
 
 
 @pytest.mark.parametrize("hook", HOOKS)

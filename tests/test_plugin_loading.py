@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agile_cli import hookimpl
-from agile_cli.plugins import PluginHost, PluginInfo, build_host
+from agile_cli.host.plugins import PluginHost, PluginInfo, build_host
 
 from .conftest import MINIMAL
 

@@ -20,7 +20,7 @@ from agile_cli import (
     TrainingManifest,
     hookimpl,
 )
-from agile_cli.plugins import LoadingControls, build_host
+from agile_cli.host.plugins import LoadingControls, build_host
 
 from .conftest import MINIMAL
 

@@ -13,7 +13,12 @@ import pytest
 import yaml
 
 import agile_cli
-from agile_cli.plugins import BUILTIN_DISTRIBUTION, ENTRY_POINT_GROUP, LoadingControls, build_host
+from agile_cli.host.plugins import (
+    BUILTIN_DISTRIBUTION,
+    ENTRY_POINT_GROUP,
+    LoadingControls,
+    build_host,
+)
 from agile_cli.validation import validate_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +80,7 @@ def test_first_party_plugins_import_only_the_public_api() -> None:
 
 def test_the_check_catches_private_and_cross_plugin_imports() -> None:
     plugins = {"agile_ddpg", "agile_td3"}
-    assert _problems("agile_cli.buffers", ["Transitions"], "agile_td3", plugins)
+    assert _problems("agile_cli.runtime.buffers", ["Transitions"], "agile_td3", plugins)
     assert _problems("agile_cli", ["limits", "not_public"], "agile_td3", plugins) == [
         "imports 'not_public', not in agile_cli.__all__"
     ]

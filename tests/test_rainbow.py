@@ -8,8 +8,8 @@ import torch
 
 import agile_rainbow.algorithm as rainbow
 from agile_cli import ManifestError, TrainingManifest
-from agile_cli.buffers import Transitions
 from agile_cli.nn.noisy import mean_weights, noisy_layers
+from agile_cli.runtime.buffers import Transitions
 from agile_cli.testing import check_conformance, tiny_manifest, tiny_population
 from agile_rainbow.algorithm import dueling_log_probs, project_distribution
 

@@ -17,7 +17,7 @@ from agile_cli.nn.arch import MLPArch, NetworkArch, arch_from_spec
 from agile_cli.nn.modules import EvolvableNetwork
 from agile_cli.nn.recurrent_arch import LSTMArch
 from agile_cli.nn.transfer import transfer_optimizer_state
-from agile_cli.rollout import PolicyRecord, Rollout
+from agile_cli.runtime.rollout import PolicyRecord, Rollout
 from agile_cli.testing import (
     check_conformance,
     installed_host,

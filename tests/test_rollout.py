@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli.rollout import Rollout, compute_gae
+from agile_cli.runtime.rollout import Rollout, compute_gae
 
 
 def test_gae_matches_a_hand_computed_episode() -> None:

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from agile_cli.plugins import PluginHost
+from agile_cli.host.plugins import PluginHost
 
 
 def show_plugins(host: PluginHost, *, as_json: bool) -> None:

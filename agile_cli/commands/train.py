@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from agile_cli.backend import Backend, RunResult
 from agile_cli.errors import UsageError
+from agile_cli.host.plugins import PluginHost
+from agile_cli.host.registry import BackendEntry, Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.base import field_errors, suggest
-from agile_cli.plugins import PluginHost
-from agile_cli.registry import BackendEntry, Registry
 
 EXIT_INTERRUPTED = 130
 

@@ -17,8 +17,8 @@ from agile_cli.errors import (
     FieldError,
     ManifestError,
 )
+from agile_cli.host.plugins import PluginHost
 from agile_cli.manifest import TrainingManifest
-from agile_cli.plugins import PluginHost
 
 
 def run_validate(host: PluginHost, files: Sequence[Path], *, as_json: bool, check_env: bool) -> int:
@@ -88,7 +88,7 @@ def _check_member(host: PluginHost, manifest: TrainingManifest) -> None:
     """
     import torch  # only --check-env pays for torch
 
-    from agile_cli.agent import AgentContext
+    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
 
     env = setup.build_environment(manifest, host.registry, seed=0)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agile_cli.agent import Algorithm
 from agile_cli.models.algorithm import AlgorithmSpec
 from agile_cli.models.mutation import MutationSpec
+from agile_cli.runtime.agent import Algorithm
 
 ACTIVATIONS = ("ReLU", "ELU", "GELU")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agile_cli.agent import Algorithm
+from agile_cli.runtime.agent import Algorithm
 
 
 @dataclass

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from agile_cli.agent import AgentContext, Algorithm
 from agile_cli.errors import UsageError
+from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch
-from agile_cli.registry import Registry
+from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.runners import first_episode_returns

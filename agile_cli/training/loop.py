@@ -13,17 +13,16 @@ import numpy as np
 import torch
 
 from agile_cli import __version__
-from agile_cli.agent import AgentContext, Algorithm
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
+from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.registry import Registry
+from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import budget, checkpoint, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
-from agile_cli.training.runners import evaluate
 
 #: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
 TARGET_WINDOW = 3
@@ -210,12 +209,8 @@ class EvolutionLoop:
         return stop
 
     def _evaluate(self, member: Algorithm, rounds: int, max_steps: int | None) -> float:
-        """The member's fitness: by its runner when the family scores differently (bandits),
-        else the mean first-episode return."""
-        own = getattr(self.runner, "evaluate", None)
-        if own is not None:
-            return float(own(member, rounds, max_steps))
-        return evaluate(member, self.env, rounds, max_steps)
+        """The member's fitness, as its paradigm's runner scores it."""
+        return float(self.runner.evaluate(member, rounds, max_steps))
 
     def _evolve(self) -> None:
         if self.selection is None or self.mutator is None:

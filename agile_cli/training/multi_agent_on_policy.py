@@ -1,21 +1,21 @@
 """One generation of on-policy training for a team (the multi-agent on-policy family).
 
-The runner steps a :class:`~agile_cli.multi_agent.TeamEnv` as :class:`OnPolicyRunner` steps a
+The runner steps a :class:`~agile_cli.runtime.team_env.TeamEnv` as :class:`OnPolicyRunner` steps a
 single-agent vector env, and hands the member a :class:`TeamRollout` after each rollout.
 
-**Rollout layout.** A :class:`TeamRollout` holds one :class:`~agile_cli.rollout.Rollout` per
+**Rollout layout.** A :class:`TeamRollout` holds one :class:`~agile_cli.runtime.rollout.Rollout` per
 entry of the member's ``groups`` (agents whose rows one network batch serves). With ``N``
 environment copies, row ``a * N + n`` of a group's rollout is the group's ``a``-th agent in copy
 ``n`` (agent-major: the per-agent ``[N, ...]`` arrays concatenated). Each row carries that
 agent's own reward, termination and truncation, so generalised advantages are computed per
-agent (:func:`~agile_cli.rollout.compute_gae` with one column per row), bootstrapping through
+agent (:func:`~agile_cli.compute_gae` with one column per row), bootstrapping through
 truncations as single-agent PPO does. A row is valid, and kept for learning, when its copy's
 step was a real one (not an autoreset step) and the agent had not finished its episode
 before it (an agent that left early reports terminated with zero reward until its team ends).
 
 **What the member provides.** ``obs_tensor(obs)`` returns the observations by group, each
 ``[A * N, ...]`` in that row order; ``policy_step(obs_tensor)`` returns the actions by agent
-and a :class:`~agile_cli.rollout.PolicyRecord` by group; ``learn(rollout, last_obs)`` gets the
+and a :class:`~agile_cli.PolicyRecord` by group; ``learn(rollout, last_obs)`` gets the
 finished :class:`TeamRollout` and ``obs_tensor`` of the observations after its last step.
 """
 
@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import numpy as np
 import torch
 
-from agile_cli.multi_agent import MultiAgentOnPolicyAlgorithm
-from agile_cli.rollout import PolicyRecord, Rollout, RolloutBatch
+from agile_cli.runtime.multi_agent import MultiAgentOnPolicyAlgorithm
+from agile_cli.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
 from agile_cli.training.runners import (
     EpisodeTracker,
     GenerationStats,
     Progress,
+    Runner,
     learned_loss,
     rollout_lengths,
 )
@@ -52,7 +53,7 @@ class GroupRows(NamedTuple):
 
 
 class TeamRollout:
-    """One rollout of a team: a :class:`~agile_cli.rollout.Rollout` per group of agents.
+    """One rollout of a team: a :class:`~agile_cli.runtime.rollout.Rollout` per group of agents.
 
     :param groups: the agents of each group, in row order.
     """
@@ -117,7 +118,7 @@ def _rows(per_agent: Mapping[str, np.ndarray], agents: list[str]) -> np.ndarray:
     return np.concatenate([per_agent[agent] for agent in agents])
 
 
-class MultiAgentOnPolicyRunner:
+class MultiAgentOnPolicyRunner(Runner[MultiAgentOnPolicyAlgorithm]):
     """Collects team rollouts of ``learn_step`` environment steps and learns after each.
 
     Episode returns are the team's (the agents' rewards summed, or averaged without
@@ -125,7 +126,7 @@ class MultiAgentOnPolicyRunner:
     """
 
     def __init__(self, env: Any) -> None:
-        self.env = env
+        super().__init__(env)
         self.num_envs = env.num_envs
 
     def train(

@@ -68,7 +68,10 @@ def manifest_edits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
     :raises UsageError: for edits the saved population cannot follow.
     """
     old, new = _flatten(saved), _flatten(current)
-    changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+    changed = sorted(
+        key for key in old.keys() | new.keys()
+        if old.get(key) != new.get(key) and not _field_of_another_version(key, old, new)
+    )  # fmt: skip
     refused = [key for key in changed if key not in EDITABLE_ON_RESUME]
     if refused:
         shown = ", ".join(f"{key} ({old.get(key)!r} -> {new.get(key)!r})" for key in refused[:6])
@@ -79,6 +82,17 @@ def manifest_edits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
             + ", ".join(sorted(EDITABLE_ON_RESUME)),
         )
     return [f"resuming with {key} {new.get(key)!r} (was {old.get(key)!r})" for key in changed]
+
+
+def _field_of_another_version(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A key one side lacks although it has the section: a field agile added or stopped
+    reading (e.g. ``training.eps_start`` of a PPO run saved before training fields moved to
+    the paradigms that read them), not an edit. A section one side lacks is an edit."""
+    section = key.split(".")[0] + "."
+    for lacking in (old, new):
+        if key not in lacking and any(other.startswith(section) for other in lacking):
+            return True
+    return False
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

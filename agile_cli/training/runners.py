@@ -2,22 +2,25 @@
 
 Vector environments use gymnasium's next-step autoreset: the step after an episode ends only
 resets that sub-environment. Those steps are masked out of learning (``valid`` below), and
-the member hears through :meth:`~agile_cli.agent.Algorithm.reset_state` that the observation
+the member hears through :meth:`~agile_cli.runtime.agent.Algorithm.reset_state` that the observation
 they return starts a new episode (as it does after ``env.reset()``).
 """
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from agile_cli.agent import Algorithm, LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
-from agile_cli.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
-from agile_cli.rollout import Rollout
+from agile_cli.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
+from agile_cli.runtime.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+from agile_cli.runtime.rollout import Rollout
+
+A = TypeVar("A", bound=Algorithm)
 
 Progress = Callable[[int], None]
 
@@ -63,7 +66,29 @@ class EpisodeTracker:
         return valid, finished
 
 
-class OffPolicyRunner:
+class Runner(abc.ABC, Generic[A]):
+    """What a paradigm's runner factory returns: it trains one member for one generation and
+    scores it.
+
+    :param env: what the members act in (the environment the paradigm's builder made).
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    @abc.abstractmethod
+    def train(self, member: A, steps: int, progress: Progress) -> GenerationStats:
+        """Train ``member`` for about ``steps`` steps, calling ``progress(n)`` as ``n`` more are
+        done and adding them to ``member.record.steps``."""
+
+    def evaluate(self, member: A, rounds: int, max_steps: int | None) -> float:
+        """The member's fitness: the mean return of each sub-environment's first greedy
+        episode, over ``rounds`` rounds of at most ``max_steps`` steps (override to score
+        members another way)."""
+        return evaluate(member, self.env, rounds, max_steps)
+
+
+class OffPolicyRunner(Runner[OffPolicyAlgorithm]):
     """Collects experience into the shared replay buffer and learns from it."""
 
     def __init__(
@@ -74,7 +99,7 @@ class OffPolicyRunner:
         learning_delay: int = 0,
         n_step: NStepAccumulator | None = None,
     ) -> None:
-        self.env = env
+        super().__init__(env)
         self.buffer = buffer
         self.learning_delay = learning_delay
         self.n_step = n_step
@@ -155,7 +180,7 @@ class OffPolicyRunner:
 
 
 class MultiAgentOffPolicyRunner(OffPolicyRunner):
-    """The off-policy runner for teams on a :class:`~agile_cli.multi_agent.TeamEnv`: each
+    """The off-policy runner for teams on a :class:`~agile_cli.runtime.team_env.TeamEnv`: each
     agent's reward and termination go to the shared multi-agent replay buffer."""
 
     def _store(
@@ -180,11 +205,11 @@ def _learn_schedule(learn_step: int, num_envs: int) -> tuple[int, int]:
     return 1, max(1, num_envs // learn_step)
 
 
-class OnPolicyRunner:
+class OnPolicyRunner(Runner[OnPolicyAlgorithm]):
     """Collects rollouts of ``learn_step`` environment steps and learns after each."""
 
     def __init__(self, env: Any) -> None:
-        self.env = env
+        super().__init__(env)
         self.num_envs = env.num_envs
 
     def train(self, member: OnPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:

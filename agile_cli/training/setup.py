@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from agile_cli.agent import AgentContext, Algorithm
 from agile_cli.errors import TrainingError, UsageError
+from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch, arch_from_spec
-from agile_cli.registry import ParadigmEntry, Registry
+from agile_cli.runtime.agent import AgentContext, Algorithm
+from agile_cli.training.runners import Runner
 
 
 def resolve_device(device: str) -> torch.device:
@@ -127,9 +128,17 @@ def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> 
     return _paradigm(manifest).build_buffer(manifest, env, device)
 
 
-def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Any:
+def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Runner[Any]:
     """The runner that trains one member for one generation, as the paradigm builds it."""
-    return _paradigm(manifest).build_runner(manifest, env, buffer)
+    paradigm = _paradigm(manifest)
+    runner = paradigm.build_runner(manifest, env, buffer)
+    if not isinstance(runner, Runner):
+        raise TrainingError(
+            f"the {paradigm.name} paradigm's runner factory ({paradigm.runner}) made a "
+            f"{type(runner).__name__}, not an agile_cli.Runner",
+            f"make the runner subclass agile_cli.Runner (plugin '{paradigm.plugin}')",
+        )
+    return runner
 
 
 def seeds(seed: int) -> dict[str, int]:

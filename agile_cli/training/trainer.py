@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from agile_cli.errors import TrainingError, UsageError
+from agile_cli.host.plugins import installed_registry
+from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
-from agile_cli.plugins import installed_registry
-from agile_cli.registry import Registry
 from agile_cli.training import checkpoint, trust
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter

@@ -27,6 +27,7 @@ from agile_cli import (
     GenerationStats,
     OffPolicyAlgorithm,
     ReplayBuffer,
+    Runner,
     TrainingManifest,
     experience,
 )
@@ -34,11 +35,11 @@ from agile_cli import (
 Progress = Callable[[int], None]
 
 
-class BanditRunner:
+class BanditRunner(Runner[OffPolicyAlgorithm]):
     """Plays a bandit environment, stores what it saw in the shared buffer and learns."""
 
     def __init__(self, env: Any, buffer: ReplayBuffer, *, episode_steps: int) -> None:
-        self.env = env
+        super().__init__(env)
         self.buffer = buffer
         self.episode_steps = episode_steps
 

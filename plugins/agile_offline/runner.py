@@ -13,6 +13,7 @@ from agile_cli import (
     GenerationStats,
     OffPolicyAlgorithm,
     ReplayBuffer,
+    Runner,
     TrainingError,
     TrainingManifest,
     experience,
@@ -24,7 +25,7 @@ CHUNK = 10_000  # transitions copied into the buffer at a time
 PROGRESS_EVERY = 100  # gradient steps between progress reports
 
 
-class OfflineRunner:
+class OfflineRunner(Runner[OffPolicyAlgorithm]):
     """Fills the shared buffer from the environment's dataset once, then learns from it.
 
     The environment carries the dataset as ``env.load_dataset()``, which returns numpy arrays
@@ -34,7 +35,7 @@ class OfflineRunner:
     """
 
     def __init__(self, env: Any, buffer: ReplayBuffer) -> None:
-        self.env = env
+        super().__init__(env)
         self.buffer = buffer
 
     def fill(self) -> int:

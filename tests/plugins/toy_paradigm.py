@@ -25,6 +25,7 @@ from agile_cli import (
     RegisterAlgorithm,
     RegisterEnvironment,
     RegisterParadigm,
+    Runner,
     TrainingManifest,
     TrainingSpec,
     hookimpl,
@@ -93,10 +94,11 @@ class Fitter(Algorithm):
         return LearnResult(float(loss.detach()))
 
 
-class RegressionRunner:
+class RegressionRunner(Runner[Fitter]):
     """A generation is ``steps`` gradient steps; the fitness is minus the squared error."""
 
     def __init__(self, line: Line, samples_per_step: int) -> None:
+        super().__init__(line)
         self.line = line
         self.samples_per_step = samples_per_step
 
@@ -137,4 +139,26 @@ class ToyParadigmPlugin:
     @hookimpl
     def agile_register_environments(self, register: RegisterEnvironment) -> None:
         register(name="line", spec=LineSpec, families=["regression"],
+                 implementation=f"{__name__}:LineBuilder")  # fmt: skip
+
+
+def not_a_runner(manifest: TrainingManifest, env: Line, buffer: None) -> object:
+    return object()
+
+
+class MalformedRunnerPlugin:
+    """A paradigm whose runner factory returns something that is not a Runner."""
+
+    @hookimpl
+    def agile_register_paradigms(self, register: RegisterParadigm) -> None:
+        register(name="bogus", runner=f"{__name__}:not_a_runner")
+
+    @hookimpl
+    def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
+        register(name="Bogus", spec=FitterSpec, family="bogus",
+                 implementation=f"{__name__}:Fitter")  # fmt: skip
+
+    @hookimpl
+    def agile_register_environments(self, register: RegisterEnvironment) -> None:
+        register(name="bogus-line", spec=LineSpec, families=["bogus"],
                  implementation=f"{__name__}:LineBuilder")  # fmt: skip

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from agile_cli.registry import (
+    from agile_cli.host.registry import (
         RegisterAlgorithm,
         RegisterBackend,
         RegisterCommand,

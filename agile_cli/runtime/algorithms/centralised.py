@@ -11,12 +11,12 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_cli.algorithms.actions import BoxActionScaler
-from agile_cli.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
-from agile_cli.buffers import Transitions
 from agile_cli.models.actor_critic import CentralisedActorCriticSpec
-from agile_cli.multi_agent import MultiAgentOffPolicyAlgorithm
 from agile_cli.nn import sampling
+from agile_cli.runtime.algorithms.actions import BoxActionScaler
+from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
+from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.multi_agent import MultiAgentOffPolicyAlgorithm
 
 # Weight of the penalty on discrete actors' squared logits, which keeps them from growing
 # without bound under the straight-through gradient (as in Lowe et al.'s implementation).

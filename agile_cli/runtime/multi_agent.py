@@ -1,6 +1,4 @@
-"""Teams of agents: the base class of multi-agent algorithms, and the team's view of a
-multi-agent vector environment that lets the core's loop, runners and evaluation treat a team
-like one member.
+"""Teams of agents: the base classes of multi-agent algorithms and how agents form groups.
 
 One population member is a whole team. Its networks are named per agent (``actor.speaker_0``)
 or per group of homogeneous agents (``actor.agent``, shared by ``agent_0``, ``agent_1``, ...),
@@ -17,11 +15,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_cli.agent import AgentContext, Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
-from agile_cli.environment import MultiAgentVectorEnv
 from agile_cli.models.algorithm import AlgorithmSpec
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.nn.modules import EvolvableNetwork, preprocess
+from agile_cli.runtime.agent import AgentContext, Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 
 
 def group_of(agent: str) -> str:
@@ -115,45 +112,10 @@ class MultiAgentAlgorithm(Algorithm):
 
 
 class MultiAgentOffPolicyAlgorithm(MultiAgentAlgorithm, OffPolicyAlgorithm):
-    """A team that learns from a shared :class:`~agile_cli.buffers.MultiAgentReplayBuffer`;
+    """A team that learns from a shared :class:`~agile_cli.runtime.buffers.MultiAgentReplayBuffer`;
     :meth:`learn` receives its batches, whose fields are dicts keyed by agent."""
 
 
 class MultiAgentOnPolicyAlgorithm(MultiAgentAlgorithm, OnPolicyAlgorithm):
     """A team that learns from the rollouts it just collected (see the multi-agent
     on-policy runner for their layout)."""
-
-
-class TeamEnv:
-    """A multi-agent vector environment seen as one team per copy.
-
-    ``step`` returns the team's reward (the agents' rewards summed, or averaged when
-    ``sum_scores`` is false) and ends a copy's episode when every agent is done, so the core's
-    episode bookkeeping and evaluation work unchanged; the per-agent arrays travel in the
-    infos as ``agent_rewards``, ``agent_terminated`` and ``agent_truncated``.
-    """
-
-    def __init__(self, env: MultiAgentVectorEnv, sum_scores: bool = True) -> None:
-        self.env = env
-        self.sum_scores = sum_scores
-        self.num_envs = env.num_envs
-        self.agents = list(env.agents)
-        self.single_observation_spaces = dict(env.single_observation_spaces)
-        self.single_action_spaces = dict(env.single_action_spaces)
-
-    def reset(self, *, seed: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        return self.env.reset(seed=seed)
-
-    def step(self, actions: dict[str, Any]) -> tuple[Any, ...]:
-        obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        team_reward = np.sum([rewards[agent] for agent in self.agents], axis=0, dtype=np.float64)
-        if not self.sum_scores:
-            team_reward /= len(self.agents)
-        all_terminated = np.all([terminated[agent] for agent in self.agents], axis=0)
-        done = np.all([terminated[a] | truncated[a] for a in self.agents], axis=0)
-        infos = dict(infos)
-        infos.update(agent_rewards=rewards, agent_terminated=terminated, agent_truncated=truncated)
-        return obs, team_reward, all_terminated, done & ~all_terminated, infos
-
-    def close(self) -> None:
-        self.env.close()

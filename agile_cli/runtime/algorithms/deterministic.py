@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from agile_cli.agent import OffPolicyAlgorithm
-from agile_cli.algorithms.actions import BoxActionScaler, box_action_space
-from agile_cli.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
-from agile_cli.buffers import Transitions
 from agile_cli.models.actor_critic import DeterministicActorCriticSpec
+from agile_cli.runtime.agent import OffPolicyAlgorithm
+from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
+from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
+from agile_cli.runtime.buffers import Transitions
 
 
 class DeterministicActorCritic(OffPolicyAlgorithm):

@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from agile_cli import hookspecs
 from agile_cli.errors import EXIT_USAGE, PluginError
+from agile_cli.host import hookspecs
+from agile_cli.host.registry import Registry
 from agile_cli.models.base import suggest
-from agile_cli.registry import Registry
 
 ENTRY_POINT_GROUP = "agile"
 BUILTIN_DISTRIBUTION = "agile-cli"

@@ -34,7 +34,7 @@ from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
 
 if TYPE_CHECKING:
-    from agile_cli.rollout import PolicyRecord
+    from agile_cli.runtime.rollout import PolicyRecord
 
 
 @dataclass(frozen=True)
@@ -433,7 +433,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     @abc.abstractmethod
     def learn(self, batch: Any) -> LearnResult:
-        """One gradient step on a :class:`~agile_cli.buffers.Transitions` batch."""
+        """One gradient step on a :class:`~agile_cli.runtime.buffers.Transitions` batch."""
 
     def importance_exponent(self, progress: float) -> float:
         """Prioritised replay's importance-sampling exponent (beta) for the next batch.
@@ -478,10 +478,10 @@ class OnPolicyAlgorithm(Algorithm):
     ) -> tuple[np.ndarray, PolicyRecord | tuple[torch.Tensor, ...]]:
         """For preprocessed observations: the environment actions, and the
         ``(actions, log_probs, values)`` tensors :meth:`learn` needs, followed for a recurrent
-        policy by the hidden state it acted from (a :class:`~agile_cli.rollout.PolicyRecord`)."""
+        policy by the hidden state it acted from (a :class:`~agile_cli.PolicyRecord`)."""
 
     @abc.abstractmethod
     def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> LearnResult:
-        """Update on a :class:`~agile_cli.rollout.Rollout` whose next observation is
+        """Update on a :class:`~agile_cli.runtime.rollout.Rollout` whose next observation is
         ``last_obs``; returns the mean loss as a :class:`LearnResult` (a bare float, as plugins
         written before returned, is accepted too)."""

@@ -10,9 +10,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agile_cli.agent import OffPolicyAlgorithm
-from agile_cli.buffers import Transitions
 from agile_cli.models.training import EpsilonGreedyTraining
+from agile_cli.runtime.agent import OffPolicyAlgorithm
+from agile_cli.runtime.buffers import Transitions
 
 
 class QLearning(OffPolicyAlgorithm):
