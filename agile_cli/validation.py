@@ -101,8 +101,8 @@ def validate_mapping(
         raw = {k: v for k, v in dict(data["algorithm"]).items() if k != "name"}
         algorithm = check.section("algorithm", entry.spec, raw)
         environment = _environment(data.get("environment"), entry, registry, check)
-    elif "environment" in data and not isinstance(data["environment"], Mapping):
-        check.add("environment", "must be a mapping")
+    elif "environment" in data and not isinstance(data["environment"], Mapping | str):
+        check.add("environment", "must be a mapping or a name")
     training = _training(data.get("training"), entry, registry, check)
     network_spec = entry.spec.network_spec if entry is not None else NetworkSpec
     network = check.section("network", network_spec, data.get("network"))
@@ -243,13 +243,15 @@ def _combined(name: str, parts: tuple[type[TrainingSpec], ...]) -> type[Training
 def _training(
     raw: Any, entry: AlgorithmEntry | None, registry: Registry, check: _Collector
 ) -> TrainingSpec | None:
-    """The training section, less keys other algorithms read (ignored, with a warning)."""
+    """The training section, less keys other algorithms read (ignored, with a warning; with
+    no known algorithm, silently: its name is the error to fix first)."""
     spec = training_spec_for(entry, registry)
-    if entry is not None and isinstance(raw, Mapping):
+    if isinstance(raw, Mapping):
         elsewhere = _training_keys_elsewhere(registry) - _keys_of(spec)
         ignored = [key for key in raw if key in elsewhere]
-        for key in ignored:
-            check.warnings.append(f"training.{key}: ignored, {entry.name} does not read it")
+        if entry is not None:
+            for key in ignored:
+                check.warnings.append(f"training.{key}: ignored, {entry.name} does not read it")
         raw = {key: value for key, value in raw.items() if key not in ignored}
     return check.section("training", spec, raw)
 

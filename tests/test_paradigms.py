@@ -72,6 +72,15 @@ def test_another_paradigm_s_training_field_is_ignored_with_a_warning(toy_host, r
     assert "samples_per_step" not in manifest.to_dict()["training"]
 
 
+def test_a_misspelled_algorithm_is_the_only_error_for_its_training_fields(run, write) -> None:
+    text = "algorithm: {name: DQNN}\nenvironment: CartPole-v1\ntraining: {eps_start: 0.5}\n"
+    result = run("validate", str(write("m.yaml", text)))
+    assert result.exit_code == 2
+    assert (
+        "1 error" in result.output and "algorithm.name: unknown algorithm 'DQNN'" in result.output
+    )
+
+
 def test_a_field_no_plugin_reads_is_still_an_error(run, write) -> None:
     result = run("validate", str(write("m.yaml", MINIMAL + "training:\n  sample_per_step: 4\n")))
     assert result.exit_code == 2
