@@ -218,7 +218,7 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
     """Score a trained agent: a run folder's elite, elite.pt, or a checkpoint's member."""
     import numpy as np
 
-    from agile_cli.training.evaluation import episode_returns, load_agent
+    from agile_cli.training.evaluation import load_agent, score
 
     if episodes < 1:
         raise click.BadParameter("must be at least 1", param_hint="--episodes")
@@ -226,10 +226,14 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
     agent, manifest = load_agent(
         source, registry, member=member, device=device, trust_code=trust_code
     )
-    returns = episode_returns(agent, manifest, registry, episodes, seed)
+    result = score(agent, manifest, registry, episodes, seed)
+    who = f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}"
+    if isinstance(result, float):  # the paradigm's own score
+        click.echo(f"{who}: fitness {result:.4g} over {episodes} rounds ({manifest.family})")
+        return
     click.echo(
-        f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}: "
-        f"mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over {episodes} episodes"
+        f"{who}: mean return {np.mean(result):.2f} +/- {np.std(result):.2f} over {episodes} "
+        "episodes"
     )
 
 

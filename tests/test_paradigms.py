@@ -41,6 +41,12 @@ def test_the_toy_paradigm_trains_through_the_cli(toy_host, run, write, tmp_path:
     assert -0.2 < summary["best_fitness"] <= 0.0
     resolved = (run_dir / "manifest.yaml").read_text()
     assert "samples_per_step: 16" in resolved
+    # agile evaluate scores the elite as the paradigm does: there are no episodes to play.
+    scored = run("evaluate", str(run_dir), "--episodes", "2", host=toy_host)
+    assert scored.exit_code == 0, scored.output
+    assert "Fitter member" in scored.output and "over 2 rounds (regression)" in scored.output
+    fitness = float(scored.output.split("fitness ")[1].split()[0])
+    assert -0.2 < fitness <= 0.0
 
 
 def test_a_runner_factory_must_make_a_runner(make_host, run, write, tmp_path: Path) -> None:

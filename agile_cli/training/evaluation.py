@@ -14,7 +14,7 @@ from agile_cli.nn.arch import NetworkArch
 from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.resume import check_compatible, explain_mismatch
-from agile_cli.training.runners import first_episode_returns
+from agile_cli.training.runners import Runner, first_episode_returns
 
 
 def load_agent(
@@ -74,10 +74,12 @@ def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict
     return members[member]
 
 
-def episode_returns(
+def score(
     agent: Algorithm, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
-) -> list[float]:
-    """Returns of ``episodes`` full episodes, acting without exploration."""
+) -> list[float] | float:
+    """Returns of ``episodes`` full episodes, acting without exploration; or, for a paradigm
+    whose runner scores members its own way (bandits, a plugin's paradigm without episodes),
+    that score over ``episodes`` rounds."""
     updates = {
         key: value
         for key, value in (("num_envs", episodes), ("sync", True))
@@ -86,7 +88,10 @@ def episode_returns(
     spec = manifest.environment.model_copy(update=updates)
     env = setup.build_environment_from(spec, manifest, registry, seed)
     try:
+        runner = setup.build_runner(manifest, env, None)  # scoring shares no experience
+        if type(runner).evaluate is not Runner.evaluate:
+            return float(runner.evaluate(agent, episodes, manifest.training.eval_steps))
         returns = first_episode_returns(agent, env, manifest.training.eval_steps, seed=seed)
     finally:
         env.close()
-    return returns.tolist()
+    return [float(value) for value in returns]
