@@ -9,7 +9,17 @@ from agile_cli import __version__
 
 from .conftest import CONFIGS
 
-HEAVY = ("torch", "gymnasium", "numpy", "wandb", "httpx", "rich")
+HEAVY = (
+    "torch",
+    "gymnasium",
+    "numpy",
+    "wandb",
+    "httpx",
+    "rich",
+    "transformers",
+    "peft",
+    "tokenizers",
+)
 
 PROBE = """
 import sys
