@@ -221,7 +221,9 @@ def training_spec_for(entry: AlgorithmEntry | None, registry: Registry) -> type[
     if entry is not None:
         if entry.spec.training_spec is not None:
             parts.append(entry.spec.training_spec)
-        parts.append(registry.paradigm(entry.family).training)
+        paradigm = registry.paradigms.get(entry.family)  # None: validate reports it missing
+        if paradigm is not None:
+            parts.append(paradigm.training)
     parts += [b.training for b in registry.backends.values() if b.training is not None]
     name = f"{entry.name}Training" if entry is not None else "Training"
     return _combined(name, tuple(parts))

@@ -116,6 +116,7 @@ def test_an_algorithm_of_a_missing_paradigm_loads_and_validate_names_it(
         "algorithm.name: Lost trains by paradigm 'regresion', which no plugin registers "
         "(did you mean 'regression'?)"
     ) in result.output
+    assert run("schema", host=host).exit_code == 0  # the schema still describes it
 
 
 def test_first_party_paradigms_are_a_plugin_too() -> None:
