@@ -107,3 +107,39 @@ def test_reference_is_the_base_and_copy_makes_twins(tiny: Path) -> None:
         next(iter(population.adapter_parameters("m1").values())).add_(1.0)
     assert torch.allclose(_logits(population, ids), moved)
     assert not math.isnan(float(moved.sum()))
+
+
+def test_sft_steps_on_one_adapter_learn_and_leave_the_rest_alone(tiny: Path) -> None:
+    from agile_llm.objectives import response_labels, sft_loss
+
+    population = _population(tiny, ["m0", "m1"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    pairs = [("3+4=", "7"), ("1+1=", "2"), ("5+2=", "7"), ("2+6=", "8")]
+    batch = tokenizer([p + r for p, r in pairs], return_tensors="pt", padding=True)
+    prompts = torch.tensor(
+        [len(tokenizer(p, add_special_tokens=False).input_ids) for p, _ in pairs]
+    )
+    labels = response_labels(batch.input_ids, prompts, batch.attention_mask)
+    base_before = [p.detach().clone() for p in population.base_parameters()]
+    m0_before = {k: p.detach().clone() for k, p in population.adapter_parameters("m0").items()}
+    population.activate("m1")
+    trained = list(population.adapter_parameters("m1").values())
+    optimizer = torch.optim.AdamW(trained, lr=1e-2)
+
+    def loss() -> torch.Tensor:
+        logits = population.model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).logits
+        return sft_loss(logits, labels)
+
+    first = float(loss())
+    for _ in range(30):
+        optimizer.zero_grad(set_to_none=True)
+        step = loss()
+        step.backward()
+        optimizer.step()
+    assert float(loss()) < 0.5 * first  # the adapter memorises the four answers
+    base_after = population.base_parameters()
+    assert all(torch.equal(a, b) for a, b in zip(base_before, base_after, strict=True))
+    after = population.adapter_parameters("m0")
+    assert all(torch.equal(m0_before[k], after[k]) for k in m0_before)
