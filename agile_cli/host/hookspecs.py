@@ -44,11 +44,12 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     environment builder is registered, so those may name a paradigm of any plugin as their
     ``family``. For each paradigm call ``register(name=..., runner="module:factory", ...)``:
 
-    - ``runner``: ``factory(manifest, env, buffer)`` returns the runner, whose
-      ``train(member, steps, progress) -> GenerationStats`` trains one member for one
-      generation of ``steps`` steps, calling ``progress(n)`` as steps are done; a runner with
-      ``evaluate(member, rounds, max_steps) -> float`` scores members itself (otherwise the
-      core plays greedy episodes);
+    - ``runner``: ``factory(manifest, env, buffer)`` returns an :class:`~agile_cli.Runner`,
+      whose ``train(member, steps, progress) -> GenerationStats`` trains one member for one
+      generation of ``steps`` steps, calling ``progress(n)`` as steps are done, and whose
+      ``evaluate(member, rounds, max_steps) -> float`` scores it (by default greedy episodes;
+      override it to score otherwise). ``agile evaluate`` calls the factory with ``buffer``
+      None to score a saved member, so a runner must not need the buffer to evaluate;
     - ``buffer`` (optional): ``factory(manifest, env, device)`` returns what the population
       shares (e.g. a replay buffer); given, the manifest's ``replay_buffer`` section applies;
     - ``environment`` (optional): ``factory(env, manifest)`` wraps the built environment;

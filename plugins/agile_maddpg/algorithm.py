@@ -6,11 +6,7 @@ NeurIPS 2017.
 
 from __future__ import annotations
 
-from typing import cast
-
-import torch
-
-from agile_cli import CentralisedActorCritic, LearnResult, Transitions
+from agile_cli import CentralisedActorCritic
 from agile_maddpg.spec import MADDPGSpec
 
 
@@ -31,17 +27,3 @@ class MADDPG(CentralisedActorCritic):
     """
 
     spec: MADDPGSpec
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        # a multi-agent buffer samples observations and actions by agent
-        agent_obs = cast("dict[str, torch.Tensor]", batch.obs)
-        stored = cast("dict[str, torch.Tensor]", batch.actions)
-        obs = self.joint_obs(agent_obs)
-        taken = {agent: self.critic_action(agent, stored[agent]) for agent in self.agents}
-        actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
-        loss = self.critic_loss(obs, actions, self.td_targets(batch))
-        self.minimise(loss, self.critics)
-        self.learn_counter += 1
-        self.update_actors(agent_obs, obs, taken)
-        self.soft_update_targets()
-        return LearnResult(float(loss.detach()))

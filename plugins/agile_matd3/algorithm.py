@@ -7,11 +7,11 @@ Critics", 2019 (TD3's three changes, Fujimoto et al. 2018, applied to MADDPG).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import torch
 
-from agile_cli import CentralisedActorCritic, LearnResult, Transitions
+from agile_cli import CentralisedActorCritic
 from agile_matd3.spec import MATD3Spec
 
 # Target-policy smoothing of Box agents' target actions, in [-1, 1] units (Fujimoto et al.'s
@@ -35,20 +35,9 @@ class MATD3(CentralisedActorCritic):
 
     spec: MATD3Spec
 
-    def learn(self, batch: Transitions) -> LearnResult:
-        # a multi-agent buffer samples observations and actions by agent
-        agent_obs = cast("dict[str, torch.Tensor]", batch.obs)
-        stored = cast("dict[str, torch.Tensor]", batch.actions)
-        obs = self.joint_obs(agent_obs)
-        taken = {agent: self.critic_action(agent, stored[agent]) for agent in self.agents}
-        actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
-        loss = self.critic_loss(obs, actions, self.td_targets(batch))
-        self.minimise(loss, self.critics)
-        self.learn_counter += 1
-        if self.learn_counter % self.spec.policy_freq == 0:  # the delayed policy update
-            self.update_actors(agent_obs, obs, taken)
-            self.soft_update_targets()
-        return LearnResult(float(loss.detach()))
+    def actors_due(self) -> bool:
+        """The delayed policy update: every ``policy_freq``-th learn call."""
+        return self.learn_counter % self.spec.policy_freq == 0
 
     def target_actions(self, next_obs: Mapping[str, Any]) -> torch.Tensor:
         columns = []

@@ -1,11 +1,12 @@
 """The frame of decentralised actors trained through centralised critics (MADDPG, MATD3):
 networks, acting with exploration, action scaling, the critics' targets and loss, the actors'
-update and checkpoint state. A subclass adds :meth:`~agile_cli.MultiAgentAlgorithm.learn`."""
+update and checkpoint state, and one learn step (critics every call, actors and targets when
+:meth:`actors_due` says; a subclass changes the parts it varies)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ from gymnasium import spaces
 
 from agile_cli.models.actor_critic import CentralisedActorCriticSpec
 from agile_cli.nn import sampling
+from agile_cli.runtime.agent import LearnResult
 from agile_cli.runtime.algorithms.actions import BoxActionScaler
 from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.runtime.buffers import Transitions
@@ -133,6 +135,28 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
             self.ou_noise[agent] = restart_ou_noise(state, envs)
 
     # -- learning --------------------------------------------------------------------------------
+
+    def learn(self, batch: Transitions) -> LearnResult:
+        """Every critic regresses onto its TD target; then, when :meth:`actors_due`, every
+        actor climbs its critic and the targets follow."""
+        # a multi-agent buffer samples observations and actions by agent
+        agent_obs = cast("dict[str, torch.Tensor]", batch.obs)
+        stored = cast("dict[str, torch.Tensor]", batch.actions)
+        obs = self.joint_obs(agent_obs)
+        taken = {agent: self.critic_action(agent, stored[agent]) for agent in self.agents}
+        actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
+        loss = self.critic_loss(obs, actions, self.td_targets(batch))
+        self.minimise(loss, self.critics)
+        self.learn_counter += 1
+        if self.actors_due():
+            self.update_actors(agent_obs, obs, taken)
+            self.soft_update_targets()
+        return LearnResult(float(loss.detach()))
+
+    def actors_due(self) -> bool:
+        """Whether this learn call also updates the actors and targets (every call here; a
+        policy delay overrides it)."""
+        return True
 
     def td_targets(self, batch: Transitions) -> dict[str, torch.Tensor]:
         """Each agent's regression target ``r_i + gamma * (1 - terminated_i) * V'_i``, where
