@@ -228,11 +228,19 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
     )
     result = score(agent, manifest, registry, episodes, seed)
     who = f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}"
-    if isinstance(result, float):  # the paradigm's own score
-        click.echo(f"{who}: fitness {result:.4g} over {episodes} rounds ({manifest.family})")
+    if result.returns is None:  # the paradigm's own score
+        how = (
+            f"({manifest.family})"
+            if result.details
+            else f"over {episodes} rounds ({manifest.family})"
+        )
+        click.echo(f"{who}: fitness {result.fitness:.4g} {how}")
+        for line in result.details:
+            click.echo(line)
         return
+    returns = result.returns
     click.echo(
-        f"{who}: mean return {np.mean(result):.2f} +/- {np.std(result):.2f} over {episodes} "
+        f"{who}: mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over {episodes} "
         "episodes"
     )
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, SerializeAsAny
 from agile_cli.errors import ManifestError
 from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
+from agile_cli.models.base import Spec
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
@@ -37,8 +38,9 @@ class TrainingManifest(BaseModel):
     training: SerializeAsAny[TrainingSpec] = Field(
         default_factory=TrainingSpec, description="The training loop."
     )
-    network: SerializeAsAny[NetworkSpec] = Field(
-        default_factory=NetworkSpec, description="The evolvable network."
+    network: SerializeAsAny[Spec] = Field(
+        default_factory=NetworkSpec,
+        description="The evolvable network (or what the algorithm's network_spec describes).",
     )
     mutation: MutationSpec | None = Field(default=None, description="Mutations; null: none.")
     tournament_selection: TournamentSelectionSpec | None = Field(
@@ -73,6 +75,20 @@ class TrainingManifest(BaseModel):
         return None if self.paradigm is None else self.paradigm.name
 
     @property
+    def evolvable_network(self) -> NetworkSpec:
+        """The network section as the spec of an evolvable network, which RL members build.
+
+        :raises TypeError: the algorithm's network section describes something else (e.g. a
+            pretrained model to fine-tune).
+        """
+        if not isinstance(self.network, NetworkSpec):
+            raise TypeError(
+                f"{self.algorithm_name}'s network section is a {type(self.network).__name__}, "
+                "not an evolvable network's"
+            )
+        return self.network
+
+    @property
     def evolves(self) -> bool:
         """Whether the population is selected and mutated between generations."""
         return (
@@ -83,9 +99,14 @@ class TrainingManifest(BaseModel):
 
     @property
     def evo_steps(self) -> int:
-        """The resolved evolution interval."""
+        """The resolved evolution interval, as the manifest writes it."""
         assert self.training.evo_steps is not None  # resolved during validation
         return self.training.evo_steps
+
+    @property
+    def generation_steps(self) -> int:
+        """Steps each member trains per generation (``evo_steps`` in steps)."""
+        return self.training.generation_steps(self.algorithm)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved manifest as plain data, in the brief's key order and spelling."""
@@ -100,7 +121,7 @@ class TrainingManifest(BaseModel):
         return (
             f"{self.algorithm_name} on {self.environment.name}, "
             f"pop {self.training.pop_size}, {self.training.max_steps:,} steps"
-            + (f", evolves every {self.evo_steps:,}" if self.evolves else ", no evolution")
+            + (f", evolves every {self.generation_steps:,}" if self.evolves else ", no evolution")
         )
 
     @classmethod
@@ -151,4 +172,7 @@ class TrainingManifest(BaseModel):
         late = manifest.algorithm.check_manifest(manifest)
         if late:
             raise ManifestError(late, source=source)
-        return manifest
+        more = tuple(manifest.algorithm.manifest_warnings(manifest))
+        return (
+            manifest.model_copy(update={"warnings": manifest.warnings + more}) if more else manifest
+        )

@@ -245,7 +245,7 @@ def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
     try:
         buffer = setup.build_buffer(manifest, env, torch.device("cpu"))
         runner = setup.build_runner(manifest, env, buffer)
-        runner.train(member, manifest.evo_steps, lambda _steps: None)
+        runner.train(member, manifest.generation_steps, lambda _steps: None)
         off_policy = (Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY)
         size = int(member.spec.batch_size)
         if manifest.family in off_policy and len(buffer) >= size:

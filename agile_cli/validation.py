@@ -111,6 +111,7 @@ def validate_mapping(
     replay = _optional(check, "replay_buffer", ReplayBufferSpec, data)
     if entry is not None and mutation is not None:
         _check_hp_selection(mutation, entry, algorithm, check)
+        mutation = _check_mutation_kinds(mutation, entry, check)
     if entry is not None and replay is not None:
         replay = _check_replay_buffer(replay, entry, registry, check)
     if check.errors or None in (entry, algorithm, environment, training, network):
@@ -326,6 +327,41 @@ def _check_hp_selection(
                 f"{path}: {which} ({initial}) lies outside "
                 f"[{bounds.min}, {bounds.max}]; the first mutation clips it into range"
             )
+
+
+#: The ``mutation.probabilities`` fields that weigh each kind of mutation.
+_KIND_FIELDS = {
+    "arch_mut": "architecture",
+    "new_layer": "architecture",
+    "params_mut": "parameters",
+    "act_mut": "activation",
+    "rl_hp_mut": "rl_hp",
+}
+
+
+def _check_mutation_kinds(
+    mutation: MutationSpec, entry: AlgorithmEntry, check: _Collector
+) -> MutationSpec:
+    """Refuses a weight written for a kind of mutation the algorithm's members cannot
+    undergo; returns ``mutation`` with the defaults of those kinds resolved to 0."""
+    kinds = entry.spec.mutation_kinds
+    probabilities = mutation.probabilities
+    zeroed = {key: 0.0 for key, kind in _KIND_FIELDS.items() if kind not in kinds}
+    for key, kind in _KIND_FIELDS.items():
+        value = getattr(probabilities, key)
+        if kind in kinds or key not in probabilities.model_fields_set or value == 0:
+            continue
+        able = ", ".join(k for k in ("architecture", "parameters", "activation", "rl_hp")
+                         if k in kinds) or "none"  # fmt: skip
+        check.add(
+            f"mutation.probabilities.{key}",
+            f"{entry.name} has no {kind} mutation (its members mutate: {able})",
+            "set it to 0 or remove it (left out, it counts as 0)",
+        )
+    if not zeroed:
+        return mutation
+    resolved = probabilities.model_copy(update=zeroed)
+    return mutation.model_copy(update={"probabilities": resolved})
 
 
 def _check_replay_buffer(

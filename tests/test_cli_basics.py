@@ -19,6 +19,8 @@ HEAVY = (
     "transformers",
     "peft",
     "tokenizers",
+    "datasets",
+    "pyarrow",
 )
 
 PROBE = """

@@ -63,7 +63,11 @@ class Mutator:
         self.spec = spec
         self.rng = rng
         self.ranges = hyperparameter_ranges(spec, algorithm)
-        weights = spec.probabilities.weights()
+        applicable = {"none", *algorithm.mutation_kinds}
+        weights = {
+            kind: weight if kind in applicable else 0.0
+            for kind, weight in spec.probabilities.weights().items()
+        }
         self.kinds, self.weights = _normalised(weights)
         pre = {**weights, "none": 0.0}
         self.pre_kinds, self.pre_weights = _normalised(pre)

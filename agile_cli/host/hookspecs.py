@@ -58,7 +58,12 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
       fields to the ``training`` section;
     - ``algorithm_fields``: ``{name: type}`` every algorithm's spec must declare (the runner
       reads them);
-    - ``description``: one line for ``agile plugins``.
+    - ``description``: one line for ``agile plugins``;
+    - ``population`` (optional): ``factory(manifest, cls, env, context, size)`` returns
+      ``size`` members of the algorithm class ``cls`` with indices ``0..size-1``, for members
+      that are not built one by one from the network section (e.g. LoRA adapters over one
+      shared model). ``agile evaluate`` calls it with ``size`` 1 and loads the saved member's
+      state into that one.
 
     The factories are imported only when training starts.
     """

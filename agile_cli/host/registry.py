@@ -50,6 +50,11 @@ class ParadigmEntry:
         subclass with the paradigm's own fields).
     :param algorithm_fields: ``name -> type`` of the spec fields every algorithm of the paradigm
         must declare, because the runner reads them.
+    :param population: ``"module:factory"``; ``factory(manifest, cls, env, context, size)``
+        returns ``size`` members of the algorithm class ``cls`` with indices 0, 1, ... (e.g.
+        adapters sharing one model); None: each
+        member is built alone from the network section and the environment's spaces. A paradigm
+        that builds its own population also sizes its own memory.
     """
 
     name: str
@@ -61,6 +66,7 @@ class ParadigmEntry:
     algorithm_fields: tuple[tuple[str, type], ...]
     description: str
     plugin: str
+    population: str | None = None
 
     @property
     def uses_replay_buffer(self) -> bool:
@@ -75,6 +81,12 @@ class ParadigmEntry:
 
     def wrap_environment(self, env: Any, manifest: Any) -> Any:
         return env if self.environment is None else load_object(self.environment)(env, manifest)
+
+    def build_population(
+        self, manifest: Any, cls: type, env: Any, context: Any, size: int
+    ) -> list[Any]:
+        assert self.population is not None, "only for paradigms that build their population"
+        return list(load_object(self.population)(manifest, cls, env, context, size))
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,7 @@ class RegisterParadigm(Protocol):
         training: type[TrainingSpec] = TrainingSpec,
         algorithm_fields: Mapping[str, type] | None = None,
         description: str = "",
+        population: str | None = None,
     ) -> None: ...
 
 
@@ -235,14 +248,15 @@ class Registry:
             training: type[TrainingSpec] = TrainingSpec,
             algorithm_fields: Mapping[str, type] | None = None,
             description: str = "",
+            population: str | None = None,
         ) -> None:
             name = _plain(name)
             _require_subclass(name, training, TrainingSpec)
-            for reference in (runner, buffer, environment):
+            for reference in (runner, buffer, environment, population):
                 _check_reference(name, reference)
             fields = tuple((algorithm_fields or {}).items())
             entry = ParadigmEntry(name, runner, buffer, environment, bool(multi_agent), training,
-                                  fields, description, plugin)  # fmt: skip
+                                  fields, description, plugin, population)  # fmt: skip
             _add(self.paradigms, "paradigm", entry)
 
         return register

@@ -14,6 +14,9 @@ from agile_cli.models.base import Spec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.training import TrainingSpec
 
+#: Every kind of mutation the core's mutator knows.
+MUTATION_KINDS = ("architecture", "parameters", "activation", "rl_hp")
+
 
 class Family(str, enum.Enum):
     """Names of the training paradigms agile's first-party plugins register.
@@ -41,10 +44,15 @@ class AlgorithmSpec(Spec):
     - ``mutable_hyperparameters``: the numeric fields ``mutation.rl_hp_selection`` may name;
     - ``default_mutable``: the ones mutated when ``rl_hp_selection`` is empty;
     - ``default_evo_steps``: evolution interval when ``training.evo_steps`` is omitted;
-    - ``network_spec``: the class the ``network`` section is validated against;
+    - ``network_spec``: the class the ``network`` section is validated against (a
+      :class:`~agile_cli.NetworkSpec` for evolvable networks; any spec for others, e.g. a
+      pretrained model's);
     - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from;
     - ``training_spec``: a :class:`~agile_cli.TrainingSpec` subclass with ``training`` fields
-      this algorithm reads (e.g. epsilon-greedy exploration's ``eps_*``); None: none of its own.
+      this algorithm reads (e.g. epsilon-greedy exploration's ``eps_*``); None: none of its own;
+    - ``mutation_kinds``: the mutations its members can undergo (of ``architecture``,
+      ``parameters``, ``activation``, ``rl_hp``). A manifest that gives another kind a weight is
+      refused; the defaults of the others count as 0.
     """
 
     batch_size: int = Field(
@@ -57,10 +65,11 @@ class AlgorithmSpec(Spec):
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("batch_size",)
     default_mutable: ClassVar[tuple[str, ...]] = ()
     default_evo_steps: ClassVar[int] = 10_000
-    network_spec: ClassVar[type[NetworkSpec]] = NetworkSpec
+    network_spec: ClassVar[type[Spec]] = NetworkSpec
     supports_per: ClassVar[bool] = False
     supports_n_step: ClassVar[bool] = False
     training_spec: ClassVar[type[TrainingSpec] | None] = None
+    mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)
 
     def check_manifest(self, manifest: Any) -> list[FieldError]:
         """Rules that involve other sections; paths are relative to the manifest root.
@@ -68,6 +77,11 @@ class AlgorithmSpec(Spec):
         :param manifest: the resolved :class:`~agile_cli.TrainingManifest` (typed loosely
             here: the manifest is assembled from these specs, not the other way round).
         """
+        return []
+
+    def manifest_warnings(self, manifest: Any) -> list[str]:
+        """What is valid but probably not what the author meant (``agile validate`` and
+        ``agile train`` show it), e.g. a field accepted for compatibility and ignored."""
         return []
 
     def not_available_errors(self, field: str, feature: str) -> list[FieldError]:

@@ -104,6 +104,16 @@ class TrainingSpec(Spec):
             )
         return self
 
+    def generation_steps(self, algorithm: Any) -> int:
+        """Steps each member trains per generation: ``evo_steps``. A paradigm whose
+        ``evo_steps`` counts something else (e.g. LLM iterations of ``batch_size`` prompts)
+        overrides this to convert.
+
+        :param algorithm: the manifest's algorithm spec.
+        """
+        assert self.evo_steps is not None, "resolved during validation"
+        return self.evo_steps
+
     @property
     def population_size(self) -> int:
         """The population size (the brief's Python spelling)."""

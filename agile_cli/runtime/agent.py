@@ -17,6 +17,7 @@ import abc
 import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
@@ -25,7 +26,7 @@ import torch
 from torch.distributions import Distribution
 
 from agile_cli.models.algorithm import AlgorithmSpec
-from agile_cli.models.network import NetworkSpec
+from agile_cli.models.base import Spec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.training import TrainingSpec
 from agile_cli.nn import sampling
@@ -54,7 +55,7 @@ class AgentContext:
     num_envs: int
     training: TrainingSpec
     seed: int = 0
-    network: NetworkSpec | None = None
+    network: Spec | None = None
     replay_buffer: ReplayBufferSpec | None = None
 
 
@@ -273,6 +274,10 @@ class Algorithm(abc.ABC):
         """Every network parameter mutation perturbs: :attr:`policy`, or each agent's actor."""
         return [self.policy]
 
+    def describe_network(self) -> str:
+        """The member's network in a few words, for the progress table (its architecture)."""
+        return self.arch.describe()
+
     def hyperparameters(self) -> dict[str, float | int]:
         """Current values of every mutable hyperparameter, as this member's spec holds them."""
         return {name: getattr(self.spec, name) for name in self.spec.mutable_hyperparameters}
@@ -328,6 +333,12 @@ class Algorithm(abc.ABC):
         self.rng = np.random.default_rng(seed)
 
     # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_portable(self, directory: Path) -> bool:
+        """Save the member in a format other tools read (e.g. a PEFT adapter folder) into
+        ``directory``, next to the run's ``elite.pt``; returns whether it wrote anything (by
+        default nothing: ``elite.pt`` is the member)."""
+        return False
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this member exactly."""

@@ -80,7 +80,9 @@ def check_fits(manifest: TrainingManifest, env: Any, device: Any) -> Estimate:
     :param device: the ``torch.device`` the population will train on.
     :raises UsageError: (exit 2) the run needs more memory than is available.
     """
-    needs = tuple(need for need in _needs(manifest, env) if need.nbytes > 0)
+    own = manifest.paradigm is not None and manifest.paradigm.population is not None
+    # A paradigm that builds its own population sizes its own memory.
+    needs = () if own else tuple(need for need in _needs(manifest, env) if need.nbytes > 0)
     on_cuda = getattr(device, "type", "cpu") == "cuda"
     estimate = Estimate(needs, available_memory(), device_memory(device) if on_cuda else None)
     host = [need for need in needs if not (on_cuda and need.on_device)]
@@ -223,7 +225,7 @@ def member_parameters(manifest: TrainingManifest, env: Any) -> int:
     total = 0
     for observation, action in pairs:
         try:
-            arch = arch_from_spec(manifest.network, observation, recurrent=recurrent)
+            arch = arch_from_spec(manifest.evolvable_network, observation, recurrent=recurrent)
         except (NotImplementedError, ValueError):
             continue  # building the population reports it
         total += network_parameters(arch, observation, _flat_size(action))

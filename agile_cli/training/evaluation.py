@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,12 @@ def load_agent(
         )
         cls = setup.algorithm_class(manifest, registry)
         with explain_mismatch():
-            arch = NetworkArch.from_dict(saved["arch"])
-            agent = cls(manifest.algorithm, **spaces, arch=arch, context=context,
-                        index=saved["index"])  # fmt: skip
+            if manifest.paradigm is not None and manifest.paradigm.population is not None:
+                agent = setup.build_population(manifest, cls, env, context, size=1)[0]
+            else:
+                arch = NetworkArch.from_dict(saved["arch"])
+                agent = cls(manifest.algorithm, **spaces, arch=arch, context=context,
+                            index=saved["index"])  # fmt: skip
             agent.load_state_dict(saved)
     finally:
         env.close()
@@ -74,12 +78,26 @@ def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict
     return members[member]
 
 
+@dataclass
+class Evaluation:
+    """What ``agile evaluate`` found.
+
+    :param returns: each episode's return (None when the paradigm scores its own way).
+    :param fitness: the paradigm's own score (None for episodes).
+    :param details: lines the paradigm's runner adds under the score (e.g. sample outputs).
+    """
+
+    returns: list[float] | None = None
+    fitness: float | None = None
+    details: list[str] = field(default_factory=list)
+
+
 def score(
     agent: Algorithm, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
-) -> list[float] | float:
+) -> Evaluation:
     """Returns of ``episodes`` full episodes, acting without exploration; or, for a paradigm
     whose runner scores members its own way (bandits, a plugin's paradigm without episodes),
-    that score over ``episodes`` rounds."""
+    that score over ``episodes`` rounds, with what the runner has to say about it."""
     updates = {
         key: value
         for key, value in (("num_envs", episodes), ("sync", True))
@@ -90,8 +108,9 @@ def score(
     try:
         runner = setup.build_runner(manifest, env, None)  # scoring shares no experience
         if type(runner).evaluate is not Runner.evaluate:
-            return float(runner.evaluate(agent, episodes, manifest.training.eval_steps))
+            fitness = float(runner.evaluate(agent, episodes, manifest.training.eval_steps))
+            return Evaluation(fitness=fitness, details=list(runner.details(agent)))
         returns = first_episode_returns(agent, env, manifest.training.eval_steps, seed=seed)
     finally:
         env.close()
-    return [float(value) for value in returns]
+    return Evaluation(returns=[float(value) for value in returns])

@@ -179,11 +179,14 @@ class EvolutionLoop:
         generation leaves them (and the checkpoint) as they were at its start.
         """
         training = self.manifest.training
-        steps = min(self.manifest.evo_steps, training.max_steps - self.state.steps_per_member)
+        left = training.max_steps - self.state.steps_per_member
+        steps = min(self.manifest.generation_steps, left)
         started = time.perf_counter()
         trained = global_steps = 0
+        exhausted = True
         for member in self.population:
             stats = self.runner.train(member, steps, self.reporter.advance)
+            exhausted = exhausted and stats.exhausted
             trained = stats.steps
             global_steps += stats.steps
             member.record.episode_returns = (member.record.episode_returns + stats.episode_returns)[
@@ -201,7 +204,9 @@ class EvolutionLoop:
             wall_seconds=self.state.wall_seconds + elapsed,
         )
         self._report(global_steps / max(elapsed, 1e-9))
-        stop = self._target_met()
+        if exhausted:
+            self.reporter.note("every member has trained on all the data it may: stopping")
+        stop = self._target_met() or exhausted
         self.state.stopped_early = stop
         if not stop and self.state.steps_per_member < training.max_steps:
             self._evolve()
@@ -240,7 +245,7 @@ class EvolutionLoop:
                 recent=float(np.mean(m.record.fitness[-TARGET_WINDOW:])),
                 mutation=m.record.mutation,
                 hyperparameters=self._shown_hyperparameters(m),
-                arch=m.arch.describe(),
+                arch=m.describe_network(),
             )
             for m in self.population
         ]
@@ -304,6 +309,8 @@ class EvolutionLoop:
     def _save_member(self, member: Algorithm, path: Path) -> None:
         state = {**self._header(checkpoint.MEMBER), "member": member.state_dict()}
         checkpoint.save_atomically(state, path)
+        if path == self.folder.elite:
+            member.save_portable(self.folder.portable_elite)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The whole run as it stands: members, counters, generators, optionally the buffer."""

@@ -6,6 +6,8 @@ runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
   metrics.jsonl        one JSON object per generation
   checkpoints/         latest.pt (every generation) and step_<N>.pt snapshots
   elite.pt             the best member at the last selection (or at the end)
+  elite/               the same member in a format other tools load, for algorithms that
+                       have one (an LLM's LoRA adapter in PEFT's folder format)
   summary.json         best fitness, steps, speed, whether the target was reached
 """
 
@@ -29,7 +31,7 @@ from agile_cli.manifest import TrainingManifest
 
 #: What a run folder holds; ``--overwrite`` deletes these and nothing else.
 RUN_FILES = ("manifest.yaml", "command.txt", "metrics.jsonl", "summary.json", "elite.pt")
-RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb")
+RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb", "elite")
 # Temporary files of atomic writes: checkpoints (.latest.pt.<random>.tmp) and the rest.
 _TEMPORARY = (".*.pt.*", ".*.tmp")
 
@@ -117,6 +119,11 @@ class RunFolder:
     @property
     def elite(self) -> Path:
         return self.path / "elite.pt"
+
+    @property
+    def portable_elite(self) -> Path:
+        """Where :meth:`~agile_cli.Algorithm.save_portable` writes the elite."""
+        return self.path / "elite"
 
     @property
     def latest(self) -> Path:

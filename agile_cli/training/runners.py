@@ -39,11 +39,17 @@ def budget_progress(member: Algorithm) -> float:
 
 @dataclass
 class GenerationStats:
-    """What one member did in one generation."""
+    """What one member did in one generation.
+
+    :param exhausted: the member has nothing left to train on (e.g. a dataset read as many
+        times as the manifest allows); once every member says so, the run ends after this
+        generation, before its step budget is spent.
+    """
 
     steps: int = 0
     episode_returns: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    exhausted: bool = False
 
 
 class EpisodeTracker:
@@ -86,6 +92,11 @@ class Runner(abc.ABC, Generic[A]):
         episode, over ``rounds`` rounds of at most ``max_steps`` steps (override to score
         members another way)."""
         return evaluate(member, self.env, rounds, max_steps)
+
+    def details(self, member: A) -> list[str]:
+        """Lines ``agile evaluate`` prints under the score :meth:`evaluate` just gave
+        ``member`` (override to show more, e.g. sample outputs); none by default."""
+        return []
 
 
 class OffPolicyRunner(Runner[OffPolicyAlgorithm]):

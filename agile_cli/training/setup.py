@@ -68,7 +68,11 @@ def build_population(
     arch: NetworkArch | None = None,
     size: int | None = None,
 ) -> list[Algorithm]:
-    """``size`` (default ``pop_size``) fresh members with indices 0, 1, ..."""
+    """``size`` (default ``pop_size``) fresh members with indices 0, 1, ...: each built alone
+    from the network section, or all together by the paradigm's population factory."""
+    paradigm = _paradigm(manifest)
+    if paradigm.population is not None:
+        return _paradigm_population(manifest, paradigm, cls, env, context, size)
     spaces = member_spaces(manifest, env)
     if arch is None:
         arch = _arch(manifest, env)
@@ -80,6 +84,25 @@ def build_population(
             name, said = manifest.algorithm_name, str(exc)
             raise TrainingError(said if said.startswith(name) else f"{name}: {said}") from None
         members.append(member)
+    return members
+
+
+def _paradigm_population(
+    manifest: TrainingManifest,
+    paradigm: ParadigmEntry,
+    cls: type[Algorithm],
+    env: Any,
+    context: AgentContext,
+    size: int | None,
+) -> list[Algorithm]:
+    wanted = size or manifest.training.pop_size
+    members = paradigm.build_population(manifest, cls, env, context, wanted)
+    if len(members) != wanted or not all(isinstance(m, Algorithm) for m in members):
+        raise TrainingError(
+            f"the {paradigm.name} paradigm's population factory ({paradigm.population}) "
+            f"returned {len(members)} object(s), not {wanted} agile_cli.Algorithm members",
+            f"fix the factory of plugin '{paradigm.plugin}'",
+        )
     return members
 
 
@@ -110,7 +133,9 @@ def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
         observed = [env.single_observation_space]
     recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
     try:
-        archs = [arch_from_spec(manifest.network, s, recurrent=recurrent) for s in observed]
+        archs = [
+            arch_from_spec(manifest.evolvable_network, s, recurrent=recurrent) for s in observed
+        ]
     except NotImplementedError as exc:
         raise TrainingError(str(exc)) from None
     kinds = {type(arch.encoder).__name__ for arch in archs}

@@ -1,11 +1,11 @@
 """Code a saved run names, and when agile may import it.
 
 A manifest can name code: an environment's ``entrypoint`` (a ``module:callable`` or a
-``file.py:callable``) and its ``wrappers`` are imported and called when the environment is
-built. ``agile train m.yaml`` runs what the user's own manifest names. A checkpoint read back
-(``agile evaluate``, ``agile dataset collect``, ``agile train --resume``) may come from someone
-else, so the code it names is imported only when this user's agile wrote it, or when the user
-says ``--trust-code``.
+``file.py:callable``), its ``wrappers`` and an LLM environment's ``reward_file_path`` are
+imported and called when the environment is built. ``agile train m.yaml`` runs what the
+user's own manifest names. A checkpoint read back (``agile evaluate``, ``agile dataset
+collect``, ``agile train --resume``) may come from someone else, so the code it names is
+imported only when this user's agile wrote it, or when the user says ``--trust-code``.
 
 "Written by this user" is a seal in the checkpoint: an HMAC of the code references under a
 random key kept in ``~/.config/agile/trust.key`` (``$XDG_CONFIG_HOME``; readable by the user
@@ -36,6 +36,9 @@ def references(manifest: Mapping[str, Any]) -> list[str]:
     found = []
     if environment.get("entrypoint"):
         found.append(f"environment.entrypoint: {environment['entrypoint']}")
+    if environment.get("reward_file_path"):
+        named = environment.get("reward_fn_name")
+        found.append(f"environment.reward_file_path: {environment['reward_file_path']}:{named}")
     wrappers = environment.get("wrappers") or []
     for index, wrapper in enumerate(wrappers if isinstance(wrappers, list) else [wrappers]):
         target = wrapper[0] if isinstance(wrapper, list | tuple) and wrapper else wrapper

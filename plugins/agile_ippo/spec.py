@@ -39,7 +39,7 @@ class IPPOSpec(ClippedObjectiveSpec):
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
         errors = self.not_available_errors("torch_compiler", "torch.compile")
-        if manifest.network.arch == "lstm":
+        if manifest.evolvable_network.arch == "lstm":
             errors.append(
                 FieldError(
                     "network.encoder_config.arch",

@@ -21,38 +21,95 @@ class AdapterPopulation:
     """Named LoRA adapters sharing ``base``, whose own weights stay frozen.
 
     :param base: a ``transformers`` causal LM (wrapped in place).
-    :param lora: ``peft.LoraConfig`` keyword arguments (``r``, ``lora_alpha``,
+    :param lora: a ``peft.LoraConfig``, or its keyword arguments (``r``, ``lora_alpha``,
         ``target_modules``, ``lora_dropout``, ...).
     :param names: one adapter per member, the first active.
     """
 
-    def __init__(self, base: Any, lora: Mapping[str, Any], names: list[str]) -> None:
+    def __init__(self, base: Any, lora: Any, names: list[str]) -> None:
         from peft import LoraConfig, get_peft_model
 
         if not names:
             raise ValueError("a population needs at least one adapter")
-        self.config = LoraConfig(task_type="CAUSAL_LM", **dict(lora))
+        if isinstance(lora, LoraConfig):
+            self.config = lora
+        else:
+            self.config = LoraConfig(**{"task_type": "CAUSAL_LM", **dict(lora)})
         self.model = get_peft_model(base, self.config, adapter_name=names[0])
+        self.names = [names[0]]
+        self._parameters: dict[str, dict[str, torch.nn.Parameter]] = {}
         for name in names[1:]:
-            self.model.add_adapter(name, self.config)
-        self.names = list(names)
+            self.add(name)
+        self.active = ""
         self.activate(names[0])
 
     def activate(self, name: str) -> None:
         """Make ``name`` the adapter that forward passes use and gradients reach."""
+        if name == self.active:
+            return
         self.model.set_adapter(name)
         for adapter in self.names:  # only the active member learns
             for parameter in self.adapter_parameters(adapter).values():
                 parameter.requires_grad_(adapter == name)
+        self.active = name
+
+    def add(self, name: str, source: str | None = None) -> None:
+        """A new adapter ``name``: freshly initialised (its update starts at zero), or a copy
+        of adapter ``source``."""
+        self.model.add_adapter(name, self.config)
+        self.names.append(name)
+        for parameter in self.adapter_parameters(name).values():
+            parameter.requires_grad_(False)
+        if source is not None:
+            self.copy(source, name)
+
+    def remove(self, name: str) -> None:
+        """Free adapter ``name``'s weights (a member that left the population)."""
+        if name not in self.names:
+            return
+        if name == self.active:
+            others = [other for other in self.names if other != name]
+            if not others:
+                return  # the last adapter stays: PEFT needs one
+            self.activate(others[0])
+        self.model.delete_adapter(name)
+        self.names.remove(name)
+        self._parameters.pop(name, None)
 
     def adapter_parameters(self, name: str) -> dict[str, torch.nn.Parameter]:
         """The LoRA weights of adapter ``name``, by parameter name."""
+        cached = self._parameters.get(name)
+        if cached is None:
+            marker = f".{name}."
+            cached = self._parameters[name] = {
+                key: parameter
+                for key, parameter in self.model.named_parameters()
+                if LORA_MARKER in key and marker in key
+            }
+        return cached
+
+    def weights(self, name: str) -> dict[str, torch.Tensor]:
+        """A copy of adapter ``name``'s weights, keyed without its name (to load into any
+        adapter, or save)."""
         marker = f".{name}."
         return {
-            key: parameter
-            for key, parameter in self.model.named_parameters()
-            if LORA_MARKER in key and marker in key
+            key.replace(marker, ".{adapter}."): parameter.detach().clone()
+            for key, parameter in self.adapter_parameters(name).items()
         }
+
+    def load_weights(self, name: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Set adapter ``name``'s weights from :meth:`weights` of any adapter.
+
+        :raises KeyError: the weights are of another shape of adapter.
+        """
+        own = self.adapter_parameters(name)
+        marker = f".{name}."
+        expected = {key.replace(marker, ".{adapter}."): key for key in own}
+        if set(expected) != set(weights):
+            raise KeyError("the saved adapter's layers differ from this model's adapters")
+        with torch.no_grad():
+            for key, value in weights.items():
+                own[expected[key]].copy_(value)
 
     def base_parameters(self) -> list[torch.nn.Parameter]:
         """The frozen weights every adapter shares."""

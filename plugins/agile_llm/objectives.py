@@ -114,3 +114,94 @@ def grpo_loss(
     per_token = -(surrogate - beta * kl) * mask
     tokens = mask.sum(dim=1).clamp(min=1)
     return (per_token.sum(dim=1) / tokens).mean()
+
+
+def kl_penalty(log_probs: torch.Tensor, reference_log_probs: torch.Tensor) -> torch.Tensor:
+    """The per-token estimate ``exp(ref - logp) - (ref - logp) - 1`` of KL(policy || ref),
+    non-negative and unbiased (Schulman, 2020, "Approximating KL divergence")."""
+    log_ratio = reference_log_probs - log_probs
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over each row's counted tokens, then over rows."""
+    return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
+
+
+def gspo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    reference_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    beta: float,
+) -> torch.Tensor:
+    """GSPO (Zheng et al., 2025, "Group Sequence Policy Optimization", arXiv:2507.18071): the
+    clipped surrogate on each completion's length-normalised sequence ratio
+    ``exp(mean_t(logp - old))`` instead of per-token ratios, plus the KL penalty."""
+    tokens = mask.sum(dim=1).clamp(min=1)
+    ratio = torch.exp(((log_probs - old_log_probs) * mask).sum(dim=1) / tokens)
+    surrogate = torch.min(ratio * advantages, ratio.clamp(clip_low, clip_high) * advantages)
+    kl = _token_mean(kl_penalty(log_probs, reference_log_probs), mask)
+    return -surrogate.mean() + beta * kl
+
+
+def cispo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    reference_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    beta: float,
+) -> torch.Tensor:
+    """CISPO (MiniMax, 2025, "MiniMax-M1", arXiv:2506.13585): REINFORCE on every token, each
+    weighted by its importance ratio clipped to ``[clip_low, clip_high]`` and detached, so no
+    token's gradient is dropped the way PPO's clip drops it; averaged over all the batch's
+    tokens, plus the KL penalty."""
+    weight = torch.exp(log_probs - old_log_probs).clamp(clip_low, clip_high).detach()
+    objective = weight * advantages.unsqueeze(1) * log_probs
+    kl = kl_penalty(log_probs, reference_log_probs)
+    per_token = (-objective + beta * kl) * mask
+    return per_token.sum() / mask.sum().clamp(min=1)
+
+
+def clipped_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    reference_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    beta: float,
+) -> torch.Tensor:
+    """PPO's clipped surrogate on ``[N, T]`` per-token advantages (REINFORCE and PPO for
+    language models), plus the KL penalty, averaged per completion then over completions."""
+    ratio = torch.exp(log_probs - old_log_probs)
+    surrogate = torch.min(ratio * advantages, ratio.clamp(clip_low, clip_high) * advantages)
+    return _token_mean(-surrogate + beta * kl_penalty(log_probs, reference_log_probs), mask)
+
+
+def generalised_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE (Schulman et al., 2016, arXiv:1506.02438) over ``[N, T]`` per-token rewards and
+    value estimates of completion tokens (``mask``); returns ``(advantages, returns)``. The
+    episode ends after each row's last counted token."""
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros(rewards.shape[0], device=rewards.device)
+    next_value = torch.zeros_like(running)
+    for t in reversed(range(rewards.shape[1])):
+        live = mask[:, t].float()
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = (delta + gamma * lam * running) * live
+        advantages[:, t] = running
+        next_value = values[:, t] * live
+    return advantages, advantages + values

@@ -58,7 +58,7 @@ class PPOSpec(ClippedObjectiveSpec):
 
     def _recurrent_errors(self, manifest: TrainingManifest) -> list[FieldError]:
         """An LSTM encoder goes with ``recurrent``, and ``recurrent`` with an LSTM encoder."""
-        network = manifest.network
+        network = manifest.evolvable_network
         if not self.recurrent:
             if network.arch != "lstm":
                 return []

@@ -1,0 +1,331 @@
+"""The LLM algorithms: what one member does with a batch of prompts, and how it is scored.
+
+- :class:`SFT`: next-token cross-entropy on the response tokens; fitness: minus the held-out
+  loss.
+- :class:`DPO` (Rafailov et al., 2023, arXiv:2305.18290): the preference loss against the base
+  model with every adapter off; fitness: held-out preference accuracy.
+- :class:`GRPO` (Shao et al., 2024, arXiv:2402.03300) and its variants :class:`GSPO`
+  (sequence-level ratio) and :class:`CISPO` (clipped, detached importance weights), and
+  :class:`LLMREINFORCE` (a batch-mean baseline, per-token discount): sample completions, score
+  them with the reward function, and take policy-gradient steps; fitness: the mean reward of
+  greedy completions of held-out prompts.
+- :class:`LLMPPO` (Ouyang et al., 2022): a value head on the last hidden state and GAE over
+  the completion's tokens, with the KL to the reference as a per-token reward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from agile_llm import objectives, text
+from agile_llm.objectives import IGNORE
+from agile_llm.population import LLMMember, Scores
+
+#: Held-out outputs shown by ``agile evaluate``.
+SAMPLES = 3
+#: ``importance_sampling_level`` values that take one ratio per completion.
+SEQUENCE_LEVELS = ("sequence", "trajectory", "turn")
+
+
+def log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> Any:
+    """``(log p, counted)``, both ``[N, T - 1]``: each labelled next token's log-probability.
+
+    Positions follow the attention mask, so a left-padded prompt is read exactly as it was
+    during generation.
+    """
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    return objectives.token_log_probs(logits, labels)
+
+
+def _scaled(loss: torch.Tensor, rows: slice, total: int) -> torch.Tensor:
+    """A micro-batch's share of the batch's mean loss."""
+    return loss * ((rows.stop - rows.start) / total)
+
+
+class SFT(LLMMember):
+    """Supervised fine-tuning on (prompt, response) rows; the prompt tokens are masked."""
+
+    def _sequences(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
+        prompts = [text.encode(self.tokenizer, text.render(self.tokenizer, data.messages(r)))
+                   for r in rows]  # fmt: skip
+        end = [self.tokenizer.eos_token_id]
+        responses = [text.encode(self.tokenizer, data.response(r)) + end for r in rows]
+        return text.sequence_batch(
+            self.tokenizer, list(zip(prompts, responses, strict=True)),
+            self.shared.context_length, self.device,
+        )  # fmt: skip
+
+    def _loss(self, model: Any, batch: text.Sequences, rows: slice) -> torch.Tensor:
+        ids, mask = batch.ids[rows], batch.mask[rows]
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        return objectives.sft_loss(logits, batch.labels[rows])
+
+    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
+        batch = self._sequences(rows, data)
+        model = self.model().train()
+        loss = torch.zeros(())
+        for _ in range(self.spec.update_epochs):
+            total = torch.zeros(())
+            for part in self.micro_batches(len(rows)):
+                loss = _scaled(self._loss(model, batch, part), part, len(rows))
+                loss.backward()
+                total += loss.detach()
+            self.step()
+            loss = total
+        return float(loss)
+
+    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
+        model = self.model().eval()
+        losses = []
+        with torch.no_grad():
+            for chunk in _chunks(rows, self.spec.batch_size):
+                losses.append(float(self._loss(model, self._sequences(chunk, data), slice(None))))
+        outputs = self._greedy(rows, data)
+        targets = [data.response(r).strip() for r in rows]
+        exact = float(np.mean([o.strip() == t for o, t in zip(outputs, targets, strict=True)]))
+        loss = float(np.mean(losses))
+        return Scores(-loss, {"held-out loss": loss, "exact match": exact},
+                      _samples(rows, data, outputs, targets))  # fmt: skip
+
+    def _greedy(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
+        outputs: list[str] = []
+        for chunk in _chunks(rows, self.spec.batch_size):
+            prompts = self.prompt_ids([data.messages(r) for r in chunk])
+            outputs += self.complete(prompts, explore=False).texts
+        return outputs
+
+
+class DPO(SFT):
+    """Direct preference optimisation on (prompt, chosen, rejected) rows."""
+
+    def _pairs(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
+        """Chosen rows then rejected rows, one batch."""
+        prompts = [text.encode(self.tokenizer, text.render(self.tokenizer, data.messages(r)))
+                   for r in rows]  # fmt: skip
+        end = [self.tokenizer.eos_token_id]
+        chosen = [text.encode(self.tokenizer, data.chosen(r)) + end for r in rows]
+        rejected = [text.encode(self.tokenizer, data.rejected(r)) + end for r in rows]
+        pairs = list(zip(prompts + prompts, chosen + rejected, strict=True))
+        return text.sequence_batch(self.tokenizer, pairs, self.shared.context_length, self.device)
+
+    def _summed(self, model: Any, batch: text.Sequences, rows: torch.Tensor) -> torch.Tensor:
+        values, _counted = log_probs(model, batch.ids[rows], batch.mask[rows], batch.labels[rows])
+        return values.sum(dim=1)
+
+    def _preference(self, model: Any, batch: text.Sequences, part: slice, n: int) -> Any:
+        rows = torch.arange(part.start or 0, part.stop if part.stop is not None else n)
+        both = torch.cat([rows, rows + n])
+        with torch.no_grad(), self.shared.reference():
+            reference = self._summed(model, batch, both)
+        policy = self._summed(model, batch, both)
+        half = len(rows)
+        beta = float(self.spec.beta)
+        result = objectives.dpo_loss(policy[:half], policy[half:], reference[:half],
+                                     reference[half:], beta)  # fmt: skip
+        nll_alpha = float(getattr(self.spec, "nll_alpha", 0.0) or 0.0)
+        if nll_alpha:
+            tokens = batch.labels[rows][:, 1:].ne(IGNORE).sum().clamp(min=1)
+            result = result._replace(loss=result.loss - nll_alpha * policy[:half].sum() / tokens)
+        return result
+
+    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
+        batch = self._pairs(rows, data)
+        model = self.model().train()
+        loss = 0.0
+        for _ in range(self.spec.update_epochs):
+            loss = 0.0
+            for part in self.micro_batches(len(rows)):
+                result = self._preference(model, batch, part, len(rows))
+                scaled = _scaled(result.loss, part, len(rows))
+                scaled.backward()
+                loss += float(scaled)
+            self.step()
+        return loss
+
+    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
+        model = self.model().eval()
+        accuracy, margin, loss = [], [], []
+        with torch.no_grad():
+            for chunk in _chunks(rows, self.spec.batch_size):
+                result = self._preference(model, self._pairs(chunk, data), slice(0, len(chunk)),
+                                          len(chunk))  # fmt: skip
+                accuracy.append(float(result.accuracy) * len(chunk))
+                margin.append(float(result.margin) * len(chunk))
+                loss.append(float(result.loss) * len(chunk))
+        n = len(rows)
+        metrics = {"preference accuracy": sum(accuracy) / n, "reward margin": sum(margin) / n,
+                   "held-out loss": sum(loss) / n}  # fmt: skip
+        outputs = self._greedy(rows[:SAMPLES], data)
+        targets = [data.chosen(r).strip() for r in rows[:SAMPLES]]
+        return Scores(metrics["preference accuracy"], metrics,
+                      _samples(rows, data, outputs, targets))  # fmt: skip
+
+
+class GRPO(LLMMember):
+    """Group-relative policy optimisation: ``group_size`` sampled completions per prompt, each
+    with its reward standardised within the group as its advantage."""
+
+    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """The loss of ``[N, T]`` log-probabilities now, at sampling and under the reference,
+        per-token advantages and the counted tokens: PPO's clip per token, or per completion
+        with ``importance_sampling_level: sequence``."""
+        level = getattr(self.spec, "importance_sampling_level", None)
+        loss = objectives.gspo_loss if level in SEQUENCE_LEVELS else objectives.clipped_token_loss
+        if level in SEQUENCE_LEVELS:
+            advantage = advantage[:, 0]
+        return loss(current, old, reference, advantage, counted, **self._bounds())
+
+    def _bounds(self) -> dict[str, float]:
+        low, high = self.clip_range()
+        return {"clip_low": low, "clip_high": high, "beta": float(getattr(self.spec, "beta", 0.0))}
+
+    def clip_range(self) -> tuple[float, float]:
+        """The importance ratio's bounds: ``1 -/+ clip_coef``, or ``clip_coef`` as
+        ``[low, high]``."""
+        clip = self.spec.clip_coef
+        if isinstance(clip, list | tuple):
+            return float(clip[0]), float(clip[1])
+        return 1.0 - float(clip), 1.0 + float(clip)
+
+    def group(self) -> int:
+        return int(getattr(self.spec, "group_size", 1))
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """``[P * G]`` advantages of ``[P * G]`` rewards (groups of ``G`` consecutive)."""
+        grouped = rewards.view(-1, self.group())
+        if getattr(self.spec, "adv_norm", "mean_std") == "mean_only":
+            advantage = grouped - grouped.mean(dim=1, keepdim=True)
+        else:
+            advantage = objectives.group_advantages(grouped)
+        advantage = advantage.reshape(-1)
+        if getattr(self.spec, "whiten_advantages", False) and advantage.numel() > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-6)
+        limit = getattr(self.spec, "adv_clip_range", None)
+        return advantage.clamp(-limit, limit) if limit else advantage
+
+    def token_advantages(self, advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+        """Per-token advantages ``[N, T]``: each completion's, on every token."""
+        return advantage.unsqueeze(1).expand_as(counted)
+
+    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
+        rollout = self._rollout(rows, data)
+        if rollout is None:
+            return 0.0
+        model = self.model().train()
+        loss = 0.0
+        for _ in range(self.spec.update_epochs):
+            loss = 0.0
+            for part in self.micro_batches(rollout["ids"].shape[0]):
+                piece = _scaled(self._loss(model, rollout, part), part, rollout["ids"].shape[0])
+                piece.backward()
+                loss += float(piece)
+            self.step()
+        return loss
+
+    def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
+        """Sample, score and log-prob ``group_size`` completions of every prompt."""
+        group = self.group()
+        messages = [data.messages(r) for r in rows]
+        prompts = self.prompt_ids(messages)
+        rendered = [text.render(self.tokenizer, m) for m in messages]
+        self.model().eval()
+        done = self.complete([p for p in prompts for _ in range(group)], explore=True)
+        repeated = [r for r in rows for _ in range(group)]
+        prompt_texts = [p for p in rendered for _ in range(group)]
+        rewards = torch.as_tensor(data.reward(done.texts, repeated, prompt_texts),
+                                  dtype=torch.float32, device=self.device)  # fmt: skip
+        self.last_rewards = rewards
+        advantage = self.advantages(rewards)
+        keep = torch.ones_like(advantage, dtype=torch.bool)
+        if getattr(self.spec, "filter_zero_adv", False):
+            keep = advantage != 0
+            if not bool(keep.any()):
+                return None
+        labels = done.ids.masked_fill(~done.completion, IGNORE)
+        ids, mask, labels = done.ids[keep], done.mask[keep], labels[keep]
+        model = self.model()
+        with torch.no_grad():
+            old, counted = log_probs(model, ids, mask, labels)
+            reference = old
+            if float(getattr(self.spec, "beta", 0.0)) > 0:
+                with self.shared.reference():
+                    reference, _ = log_probs(model, ids, mask, labels)
+        return {"ids": ids, "mask": mask, "labels": labels, "old": old, "reference": reference,
+                "advantage": advantage[keep], "counted": counted.float()}  # fmt: skip
+
+    def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
+        current, _ = log_probs(model, rollout["ids"][part], rollout["mask"][part],
+                               rollout["labels"][part])  # fmt: skip
+        counted = rollout["counted"][part]
+        advantage = self.token_advantages(rollout["advantage"][part], counted)
+        return self.policy_loss(current, rollout["old"][part], rollout["reference"][part],
+                                advantage, counted)  # fmt: skip
+
+    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
+        self.model().eval()
+        outputs: list[str] = []
+        rewards: list[float] = []
+        for chunk in _chunks(rows, self.spec.batch_size):
+            messages = [data.messages(r) for r in chunk]
+            done = self.complete(self.prompt_ids(messages), explore=False)
+            rendered = [text.render(self.tokenizer, m) for m in messages]
+            rewards += [float(r) for r in data.reward(done.texts, chunk, rendered)]
+            outputs += done.texts
+        metrics = {"mean reward": float(np.mean(rewards))}
+        accuracy = data.accuracy(np.asarray(rewards))
+        if accuracy is not None:
+            metrics["accuracy"] = float(accuracy)
+        targets = [str(data.answer(r)) for r in rows]
+        return Scores(metrics["mean reward"], metrics, _samples(rows, data, outputs, targets))
+
+
+class GSPO(GRPO):
+    """GRPO with the importance ratio and its clip taken per completion (sequence level)."""
+
+    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        return objectives.gspo_loss(current, old, reference, advantage[:, 0], counted,
+                                    **self._bounds())  # fmt: skip
+
+
+class CISPO(GRPO):
+    """GRPO's sampling and advantages with CISPO's clipped importance-sampling weights."""
+
+    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        return objectives.cispo_loss(current, old, reference, advantage[:, 0], counted,
+                                     **self._bounds())  # fmt: skip
+
+
+class LLMREINFORCE(GRPO):
+    """REINFORCE with a baseline: one completion per prompt (``group_size`` if the spec has
+    one), advantage = reward minus the batch's mean reward, discounted by ``gamma`` per token
+    from the end of the completion; PPO's ratio clip when a batch is reused."""
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        return rewards - rewards.mean()
+
+    def token_advantages(self, advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+        gamma = float(getattr(self.spec, "gamma", 1.0))
+        remaining = counted.flip(1).cumsum(dim=1).flip(1) - counted  # tokens after this one
+        return advantage.unsqueeze(1) * gamma**remaining
+
+
+def _chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    return [rows[start : start + size] for start in range(0, len(rows), max(1, size))]
+
+
+def _samples(
+    rows: list[dict[str, Any]], data: Any, outputs: list[str], targets: list[str]
+) -> list[tuple[str, str, str]]:
+    shown = []
+    for row, output, target in list(zip(rows, outputs, targets, strict=False))[:SAMPLES]:
+        prompt = " | ".join(turn["content"] for turn in data.messages(row))
+        shown.append((prompt, output, target))
+    return shown

@@ -1,0 +1,93 @@
+"""Loading the model to fine-tune and its tokenizer, from disk only.
+
+``pretrained_model_name_or_path`` is a local folder (e.g. one ``agile llm tiny-model`` made) or
+a Hugging Face hub id already in the local cache. Nothing is downloaded: the hub is switched to
+offline mode before ``transformers`` is imported, and every load passes
+``local_files_only=True``, so a model that is not on this machine is an immediate, clear error
+naming what to fetch, never a hang on the network.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agile_cli import TrainingError
+
+#: Set before transformers or huggingface_hub is imported: the run never reaches the network.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def go_offline() -> None:
+    """Switch the Hugging Face libraries to their local cache for this process."""
+    for key, value in OFFLINE.items():
+        os.environ.setdefault(key, value)
+
+
+def require_stack() -> None:
+    """Import the LLM stack, or say how to install it."""
+    go_offline()
+    try:
+        import peft  # noqa: F401
+        import transformers
+    except ImportError as exc:
+        raise TrainingError(
+            f"LLM fine-tuning needs {exc.name}, which is not installed",
+            'pip install -e ".[llm]" (transformers, peft, tokenizers, datasets)',
+        ) from None
+    # agile shows its own progress; the libraries' bars and deprecation notes are noise here.
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+
+
+def load_tokenizer(path: str) -> Any:
+    """The model's tokenizer, set up to pad prompts on the left for generation."""
+    require_stack()
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise _not_here(path, exc) from None
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise TrainingError(f"the tokenizer of {path} has neither a pad nor an end token")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(path: str, *, device: Any, attn_implementation: str | None = None) -> Any:
+    """The causal language model at ``path``, frozen, in evaluation mode, on ``device``."""
+    require_stack()
+    from transformers import AutoModelForCausalLM
+
+    options: dict[str, Any] = {"local_files_only": True}
+    if attn_implementation not in (None, "auto"):
+        options["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **options)
+    except (OSError, ValueError) as exc:
+        raise _not_here(path, exc) from None
+    model.requires_grad_(False)
+    return model.to(device).eval()
+
+
+def _not_here(path: str, exc: Exception) -> TrainingError:
+    if Path(path).exists():
+        detail = " ".join(str(exc).split())[:300]
+        return TrainingError(
+            f"{path} is not a model folder transformers can load: {detail}",
+            "point network.pretrained_model_name_or_path at a folder written by "
+            "save_pretrained (config.json, weights and tokenizer files)",
+        )
+    return TrainingError(
+        f"model '{path}' is neither a local folder nor in the Hugging Face cache, and agile "
+        "never downloads during a run",
+        f"fetch it where there is network (hf download {path}) into this machine's cache, "
+        "point pretrained_model_name_or_path at a local folder, or make a tiny local model "
+        "with: agile llm tiny-model DIR",
+    )

@@ -1,0 +1,341 @@
+"""An LLM population: one frozen base model, one LoRA adapter per member.
+
+:class:`SharedModel` loads the base model and its tokenizer once; each :class:`LLMMember` owns
+one named adapter of it and an AdamW optimizer over that adapter's weights. Cloning a member
+(tournament selection) copies its adapter into a new one and its optimizer state with it; a
+member that leaves the population frees its adapter. Memory is the base once, plus, per member
+alive, an adapter, its gradients and its optimizer's two moments.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from agile_cli import AgentContext, Algorithm, TrainingError, TrainingManifest
+from agile_cli.runtime.agent import MemberRecord
+from agile_llm import text
+from agile_llm.adapters import AdapterPopulation
+from agile_llm.model import load_model, load_tokenizer
+from agile_llm.spec import LLMSpec, LoraSpec
+
+
+class SharedModel:
+    """The base model every member adapts, its tokenizer, and the adapters alive."""
+
+    def __init__(self, manifest: TrainingManifest, device: torch.device) -> None:
+        spec = manifest.algorithm
+        assert isinstance(spec, LLMSpec)
+        self.path = spec.model_path(manifest)
+        self.tokenizer = load_tokenizer(self.path)
+        self.base = load_model(
+            self.path, device=device, attn_implementation=getattr(spec, "attn_implementation", None)
+        )
+        if spec.gradient_checkpointing:
+            self.base.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        self.lora: LoraSpec = spec.lora(manifest)
+        self.start = _starting_adapter(manifest.network.adapter_path)  # type: ignore[attr-defined]
+        limit = getattr(self.base.config, "max_position_embeddings", None) or 10**9
+        self.context_length = min(spec.context_length(manifest), int(limit))
+        self.device = device
+        self.adapters: AdapterPopulation | None = None
+        self._made = 0
+
+    @property
+    def model(self) -> Any:
+        """The PEFT model (the base with every adapter)."""
+        assert self.adapters is not None, "a member made the first adapter"
+        return self.adapters.model
+
+    def new_adapter(self, source: str | None = None) -> str:
+        """A new adapter's name: fresh, or a copy of adapter ``source``."""
+        name = f"member_{self._made}"
+        self._made += 1
+        if self.adapters is None:
+            lora = self.start.config if self.start else self.lora.peft_kwargs()
+            self.adapters = AdapterPopulation(self.base, lora, [name])
+        else:
+            self.adapters.add(name, source)
+        if source is None and self.start is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.adapters.model, self.start.weights, adapter_name=name)
+        return name
+
+    @property
+    def rank(self) -> int:
+        """The adapters' LoRA rank."""
+        return int(self.start.config.r) if self.start else self.lora.lora_r
+
+    def release(self, name: str) -> None:
+        """Free an adapter no member holds any more."""
+        if self.adapters is not None:
+            self.adapters.remove(name)
+
+    def activate(self, name: str) -> Any:
+        """Make adapter ``name`` the one in use; returns the model."""
+        assert self.adapters is not None
+        self.adapters.activate(name)
+        return self.adapters.model
+
+    def reference(self) -> Any:
+        """A context in which the model is the base alone (every adapter off)."""
+        assert self.adapters is not None
+        return self.adapters.reference()
+
+
+@dataclass
+class Scores:
+    """A member scored on held-out rows: its fitness, named metrics and a few samples."""
+
+    fitness: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: list[tuple[str, str, str]] = field(default_factory=list)  # prompt, output, target
+
+
+class LLMMember(Algorithm):
+    """One member: an adapter of the shared model and the optimizer that trains it.
+
+    Subclasses implement :meth:`train_step` and :meth:`score`.
+    """
+
+    spec: Any  # the algorithm's LLMSpec subclass, whose fields the subclasses read
+    supports_activation_mutation: ClassVar[bool] = False
+    lr_field: ClassVar[str] = "lr"
+
+    def __init__(
+        self,
+        spec: LLMSpec,
+        *,
+        shared: SharedModel,
+        context: AgentContext,
+        index: int = 0,
+        adapter: str | None = None,
+    ) -> None:
+        # Not Algorithm.__init__: an adapter has no spaces, no architecture and no networks
+        # built from a network section.
+        self.spec = spec.model_copy()
+        self.context = context
+        self.device = context.device
+        self.index = index
+        self.record = MemberRecord()
+        self.networks = {}
+        self.learned_parameters = {}
+        self._plans = {}
+        self._parameter_lists = {}
+        self.shared = shared
+        self.adapter = adapter or shared.new_adapter()
+        weakref.finalize(self, shared.release, self.adapter)
+        self._seed_generators()
+        self.optimizers = {"adapter": self._adapter_optimizer()}
+        self.build()
+
+    # -- what subclasses implement -----------------------------------------------------------
+
+    def build(self) -> None:
+        """Create what the member needs besides its adapter."""
+
+    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
+        """One iteration on a batch of training rows; returns its loss."""
+        raise NotImplementedError
+
+    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
+        """The member on held-out rows."""
+        raise NotImplementedError
+
+    # -- acting ----------------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.shared.tokenizer
+
+    def model(self) -> Any:
+        """The shared model with this member's adapter in use."""
+        return self.shared.activate(self.adapter)
+
+    def act(self, obs: Any, *, explore: bool) -> list[str]:
+        """Completions of prompt texts: sampled when exploring, else greedy."""
+        ids = [text.encode(self.tokenizer, prompt) for prompt in obs]
+        return self.complete(ids, explore=explore).texts
+
+    def prompt_ids(self, messages: list[list[dict[str, str]]]) -> list[list[int]]:
+        """Chat turns as prompt token ids, each cut to leave room for a completion."""
+        room = max(self.shared.context_length - self.output_tokens(), 1)
+        return [text.encode(self.tokenizer, text.render(self.tokenizer, m))[-room:]
+                for m in messages]  # fmt: skip
+
+    def output_tokens(self) -> int:
+        """The most tokens a completion may have."""
+        wanted = getattr(self.spec, "max_output_tokens", None) or 64
+        return int(min(wanted, max(self.shared.context_length // 2, 1)))
+
+    def complete(self, prompts: list[list[int]], *, explore: bool) -> text.Completions:
+        """Completions of token-id prompts, with this member's adapter."""
+        batch = text.prompt_batch(self.tokenizer, prompts, self.device)
+        temperature = getattr(self.spec, "temperature", 1.0) if explore else None
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)) if explore else None
+        model = self.model()
+        room = self.shared.context_length - batch.ids.shape[1]
+        return text.generate(
+            model, self.tokenizer, batch, max_new_tokens=min(self.output_tokens(), room),
+            min_new_tokens=getattr(self.spec, "min_output_tokens", None),
+            temperature=temperature, seed=seed,
+        )  # fmt: skip
+
+    # -- learning --------------------------------------------------------------------------------
+
+    def trained_parameters(self) -> list[torch.nn.Parameter]:
+        assert self.shared.adapters is not None
+        return list(self.shared.adapters.adapter_parameters(self.adapter).values())
+
+    def _adapter_optimizer(self) -> torch.optim.Optimizer:
+        lr = float(getattr(self.spec, self.lr_field))
+        return torch.optim.AdamW(self.trained_parameters(), lr=lr, weight_decay=0.0)
+
+    def step(self, losses: list[torch.Tensor] | None = None) -> None:
+        """Clip the gradients already accumulated and take one optimizer step."""
+        parameters = self.trained_parameters()
+        if self.spec.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(parameters, self.spec.max_grad_norm)
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def micro_batches(self, size: int) -> list[slice]:
+        """Slices of a batch of ``size`` rows, ``micro_batch_size_per_gpu`` at a time."""
+        step = getattr(self.spec, "micro_batch_size_per_gpu", None) or size
+        return [slice(start, min(start + step, size)) for start in range(0, size, step)]
+
+    # -- evolution and checkpoints ---------------------------------------------------------------
+
+    @property
+    def policies(self) -> list[Any]:
+        return []  # no weight-noise mutation: the spec allows rl_hp mutations only
+
+    def describe_network(self) -> str:
+        count = sum(p.numel() for p in self.trained_parameters())
+        return f"LoRA r={self.shared.rank} ({count:,} weights)"
+
+    def set_hyperparameter(self, name: str, value: float | int) -> None:
+        self.spec = self.spec.model_copy(update={name: value})
+        if name == self.lr_field:
+            for group in self.optimizers["adapter"].param_groups:
+                group["lr"] = value
+
+    def parameters(self) -> Any:
+        yield from self.trained_parameters()
+
+    def clone(self, index: int) -> LLMMember:
+        """An independent copy: its own adapter (a copy of this one), optimizer state, spec
+        and record; under a new index, generators of its own."""
+        twin = type(self)(
+            self.spec, shared=self.shared, context=self.context, index=self.index,
+            adapter=self.shared.new_adapter(source=self.adapter),
+        )  # fmt: skip
+        twin.load_state_dict(self.state_dict(weights=False))
+        if index != self.index:
+            twin.index = index
+            twin._seed_generators()
+        return twin
+
+    def state_dict(self, *, weights: bool = True) -> dict[str, Any]:
+        """Everything needed to restore this member (``weights`` False: all but the adapter's
+        weights, for a copy that already has them)."""
+        assert self.shared.adapters is not None
+        return {
+            "index": self.index,
+            "hyperparameters": self.hyperparameters(),
+            "adapter": self.shared.adapters.weights(self.adapter) if weights else None,
+            "optimizers": {
+                name: copy.deepcopy(o.state_dict()) for name, o in self.optimizers.items()
+            },
+            "record": copy.deepcopy(self.record.__dict__),
+            "torch_rng": self.generator.get_state(),
+            "numpy_rng": copy.deepcopy(self.rng.bit_generator.state),
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        assert self.shared.adapters is not None
+        self.index = state["index"]
+        for name, value in state["hyperparameters"].items():
+            self.set_hyperparameter(name, value)
+        if state["adapter"] is not None:
+            self.shared.adapters.load_weights(self.adapter, state["adapter"])
+        for name, optimizer_state in state["optimizers"].items():
+            self.optimizers[name].load_state_dict(copy.deepcopy(optimizer_state))
+        self.record = MemberRecord(**copy.deepcopy(state["record"]))
+        self.generator.set_state(state["torch_rng"])
+        self.rng.bit_generator.state = copy.deepcopy(state["numpy_rng"])
+        self.load_extra_state(state["extra"])
+
+    def save_portable(self, directory: Path) -> bool:
+        """The adapter in PEFT's folder format (``adapter_config.json`` and
+        ``adapter_model.safetensors``), which ``peft.PeftModel.from_pretrained`` loads onto
+        the base model."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        assert self.shared.adapters is not None
+        directory.mkdir(parents=True, exist_ok=True)
+        model = self.shared.adapters.model
+        config = copy.deepcopy(model.peft_config[self.adapter])
+        config.base_model_name_or_path = self.shared.path
+        config.save_pretrained(str(directory))
+        weights = get_peft_model_state_dict(model, adapter_name=self.adapter)
+        save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()},
+                  str(directory / "adapter_model.safetensors"))  # fmt: skip
+        return True
+
+
+@dataclass
+class StartingAdapter:
+    """A saved adapter every new member starts from."""
+
+    config: Any  # peft.LoraConfig
+    weights: dict[str, torch.Tensor]
+
+
+def _starting_adapter(path: str | None) -> StartingAdapter | None:
+    """Read an adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
+    if path is None:
+        return None
+    from peft import LoraConfig
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    weights = folder / "adapter_model.safetensors"
+    if not (folder / "adapter_config.json").is_file() or not weights.is_file():
+        raise TrainingError(
+            f"network.adapter_path: {folder.resolve()} holds no adapter_config.json and "
+            "adapter_model.safetensors",
+            "point it at a PEFT adapter folder, e.g. an earlier run's elite/",
+        )
+    try:
+        config = LoraConfig.from_pretrained(str(folder))
+        return StartingAdapter(config, load_file(str(weights)))  # safetensors: data only
+    except (OSError, ValueError, TypeError) as exc:
+        raise TrainingError(f"network.adapter_path: {folder} cannot be read ({exc})") from None
+
+
+def build_population(
+    manifest: TrainingManifest, cls: type[Algorithm], env: Any, context: AgentContext, size: int
+) -> list[Algorithm]:
+    """The paradigm's population factory: ``size`` members of ``cls`` over one base model."""
+    if not issubclass(cls, LLMMember):
+        raise TrainingError(
+            f"{manifest.algorithm_name}'s implementation {cls.__name__} is not an "
+            "agile_llm.population.LLMMember, which the llm paradigm trains"
+        )
+    spec = manifest.algorithm
+    assert isinstance(spec, LLMSpec)
+    torch.manual_seed(spec.seed)  # LoRA's initial weights
+    shared = SharedModel(manifest, context.device)
+    return [cls(spec, shared=shared, context=context, index=i) for i in range(size)]

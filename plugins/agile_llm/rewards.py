@@ -1,0 +1,190 @@
+"""Loading the user's reward function for a ``reasoning`` environment, and calling it.
+
+The reward file is the user's own Python: importing it runs their code, which is what a reward
+file is for. It is imported when training starts (never by ``agile validate``).
+
+The function is called as AgileRL calls it (``agilerl/llm_envs/reasoning.py``,
+``ReasoningGym._decode_and_evaluate``): once per completion, positionally, as
+``fn(completion, answer, question)`` -> a number, where ``completion`` is the decoded text the
+model generated, ``answer`` the row's ``answer`` value and ``question`` the row's question.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import numbers
+import sys
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from agile_cli import TrainingError, UsageError
+
+_WHERE = "environment.reward_file_path"
+
+
+class RewardFunction:
+    """The user's reward function, called once per completion.
+
+    :param function: the user's callable, taking ``(completion, answer, question)``.
+    :param label: how errors name it, e.g. ``reward.py:score``.
+    """
+
+    def __init__(self, function: Callable[..., Any], label: str) -> None:
+        self.function = function
+        self.label = label
+
+    def __call__(
+        self, completions: Sequence[str], answers: Sequence[Any], questions: Sequence[str]
+    ) -> np.ndarray:
+        """One reward per completion, as float64.
+
+        :param completions: the generated texts.
+        :param answers: each completion's reference answer.
+        :param questions: each completion's question.
+        :raises TrainingError: the function raised, or returned something that is not a
+            finite number.
+        """
+        if not len(completions) == len(answers) == len(questions):
+            raise TrainingError(
+                f"{self.label}: {len(completions)} completions but {len(answers)} answers "
+                f"and {len(questions)} questions"
+            )
+        rows = zip(completions, answers, questions, strict=True)
+        return np.array([self._one(i, *row) for i, row in enumerate(rows)], dtype=np.float64)
+
+    def _one(self, index: int, completion: str, answer: Any, question: str) -> float:
+        try:
+            value = self.function(completion, answer, question)
+        except Exception as error:
+            raise TrainingError(
+                f"reward function {self.label} raised on row {index}: "
+                f"{type(error).__name__}: {error}{_user_line(error, None)}",
+                "fix the reward function; it is called as fn(completion, answer, question)",
+            ) from None
+        number = as_number(value)
+        if number is None:
+            raise TrainingError(
+                f"reward function {self.label} returned {value!r} for row {index}, "
+                "not a finite number",
+                "return a float (or an int or bool) for every completion",
+            )
+        return number
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a finite float when it is a real number (or a 0-d array or tensor of
+    one), else None. Strings are not numbers."""
+    if hasattr(value, "item") and not isinstance(value, numbers.Real):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if not isinstance(value, numbers.Real):
+        return None
+    number = float(value)
+    return number if np.isfinite(number) else None
+
+
+def load_reward_function(path: str, name: str) -> RewardFunction:
+    """The function ``name`` of the Python file at ``path``, ready to score completions.
+
+    :param path: the reward file, relative to the working directory.
+    :param name: the function's name in that file.
+    :raises UsageError: the file is missing or no ``.py`` file, raises when imported, has no
+        callable ``name``, or that callable cannot take ``(completion, answer, question)``.
+    """
+    file = Path(path).absolute()
+    if not file.is_file():
+        raise UsageError(f"{_WHERE}: no file {file}", "paths are relative to the working directory")
+    if file.suffix != ".py":
+        raise UsageError(f"{_WHERE}: {file} is not a .py file", "give a Python file")
+    module = _import(file)
+    function = getattr(module, name, None)
+    if function is None:
+        raise UsageError(
+            f"environment.reward_fn_name: {file.name} defines no {name!r}; "
+            f"it defines {_defined_callables(module) or 'no functions'}",
+            "set reward_fn_name to one of them",
+        )
+    if not callable(function):
+        raise UsageError(
+            f"environment.reward_fn_name: {name!r} in {file.name} holds "
+            f"{_article(type(function).__name__)}, not a function"
+        )
+    _check_signature(function, f"{file.name}:{name}")
+    return RewardFunction(function, f"{file.name}:{name}")
+
+
+def _import(file: Path) -> ModuleType:
+    """Run ``file`` as a fresh module (a unique name, so two reward files never clash)."""
+    module_name = f"agile_reward_{file.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{_WHERE}: cannot import {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as error:
+        del sys.modules[module_name]
+        raise UsageError(
+            f"{_WHERE}: importing {file} raised {type(error).__name__}: {error}"
+            f"{_user_line(error, file)}",
+            "fix the reward file; agile imports it as a module when training starts",
+        ) from None
+    return module
+
+
+def _user_line(error: BaseException, file: Path | None) -> str:
+    """Where in the user's file ``error`` happened (`` at line N: code``), as far as known:
+    the innermost frame in ``file`` (any file but this one when None)."""
+    if isinstance(error, SyntaxError) and error.lineno is not None:
+        return f" at line {error.lineno}: {(error.text or '').strip()}"
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if (Path(frame.filename) == file if file else frame.filename != __file__)
+    ]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" at {Path(frame.filename).name} line {frame.lineno}: {(frame.line or '').strip()}"
+
+
+def _article(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _defined_callables(module: ModuleType) -> str:
+    """The functions and classes ``module`` defines itself (not those it imports)."""
+    names = [
+        name
+        for name, value in vars(module).items()
+        if callable(value)
+        and not name.startswith("_")
+        and getattr(value, "__module__", None) == module.__name__
+    ]
+    return ", ".join(sorted(names))
+
+
+def _check_signature(function: Callable[..., Any], label: str) -> None:
+    """Refuse a function that cannot be called as ``fn(completion, answer, question)``."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return  # a builtin or extension without a signature: let the call decide
+    try:
+        signature.bind("completion", "answer", "question")
+    except TypeError as error:
+        raise UsageError(
+            f"environment.reward_fn_name: {label}{signature} cannot be called with three "
+            f"arguments ({error})",
+            "agile calls it as fn(completion, answer, question) and expects a number",
+        ) from None

@@ -1,0 +1,96 @@
+"""One generation of LLM fine-tuning for one member, and its fitness.
+
+A step is one prompt. A generation is ``evo_steps`` iterations of ``batch_size`` prompts (the
+core passes it in steps); a member reads the training split as a stream that visits every row
+once per epoch in a fresh seeded order, at the position of the prompts it has trained on, so
+members that trained equally long see the same prompts, and a resumed run reads on exactly
+where it stopped. With ``training.num_epochs`` a member stops once it has read the split that
+many times.
+
+The fitness is measured on the held-out split (``environment.train_test_split``), the same
+rows every time: minus the loss (SFT), preference accuracy (DPO), or the mean reward of greedy
+completions (GRPO and its variants).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from agile_cli import GenerationStats, Runner, TrainingManifest
+from agile_llm.population import LLMMember, Scores
+
+Progress = Callable[[int], None]
+
+
+class LLMRunner(Runner[LLMMember]):
+    """Trains members on batches of prompts from the data and scores them on held-out rows."""
+
+    def __init__(self, env: Any, *, epochs: int | None, eval_rows: int | None) -> None:
+        super().__init__(env)
+        self.epochs = epochs
+        self.eval_rows = eval_rows
+        self.last: dict[int, Scores] = {}
+
+    def train(self, member: LLMMember, steps: int, progress: Progress) -> GenerationStats:
+        """Train ``member`` on about ``steps`` prompts, ``batch_size`` at a time."""
+        stats = GenerationStats()
+        limit = self._sample_limit()
+        done = 0
+        while done < steps:
+            size = int(member.spec.batch_size)
+            if limit is not None:
+                size = min(size, limit - member.record.steps)
+                if size <= 0:
+                    stats.exhausted = True
+                    break
+            rows = self.env.rows_at(member.record.steps, size)
+            stats.losses.append(member.train_step(rows, self.env))
+            stats.steps += size
+            done += size
+            member.record.steps += size
+            progress(size)
+        if limit is not None and member.record.steps >= limit:
+            stats.exhausted = True
+        rewards = getattr(member, "last_rewards", None)
+        if rewards is not None:
+            stats.episode_returns.append(float(rewards.mean()))
+        return stats
+
+    def _sample_limit(self) -> int | None:
+        if self.epochs is None:
+            return None
+        return self.epochs * len(self.env.train)
+
+    def evaluate(self, member: LLMMember, rounds: int, max_steps: int | None) -> float:
+        """The member's score on the held-out rows (``rounds`` and ``max_steps`` are RL's)."""
+        rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
+        scores = member.score(rows, self.env)
+        self.last[member.index] = scores
+        return scores.fitness
+
+    def details(self, member: LLMMember) -> list[str]:
+        """The held-out metrics of the last evaluation and a few of its outputs."""
+        scores = self.last.get(member.index)
+        if scores is None:
+            return []
+        rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
+        lines = [f"held-out rows: {len(rows)}"]
+        lines += [f"{name}: {value:.4g}" for name, value in scores.metrics.items()]
+        for prompt, output, target in scores.samples:
+            lines.append(f"  prompt {prompt!r} -> {output!r} (expected {target!r})")
+        return lines
+
+
+def llm_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> LLMRunner:
+    """The paradigm's runner factory."""
+    training = manifest.training
+    eval_rows = getattr(training, "eval_rows", None)
+    epochs = getattr(training, "num_epochs", None)
+    return LLMRunner(env, epochs=epochs, eval_rows=eval_rows)
+
+
+def iterations(manifest: TrainingManifest) -> int:
+    """Iterations per member the step budget allows."""
+    return math.ceil(manifest.training.max_steps / int(manifest.algorithm.batch_size))
