@@ -10,7 +10,8 @@ from typing import Any, cast
 
 import click
 
-from agile_arena.errors import ArenaConfigError
+from agile_arena import llm
+from agile_arena.errors import ArenaConfigError, ArenaError
 from agile_arena.render import print_event
 from agile_arena.spec import ARENA_ALGORITHMS, ArenaOptions
 from agile_cli import (
@@ -48,6 +49,11 @@ def check_eligible(manifest: TrainingManifest) -> None:
                 )
             ],
         )
+    if llm.is_llm(manifest):
+        errors = llm.eligibility_errors(manifest)
+        if errors:
+            raise ManifestError(errors)
+        return
     if manifest.environment_builder not in (None, "gymnasium"):
         raise ManifestError(
             [
@@ -61,17 +67,32 @@ def check_eligible(manifest: TrainingManifest) -> None:
 
 
 def arena_manifest(manifest: TrainingManifest) -> dict[str, Any]:
-    """The payload Arena expects: defaults filled in, nulls left out, environment by name."""
+    """The payload Arena expects: defaults filled in, nulls left out, environment by name.
+
+    An LLM job's environment names its dataset and its network is a finetuning spec (see
+    :mod:`agile_arena.llm`); fields Arena does not know are left out.
+    """
     data = manifest.to_dict()
-    environment = manifest.environment
-    payload: dict[str, Any] = {
-        "algorithm": _without_none(data["algorithm"]),
-        "environment": {"name": environment.name, "num_envs": getattr(environment, "num_envs", 1)},
-        "training": _without_none(data["training"]),
-        "network": _without_none(data.get("network", {})),
-        "mutation": _without_none(data.get("mutation") or {}),
-        "tournament_selection": _without_none(data.get("tournament_selection") or {}),
-    }
+    if llm.is_llm(manifest):
+        sections = llm.llm_payload(data, manifest)
+    else:
+        environment = manifest.environment
+        sections = {
+            "algorithm": data["algorithm"],
+            "environment": {
+                "name": environment.name,
+                "num_envs": getattr(environment, "num_envs", 1),
+            },
+            "training": data["training"],
+            "network": data.get("network", {}),
+        }
+    payload: dict[str, Any] = _without_none(
+        {
+            **sections,
+            "mutation": data.get("mutation") or {},
+            "tournament_selection": data.get("tournament_selection") or {},
+        }
+    )
     if "replay_buffer" in data:
         payload["replay_buffer"] = _without_none(data["replay_buffer"])
     return payload
@@ -100,25 +121,69 @@ class ArenaBackend(Backend):
         verbose: bool,
     ) -> RunResult:
         options = cast(ArenaOptions, options)  # the CLI validated them against ArenaOptions
-        check_eligible(manifest)
-        payload = arena_manifest(manifest)
-        with make_client(options) as client:
-            project = _project(client, options)
-            if not client.is_authenticated:
-                from agile_arena.errors import ArenaAuthError
+        return submit(manifest, options, verbose=verbose)
 
-                raise ArenaAuthError("not logged in to Arena", "run `agile login`")
-            _upload_custom_environment(client, manifest, options, verbose)
-            click.echo(f"submitting {manifest.summary()} to Arena project '{project}'")
-            result = client.submit_experiment(
-                payload,
-                resource_id=options.resource_id,
-                num_nodes=options.num_nodes,
-                project=project,
-                experiment_name=options.experiment_name,
-                on_event=print_event if verbose else None,
-            )
-        return _submitted(result, options, project)
+
+def submit(
+    manifest: TrainingManifest,
+    options: ArenaOptions,
+    *,
+    reward_file: Path | None = None,
+    completion: str | None = None,
+    verbose: bool = False,
+) -> RunResult:
+    """Check, build and submit the manifest's Arena job (what ``train`` and
+    ``agile arena experiments submit`` do).
+
+    :param reward_file: the reward module of a reasoning job, instead of
+        ``environment.reward_file_path``.
+    :param completion: a completion Arena checks the reward function against.
+    """
+    check_eligible(manifest)
+    payload = arena_manifest(manifest)
+    reward = _reward_file(manifest, payload, reward_file)
+    if llm.is_llm(manifest):
+        for warning in llm.left_out(manifest):
+            click.echo(f"warning: {warning}", err=True)
+    with make_client(options) as client:
+        project = _project(client, options)
+        if not client.is_authenticated:
+            from agile_arena.errors import ArenaAuthError
+
+            raise ArenaAuthError("not logged in to Arena", "run `agile login`")
+        _upload_custom_environment(client, manifest, options, verbose)
+        if llm.is_llm(manifest):
+            _warn_unless_llm_project(client, project)
+        click.echo(f"submitting {manifest.summary()} to Arena project '{project}'")
+        result = client.submit_experiment(
+            payload,
+            resource_id=options.resource_id,
+            num_nodes=options.num_nodes,
+            project=project,
+            experiment_name=options.experiment_name,
+            reward_file=reward,
+            completion=completion,
+            on_event=print_event if verbose else None,
+        )
+    return _submitted(result, options, project)
+
+
+def _reward_file(
+    manifest: TrainingManifest, payload: dict[str, Any], given: Path | None
+) -> Path | None:
+    """The reward file to send: ``given`` (named in the payload too), else the manifest's."""
+    if given is None:
+        return llm.reward_file(manifest)
+    if not llm.is_reasoning(manifest):
+        raise UsageError(
+            f"--reward-file: {manifest.algorithm_name} on this environment learns from no "
+            "reward function",
+            "leave --reward-file out; it is for GRPO, GSPO, CISPO, LLMPPO and LLMREINFORCE "
+            "on reasoning data",
+        )
+    path = llm.checked_reward_file(given)
+    payload["environment"]["reward_file_path"] = path.name
+    return path
 
 
 def _project(client: Any, options: ArenaOptions) -> str:
@@ -126,6 +191,18 @@ def _project(client: Any, options: ArenaOptions) -> str:
         return client.resolve_project(options.project)
     except ArenaConfigError as error:  # a usage mistake: nothing has been sent
         raise UsageError(error.message, error.hint) from None
+
+
+def _warn_unless_llm_project(client: Any, project: str) -> None:
+    """Warn when the project is listed as another kind than an LLM project (best effort:
+    the reference does not say what Arena does with such a job, so it is still sent)."""
+    try:
+        projects = client.list_projects()
+    except ArenaError:
+        return
+    warning = llm.project_warning(projects, project)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _submitted(result: dict[str, Any], options: ArenaOptions, project: str) -> RunResult:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import json
 import logging
 import os
 import random
@@ -88,6 +89,7 @@ DEFAULT_KEYCLOAK_URL = "https://auth.arena.agilerl.com"
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer wait gets its error shown instead
 METRICS_DOWNLOAD_ROWS = 50_000
+MAX_REWARD_BYTES = 1024 * 1024  # of a reward file sent with a submission
 MAX_REDIRECTS = 5
 DROPPED_HINT = "check your connection; Arena may still have processed the request"
 
@@ -404,18 +406,26 @@ class ArenaClient:
         num_nodes: int | None = None,
         project: str | None = None,
         experiment_name: str | None = None,
+        reward_file: Path | bytes | None = None,
+        completion: str | None = None,
         on_event: Callable[[StreamEvent], None] | None = None,
     ) -> dict[str, Any]:
         """Submit a training job; returns Arena's acceptance, e.g. ``{"accepted": True, ...}``.
 
         Resent safely after network failures (see the module docstring); a result with
-        ``"recovered": True`` means the first send had worked.
+        ``"recovered": True`` means the first send had worked. With a reward file (a reasoning
+        LLM job) the submission is a multipart form: the manifest as a JSON text part, the
+        file as the ``reward_file`` part.
 
         :param manifest: the Arena manifest payload.
         :param resource_id: the resource tier (``None``: Arena decides).
         :param num_nodes: how many nodes (``None``: Arena decides).
         :param project: the project (default: the stored default project).
         :param experiment_name: the experiment's name (default: Arena picks one).
+        :param reward_file: the reward module (a ``.py`` path, or its bytes), at most
+            :data:`MAX_REWARD_BYTES`.
+        :param completion: a completion Arena checks the reward function against (default:
+            the first row's reference answer).
         :param on_event: called with each progress event.
         """
         project = self._project_or_default(project)
@@ -426,7 +436,11 @@ class ArenaClient:
             "project": project,
             "experiment_name": experiment_name,
         }
-        request = self._streamed(SUBMIT, ArenaTrainingError, json=body)
+        if reward_file is None and completion is None:
+            request = self._streamed(SUBMIT, ArenaTrainingError, json=body)
+        else:
+            form, files = _submission_form(body, completion, reward_file)
+            request = self._streamed(SUBMIT, ArenaTrainingError, data=form, files=files)
         request.headers["Idempotency-Key"] = str(uuid.uuid4())
         request.resend_ambiguous = True
         if experiment_name and project:
@@ -856,6 +870,43 @@ def _reason(outcome: httpx.Response | httpx.RequestError) -> str:
         return f"HTTP {outcome.status_code}"
     text = str(outcome)
     return f"{type(outcome).__name__}: {text}" if text else type(outcome).__name__
+
+
+def _submission_form(
+    body: dict[str, Any], completion: str | None, reward_file: Path | bytes | None
+) -> tuple[dict[str, str], Callable[[], dict[str, Any]] | None]:
+    """The multipart form of a submission: text parts (None left out) and the file part."""
+    fields = {**body, "manifest": json.dumps(body["manifest"], separators=(",", ":"))}
+    fields["completion"] = completion
+    form = {key: str(value) for key, value in fields.items() if value is not None}
+    if reward_file is None:
+        return form, None
+    name, content = _reward_content(reward_file)
+    return form, lambda: {"reward_file": (name, content, "text/x-python")}
+
+
+def _reward_content(reward_file: Path | bytes) -> tuple[str, bytes]:
+    """The reward file's name and bytes, read once (a resend sends the same bytes)."""
+    if isinstance(reward_file, bytes):
+        content, name = reward_file, "reward.py"
+    else:
+        path = Path(reward_file)
+        if path.suffix != ".py":
+            raise ArenaConfigError(f"Reward file {path} is not a .py file")
+        try:
+            with path.open("rb") as stream:
+                content = stream.read(MAX_REWARD_BYTES + 1)
+        except OSError as error:
+            raise ArenaConfigError(
+                f"Could not read the reward file {path}: {error.strerror or error}"
+            ) from None
+        name = path.name
+    if len(content) > MAX_REWARD_BYTES:
+        raise ArenaConfigError(
+            f"Reward file {name} is over {MAX_REWARD_BYTES:,} bytes",
+            "keep the reward function in a small module",
+        )
+    return name, content
 
 
 def _check_target(path: Path) -> None:

@@ -127,6 +127,53 @@ def experiments_list(ctx: click.Context, project: str | None, as_json: bool) -> 
         print_table(rows, union_columns(rows))
 
 
+@experiments.command("submit")
+@click.argument("manifest", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "--resource-id",
+    default="arena-medium",
+    show_default=True,
+    help="Resource tier (see `agile arena resources list`).",
+)
+@click.option(
+    "--num-nodes",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Nodes to train on.",
+)
+@click.option("--project", help="Project (default: the stored default project).")
+@click.option("--experiment-name", help="Name of the experiment (default: Arena picks one).")
+@click.option(
+    "--reward-file",
+    type=click.Path(path_type=Path),
+    help="Reward module of a reasoning LLM job (default: environment.reward_file_path).",
+)
+@click.option(
+    "--completion",
+    help="A completion Arena checks the reward function against (default: the first row's answer).",
+)
+@click.option("--upload-env", is_flag=True, help="Upload a custom environment first.")
+@click.pass_context
+def experiments_submit(
+    ctx: click.Context,
+    manifest: Path,
+    reward_file: Path | None,
+    completion: str | None,
+    **options: Any,
+) -> None:
+    """Submit MANIFEST to Arena (what `agile train MANIFEST --backend arena` does)."""
+    from agile_arena.backend import submit
+    from agile_arena.spec import ArenaOptions
+    from agile_cli import TrainingManifest
+
+    validated = TrainingManifest.get_validated(manifest)
+    for warning in validated.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    settings = ArenaOptions.model_validate({**ctx.meta.get(_OPTIONS, {}), **options})
+    submit(validated, settings, reward_file=reward_file, completion=completion, verbose=True)
+
+
 @experiments.command("stop")
 @click.argument("name")
 @click.pass_context

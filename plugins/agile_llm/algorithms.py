@@ -143,7 +143,7 @@ class DPO(SFT):
                 result = self._preference(model, batch, part, len(rows))
                 scaled = _scaled(result.loss, part, len(rows))
                 scaled.backward()
-                loss += float(scaled)
+                loss += float(scaled.detach())
             self.step()
         return loss
 
@@ -224,7 +224,7 @@ class GRPO(LLMMember):
             for part in self.micro_batches(rollout["ids"].shape[0]):
                 piece = _scaled(self._loss(model, rollout, part), part, rollout["ids"].shape[0])
                 piece.backward()
-                loss += float(piece)
+                loss += float(piece.detach())
             self.step()
         return loss
 

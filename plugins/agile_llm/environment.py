@@ -229,7 +229,8 @@ def prepare(env: PromptData, manifest: Any) -> PromptData:
     if env_type == "reasoning":
         if not (env.reward_file_path and env.reward_fn_name):
             raise UsageError(
-                "environment: reasoning needs reward_file_path and reward_fn_name",
+                "environment: training reasoning data locally needs reward_file_path and "
+                "reward_fn_name",
                 "name the Python file and the function that scores a completion",
             )
         path = str(Path.cwd() / env.reward_file_path)

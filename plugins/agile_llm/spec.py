@@ -138,8 +138,8 @@ class FinetuningNetworkSpec(Spec):
     lora_config: LoraSpec | None = Field(
         default=None,
         description=(
-            "The adapters' LoRA settings; null: the defaults. Replaces algorithm.lora_config, "
-            "even when left out."
+            "The adapters' LoRA settings; replaces algorithm.lora_config. null: "
+            "algorithm.lora_config, else the defaults."
         ),
     )
     adapter_path: str | None = Field(
@@ -521,12 +521,12 @@ class LLMSpec(AlgorithmSpec):
     def lora(self, manifest: Any) -> LoraSpec:
         """The adapters' LoRA settings (defaults when none are written).
 
-        A written network section decides, even without a ``lora_config`` (then: the
-        defaults); with no network section, the algorithm section's ``lora_config`` is used.
+        ``network.lora_config``, else the algorithm section's, else the defaults. (The
+        reference drops the algorithm's whenever a network section exists; agile uses it when
+        the network section has none, so that a run folder's resolved manifest, whose network
+        section always exists, means the same.)
         """
-        if _has_network_section(manifest):
-            return manifest.network.lora_config or LoraSpec()
-        return self.lora_config or LoraSpec()
+        return manifest.network.lora_config or self.lora_config or LoraSpec()
 
     def environment_type(self, manifest: Any) -> str:
         """The environment type: the one written, else the algorithm's."""
@@ -580,10 +580,7 @@ class LLMSpec(AlgorithmSpec):
                 )
             ]
         errors: list[FieldError] = []
-        required = ["dataset"]
-        if self.env_type == "reasoning":
-            required += ["reward_file_path", "reward_fn_name", "prompt_template"]
-        for field in required:
+        for field in ["dataset"]:
             if getattr(environment, field, None) is None:
                 errors.append(
                     FieldError(
@@ -629,9 +626,27 @@ class LLMSpec(AlgorithmSpec):
 
     def manifest_warnings(self, manifest: Any) -> list[str]:
         return [
+            *self._local_reward_warnings(manifest),
             *self._ignored_algorithm_fields(manifest),
             *self._ignored_environment_fields(manifest),
             *self._training_warnings(manifest),
+        ]
+
+    def _local_reward_warnings(self, manifest: Any) -> list[str]:
+        """Reasoning fields left out: an Arena job may leave them to the registered dataset
+        and ``--reward-file``; local training refuses to start without them."""
+        if self.env_type != "reasoning":
+            return []
+        missing = [
+            field
+            for field in LOCAL_REASONING_FIELDS
+            if getattr(manifest.environment, field, None) is None
+        ]
+        return [
+            f"environment.{field}: not given; training locally needs it "
+            f"({_REQUIRED_HINTS[field]}), Arena takes it from the registered dataset"
+            + (" and --reward-file" if field != "prompt_template" else "")
+            for field in missing
         ]
 
     def _ignored_algorithm_fields(self, manifest: Any) -> list[str]:
@@ -644,15 +659,12 @@ class LLMSpec(AlgorithmSpec):
                 warnings.append(f"algorithm.{name}: ignored, {reason}")
         network = manifest.network
         if self.lora_config is not None:
-            if _has_network_section(manifest):
-                warnings.append(
-                    "algorithm.lora_config: ignored, the network section replaces it (even "
-                    "without a lora_config of its own); move it to network.lora_config"
-                )
+            if getattr(network, "lora_config", None) is not None:
+                warnings.append("algorithm.lora_config: ignored, network.lora_config replaces it")
             else:
                 warnings.append(
-                    "algorithm.lora_config: used because there is no network section; "
-                    "write it as network.lora_config"
+                    "algorithm.lora_config: used because network.lora_config is not given; "
+                    "write it there"
                 )
         written = getattr(network, "pretrained_model_name_or_path", None)
         ours = self.pretrained_model_name_or_path
@@ -706,6 +718,9 @@ class LLMSpec(AlgorithmSpec):
             )
         return warnings
 
+
+#: What a reasoning manifest needs to train locally (an Arena job may leave them out).
+LOCAL_REASONING_FIELDS = ("reward_file_path", "reward_fn_name", "prompt_template")
 
 _REQUIRED_HINTS = {
     "dataset": "name a local .parquet/.jsonl/.json/.csv file or a Hugging Face dataset id",
