@@ -60,14 +60,16 @@ def manifest(algorithm: str, tiny: Path, data: Path, **extra: Any) -> dict[str, 
                             "gradient_checkpointing": False}  # fmt: skip
     if algorithm == "SFT":
         environment["response_column"] = "answer"
-    if algorithm in ("GRPO", "GSPO", "CISPO", "LLMREINFORCE"):
+    if algorithm in ("GRPO", "GSPO", "CISPO", "LLMREINFORCE", "LLMPPO"):
         environment.update(
             prompt_template={"user_0": "{question}="}, max_reward=1.0,
             reward_file_path=str(data.parent / "reward.py"), reward_fn_name="exact",
         )  # fmt: skip
         spec.update(max_output_tokens=3, temperature=1.0)
-        if algorithm != "LLMREINFORCE":
+        if algorithm not in ("LLMREINFORCE", "LLMPPO"):
             spec["group_size"] = 2
+        if algorithm == "LLMPPO":
+            spec["lr_actor"] = spec.pop("lr")
     return {
         "algorithm": {**spec, **extra},
         "environment": environment,
@@ -87,7 +89,9 @@ def write_manifest(path: Path, content: dict[str, Any]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("algorithm", ["SFT", "DPO", "GRPO", "GSPO", "CISPO", "LLMREINFORCE"])
+@pytest.mark.parametrize(
+    "algorithm", ["SFT", "DPO", "GRPO", "GSPO", "CISPO", "LLMREINFORCE", "LLMPPO"]
+)
 def test_train_then_evaluate(run, tiny: Path, data: Path, tmp_path: Path, algorithm: str) -> None:
     path = write_manifest(tmp_path / "m.yaml", manifest(algorithm, tiny, data))
     folder = tmp_path / "run"
@@ -119,8 +123,11 @@ def test_the_elite_adapter_loads_with_peft(run, tiny: Path, data: Path, tmp_path
     assert all(torch.equal(loaded[k], saved[k]) for k in saved)
 
 
-def test_resume_continues_the_population(run, tiny: Path, data: Path, tmp_path: Path) -> None:
-    content = manifest("DPO", tiny, data)
+@pytest.mark.parametrize("algorithm", ["DPO", "GRPO"])
+def test_resume_continues_the_population(
+    run, tiny: Path, data: Path, tmp_path: Path, algorithm: str
+) -> None:
+    content = manifest(algorithm, tiny, data)
     content["training"]["max_steps"] = 8  # one generation
     path = write_manifest(tmp_path / "m.yaml", content)
     folder = tmp_path / "run"
@@ -137,6 +144,9 @@ def test_resume_continues_the_population(run, tiny: Path, data: Path, tmp_path: 
     after = {m["index"]: m for m in state["members"]}
     kept = [i for i in after if i in before]  # a survivor of the first generation, trained on
     assert kept, "the elite survives selection"
+    assert all(after[i]["record"]["steps"] == 16 for i in after)
+    if algorithm == "GRPO":
+        return  # a group of equal rewards has no gradient: GRPO's weights may stay put
     for index in kept:
         assert not all(torch.equal(before[index]["adapter"][k], after[index]["adapter"][k])
                        for k in before[index]["adapter"])  # fmt: skip
@@ -223,3 +233,32 @@ def test_local_reasoning_training_needs_the_reward_function(
     result = run("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert result.exit_code == 2
     assert "reward_file_path and reward_fn_name" in result.output
+
+
+CACHED_RUN = """
+import json, sys
+from agile_cli.cli import main
+sys.argv = ["agile", "train", sys.argv[1], "--run-dir", sys.argv[2]]
+main()
+"""
+
+
+def test_a_hub_id_in_the_local_cache_trains_offline(tiny: Path, data: Path, tmp_path: Path) -> None:
+    home = tmp_path / "hf"
+    snapshot = home / "hub" / "models--someone--tiny" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    for file in tiny.iterdir():
+        (snapshot / file.name).write_bytes(file.read_bytes())
+    refs = home / "hub" / "models--someone--tiny" / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("0123abc")
+    content = manifest("SFT", tiny, data)
+    content["network"]["pretrained_model_name_or_path"] = "someone/tiny"
+    path = write_manifest(tmp_path / "m.yaml", content)
+    result = subprocess.run(
+        [sys.executable, "-c", CACHED_RUN, str(path), str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HOME": str(home)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    config = json.loads((tmp_path / "run" / "elite" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "someone/tiny"

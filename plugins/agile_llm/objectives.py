@@ -105,15 +105,13 @@ def grpo_loss(
 ) -> torch.Tensor:
     """GRPO's loss for ``[N, T]`` per-token log-probabilities of ``N`` completions under the
     policy being updated, the policy that sampled them and the reference, their ``[N]``
-    advantages and the ``[N, T]`` mask of completion tokens."""
-    ratio = torch.exp(log_probs - old_log_probs)
-    advantage = advantages.unsqueeze(1)
-    surrogate = torch.min(ratio * advantage, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantage)
-    log_ratio = reference_log_probs - log_probs
-    kl = torch.exp(log_ratio) - log_ratio - 1
-    per_token = -(surrogate - beta * kl) * mask
-    tokens = mask.sum(dim=1).clamp(min=1)
-    return (per_token.sum(dim=1) / tokens).mean()
+    advantages and the ``[N, T]`` mask of completion tokens: :func:`clipped_token_loss` with
+    each completion's advantage on every one of its tokens and the ratio clipped to
+    ``1 -/+ clip_coef``."""
+    return clipped_token_loss(
+        log_probs, old_log_probs, reference_log_probs, advantages.unsqueeze(1).expand_as(mask),
+        mask, clip_low=1 - clip_coef, clip_high=1 + clip_coef, beta=beta,
+    )  # fmt: skip
 
 
 def kl_penalty(log_probs: torch.Tensor, reference_log_probs: torch.Tensor) -> torch.Tensor:

@@ -15,15 +15,15 @@ from agile_cli import (
 from agile_llm import spec
 from agile_llm.command import llm
 
-#: Registered name -> (spec, implementation class in agile_llm.algorithms).
+#: Registered name -> (spec, implementation class).
 ALGORITHMS: dict[str, tuple[type[spec.LLMSpec], str]] = {
-    "GRPO": (spec.GRPOSpec, "GRPO"),
-    "GSPO": (spec.GSPOSpec, "GSPO"),
-    "CISPO": (spec.CISPOSpec, "CISPO"),
-    "LLMREINFORCE": (spec.LLMREINFORCESpec, "LLMREINFORCE"),
-    "LLMPPO": (spec.LLMPPOSpec, "LLMPPO"),
-    "DPO": (spec.DPOSpec, "DPO"),
-    "SFT": (spec.SFTSpec, "SFT"),
+    "GRPO": (spec.GRPOSpec, "agile_llm.algorithms:GRPO"),
+    "GSPO": (spec.GSPOSpec, "agile_llm.algorithms:GSPO"),
+    "CISPO": (spec.CISPOSpec, "agile_llm.algorithms:CISPO"),
+    "LLMREINFORCE": (spec.LLMREINFORCESpec, "agile_llm.algorithms:LLMREINFORCE"),
+    "LLMPPO": (spec.LLMPPOSpec, "agile_llm.ppo:LLMPPO"),
+    "DPO": (spec.DPOSpec, "agile_llm.algorithms:DPO"),
+    "SFT": (spec.SFTSpec, "agile_llm.algorithms:SFT"),
 }
 
 
@@ -46,7 +46,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
             name=name,
             spec=algorithm_spec,
             family=Family.LLM,
-            implementation=f"agile_llm.algorithms:{implementation}",
+            implementation=implementation,
         )
 
 

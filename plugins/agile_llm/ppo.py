@@ -1,0 +1,170 @@
+"""PPO for language models: a value head on the adapted model and GAE over completion tokens.
+
+One completion is sampled per prompt. Each completion token is one action; its reward is
+``-beta`` times the per-token KL estimate to the base model (every adapter off), and the
+completion's task reward is added on its last token. Advantages come from GAE with a value
+head (a linear layer on the last hidden state of the member's adapted model), are optionally
+whitened over the batch's tokens, and feed PPO's clipped surrogate; the value head is fitted to
+the GAE returns with a clipped squared error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from agile_llm import objectives, text
+from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, log_probs
+from agile_llm.objectives import IGNORE
+
+
+class LLMPPO(GRPO):
+    """Proximal policy optimisation of an LLM adapter with a learned value head, as in RL
+    from human feedback (Ouyang et al., 2022, "Training language models to follow
+    instructions with human feedback", arXiv:2203.02155; PPO: Schulman et al., 2017,
+    arXiv:1707.06347; GAE: Schulman et al., 2016, arXiv:1506.02438).
+
+    The policy is the member's adapter (AdamW at ``lr_actor``); the value head,
+    ``Linear(hidden_size, 1)`` on the adapter's last hidden state, has its own AdamW
+    (``optimizers["critic"]``, at ``lr_critic``). The value loss also trains the adapter,
+    which the policy and the value head share. Fitness: as GRPO, the mean reward of greedy
+    completions of held-out prompts.
+    """
+
+    lr_field: ClassVar[str] = "lr_actor"
+    value_head: torch.nn.Linear
+
+    def build(self) -> None:
+        hidden = int(self.shared.base.config.hidden_size)
+        self.value_head = torch.nn.Linear(hidden, 1).to(device=self.device, dtype=torch.float32)
+        with torch.no_grad():  # V = 0 at first: no dependence on the global RNG
+            self.value_head.weight.zero_()
+            self.value_head.bias.zero_()
+        self.optimizers["critic"] = torch.optim.AdamW(
+            self.value_head.parameters(), lr=float(self.spec.lr_critic), weight_decay=0.0
+        )
+
+    # -- one forward pass: log-probabilities and values ---------------------------------------
+
+    def log_probs_and_values(
+        self, model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log p, counted, values)``, each ``[N, T - 1]``: as :func:`log_probs`, plus the
+        value of the state each labelled token is chosen in (0 where not counted)."""
+        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    output_hidden_states=True)  # fmt: skip
+        current, counted = objectives.token_log_probs(out.logits, labels)
+        values = self.value_head(out.hidden_states[-1][:, :-1].float()).squeeze(-1)
+        return current, counted, values * counted
+
+    # -- rollout -------------------------------------------------------------------------------
+
+    def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
+        """Sample one completion per prompt; score it; compute per-token advantages/returns."""
+        messages = [data.messages(r) for r in rows]
+        rendered = [text.render(self.tokenizer, m) for m in messages]
+        self.model().eval()
+        done = self.complete(self.prompt_ids(messages), explore=True)
+        rewards = torch.as_tensor(data.reward(done.texts, rows, rendered),
+                                  dtype=torch.float32, device=self.device)  # fmt: skip
+        self.last_rewards = rewards
+        ids, mask = done.ids, done.mask
+        labels = ids.masked_fill(~done.completion, IGNORE)
+        model = self.model()
+        with torch.no_grad():
+            old, counted, values = self.log_probs_and_values(model, ids, mask, labels)
+            reference = old
+            if float(self.spec.beta) > 0:
+                with self.shared.reference():
+                    reference, _ = log_probs(model, ids, mask, labels)
+        counted = counted.float()
+        advantage, returns = objectives.generalised_advantages(
+            self.token_rewards(rewards, old, reference, counted), values, counted,
+            float(self.spec.gamma), float(self.spec.gae_lambda),
+        )  # fmt: skip
+        if self.spec.whiten_advantages:
+            advantage = whiten(advantage, counted)
+        return {"ids": ids, "mask": mask, "labels": labels, "old": old, "counted": counted,
+                "values": values, "returns": returns, "advantage": advantage}  # fmt: skip
+
+    def token_rewards(self, rewards: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                      counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """``[N, T]`` rewards: ``-beta * KL`` on every counted token, plus each completion's
+        reward on its last counted token."""
+        kl = objectives.kl_penalty(old, reference) * counted
+        last = counted * (counted.cumsum(dim=1) == counted.sum(dim=1, keepdim=True))
+        return -float(self.spec.beta) * kl + last * rewards.unsqueeze(1)
+
+    # -- loss ----------------------------------------------------------------------------------
+
+    def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
+        ids, mask, labels = rollout["ids"][part], rollout["mask"][part], rollout["labels"][part]
+        current, _, values = self.log_probs_and_values(model, ids, mask, labels)
+        counted = rollout["counted"][part]
+        old = rollout["old"][part]
+        policy = self.policy_loss(current, old, old, rollout["advantage"][part], counted)
+        value = self.value_loss(values, rollout["values"][part], rollout["returns"][part],
+                                counted)  # fmt: skip
+        return policy + float(self.spec.vf_coef) * value
+
+    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """PPO's clipped surrogate on per-token advantages (per completion, with the mean
+        advantage of its tokens, at ``importance_sampling_level: sequence``); no KL term, the
+        KL is in the reward."""
+        low, high = self.clip_range()
+        bounds = {"clip_low": low, "clip_high": high, "beta": 0.0}
+        if getattr(self.spec, "importance_sampling_level", None) in SEQUENCE_LEVELS:
+            pooled = (advantage * counted).sum(dim=1) / counted.sum(dim=1).clamp(min=1)
+            return objectives.gspo_loss(current, old, reference, pooled, counted, **bounds)
+        return objectives.clipped_token_loss(current, old, reference, advantage, counted,
+                                             **bounds)  # fmt: skip
+
+    def value_loss(self, values: torch.Tensor, old: torch.Tensor, returns: torch.Tensor,
+                   counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """Half the squared error to the returns, the larger of the unclipped one and the one
+        with the values kept within ``clip_coef`` of those at sampling, per counted token."""
+        _, high = self.clip_range()
+        clipped = old + (values - old).clamp(-(high - 1.0), high - 1.0)
+        error = torch.max((values - returns) ** 2, (clipped - returns) ** 2)
+        per_row = (error * counted).sum(dim=1) / counted.sum(dim=1).clamp(min=1)
+        return 0.5 * per_row.mean()
+
+    # -- optimisers, hyperparameters, checkpoints ----------------------------------------------
+
+    def step(self, losses: list[torch.Tensor] | None = None) -> None:
+        """Clip the value head's gradient too (on its own), then step both optimizers."""
+        if self.spec.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), self.spec.max_grad_norm)
+        super().step(losses)
+
+    def set_hyperparameter(self, name: str, value: float | int) -> None:
+        super().set_hyperparameter(name, value)
+        if name == "lr_critic" and "critic" in self.optimizers:
+            for group in self.optimizers["critic"].param_groups:
+                group["lr"] = value
+
+    def parameters(self) -> Any:
+        yield from super().parameters()
+        yield from self.value_head.parameters()
+
+    def extra_state(self) -> dict[str, Any]:
+        head = self.value_head.state_dict()
+        return {"value_head": {name: t.detach().cpu().clone() for name, t in head.items()}}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if "value_head" in state:  # copied into this member's own head, in place
+            self.value_head.load_state_dict(state["value_head"])
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` standardised over the positions ``mask`` counts (mean 0, unbiased variance
+    1), and 0 elsewhere; unchanged but masked when fewer than two positions count."""
+    count = mask.sum()
+    if count < 2:
+        return values * mask
+    mean = (values * mask).sum() / count
+    variance = ((values - mean) ** 2 * mask).sum() / (count - 1)
+    return (values - mean) * torch.rsqrt(variance + 1e-8) * mask
