@@ -75,6 +75,7 @@ _LAZY = {
     "OnPolicyAlgorithm": "agile_cli.runtime.agent:OnPolicyAlgorithm",
     "AgentContext": "agile_cli.runtime.agent:AgentContext",
     "LearnResult": "agile_cli.runtime.agent:LearnResult",
+    "MemberRecord": "agile_cli.runtime.agent:MemberRecord",
     "MultiAgentAlgorithm": "agile_cli.runtime.multi_agent:MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm": "agile_cli.runtime.multi_agent:MultiAgentOffPolicyAlgorithm",
     "MultiAgentOnPolicyAlgorithm": "agile_cli.runtime.multi_agent:MultiAgentOnPolicyAlgorithm",
@@ -140,6 +141,7 @@ if TYPE_CHECKING:
         AgentContext,
         Algorithm,
         LearnResult,
+        MemberRecord,
         OffPolicyAlgorithm,
         OnPolicyAlgorithm,
     )
@@ -211,6 +213,7 @@ __all__ = [
     "LocalTrainer",
     "LogStd",
     "ManifestError",
+    "MemberRecord",
     "MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm",
     "MultiAgentOffPolicyRunner",

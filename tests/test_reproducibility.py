@@ -9,6 +9,7 @@ a change here; one that no toy environment suits fails rather than being skipped
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,14 @@ import pytest
 import torch
 from torch.distributions import Bernoulli, Beta, Categorical, Independent, Normal
 
+from agile_cli import Family, TrainingManifest
 from agile_cli.nn.sampling import sample
 from agile_cli.testing import installed_host, seeded_metrics, smoke_train, tiny_manifest
 from tests.test_training import _evolving, _toy_environment
 
-ALGORITHMS = sorted(installed_host().registry.algorithms)
+_REGISTRY = installed_host().registry
+ALGORITHMS = sorted(name for name, e in _REGISTRY.algorithms.items() if e.family != Family.LLM)
+LLM_ALGORITHMS = sorted(name for name, e in _REGISTRY.algorithms.items() if e.family == Family.LLM)
 # Short generations and evaluations: bandit fitness otherwise plays 500 steps per member.
 BUDGET = {"max_steps": 64, "evo_steps": 32, "pop_size": 2, "eval_steps": 32}
 # Randomness the registry's algorithms on their toy environments do not reach: Gaussian
@@ -56,6 +60,34 @@ def test_a_seed_fixes_the_whole_run(algorithm, tmp_path) -> None:
         **_evolving(algorithm),
     )  # fmt: skip
     _assert_seed_fixes_the_run(manifest, tmp_path)
+
+
+# Partial credit, so that sampled completions of one prompt differ in reward and learn.
+FIRST_DIGIT_REWARD = """
+def exact(completion, answer, question):
+    return float(completion[:1] == answer[:1]) + float(completion.strip() == answer)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("transformers")
+    from agile_llm.tiny import make_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-llm")
+    make_tiny_model(path, steps=40, seed=0)
+    return path
+
+
+@pytest.mark.parametrize("algorithm", LLM_ALGORITHMS)
+def test_a_seed_fixes_an_llm_run(algorithm, tiny_llm, tmp_path) -> None:
+    from tests.test_llm_training import ROWS, manifest
+
+    data = tmp_path / "digits.jsonl"
+    data.write_text("".join(f"{json.dumps(row)}\n" for row in ROWS))
+    (tmp_path / "reward.py").write_text(FIRST_DIGIT_REWARD)
+    content = manifest(algorithm, tiny_llm, data)
+    _assert_seed_fixes_the_run(TrainingManifest.get_validated(content), tmp_path)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

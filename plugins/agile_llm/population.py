@@ -17,8 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from agile_cli import AgentContext, Algorithm, TrainingError, TrainingManifest
-from agile_cli.runtime.agent import MemberRecord
+from agile_cli import AgentContext, Algorithm, MemberRecord, TrainingError, TrainingManifest
 from agile_llm import text
 from agile_llm.adapters import AdapterPopulation
 from agile_llm.model import load_model, load_tokenizer

@@ -45,8 +45,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agile_cli import AlgorithmSpec, EnvironmentSpec, FieldError, Spec, TrainingSpec, limits
-from agile_cli.models.base import located_error
+from agile_cli import (
+    AlgorithmSpec,
+    EnvironmentSpec,
+    FieldError,
+    Spec,
+    TrainingSpec,
+    limits,
+    located_error,
+)
 
 EnvType = Literal["reasoning", "preference", "sft", "multiturn"]
 
