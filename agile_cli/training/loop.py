@@ -17,6 +17,7 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
+from agile_cli.models.network import NetworkSpec
 from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import budget, checkpoint, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
@@ -409,7 +410,8 @@ def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:
     return manifest.mutation.rand_seed if manifest.mutation is not None else 0
 
 
-def torch_threads() -> None:
-    """Small networks train faster on one thread than on many competing ones."""
-    if torch.get_num_threads() > 1:
+def torch_threads(manifest: TrainingManifest) -> None:
+    """Small networks train faster on one thread than on many competing ones; members that are
+    not evolvable networks (e.g. a pretrained language model's adapters) keep torch's threads."""
+    if isinstance(manifest.network, NetworkSpec) and torch.get_num_threads() > 1:
         torch.set_num_threads(1)

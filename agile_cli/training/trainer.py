@@ -130,7 +130,7 @@ def run_local(
     """Train ``manifest`` here, writing a new run folder."""
     if options.run_dir is not None:  # refuse a taken folder before any set-up
         RunFolder(options.run_dir).check_available(options.overwrite)
-    torch_threads()
+    torch_threads(manifest)
     loop = EvolutionLoop(manifest, registry, options, _reporter(verbose))
     return loop.run()
 
@@ -156,7 +156,7 @@ def resume_local(
     with explain_mismatch():
         _refuse_finished(state, manifest, run_dir)
         options.seed = int(state["state"]["seed"])
-    torch_threads()
+    torch_threads(manifest)
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder)
     loop.restore(state)

@@ -130,6 +130,7 @@ class LLMMember(Algorithm):
         self._plans = {}
         self._parameter_lists = {}
         self.shared = shared
+        self.last_rewards: torch.Tensor | None = None  # of the latest sampled completions
         self.adapter = adapter or shared.new_adapter()
         weakref.finalize(self, shared.release, self.adapter)
         self._seed_generators()

@@ -14,7 +14,6 @@ completions (GRPO and its variants).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,16 +45,16 @@ class LLMRunner(Runner[LLMMember]):
                     stats.exhausted = True
                     break
             rows = self.env.rows_at(member.record.steps, size)
+            member.last_rewards = None
             stats.losses.append(member.train_step(rows, self.env))
+            if member.last_rewards is not None:  # the mean reward of what it sampled
+                stats.episode_returns.append(float(member.last_rewards.mean()))
             stats.steps += size
             done += size
             member.record.steps += size
             progress(size)
         if limit is not None and member.record.steps >= limit:
             stats.exhausted = True
-        rewards = getattr(member, "last_rewards", None)
-        if rewards is not None:
-            stats.episode_returns.append(float(rewards.mean()))
         return stats
 
     def _sample_limit(self) -> int | None:
@@ -89,8 +88,3 @@ def llm_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> LLMRunner:
     eval_rows = getattr(training, "eval_rows", None)
     epochs = getattr(training, "num_epochs", None)
     return LLMRunner(env, epochs=epochs, eval_rows=eval_rows)
-
-
-def iterations(manifest: TrainingManifest) -> int:
-    """Iterations per member the step budget allows."""
-    return math.ceil(manifest.training.max_steps / int(manifest.algorithm.batch_size))
