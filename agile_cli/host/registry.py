@@ -52,9 +52,9 @@ class ParadigmEntry:
         must declare, because the runner reads them.
     :param population: ``"module:factory"``; ``factory(manifest, cls, env, context, size)``
         returns ``size`` members of the algorithm class ``cls`` with indices 0, 1, ... (e.g.
-        adapters sharing one model); None: each
-        member is built alone from the network section and the environment's spaces. A paradigm
-        that builds its own population also sizes its own memory.
+        adapters sharing one model); None: each member is built alone from the network section
+        and the environment's spaces. A paradigm that builds its own population also sizes its
+        own memory.
     """
 
     name: str

@@ -199,7 +199,7 @@ class LLMMember(Algorithm):
         lr = float(getattr(self.spec, self.lr_field))
         return torch.optim.AdamW(self.trained_parameters(), lr=lr, weight_decay=0.0)
 
-    def step(self, losses: list[torch.Tensor] | None = None) -> None:
+    def step(self) -> None:
         """Clip the gradients already accumulated and take one optimizer step."""
         parameters = self.trained_parameters()
         if self.spec.max_grad_norm:

@@ -134,11 +134,11 @@ class LLMPPO(GRPO):
 
     # -- optimisers, hyperparameters, checkpoints ----------------------------------------------
 
-    def step(self, losses: list[torch.Tensor] | None = None) -> None:
+    def step(self) -> None:
         """Clip the value head's gradient too (on its own), then step both optimizers."""
         if self.spec.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), self.spec.max_grad_norm)
-        super().step(losses)
+        super().step()
 
     def set_hyperparameter(self, name: str, value: float | int) -> None:
         super().set_hyperparameter(name, value)
