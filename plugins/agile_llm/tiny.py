@@ -65,6 +65,9 @@ def make_tiny_model(path: Path, *, steps: int = 300, seed: int = 0) -> TinyModel
     import torch
     from transformers import Qwen2ForCausalLM
 
+    from agile_llm.model import require_stack
+
+    require_stack()  # offline, and without the libraries' progress bars
     start = time.perf_counter()
     tokenizer = character_tokenizer()
     torch.manual_seed(seed)
