@@ -262,3 +262,15 @@ def test_a_hub_id_in_the_local_cache_trains_offline(tiny: Path, data: Path, tmp_
     assert result.returncode == 0, result.stderr[-2000:]
     config = json.loads((tmp_path / "run" / "elite" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "someone/tiny"
+
+
+def test_a_model_larger_than_the_memory_is_refused_before_loading(
+    run, tiny: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agile_llm.model
+
+    monkeypatch.setattr(agile_llm.model, "available_memory", lambda: 1000)
+    path = write_manifest(tmp_path / "m.yaml", manifest("SFT", tiny, data))
+    result = run("train", str(path), "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 2
+    assert "more than the 1,000 B this machine has free" in result.output

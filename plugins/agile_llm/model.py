@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agile_cli import TrainingError
+from agile_cli import TrainingError, UsageError, available_memory, format_bytes
 
 #: Set before transformers or huggingface_hub is imported: the run never reaches the network.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -61,8 +61,12 @@ def load_tokenizer(path: str) -> Any:
 
 
 def load_model(path: str, *, device: Any, attn_implementation: str | None = None) -> Any:
-    """The causal language model at ``path``, frozen, in evaluation mode, on ``device``."""
+    """The causal language model at ``path``, frozen, in evaluation mode, on ``device``.
+
+    :raises UsageError: its weight files alone exceed the memory available for them.
+    """
     require_stack()
+    check_fits(path, device)
     from transformers import AutoModelForCausalLM
 
     options: dict[str, Any] = {"local_files_only": True}
@@ -74,6 +78,48 @@ def load_model(path: str, *, device: Any, attn_implementation: str | None = None
         raise _not_here(path, exc) from None
     model.requires_grad_(False)
     return model.to(device).eval()
+
+
+#: Files that hold a model's weights.
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+
+
+def weight_bytes(path: str) -> int | None:
+    """The size of the model's weight files: a local folder's, or those of its snapshot in the
+    local Hugging Face cache; None when they cannot be found (loading then says why)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(path, local_files_only=True))
+        except Exception:  # not cached, or not a hub id: loading reports it
+            return None
+    files = {file for pattern in WEIGHT_FILES for file in folder.glob(pattern)}
+    return sum(file.stat().st_size for file in files) or None
+
+
+def check_fits(path: str, device: Any) -> None:
+    """Refuse a model whose weights alone exceed the memory free where they would live (a
+    lower bound: activations, adapters and optimizer state come on top)."""
+    needed = weight_bytes(path)
+    on_cuda = getattr(device, "type", "cpu") == "cuda"
+    free = _free_on_device(device) if on_cuda else available_memory()
+    if needed is None or free is None or needed <= free:
+        return
+    where = str(device) if on_cuda else "this machine"
+    raise UsageError(
+        f"the weights of {path} take {format_bytes(needed)}, more than the "
+        f"{format_bytes(free)} {where} has free",
+        "fine-tune a smaller model, or train where there is more memory",
+    )
+
+
+def _free_on_device(device: Any) -> int:
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
 
 
 def _not_here(path: str, exc: Exception) -> TrainingError:
