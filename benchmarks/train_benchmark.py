@@ -12,11 +12,17 @@ With ``--profile`` it also trains one more time (first seed, in this process) un
 and reports where the time goes: acting, stepping the environments, storing and sampling
 experience, learning, evaluating and evolving, as shares of the training wall time (the
 evaluation share includes its own acting and stepping, which the first two also count).
+
+With ``--populations 4 8 16`` it also trains the manifest once per population size (first
+seed, ``training.pop_size`` replaced) and reports, for each, env steps/s, the median wall time
+of a generation, and how many architecture groups (members whose networks have the same
+architecture) each generation had: what a batched population depends on.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -125,12 +131,48 @@ def report_phases(phases: dict[str, float]) -> None:
         print(f"  {phase:<28} {seconds:7.1f} s  {100 * seconds / total:5.1f}%")
 
 
+def population_rows(
+    manifest: Path, sizes: list[int], seed: int, workdir: Path, extra: list[str]
+) -> list[dict[str, Any]]:
+    """One run per population size: speed, generation wall time, architecture groups."""
+    import yaml
+
+    content = yaml.safe_load(manifest.read_text())
+    rows = []
+    for size in sizes:
+        content.setdefault("training", {})["pop_size"] = size
+        sized = workdir / f"pop-{size}.yaml"
+        sized.write_text(yaml.safe_dump(content))
+        run = run_seed(sized, seed, workdir / f"pop-{size}", extra)
+        records = [json.loads(line) for line in
+                   (workdir / f"pop-{size}" / f"seed-{seed}" / "metrics.jsonl").open()]  # fmt: skip
+        ends = [0.0] + [record["wall_seconds"] for record in records]
+        walls = [later - earlier for earlier, later in itertools.pairwise(ends)]
+        groups = [len({m["arch"] for m in record["members"]}) for record in records]
+        rows.append({"size": size, "steps_per_second": run["steps_per_second"],
+                     "generation_seconds": statistics.median(walls), "groups": groups,
+                     "peak_mib": run["peak_mib"]})  # fmt: skip
+    return rows
+
+
+def report_populations(rows: list[dict[str, Any]]) -> None:
+    first = rows[0]["generation_seconds"]
+    print(f"{'pop':>4} {'steps/s':>9} {'s/generation':>13} {'x pop ' + str(rows[0]['size']):>9} "
+          f"{'peak MiB':>9}  architecture groups per generation")  # fmt: skip
+    for r in rows:
+        print(f"{r['size']:>4} {r['steps_per_second']:>9,.0f} {r['generation_seconds']:>13.2f} "
+              f"{r['generation_seconds'] / first:>9.2f} {r['peak_mib']:>9.0f}  "
+              f"{' '.join(map(str, r['groups']))}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("manifest", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
     parser.add_argument("--profile", action="store_true", help="Also report where time goes.")
+    parser.add_argument("--populations", type=int, nargs="+", default=[],
+                        help="Also train once per population size (e.g. 4 8 16).")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="More `agile train` flags, after --.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="agile-bench-"))
@@ -138,6 +180,10 @@ def main() -> None:
     report(rows)
     if args.profile:
         report_phases(profile_phases(args.manifest, args.seeds[0], workdir))
+    if args.populations:
+        sizes = args.populations
+        report_populations(population_rows(args.manifest, sizes, args.seeds[0], workdir,
+                                           args.extra))  # fmt: skip
     if args.keep is None:
         shutil.rmtree(workdir, ignore_errors=True)
 
