@@ -109,7 +109,7 @@ def throughput(path: Path) -> dict[str, float]:
                                     AgentContext(torch.device("cpu"), 1, manifest.training),
                                     size=1)[0]  # fmt: skip
     rows = env.rows_at(0, 64)
-    prompts = member.prompt_ids([env.messages(r) for r in rows])
+    prompts = member.prompt_ids(member.render_prompts(rows, env))
     started = time.perf_counter()
     done = member.complete(prompts, explore=True)
     generated = int(done.completion.sum())

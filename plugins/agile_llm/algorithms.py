@@ -50,8 +50,7 @@ class SFT(LLMMember):
     """Supervised fine-tuning on (prompt, response) rows; the prompt tokens are masked."""
 
     def _sequences(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
-        prompts = [text.encode(self.tokenizer, text.render(self.tokenizer, data.messages(r)))
-                   for r in rows]  # fmt: skip
+        prompts = [text.encode(self.tokenizer, p) for p in self.render_prompts(rows, data)]
         end = [self.tokenizer.eos_token_id]
         responses = [text.encode(self.tokenizer, data.response(r)) + end for r in rows]
         return text.sequence_batch(
@@ -95,7 +94,7 @@ class SFT(LLMMember):
     def _greedy(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
         outputs: list[str] = []
         for chunk in _chunks(rows, self.spec.batch_size):
-            prompts = self.prompt_ids([data.messages(r) for r in chunk])
+            prompts = self.prompt_ids(self.render_prompts(chunk, data))
             outputs += self.complete(prompts, explore=False).texts
         return outputs
 
@@ -105,8 +104,7 @@ class DPO(SFT):
 
     def _pairs(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
         """Chosen rows then rejected rows, one batch."""
-        prompts = [text.encode(self.tokenizer, text.render(self.tokenizer, data.messages(r)))
-                   for r in rows]  # fmt: skip
+        prompts = [text.encode(self.tokenizer, p) for p in self.render_prompts(rows, data)]
         end = [self.tokenizer.eos_token_id]
         chosen = [text.encode(self.tokenizer, data.chosen(r)) + end for r in rows]
         rejected = [text.encode(self.tokenizer, data.rejected(r)) + end for r in rows]
@@ -231,9 +229,8 @@ class GRPO(LLMMember):
     def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
         """Sample, score and log-prob ``group_size`` completions of every prompt."""
         group = self.group()
-        messages = [data.messages(r) for r in rows]
-        prompts = self.prompt_ids(messages)
-        rendered = [text.render(self.tokenizer, m) for m in messages]
+        rendered = self.render_prompts(rows, data)
+        prompts = self.prompt_ids(rendered)
         self.model().eval()
         done = self.complete([p for p in prompts for _ in range(group)], explore=True)
         repeated = [r for r in rows for _ in range(group)]
@@ -272,9 +269,8 @@ class GRPO(LLMMember):
         outputs: list[str] = []
         rewards: list[float] = []
         for chunk in _chunks(rows, self.spec.batch_size):
-            messages = [data.messages(r) for r in chunk]
-            done = self.complete(self.prompt_ids(messages), explore=False)
-            rendered = [text.render(self.tokenizer, m) for m in messages]
+            rendered = self.render_prompts(chunk, data)
+            done = self.complete(self.prompt_ids(rendered), explore=False)
             rewards += [float(r) for r in data.reward(done.texts, chunk, rendered)]
             outputs += done.texts
         metrics = {"mean reward": float(np.mean(rewards))}

@@ -165,11 +165,14 @@ class LLMMember(Algorithm):
         ids = [text.encode(self.tokenizer, prompt) for prompt in obs]
         return self.complete(ids, explore=explore).texts
 
-    def prompt_ids(self, messages: list[list[dict[str, str]]]) -> list[list[int]]:
-        """Chat turns as prompt token ids, each cut to leave room for a completion."""
+    def render_prompts(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
+        """Each row's prompt turns as the text the model continues."""
+        return [text.render(self.tokenizer, data.messages(row)) for row in rows]
+
+    def prompt_ids(self, prompts: list[str]) -> list[list[int]]:
+        """Prompt texts as token ids, each cut to leave room for a completion."""
         room = max(self.shared.context_length - self.output_tokens(), 1)
-        return [text.encode(self.tokenizer, text.render(self.tokenizer, m))[-room:]
-                for m in messages]  # fmt: skip
+        return [text.encode(self.tokenizer, prompt)[-room:] for prompt in prompts]
 
     def output_tokens(self) -> int:
         """The most tokens a completion may have."""
@@ -253,9 +256,8 @@ class LLMMember(Algorithm):
             "index": self.index,
             "hyperparameters": self.hyperparameters(),
             "adapter": self.shared.adapters.weights(self.adapter) if weights else None,
-            "optimizers": {
-                name: copy.deepcopy(o.state_dict()) for name, o in self.optimizers.items()
-            },
+            # Not copied: load_state_dict copies, and checkpoints are written at once.
+            "optimizers": {name: o.state_dict() for name, o in self.optimizers.items()},
             "record": copy.deepcopy(self.record.__dict__),
             "torch_rng": self.generator.get_state(),
             "numpy_rng": copy.deepcopy(self.rng.bit_generator.state),

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from agile_llm import objectives, text
+from agile_llm import objectives
 from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, log_probs
 from agile_llm.objectives import IGNORE
 
@@ -63,10 +63,9 @@ class LLMPPO(GRPO):
 
     def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
         """Sample one completion per prompt; score it; compute per-token advantages/returns."""
-        messages = [data.messages(r) for r in rows]
-        rendered = [text.render(self.tokenizer, m) for m in messages]
+        rendered = self.render_prompts(rows, data)
         self.model().eval()
-        done = self.complete(self.prompt_ids(messages), explore=True)
+        done = self.complete(self.prompt_ids(rendered), explore=True)
         rewards = torch.as_tensor(data.reward(done.texts, rows, rendered),
                                   dtype=torch.float32, device=self.device)  # fmt: skip
         self.last_rewards = rewards
