@@ -110,6 +110,10 @@ _LAZY = {
     ),
     "CentralisedActorCritic": "agile_cli.runtime.algorithms.centralised:CentralisedActorCritic",
     "QLearning": "agile_cli.runtime.algorithms.q_learning:QLearning",
+    "QLearningGroup": "agile_cli.runtime.algorithms.q_learning:QLearningGroup",
+    "GroupLearner": "agile_cli.runtime.group:GroupLearner",
+    "MemberGroup": "agile_cli.runtime.group:MemberGroup",
+    "masked_mean": "agile_cli.runtime.group:masked_mean",
     "gym_env_factory": "agile_cli.runtime.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_cli.runtime.gym_vector:gym_vector_env",
     "RunOptions": "agile_cli.training.loop:RunOptions",
@@ -149,7 +153,7 @@ if TYPE_CHECKING:
     from agile_cli.runtime.algorithms.centralised import CentralisedActorCritic
     from agile_cli.runtime.algorithms.deterministic import DeterministicActorCritic
     from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
-    from agile_cli.runtime.algorithms.q_learning import QLearning
+    from agile_cli.runtime.algorithms.q_learning import QLearning, QLearningGroup
     from agile_cli.runtime.buffers import (
         MultiAgentReplayBuffer,
         NStepAccumulator,
@@ -157,6 +161,7 @@ if TYPE_CHECKING:
         ReplayBuffer,
         Transitions,
     )
+    from agile_cli.runtime.group import GroupLearner, MemberGroup, masked_mean
     from agile_cli.runtime.gym_vector import gym_env_factory, gym_vector_env
     from agile_cli.runtime.multi_agent import (
         MultiAgentAlgorithm,
@@ -208,11 +213,13 @@ __all__ = [
     "Family",
     "FieldError",
     "GenerationStats",
+    "GroupLearner",
     "GymnasiumEnvSpec",
     "LearnResult",
     "LocalTrainer",
     "LogStd",
     "ManifestError",
+    "MemberGroup",
     "MemberRecord",
     "MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm",
@@ -233,6 +240,7 @@ __all__ = [
     "PolicyRecord",
     "PrioritizedReplayBuffer",
     "QLearning",
+    "QLearningGroup",
     "RecurrentState",
     "RegisterAlgorithm",
     "RegisterBackend",
@@ -274,6 +282,7 @@ __all__ = [
     "limits",
     "load_agent",
     "located_error",
+    "masked_mean",
     "mean_weights",
     "normal_draws",
     "not_an_environment",

@@ -382,8 +382,19 @@ def _resume_problems(manifest: Any, workdir: Path, registry: Any) -> list[str]:
 def interrupt_after(loop: Any, members_trained: int) -> None:
     """Make ``loop`` raise KeyboardInterrupt (as Ctrl-C would) once ``members_trained`` member
     generations have been trained."""
-    real_train = loop.runner.train
     calls = {"count": 0}
+    if loop.batched:  # the whole population trains at once: interrupt before a generation
+        real_population = loop.runner.train_population
+
+        def train_population(members: Any, steps: int, progress: Callable[[int], None]) -> Any:
+            calls["count"] += len(members)
+            if calls["count"] > members_trained:
+                raise KeyboardInterrupt
+            return real_population(members, steps, progress)
+
+        loop.runner.train_population = train_population
+        return
+    real_train = loop.runner.train
 
     def train(member: Any, steps: int, progress: Callable[[int], None]) -> Any:
         calls["count"] += 1

@@ -35,6 +35,7 @@ from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
 
 if TYPE_CHECKING:
+    from agile_cli.runtime.group import GroupLearner
     from agile_cli.runtime.rollout import PolicyRecord
 
 
@@ -90,6 +91,9 @@ class Algorithm(abc.ABC):
     """
 
     supports_activation_mutation: ClassVar[bool] = True
+    group_learner: ClassVar[type[GroupLearner] | None] = None
+    """Acts and learns for a group of members of this class at once (a batched population);
+    None: members train one by one."""
     policy_network: str | None = None
     """The name of the network that acts, whose weights parameter mutation perturbs. Set it on
     the class, or in :meth:`build` when it depends on the spec; None (plugins written before it

@@ -128,6 +128,15 @@ def _gather(store: Stored, index: torch.Tensor) -> Stored:
     return store.index_select(0, index)
 
 
+def _unflatten(field: Any, members: int) -> Any:
+    """A gathered field ``[k * B, ...]`` as ``[k, B, ...]`` (dicts key by key; None stays)."""
+    if field is None:
+        return None
+    if isinstance(field, dict):
+        return {key: _unflatten(value, members) for key, value in field.items()}
+    return field.reshape(members, -1, *field.shape[1:])
+
+
 def _snapshot(store: Stored, size: int) -> Stored:
     if isinstance(store, dict):
         return {key: tensor[:size].clone() for key, tensor in store.items()}
@@ -267,11 +276,42 @@ class ReplayBuffer:
         :param generator: the only source of randomness used.
         """
         self._check_not_empty()
+        return self._batch(*self._draw(batch_size, generator))
+
+    def _draw(
+        self, batch_size: int, generator: torch.Generator, beta: float = 0.4
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slots of a batch and their importance weights (uniform: ones)."""
         index = torch.randint(
             self._size, (batch_size,), generator=generator, device=generator.device
         )
-        weights = torch.ones(batch_size, dtype=torch.float32, device=self.device)
-        return self._batch(index.to(self.device), weights)
+        return index.to(self.device), torch.ones(batch_size, device=self.device)
+
+    def sample_stacked(
+        self,
+        batch_sizes: Sequence[int],
+        generators: Sequence[torch.Generator],
+        betas: Sequence[float] | None = None,
+    ) -> tuple[Transitions, torch.Tensor]:
+        """One batch per member, drawn as :meth:`sample` draws it from that member's
+        generator (and, prioritised, its exponent), gathered at once and stacked: every field
+        is ``[k, B, ...]`` for ``B`` the largest batch size, the rows past a member's own size
+        repeating slot 0 with weight 0. Also returns the ``[k, B]`` float mask of real rows.
+        """
+        self._check_not_empty()
+        width = max(batch_sizes)
+        slots = torch.zeros(len(batch_sizes), width, dtype=torch.int64, device=self.device)
+        weights = torch.zeros(len(batch_sizes), width, device=self.device)
+        for row, (size, generator) in enumerate(zip(batch_sizes, generators, strict=True)):
+            if size:  # a member that does not learn now draws nothing
+                drawn, drawn_weights = self._draw(size, generator, betas[row] if betas else 0.4)
+                slots[row, :size], weights[row, :size] = drawn, drawn_weights
+        rows = (torch.arange(width, device=self.device) < self._sizes(batch_sizes)).float()
+        flat = self._batch(slots.reshape(-1), weights.reshape(-1))
+        return Transitions(*(_unflatten(field, len(batch_sizes)) for field in flat)), rows
+
+    def _sizes(self, batch_sizes: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(batch_sizes, device=self.device).unsqueeze(1)
 
     def _check_not_empty(self) -> None:
         if self._size == 0:
@@ -499,6 +539,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             divided by their largest value in the batch.
         """
         self._check_not_empty()
+        return self._batch(*self._draw(batch_size, generator, beta))
+
+    def _draw(
+        self, batch_size: int, generator: torch.Generator, beta: float = 0.4
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         uniforms = torch.rand(
             batch_size, generator=generator, dtype=torch.float64, device=generator.device
         )
@@ -508,7 +553,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         probabilities = self._tree.get(slots) / self._tree.total
         weights = (self._size * probabilities) ** -beta
         weights /= weights.max()
-        return self._batch(
+        return (
             torch.from_numpy(slots).to(self.device),
             torch.as_tensor(weights, dtype=torch.float32, device=self.device),
         )

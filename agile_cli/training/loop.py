@@ -19,11 +19,12 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.network import NetworkSpec
 from agile_cli.runtime.agent import AgentContext, Algorithm
-from agile_cli.training import budget, checkpoint, setup, trust
+from agile_cli.training import batched, budget, checkpoint, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
+from agile_cli.training.runners import Runner
 
 #: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
 TARGET_WINDOW = 3
@@ -42,6 +43,7 @@ class RunOptions:
     checkpoint_buffer: bool = False
     overwrite: bool = False
     trust_code: bool = False
+    per_member: bool = False
 
 
 @dataclass
@@ -86,7 +88,9 @@ class EvolutionLoop:
         self.state = LoopState(seed=_run_seed(manifest, options))
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
-        self.env = setup.build_environment(manifest, registry, self.seeds["environment"])
+        self.cls = setup.algorithm_class(manifest, registry)
+        self.batched = not options.per_member and batched.applies(manifest, self.cls)
+        self.env = self._environment(registry)
         try:
             budget.check_fits(manifest, self.env, self.device)
         except BaseException:
@@ -94,17 +98,16 @@ class EvolutionLoop:
             raise
         self.context = AgentContext(
             device=self.device,
-            num_envs=self.env.num_envs,
+            num_envs=self.env.num_envs // (manifest.training.pop_size if self.batched else 1),
             training=manifest.training,
             seed=self.seeds["members"],
             network=manifest.network,
             replay_buffer=manifest.replay_buffer,
         )
         self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
-        self.cls = setup.algorithm_class(manifest, registry)
         self.population = setup.build_population(manifest, self.cls, self.env, self.context)
         self.buffer = setup.build_buffer(manifest, self.env, self.device)
-        self.runner = setup.build_runner(manifest, self.env, self.buffer)
+        self.runner = self._runner(setup.build_runner(manifest, self.env, self.buffer))
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection()
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
@@ -116,6 +119,20 @@ class EvolutionLoop:
         )
 
     # -- set-up ----------------------------------------------------------------------------------
+
+    def _environment(self, registry: Registry) -> Any:
+        """The members' environments: one vector environment for the whole population when
+        it trains batched, else the manifest's, which members take in turn."""
+        seed = self.seeds["environment"]
+        if self.batched:
+            size = self.manifest.training.pop_size
+            return batched.population_environment(self.manifest, registry, seed, size)
+        return setup.build_environment(self.manifest, registry, seed)
+
+    def _runner(self, runner: Runner[Any]) -> Runner[Any]:
+        if not self.batched:
+            return runner
+        return batched.BatchedOffPolicyRunner(runner, self.manifest.training.pop_size)
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:
@@ -185,17 +202,19 @@ class EvolutionLoop:
         started = time.perf_counter()
         trained = global_steps = 0
         exhausted = True
-        for member in self.population:
-            stats = self.runner.train(member, steps, self.reporter.advance)
+        generation = self.runner.train_population(self.population, steps, self.reporter.advance)
+        for member, stats in zip(self.population, generation, strict=True):
             exhausted = exhausted and stats.exhausted
             trained = stats.steps
             global_steps += stats.steps
             member.record.episode_returns = (member.record.episode_returns + stats.episode_returns)[
                 -100:
             ]
-        for member in self.population:
-            fitness = self._evaluate(member, training.eval_loop, training.eval_steps)
-            member.record.fitness.append(fitness)
+        fitnesses = self.runner.evaluate_population(
+            self.population, training.eval_loop, training.eval_steps
+        )
+        for member, fitness in zip(self.population, fitnesses, strict=True):
+            member.record.fitness.append(float(fitness))
         elapsed = time.perf_counter() - started
         self.state = dataclasses.replace(
             self.state,
@@ -213,10 +232,6 @@ class EvolutionLoop:
             self._evolve()
         self._save_checkpoint()
         return stop
-
-    def _evaluate(self, member: Algorithm, rounds: int, max_steps: int | None) -> float:
-        """The member's fitness, as its paradigm's runner scores it."""
-        return float(self.runner.evaluate(member, rounds, max_steps))
 
     def _evolve(self) -> None:
         if self.selection is None or self.mutator is None:
@@ -266,6 +281,13 @@ class EvolutionLoop:
             sink.log(scalars, step=self.state.global_steps)
 
     def _metrics_record(self, report: GenerationReport) -> dict[str, Any]:
+        record = self._report_record(report)
+        if isinstance(self.runner, batched.BatchedOffPolicyRunner):
+            indices = [m.index for m in self.population]
+            record["groups"] = [[indices[i] for i in group] for group in self.runner.groups]
+        return record
+
+    def _report_record(self, report: GenerationReport) -> dict[str, Any]:
         return {
             "generation": report.generation,
             "global_steps": report.global_steps,

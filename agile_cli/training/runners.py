@@ -63,13 +63,21 @@ class EpisodeTracker:
         self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
     ) -> tuple[np.ndarray, list[float]]:
         """Record one vector step; return which rows were real steps and finished returns."""
+        valid, _, finished = self.step_rows(rewards, terminated, truncated)
+        return valid, finished.tolist()
+
+    def step_rows(
+        self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As :meth:`step`, also saying which rows finished: ``(valid, done, returns)``, the
+        returns being those of the ``done`` rows, in row order."""
         valid = ~self.prev_done
         self.returns += np.where(valid, rewards, 0.0)
         done = (terminated | truncated) & valid
-        finished = self.returns[done].tolist()
+        finished = self.returns[done]
         self.returns[done] = 0.0
         self.prev_done = terminated | truncated
-        return valid, finished
+        return valid, done, finished
 
 
 class Runner(abc.ABC, Generic[A]):
@@ -92,6 +100,19 @@ class Runner(abc.ABC, Generic[A]):
         episode, over ``rounds`` rounds of at most ``max_steps`` steps (override to score
         members another way)."""
         return evaluate(member, self.env, rounds, max_steps)
+
+    def train_population(
+        self, members: list[A], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """Train every member for about ``steps`` steps: one after the other with
+        :meth:`train` (a batched runner trains them together)."""
+        return [self.train(member, steps, progress) for member in members]
+
+    def evaluate_population(
+        self, members: list[A], rounds: int, max_steps: int | None
+    ) -> list[float]:
+        """Every member's fitness: :meth:`evaluate` of each in turn."""
+        return [float(self.evaluate(member, rounds, max_steps)) for member in members]
 
     def details(self, member: A) -> list[str]:
         """Lines ``agile evaluate`` prints under the score :meth:`evaluate` just gave

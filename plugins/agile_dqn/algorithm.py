@@ -7,10 +7,28 @@ Q-learning", AAAI 2016.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
-from agile_cli import LearnResult, QLearning, Transitions
+from agile_cli import LearnResult, QLearning, QLearningGroup, Transitions, masked_mean
 from agile_dqn.spec import DQNSpec
+
+#: The gradient norm each update is clipped to.
+MAX_GRAD_NORM = 10.0
+
+
+class DQNGroup(QLearningGroup):
+    """:meth:`DQN.learn` for a group of members at once."""
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        _, q_taken, td_target = self.td_terms(batch)
+        errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
+        losses = masked_mean(batch.weights * errors, rows)
+        self.group.gradient_step("q", losses, active, max_grad_norm=MAX_GRAD_NORM)
+        self.group.soft_update([("target", "q")], self.group.hp("tau"), active)
+        return losses.detach(), (q_taken - td_target).detach().abs() + 1e-6
 
 
 class DQN(QLearning):
@@ -21,15 +39,17 @@ class DQN(QLearning):
     ``replay_buffer.n_step_buffer`` it bootstraps from n-step returns; with
     ``replay_buffer.per_buffer`` it learns from prioritised replay (Schaul et al., 2016),
     weighting the loss by importance weights whose exponent anneals from 0.4 to 1. The
-    networks, acting and TD terms come from :class:`agile_cli.QLearning`.
+    networks, acting and TD terms come from :class:`agile_cli.QLearning`; a batched
+    population trains members of one architecture together (:class:`DQNGroup`).
     """
 
     spec: DQNSpec
+    group_learner = DQNGroup
 
     def learn(self, batch: Transitions) -> LearnResult:
         _, q_taken, td_target = self.td_terms(batch)
         errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
         loss = (batch.weights * errors).mean()
-        self.gradient_step("q", loss, max_grad_norm=10.0)
+        self.gradient_step("q", loss, max_grad_norm=MAX_GRAD_NORM)
         self.soft_update([("target", "q")], self.spec.tau)
         return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)

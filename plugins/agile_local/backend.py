@@ -31,6 +31,7 @@ def _run_options(spec: Spec) -> RunOptions:
         checkpoint_buffer=options.checkpoint_buffer,
         overwrite=options.overwrite,
         trust_code=options.trust_code,
+        per_member=options.per_member,
     )
 
 

@@ -33,3 +33,8 @@ class LocalOptions(Spec):
     checkpoint_buffer: bool = Field(
         False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
     )
+    per_member: bool = Field(
+        False,
+        description="Train the members one after the other, each in its own num_envs "
+        "environments, instead of as one batched population (for debugging).",
+    )

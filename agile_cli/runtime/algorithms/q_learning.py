@@ -13,6 +13,8 @@ import torch
 from agile_cli.models.training import EpsilonGreedyTraining
 from agile_cli.runtime.agent import OffPolicyAlgorithm
 from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.group import GroupLearner
+from agile_cli.runtime.stacked import stacked_observations
 
 
 class QLearning(OffPolicyAlgorithm):
@@ -93,8 +95,69 @@ class QLearning(OffPolicyAlgorithm):
         self.epsilon = state["epsilon"]
 
 
-def _concat(first: Any, second: Any) -> Any:
+def _concat(first: Any, second: Any, dim: int = 0) -> Any:
     """Two observation batches as one (dict observations key by key)."""
     if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]]) for key in first}
-    return torch.cat([first, second])
+        return {key: torch.cat([first[key], second[key]], dim=dim) for key in first}
+    return torch.cat([first, second], dim=dim)
+
+
+class QLearningGroup(GroupLearner):
+    """Epsilon-greedy acting and the TD terms of :class:`QLearning` for a group of members at
+    once; a subclass adds :meth:`~agile_cli.GroupLearner.learn_batch`."""
+
+    members: list[QLearning]  # type: ignore[assignment]
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        first = self.members[0]
+        with torch.no_grad():
+            stacked = stacked_observations(first.obs_tensor(obs), self.group.size)
+            greedy = self.group.net("q")(stacked)["q"].argmax(dim=2).cpu().numpy()
+        if not explore:
+            return greedy.reshape(-1)
+        rows = zip(self.members, greedy, strict=True)
+        return np.concatenate([_explore(member, row) for member, row in rows])
+
+    def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`QLearning.td_terms`, stacked: ``[k, B, actions]``, ``[k, B]``, ``[k, B]``."""
+        online, target = self.group.net("q"), self.group.net("target")
+        first = self.members[0]
+        members = self.group.size
+        obs = stacked_observations(first.obs_tensor(_flat(batch.obs)), members)
+        next_obs = stacked_observations(first.obs_tensor(_flat(batch.next_obs)), members)
+        size = batch.rewards.shape[1]
+        double = bool(first.spec.double)
+        if double:
+            q_both = online(_concat(obs, next_obs, dim=1))["q"]
+            q_values, online_next = q_both[:, :size], q_both[:, size:].detach()
+        else:
+            q_values = online(obs)["q"]
+        q_taken = q_values.gather(2, batch.actions.long().unsqueeze(2)).squeeze(2)
+        with torch.no_grad():
+            next_q = target(next_obs)["q"]
+            if double:
+                next_value = next_q.gather(2, online_next.argmax(dim=2, keepdim=True)).squeeze(2)
+            else:
+                next_value = next_q.max(dim=2).values
+            gamma = self.group.hp("gamma").unsqueeze(1)
+            discount = gamma if batch.discounts is None else batch.discounts
+            td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
+        return q_values, q_taken, td_target
+
+
+def _explore(member: QLearning, greedy: np.ndarray) -> np.ndarray:
+    """One member's epsilon-greedy choice among its greedy actions, as :meth:`QLearning.act`
+    makes it (the same draws from the member's generator)."""
+    schedule = member.schedule
+    random = np.asarray(member.rng.random(greedy.shape[0]) < member.epsilon)
+    member.epsilon = max(schedule.eps_end, member.epsilon * schedule.eps_decay)
+    if random.any():
+        greedy[random] = member.rng.integers(0, member.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
+    return greedy
+
+
+def _flat(obs: Any) -> Any:
+    """Stacked observations ``[k, B, ...]`` as ``[k * B, ...]``, to preprocess them."""
+    if isinstance(obs, dict):
+        return {key: _flat(value) for key, value in obs.items()}
+    return obs.reshape(-1, *obs.shape[2:])

@@ -1,0 +1,356 @@
+"""A group of members whose networks stack, trained as one computation.
+
+:class:`MemberGroup` copies ``k`` members' networks and Adam states into stacked tensors
+(:mod:`agile_cli.runtime.stacked`) for a generation, gives an algorithm's
+:class:`GroupLearner` batched forward passes, per-member hyperparameters as tensors, gradient
+steps and soft updates for all members at once, and copies everything back into the members
+at the end (:meth:`MemberGroup.write_back`), so that evolution, checkpoints and evaluation
+see ordinary members.
+
+Every update takes an ``active`` mask: the members that learn in this call. The others are
+left exactly as they were (their losses are masked out of the gradient, and their Adam step,
+moments and parameters do not move), which is how members with different ``learn_step`` or
+policy delays share one computation.
+
+:func:`group_members` splits a population into groups: members of one algorithm class whose
+networks have the same layout, padded within :data:`~agile_cli.runtime.stacked.MAX_PADDING`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from agile_cli.runtime.stacked import (
+    MAX_PADDING,
+    StackedNetwork,
+    layout_key,
+    padded_shapes,
+    parameter_count,
+)
+
+if TYPE_CHECKING:
+    from agile_cli.runtime.agent import Algorithm
+    from agile_cli.runtime.buffers import Transitions
+
+_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which members' optimizers use
+_EPS = 1e-8
+
+
+class StackedAdam:
+    """Adam over stacked networks, each member with its own learning rate and step count;
+    the same update as ``torch.optim.Adam`` (default betas and eps) makes per member.
+
+    :param flats: the ``[k, P]`` flat parameters of each network it trains.
+    :param lr: ``[k]`` learning rates.
+    :param steps: ``[k]`` steps taken so far.
+    :param moments: first and second moments, one pair of ``[k, P]`` per flat.
+    """
+
+    def __init__(
+        self,
+        flats: list[torch.Tensor],
+        lr: torch.Tensor,
+        steps: torch.Tensor,
+        moments: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
+        self.flats = flats
+        self.lr = lr
+        self.steps = steps
+        self.moments = moments
+
+    def step(self, grads: list[torch.Tensor], active: torch.Tensor) -> None:
+        """One Adam step for the active members (``active`` a ``[k]`` float of 0 and 1)."""
+        beta1, beta2 = _BETAS
+        self.steps += active
+        taken = self.steps.clamp(min=1.0)
+        step_size = (self.lr / (1 - beta1**taken) * active).unsqueeze(1)
+        correction = (1 - beta2**taken).sqrt().unsqueeze(1)
+        first_weight = ((1 - beta1) * active).unsqueeze(1)
+        second_weight = ((1 - beta2) * active).unsqueeze(1)
+        for flat, grad, (first, second) in zip(self.flats, grads, self.moments, strict=True):
+            first.lerp_(grad, first_weight)
+            second.lerp_(grad * grad, second_weight)
+            denominator = (second.sqrt() / correction).add_(_EPS)
+            flat.sub_(first * step_size / denominator)
+
+
+class MemberGroup:
+    """``k`` members of one algorithm whose networks stack (see :func:`group_members`).
+
+    :param members: the members, in the order their rows take.
+    """
+
+    def __init__(self, members: Sequence[Algorithm]) -> None:
+        self.members = list(members)
+        self.size = len(self.members)
+        first = self.members[0]
+        self.device = first.device
+        self._hyperparameters: dict[str, torch.Tensor] = {}
+        trained = {name for plan in first._plans.values() for name in plan.networks}
+        self.networks = {
+            n: StackedNetwork([m.networks[n] for m in self.members], trainable=n in trained)
+            for n in first.networks
+        }
+        self.optimizers = {name: self._optimizer(name) for name in first._plans}
+
+    # -- what learners use -------------------------------------------------------------------
+
+    def net(self, name: str) -> StackedNetwork:
+        """The stacked network ``name``: call it on ``[k, B, ...]`` observations."""
+        return self.networks[name]
+
+    def hp(self, name: str) -> torch.Tensor:
+        """The members' values of hyperparameter ``name`` as a ``[k]`` float tensor."""
+        values = self._hyperparameters.get(name)
+        if values is None:
+            numbers = [float(getattr(m.spec, name)) for m in self.members]
+            values = torch.tensor(numbers, device=self.device)
+            self._hyperparameters[name] = values
+        return values
+
+    def gradient_step(
+        self,
+        optimizer: str,
+        losses: torch.Tensor,
+        active: torch.Tensor,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        """Minimise each active member's loss (``losses`` ``[k]``) with one step of its
+        optimizer ``optimizer``, clipping each member's gradient norm to ``max_grad_norm``
+        when given (as :meth:`~agile_cli.Algorithm.gradient_step` does for one member)."""
+        self.minimise(losses, (optimizer,), active, max_grad_norm)
+
+    def minimise(
+        self,
+        losses: torch.Tensor,
+        optimizers: tuple[str, ...],
+        active: torch.Tensor,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        """One step of each named optimizer on the active members' ``losses``; gradients are
+        computed for those optimizers' parameters only."""
+        weight = active.to(losses.dtype)
+        networks = [n for name in optimizers for n in self._plan(name).networks]
+        views = [v for n in networks for v in self.networks[n].views.values()]
+        grads = torch.autograd.grad((losses * weight).sum(), views, allow_unused=True)
+        flat_grads = self._flat_grads(networks, grads)
+        if max_grad_norm:
+            _clip(flat_grads, max_grad_norm)
+        start = 0
+        for name in optimizers:
+            count = len(self._plan(name).networks)
+            self.optimizers[name].step(flat_grads[start : start + count], weight)
+            start += count
+
+    def soft_update(
+        self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
+    ) -> None:
+        """``target <- target + tau * (online - target)`` per active member, for each
+        ``(target, online)`` pair of network names (``tau`` ``[k]``)."""
+        weight = (tau * active.to(tau.dtype)).unsqueeze(1)
+        with torch.no_grad():
+            for target, online in pairs:
+                self.networks[target].flat.lerp_(self.networks[online].flat, weight)
+
+    # -- copying back --------------------------------------------------------------------------
+
+    def write_back(self) -> None:
+        """Copy every member's networks and optimizer states back into the member."""
+        for name, stacked in self.networks.items():
+            stacked.write_back([m.networks[name] for m in self.members])
+        for name, optimizer in self.optimizers.items():
+            for row, member in enumerate(self.members):
+                self._store_state(name, optimizer, row, member)
+
+    def _store_state(self, name: str, optimizer: StackedAdam, row: int, member: Algorithm) -> None:
+        steps = float(optimizer.steps[row])
+        if steps == 0:
+            return  # never stepped: the member's optimizer keeps its (empty) state
+        torch_optimizer = member.optimizers[name]
+        for index, network in enumerate(self._plan(name).networks):
+            stacked = self.networks[network]
+            first, second = optimizer.moments[index]
+            firsts, seconds = _views_like(stacked, first), _views_like(stacked, second)
+            for parameter_name, parameter in member.networks[network].named_parameters():
+                corner = _corner_of(parameter.shape)
+                state = torch_optimizer.state[parameter]
+                state["step"] = torch.tensor(steps, dtype=torch.float32, device=self.device)
+                state["exp_avg"] = firsts[parameter_name][row][corner].clone()
+                state["exp_avg_sq"] = seconds[parameter_name][row][corner].clone()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _plan(self, optimizer: str) -> Any:
+        return self.members[0]._plans[optimizer]
+
+    def _optimizer(self, name: str) -> StackedAdam:
+        plan = self._plan(name)
+        if plan.parameters:
+            raise ValueError("learned parameters outside networks do not stack")
+        flats = [self.networks[n].flat for n in plan.networks]
+        lr = self.hp(plan.lr_attribute)
+        steps = torch.zeros(self.size, device=self.device)
+        moments = [(torch.zeros_like(f), torch.zeros_like(f)) for f in flats]
+        for row, member in enumerate(self.members):
+            steps[row] = self._load_state(name, row, member, moments)
+        return StackedAdam(flats, lr, steps, moments)
+
+    def _load_state(
+        self,
+        name: str,
+        row: int,
+        member: Algorithm,
+        moments: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> float:
+        """Copy one member's Adam moments into row ``row``; return its step count."""
+        torch_optimizer = member.optimizers[name]
+        steps = 0.0
+        for index, network in enumerate(self._plan(name).networks):
+            stacked = self.networks[network]
+            firsts = _views_like(stacked, moments[index][0])
+            seconds = _views_like(stacked, moments[index][1])
+            for parameter_name, parameter in member.networks[network].named_parameters():
+                state = torch_optimizer.state.get(parameter)
+                if not state:
+                    continue
+                corner = _corner_of(parameter.shape)
+                firsts[parameter_name][row][corner].copy_(state["exp_avg"])
+                seconds[parameter_name][row][corner].copy_(state["exp_avg_sq"])
+                steps = float(state["step"])
+        return steps
+
+    def _flat_grads(
+        self, networks: list[str], grads: Sequence[torch.Tensor | None]
+    ) -> list[torch.Tensor]:
+        flat_grads, start = [], 0
+        for network in networks:
+            stacked = self.networks[network]
+            parts = grads[start : start + len(stacked.views)]
+            start += len(stacked.views)
+            pieces = [
+                torch.zeros_like(view) if grad is None else grad
+                for grad, view in zip(parts, stacked.views.values(), strict=True)
+            ]
+            flat_grads.append(torch.cat([p.reshape(self.size, -1) for p in pieces], dim=1))
+        return flat_grads
+
+
+def _clip(grads: list[torch.Tensor], max_norm: float) -> None:
+    """Scale each member's gradients so that their norm (over every tensor) is at most
+    ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does for one member."""
+    norms = torch.stack([g.pow(2).sum(1) for g in grads]).sum(0).sqrt()
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1)
+    for grad in grads:
+        grad.mul_(scale)
+
+
+def _views_like(stacked: StackedNetwork, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Views of ``flat`` (laid out like ``stacked.flat``) by parameter name."""
+    views, offset = {}, 0
+    for name, shape in stacked.shapes.items():
+        count = int(np.prod(shape))
+        views[name] = flat[:, offset : offset + count].view(stacked.size, *shape)
+        offset += count
+    return views
+
+
+def _corner_of(shape: torch.Size) -> tuple[slice, ...]:
+    return tuple(slice(0, size) for size in shape)
+
+
+class GroupLearner(abc.ABC):
+    """What an algorithm provides to act and learn for a :class:`MemberGroup` at once; the
+    algorithm class names it in ``group_learner``. Each method must do, for every member,
+    what the member's own methods do (conformance tests compare them).
+
+    :param group: the members, stacked.
+    """
+
+    #: The members' family: "off_policy" learners implement :meth:`learn_batch`.
+    family: ClassVar[str] = "off_policy"
+
+    def __init__(self, group: MemberGroup) -> None:
+        self.group = group
+
+    @property
+    def members(self) -> list[Algorithm]:
+        return self.group.members
+
+    @abc.abstractmethod
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        """Actions for observations of the members' environments, ``[k * E, ...]`` in member
+        order, as each member's ``act`` would return them, concatenated."""
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One gradient step for the active members (``active`` ``[k]`` bool) on a stacked
+        batch ``[k, B, ...]`` of which each member uses the rows where ``rows`` (``[k, B]``,
+        0 or 1) is 1; returns each member's loss ``[k]`` and, for prioritised replay, new
+        priorities ``[k, B]``."""
+        raise NotImplementedError
+
+
+def masked_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Each member's mean of ``values`` ``[k, B]`` over its rows (``rows`` 0 or 1)."""
+    return (values * rows).sum(1) / rows.sum(1).clamp(min=1.0)
+
+
+def group_members(members: Sequence[Algorithm]) -> list[list[int]]:
+    """Indices of ``members`` split into groups that stack: one algorithm class with a group
+    learner, networks of one layout, and at most :data:`MAX_PADDING` times each member's
+    parameters once padded; every other member is a group of its own."""
+    by_key: dict[Hashable, list[int]] = {}
+    groups: list[list[int]] = []
+    for index, member in enumerate(members):
+        key = _member_key(member)
+        if key is None:
+            groups.append([index])
+        else:
+            by_key.setdefault(key, []).append(index)
+    for indices in by_key.values():
+        groups += _split_by_padding(members, indices)
+    return sorted(groups)
+
+
+def _member_key(member: Algorithm) -> Hashable | None:
+    if getattr(type(member), "group_learner", None) is None or member.learned_parameters:
+        return None
+    keys = []
+    for name, network in member.networks.items():
+        key = layout_key(network)
+        if key is None:
+            return None
+        keys.append((name, key))
+    return (type(member), tuple(keys))
+
+
+def _split_by_padding(members: Sequence[Algorithm], indices: list[int]) -> list[list[int]]:
+    """Greedy, largest first: a member joins the first group it pads within bounds."""
+    sizes = {i: _parameters(members[i]) for i in indices}
+    groups: list[list[int]] = []
+    for index in sorted(indices, key=lambda i: -sizes[i]):
+        for group in groups:
+            padded = _padded_size([members[i] for i in [*group, index]])
+            if padded <= MAX_PADDING * min(sizes[i] for i in [*group, index]):
+                group.append(index)
+                break
+        else:
+            groups.append([index])
+    return [sorted(group) for group in groups]
+
+
+def _parameters(member: Algorithm) -> int:
+    return sum(p.numel() for p in member.parameters())
+
+
+def _padded_size(members: Sequence[Algorithm]) -> int:
+    names = members[0].networks
+    return sum(
+        parameter_count(padded_shapes([m.networks[name] for m in members])) for name in names
+    )

@@ -1,0 +1,242 @@
+"""A batched population computes what its members would compute one by one.
+
+Stacked networks, the stacked Adam, group learners and the batched runner are compared with
+the per-member path on the same inputs and random streams: equal within float tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from agile_cli.nn.arch import MLPArch, NetworkArch
+from agile_cli.runtime.buffers import ReplayBuffer
+from agile_cli.runtime.group import MemberGroup, group_members
+from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
+from agile_cli.training import batched
+
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+
+def _arch(encoder: tuple[int, ...], latent: int, head: tuple[int, ...], **mlp: Any) -> NetworkArch:
+    return NetworkArch(
+        encoder=MLPArch(hidden_size=encoder, **mlp), latent_dim=latent,
+        min_latent_dim=8, max_latent_dim=128, head=MLPArch(hidden_size=head, **mlp),
+    )  # fmt: skip
+
+
+PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}
+CONTINUOUS = ("DDPG", "TD3")
+
+
+def _population(algorithm: str, archs: list[NetworkArch], **hyperparameters: list[Any]) -> list:
+    training = {"max_steps": 128, "evo_steps": 64, "pop_size": len(archs)}
+    environment = PENDULUM if algorithm in CONTINUOUS else None
+    manifest = tiny_manifest(algorithm, training=training, environment=environment)
+    members = tiny_population(manifest, size=len(archs))
+    for index, (member, arch) in enumerate(zip(members, archs, strict=True)):
+        member.set_architecture(arch)
+        for name, values in hyperparameters.items():
+            member.set_hyperparameter(name, values[index])
+    return members
+
+
+def _filled_buffer(member: Any, rows: int = 400, seed: int = 0) -> ReplayBuffer:
+    rng = np.random.default_rng(seed)
+    buffer = ReplayBuffer(1000, member.observation_space, member.action_space, gamma=0.99)
+    obs = rng.normal(size=(rows, *member.observation_space.shape)).astype(np.float32)
+    next_obs = obs + rng.normal(scale=0.1, size=obs.shape).astype(np.float32)
+    actions = np.stack([member.action_space.sample() for _ in range(rows)])
+    rewards, terminated = rng.normal(size=rows), rng.random(rows) < 0.1
+    buffer.add(obs, actions, rewards, next_obs, terminated)
+    return buffer
+
+
+def _assert_same_members(batched_members: list, own: list) -> None:
+    for one, other in zip(batched_members, own, strict=True):
+        for name, network in one.networks.items():
+            theirs = dict(other.networks[name].named_parameters())
+            for parameter_name, parameter in network.named_parameters():
+                torch.testing.assert_close(parameter, theirs[parameter_name], **TOLERANCE)
+        for name, optimizer in one.optimizers.items():
+            mine, theirs = optimizer.state_dict()["state"], other.optimizers[name].state_dict()
+            assert mine.keys() == theirs["state"].keys()
+            for key, state in mine.items():
+                for field in ("step", "exp_avg", "exp_avg_sq"):
+                    expected = theirs["state"][key][field]
+                    torch.testing.assert_close(state[field], expected, **TOLERANCE)
+        assert one.generator.get_state().equal(other.generator.get_state())
+        assert one.rng.bit_generator.state == other.rng.bit_generator.state
+
+
+# -- stacked networks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layer_norm", [True, False])
+def test_stacked_network_equals_each_member_padded_or_not(layer_norm: bool) -> None:
+    archs = [
+        _arch((16,), 16, (16,), layer_norm=layer_norm),
+        _arch((48,), 8, (32,), layer_norm=layer_norm),
+        _arch((16,), 24, (16,), layer_norm=layer_norm),
+    ]
+    members = _population("DDPG", archs)  # critics read (s, a): the extra head input
+    group = MemberGroup(members)
+    obs = torch.randn(3, 5, *members[0].observation_space.shape)
+    actions = torch.randn(3, 5, 1)
+    stacked = group.net("critic")(obs, actions)["q"]
+    for row, member in enumerate(members):
+        own = member.networks["critic"](obs[row], actions[row])["q"]
+        torch.testing.assert_close(stacked[row], own, **TOLERANCE)
+
+
+def test_padding_takes_no_gradient_so_members_stay_their_own_size() -> None:
+    members = _population("DQN", [_arch((16,), 16, (16,)), _arch((40,), 24, (32,))])
+    group = MemberGroup(members)
+    obs = torch.randn(2, 7, *members[0].observation_space.shape)
+    losses = group.net("q")(obs)["q"].pow(2).mean(dim=(1, 2))
+    group.gradient_step("q", losses, torch.ones(2, dtype=torch.bool))
+    small = group.net("q").views["encoder.layers.0.weight"][0]
+    assert small[16:].abs().sum() == 0  # the small member's padded units are still zero
+    group.write_back()
+    assert members[0].networks["q"].encoder.layers[0].weight.shape[0] == 16
+
+
+# -- group learners against members' own learn and act -----------------------------------------
+
+
+def _learn_both_ways(members: list, active: list[bool], steps: int = 3) -> tuple[list, list]:
+    """Train twins of ``members`` ``steps`` times: per member, then as one group."""
+    buffer = _filled_buffer(members[0])
+    own = [m.clone(m.index) for m in members]
+    for _ in range(steps):
+        for member, on in zip(own, active, strict=True):
+            if on:
+                member.learn(buffer.sample(int(member.spec.batch_size), member.generator))
+    stacked = [m.clone(m.index) for m in members]
+    group = MemberGroup(stacked)
+    learner = type(stacked[0]).group_learner(group)
+    sizes = [int(m.spec.batch_size) if on else 0 for m, on in zip(stacked, active, strict=True)]
+    for _ in range(steps):
+        batch, rows = buffer.sample_stacked(sizes, [m.generator for m in stacked])
+        learner.learn_batch(batch, rows, torch.tensor(active))
+    group.write_back()
+    return stacked, own
+
+
+ARCHS = [_arch((16,), 16, (16,)), _arch((32,), 24, (16,)), _arch((16,), 16, (16,))]
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_dqn_group_learns_as_each_member_does(double: bool) -> None:
+    members = _population("DQN", ARCHS, lr=[1e-3, 3e-3, 5e-4], gamma=[0.9, 0.99, 0.95],
+                          batch_size=[16, 24, 8], tau=[0.01, 0.1, 0.5])  # fmt: skip
+    for member in members:
+        member.spec = member.spec.model_copy(update={"double": double})
+    stacked, own = _learn_both_ways(members, [True, True, True])
+    _assert_same_members(stacked, own)
+
+
+def test_inactive_members_are_left_exactly_as_they_were() -> None:
+    members = _population("DQN", ARCHS)
+    stacked, own = _learn_both_ways(members, [True, False, True])
+    _assert_same_members(stacked, own)
+    for before, after in zip(members[1].parameters(), stacked[1].parameters(), strict=True):
+        assert before.equal(after)
+
+
+def test_a_group_continues_from_adam_states_members_already_have() -> None:
+    members = _population("DQN", ARCHS, batch_size=[16, 16, 16])
+    buffer = _filled_buffer(members[0], seed=1)
+    for member in members[:2]:  # the third has never stepped: no optimizer state
+        member.learn(buffer.sample(16, member.generator))
+    stacked, own = _learn_both_ways(members, [True, True, True], steps=2)
+    _assert_same_members(stacked, own)
+
+
+def test_dqn_group_acts_as_each_member_does() -> None:
+    members = _population("DQN", ARCHS)
+    twins = [m.clone(m.index) for m in members]
+    for member in members:
+        member.epsilon = 0.5
+    for twin in twins:
+        twin.epsilon = 0.5
+    learner = type(members[0]).group_learner(MemberGroup(twins))
+    obs = np.random.default_rng(0).normal(size=(3 * 4, 4)).astype(np.float32)
+    for explore in (True, False):
+        stacked = learner.act(obs, explore=explore)
+        own = np.concatenate([m.act(obs[4 * i : 4 * i + 4], explore=explore)
+                              for i, m in enumerate(members)])  # fmt: skip
+        np.testing.assert_array_equal(stacked, own)
+    assert [m.epsilon for m in twins] == [m.epsilon for m in members]
+
+
+# -- grouping --------------------------------------------------------------------------------
+
+
+def test_members_group_by_layout_and_padding_bound() -> None:
+    archs = [
+        _arch((16,), 16, (16,)),
+        _arch((24,), 16, (16,)),  # widths differ: padded into the first group
+        _arch((16,), 16, (16, 16)),  # another head depth: its own group
+        _arch((400,), 16, (16,)),  # padding the others to it would cost too much
+    ]
+    assert group_members(_population("DQN", archs)) == [[0, 1], [2], [3]]
+
+
+# -- the batched runner ------------------------------------------------------------------------
+
+
+def _train(algorithm: str, tmp_path: Path, *, singles: bool, **options: Any) -> Any:
+    manifest = tiny_manifest(
+        algorithm,
+        training={"max_steps": 192, "evo_steps": 96, "pop_size": 3, "learning_delay": 0},
+        **options,
+    )
+    real = batched.group_members
+    if singles:  # every member a group of one: its own act and learn, in the same env rows
+        batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
+    try:
+        return smoke_train(manifest, tmp_path / ("singles" if singles else "groups"), seed=3)
+    finally:
+        batched.group_members = real  # type: ignore[assignment]
+
+
+def _metrics(result: Any) -> list[str]:
+    return (result.run_dir / "metrics.jsonl").read_text().splitlines()
+
+
+def test_batched_generation_equals_members_stepping_alone(tmp_path: Path) -> None:
+    grouped = _train("DQN", tmp_path, singles=False)
+    alone = _train("DQN", tmp_path, singles=True)
+    groups = [json.loads(line)["groups"] for line in _metrics(grouped)]
+    assert any(len(group) > 1 for generation in groups for group in generation)
+    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
+    _assert_same_members(grouped.population, alone.population)
+
+
+def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -> None:
+    result = _train("DQN", tmp_path, singles=False)
+    assert _metrics(result) and all(len(m.record.fitness) == 2 for m in result.population)
+    manifest = tiny_manifest("DQN", training={"pop_size": 3, "max_steps": 128, "evo_steps": 64})
+    assert batched.applies(manifest, type(result.population[0]))
+
+
+def test_per_member_switch_trains_one_by_one(tmp_path: Path) -> None:
+    from agile_cli.testing import installed_host
+    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    from agile_cli.training.progress import LogReporter
+
+    manifest = tiny_manifest("DQN")
+    registry = installed_host().registry
+    for per_member, num_envs in ((False, 4), (True, 2)):
+        run_dir = tmp_path / str(per_member)
+        options = RunOptions(device="cpu", run_dir=run_dir, per_member=per_member)
+        loop = EvolutionLoop(manifest, registry, options, LogReporter())
+        assert loop.env.num_envs == num_envs and loop.context.num_envs == 2
+        assert isinstance(loop.runner, batched.BatchedOffPolicyRunner) != per_member
+        loop.env.close()
