@@ -118,11 +118,13 @@ class MemberGroup:
         optimizer: str,
         losses: torch.Tensor,
         active: torch.Tensor,
-        max_grad_norm: float | None = None,
+        max_grad_norm: float | torch.Tensor | None = None,
     ) -> None:
         """Minimise each active member's loss (``losses`` ``[k]``) with one step of its
         optimizer ``optimizer``, clipping each member's gradient norm to ``max_grad_norm``
-        when given (as :meth:`~agile_cli.Algorithm.gradient_step` does for one member)."""
+        when given, a number or one per member ``[k]`` (as
+        :meth:`~agile_cli.Algorithm.gradient_step` does for one member, where zero means no
+        clipping)."""
         self.minimise(losses, (optimizer,), active, max_grad_norm)
 
     def minimise(
@@ -130,7 +132,7 @@ class MemberGroup:
         losses: torch.Tensor,
         optimizers: tuple[str, ...],
         active: torch.Tensor,
-        max_grad_norm: float | None = None,
+        max_grad_norm: float | torch.Tensor | None = None,
     ) -> None:
         """One step of each named optimizer on the active members' ``losses``; gradients are
         computed for those optimizers' parameters only."""
@@ -139,7 +141,7 @@ class MemberGroup:
         views = [v for n in networks for v in self.networks[n].views.values()]
         grads = torch.autograd.grad((losses * weight).sum(), views, allow_unused=True)
         flat_grads = self._flat_grads(networks, grads)
-        if max_grad_norm:
+        if max_grad_norm is not None:
             _clip(flat_grads, max_grad_norm)
         start = 0
         for name in optimizers:
@@ -240,11 +242,17 @@ class MemberGroup:
         return flat_grads
 
 
-def _clip(grads: list[torch.Tensor], max_norm: float) -> None:
+def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
     """Scale each member's gradients so that their norm (over every tensor) is at most
-    ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does for one member."""
+    ``max_norm`` (one per member, or one for all; 0 or less: not clipped), as
+    ``torch.nn.utils.clip_grad_norm_`` does for one member."""
+    if not isinstance(max_norm, torch.Tensor):
+        if max_norm <= 0:
+            return
+        max_norm = torch.full((grads[0].shape[0],), float(max_norm), device=grads[0].device)
     norms = torch.stack([g.pow(2).sum(1) for g in grads]).sum(0).sqrt()
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    scale = torch.where(max_norm > 0, scale, torch.ones_like(scale)).unsqueeze(1)
     for grad in grads:
         grad.mul_(scale)
 

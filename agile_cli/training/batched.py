@@ -29,7 +29,7 @@ import torch
 from agile_cli.errors import TrainingError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.runtime.agent import Algorithm, OffPolicyAlgorithm
+from agile_cli.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer
 from agile_cli.runtime.group import GroupLearner, MemberGroup, group_members
 from agile_cli.training import setup
@@ -37,6 +37,7 @@ from agile_cli.training.runners import (
     EpisodeTracker,
     GenerationStats,
     OffPolicyRunner,
+    OnPolicyRunner,
     Progress,
     Runner,
     _learn_schedule,
@@ -46,14 +47,28 @@ from agile_cli.training.runners import (
 
 def applies(manifest: TrainingManifest, cls: type[Algorithm]) -> bool:
     """Whether a run of ``manifest`` can train as a batched population: a single-agent
-    off-policy algorithm whose class has a group learner, trained by the core's off-policy
-    runner, in environments whose number the manifest sets."""
+    off- or on-policy algorithm whose class has a group learner, trained by the core's
+    runner of its family, in environments whose number the manifest sets."""
     paradigm = manifest.paradigm
     if paradigm is None or paradigm.multi_agent or paradigm.population is not None:
         return False
-    if getattr(cls, "group_learner", None) is None or not issubclass(cls, OffPolicyAlgorithm):
+    families = (OffPolicyAlgorithm, OnPolicyAlgorithm)
+    if getattr(cls, "group_learner", None) is None or not issubclass(cls, families):
         return False
     return "num_envs" in type(manifest.environment).model_fields
+
+
+def batched_runner(inner: Runner[Any], members: int) -> Runner[Any]:
+    """The batched runner of ``inner``'s family, trained on the population environment.
+
+    :raises TrainingError: ``inner`` is not one of the core's runners, which a batched runner
+        replaces.
+    """
+    if type(inner) is OnPolicyRunner:
+        from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
+
+        return BatchedOnPolicyRunner(inner, members)
+    return BatchedOffPolicyRunner(inner, members)
 
 
 def population_environment(

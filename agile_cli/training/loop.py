@@ -132,7 +132,7 @@ class EvolutionLoop:
     def _runner(self, runner: Runner[Any]) -> Runner[Any]:
         if not self.batched:
             return runner
-        return batched.BatchedOffPolicyRunner(runner, self.manifest.training.pop_size)
+        return batched.batched_runner(runner, self.manifest.training.pop_size)
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:
@@ -282,9 +282,10 @@ class EvolutionLoop:
 
     def _metrics_record(self, report: GenerationReport) -> dict[str, Any]:
         record = self._report_record(report)
-        if isinstance(self.runner, batched.BatchedOffPolicyRunner):
+        groups = getattr(self.runner, "groups", None) if self.batched else None
+        if groups is not None:  # a batched runner's groups of this generation
             indices = [m.index for m in self.population]
-            record["groups"] = [[indices[i] for i in group] for group in self.runner.groups]
+            record["groups"] = [[indices[i] for i in group] for group in groups]
         return record
 
     def _report_record(self, report: GenerationReport) -> dict[str, Any]:
