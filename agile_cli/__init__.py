@@ -108,6 +108,9 @@ _LAZY = {
     "DeterministicActorCritic": (
         "agile_cli.runtime.algorithms.deterministic:DeterministicActorCritic"
     ),
+    "DeterministicActorCriticGroup": (
+        "agile_cli.runtime.algorithms.deterministic:DeterministicActorCriticGroup"
+    ),
     "CentralisedActorCritic": "agile_cli.runtime.algorithms.centralised:CentralisedActorCritic",
     "QLearning": "agile_cli.runtime.algorithms.q_learning:QLearning",
     "QLearningGroup": "agile_cli.runtime.algorithms.q_learning:QLearningGroup",
@@ -151,7 +154,10 @@ if TYPE_CHECKING:
     )
     from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
     from agile_cli.runtime.algorithms.centralised import CentralisedActorCritic
-    from agile_cli.runtime.algorithms.deterministic import DeterministicActorCritic
+    from agile_cli.runtime.algorithms.deterministic import (
+        DeterministicActorCritic,
+        DeterministicActorCriticGroup,
+    )
     from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
     from agile_cli.runtime.algorithms.q_learning import QLearning, QLearningGroup
     from agile_cli.runtime.buffers import (
@@ -203,6 +209,7 @@ __all__ = [
     "CentralisedActorCriticSpec",
     "ClippedObjectiveSpec",
     "DeterministicActorCritic",
+    "DeterministicActorCriticGroup",
     "DeterministicActorCriticSpec",
     "EnvironmentBuilder",
     "EnvironmentNotFoundError",

@@ -209,3 +209,11 @@ def stacked_observations(obs: Any, members: int) -> Any:
     if isinstance(obs, dict):
         return {key: stacked_observations(value, members) for key, value in obs.items()}
     return obs.reshape(members, -1, *obs.shape[1:])
+
+
+def flat_rows(obs: Any) -> Any:
+    """Stacked observations ``[k, B, ...]`` as ``[k * B, ...]`` (dicts key by key): the
+    inverse of :func:`stacked_observations`, e.g. to preprocess them."""
+    if isinstance(obs, dict):
+        return {key: flat_rows(value) for key, value in obs.items()}
+    return obs.reshape(-1, *obs.shape[2:])

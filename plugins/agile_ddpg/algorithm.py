@@ -7,8 +7,36 @@ from __future__ import annotations
 
 import torch
 
-from agile_cli import DeterministicActorCritic, LearnResult, Transitions
+from agile_cli import (
+    DeterministicActorCritic,
+    DeterministicActorCriticGroup,
+    LearnResult,
+    Transitions,
+    masked_mean,
+)
 from agile_ddpg.spec import DDPGSpec
+
+
+class DDPGGroup(DeterministicActorCriticGroup):
+    """:meth:`DDPG.learn` for a group of members at once."""
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        obs, next_obs = self.observations(batch.obs), self.observations(batch.next_obs)
+        actions = self.to_unit(batch.actions)
+        with torch.no_grad():
+            next_actions = self.policy_actions("actor_target", next_obs)
+            next_q = self.q_values("critic_target", next_obs, next_actions)
+            td_target = batch.rewards + self.bootstrap(batch) * next_q
+        q = self.q_values("critic", obs, actions)
+        losses = masked_mean(batch.weights * (q - td_target).pow(2), rows)
+        self.group.minimise(losses, ("critic",), active)
+        due = self.policy_delay(active)
+        if due.any():
+            self.update_actor("critic", obs, rows, due)
+            self.soft_update_targets(due)
+        return losses.detach(), (q - td_target).detach().abs() + 1e-6
 
 
 class DDPG(DeterministicActorCritic):
@@ -27,6 +55,7 @@ class DDPG(DeterministicActorCritic):
     """
 
     spec: DDPGSpec
+    group_learner = DDPGGroup
 
     def learn(self, batch: Transitions) -> LearnResult:
         obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)

@@ -10,8 +10,54 @@ from typing import ClassVar
 
 import torch
 
-from agile_cli import DeterministicActorCritic, LearnResult, Transitions
+from agile_cli import (
+    DeterministicActorCritic,
+    DeterministicActorCriticGroup,
+    LearnResult,
+    Transitions,
+    masked_mean,
+)
 from agile_td3.spec import TD3Spec
+
+
+class TD3Group(DeterministicActorCriticGroup):
+    """:meth:`TD3.learn` for a group of members at once."""
+
+    members: list[TD3]  # type: ignore[assignment]
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        obs, next_obs = self.observations(batch.obs), self.observations(batch.next_obs)
+        actions = self.to_unit(batch.actions)
+        with torch.no_grad():
+            next_actions = self.policy_actions("actor_target", next_obs)
+            noise = self.smoothing_noise(next_actions.shape, rows)
+            next_actions = (next_actions + noise).clamp(-1, 1)
+            next_q = torch.minimum(
+                self.q_values("critic_1_target", next_obs, next_actions),
+                self.q_values("critic_2_target", next_obs, next_actions),
+            )
+            td_target = batch.rewards + self.bootstrap(batch) * next_q
+        q_1 = self.q_values("critic_1", obs, actions)
+        q_2 = self.q_values("critic_2", obs, actions)
+        errors = (q_1 - td_target).pow(2) + (q_2 - td_target).pow(2)
+        losses = masked_mean(batch.weights * errors, rows)
+        self.group.minimise(losses, type(self.members[0]).critics, active)
+        due = self.policy_delay(active)
+        if due.any():
+            self.update_actor("critic_1", obs, rows, due)
+            self.soft_update_targets(due)
+        return losses.detach(), (q_1 - td_target).detach().abs() + 1e-6
+
+    def smoothing_noise(self, shape: torch.Size, rows: torch.Tensor) -> torch.Tensor:
+        """Each member's target-policy smoothing noise for its own rows, drawn as
+        :meth:`TD3.smoothing_noise` draws it (zeros elsewhere)."""
+        noise = torch.zeros(shape, device=rows.device)
+        for row, (member, count) in enumerate(zip(self.members, rows.sum(1).tolist(), strict=True)):
+            if count:
+                noise[row, : int(count)] = member.smoothing_noise(noise[row, : int(count)].shape)
+        return noise
 
 
 class TD3(DeterministicActorCritic):
@@ -29,6 +75,7 @@ class TD3(DeterministicActorCritic):
     critics: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")
 
     spec: TD3Spec
+    group_learner = TD3Group
 
     def learn(self, batch: Transitions) -> LearnResult:
         obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)

@@ -14,6 +14,8 @@ from agile_cli.runtime.agent import OffPolicyAlgorithm
 from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
 from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.group import GroupLearner, masked_mean
+from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
 
 class DeterministicActorCritic(OffPolicyAlgorithm):
@@ -135,3 +137,69 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.learn_counter = int(state["learn_counter"])
         self.ou_noise = np.array(state["ou_noise"], dtype=np.float64)
+
+
+class DeterministicActorCriticGroup(GroupLearner):
+    """Acting and the pieces of an update of :class:`DeterministicActorCritic` for a group of
+    members at once, each piece doing for every member what the member's own method does;
+    a subclass adds :meth:`~agile_cli.GroupLearner.learn_batch`. Shapes gain a leading
+    member dimension: ``[k, B, ...]``."""
+
+    members: list[DeterministicActorCritic]  # type: ignore[assignment]
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        size = self.group.size
+        with torch.no_grad():
+            stacked = stacked_observations(self.members[0].obs_tensor(obs), size)
+            unit = self.policy_actions("actor", stacked).cpu().numpy()
+        actions = []
+        for member, rows in zip(self.members, unit, strict=True):
+            if explore:
+                rows = np.clip(rows + member.exploration_noise(rows.shape[0]), -1.0, 1.0)
+            actions.append(member.to_env(rows))
+        return np.concatenate(actions)
+
+    def observations(self, obs: Any) -> Any:
+        """Stacked stored observations ``[k, B, ...]`` as the networks take them."""
+        return stacked_observations(self.members[0].obs_tensor(flat_rows(obs)), self.group.size)
+
+    def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
+        """Stacked stored actions back in [-1, 1], ``[k, B, action_dim]``."""
+        unit = self.members[0].to_unit(actions.reshape(-1, *actions.shape[2:]))
+        return unit.reshape(self.group.size, -1, unit.shape[-1])
+
+    def policy_actions(self, network: str, obs: Any) -> torch.Tensor:
+        """The deterministic policy of ``network`` for every member, in [-1, 1]."""
+        return torch.tanh(self.group.net(network)(obs)["action"])
+
+    def q_values(self, network: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
+        """Q(s, a) of one critic for every member, ``[k, B]``."""
+        return self.group.net(network)(obs, actions)["q"].squeeze(-1)
+
+    def bootstrap(self, batch: Transitions) -> torch.Tensor:
+        """Each member's multiplier of the next state's value, ``[k, B]`` (see
+        :meth:`DeterministicActorCritic.bootstrap`)."""
+        gamma = self.group.hp("gamma").unsqueeze(1)
+        discount = gamma if batch.discounts is None else batch.discounts
+        return discount * (1.0 - batch.terminated)
+
+    def policy_delay(self, active: torch.Tensor) -> torch.Tensor:
+        """Count a learn call for the active members; return which of them update their
+        actor now (every ``policy_freq``-th call, as the members' own ``learn`` does)."""
+        due = []
+        for member, on in zip(self.members, active.tolist(), strict=True):
+            if on:
+                member.learn_counter += 1
+            due.append(bool(on) and member.learn_counter % member.spec.policy_freq == 0)
+        return torch.tensor(due, device=active.device)
+
+    def update_actor(self, critic: str, obs: Any, rows: torch.Tensor, active: torch.Tensor) -> None:
+        """Move each active member's actor up the gradient of its ``critic``'s Q(s, mu(s))."""
+        q = self.q_values(critic, obs, self.policy_actions("actor", obs))
+        self.group.minimise(-masked_mean(q, rows), ("actor",), active)
+
+    def soft_update_targets(self, active: torch.Tensor) -> None:
+        """Every target follows its network by each active member's ``tau``."""
+        critics = type(self.members[0]).critics
+        pairs = [(f"{name}_target", name) for name in ("actor", *critics)]
+        self.group.soft_update(pairs, self.group.hp("tau"), active)

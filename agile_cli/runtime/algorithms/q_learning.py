@@ -14,7 +14,7 @@ from agile_cli.models.training import EpsilonGreedyTraining
 from agile_cli.runtime.agent import OffPolicyAlgorithm
 from agile_cli.runtime.buffers import Transitions
 from agile_cli.runtime.group import GroupLearner
-from agile_cli.runtime.stacked import stacked_observations
+from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
 
 class QLearning(OffPolicyAlgorithm):
@@ -123,8 +123,8 @@ class QLearningGroup(GroupLearner):
         online, target = self.group.net("q"), self.group.net("target")
         first = self.members[0]
         members = self.group.size
-        obs = stacked_observations(first.obs_tensor(_flat(batch.obs)), members)
-        next_obs = stacked_observations(first.obs_tensor(_flat(batch.next_obs)), members)
+        obs = stacked_observations(first.obs_tensor(flat_rows(batch.obs)), members)
+        next_obs = stacked_observations(first.obs_tensor(flat_rows(batch.next_obs)), members)
         size = batch.rewards.shape[1]
         double = bool(first.spec.double)
         if double:
@@ -154,10 +154,3 @@ def _explore(member: QLearning, greedy: np.ndarray) -> np.ndarray:
     if random.any():
         greedy[random] = member.rng.integers(0, member.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
     return greedy
-
-
-def _flat(obs: Any) -> Any:
-    """Stacked observations ``[k, B, ...]`` as ``[k * B, ...]``, to preprocess them."""
-    if isinstance(obs, dict):
-        return {key: _flat(value) for key, value in obs.items()}
-    return obs.reshape(-1, *obs.shape[2:])
