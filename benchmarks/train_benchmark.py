@@ -15,8 +15,10 @@ evaluation share includes its own acting and stepping, which the first two also 
 
 With ``--populations 4 8 16`` it also trains the manifest once per population size (first
 seed, ``training.pop_size`` replaced) and reports, for each, env steps/s, the median wall time
-of a generation, and how many architecture groups (members whose networks have the same
-architecture) each generation had: what a batched population depends on.
+of a generation, and how many groups each generation had: members that act and learn as one
+batched computation (``--per-member``: members whose networks have the same architecture).
+Flags after ``--`` go to every ``agile train``, e.g. ``-- --per-member`` for the one-by-one
+path, to compare the two.
 """
 
 from __future__ import annotations
@@ -84,9 +86,11 @@ def report(rows: list[dict[str, Any]]) -> None:
         print()
 
 
-# Phase -> functions whose cumulative time counts for it (matched on "file:function").
+# Phase -> functions whose cumulative time counts for it (matched on "file:function"), for
+# members trained one by one. No two functions of a phase call each other.
 PHASES = {
-    "act (policy forward)": ("agent.py:act", "algorithm.py:act", "algorithm.py:policy_step"),
+    "act (policy forward)": ("agent.py:act", "algorithm.py:act", "algorithm.py:policy_step",
+                             "q_learning.py:act", "deterministic.py:act"),
     "environment step": ("vector_env.py:step", "sync_vector_env.py:step",
                          "async_vector_env.py:step", "cartpole.py:step",
                          "multi_agent.py:step"),
@@ -96,6 +100,19 @@ PHASES = {
     "evaluate": ("runners.py:evaluate",),
     "select + mutate": ("loop.py:_evolve",),
     "checkpoints": ("loop.py:_save_checkpoint",),
+}  # fmt: skip
+
+# The same phases for a batched population (a run is one or the other): groups act, sample
+# and learn together; a member that stacks with no other still calls its own act and learn,
+# inside the batched runner's.
+BATCHED_PHASES = {
+    **PHASES,
+    "act (policy forward)": ("batched.py:_act", "batched_on_policy.py:_act"),
+    "store / sample experience": ("batched.py:_store", "buffers.py:sample_stacked",
+                                  "buffers.py:sample", "rollout.py:add", "rollout.py:finish"),
+    "learn (gradient steps)": ("algorithm.py:learn", "algorithm.py:learn_batch",
+                               "group.py:learn_batch", "group.py:learn_rollouts"),
+    "evaluate": ("batched.py:evaluate_population", "batched_on_policy.py:evaluate_population"),
 }  # fmt: skip
 
 
@@ -112,13 +129,12 @@ def profile_phases(manifest: Path, seed: int, workdir: Path) -> dict[str, float]
     trainer.train(verbose=False, run_dir=workdir / "profiled", seed=seed)
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    totals = dict.fromkeys(PHASES, 0.0)
-    whole = 0.0
-    for (filename, _, function), (_, _, _, cumulative, _) in stats.items():
-        key = f"{Path(filename).name}:{function}"
-        if key == "loop.py:run":
-            whole = cumulative
-        for phase, names in PHASES.items():
+    keyed = {f"{Path(file).name}:{function}": row[3] for (file, _, function), row in stats.items()}
+    phases = BATCHED_PHASES if "batched.py:_act" in keyed else PHASES
+    totals = dict.fromkeys(phases, 0.0)
+    whole = keyed.get("loop.py:run", 0.0)
+    for key, cumulative in keyed.items():
+        for phase, names in phases.items():
             if key in names:
                 totals[phase] += cumulative
     return {"total": whole, **totals}
@@ -148,17 +164,25 @@ def population_rows(
                    (workdir / f"pop-{size}" / f"seed-{seed}" / "metrics.jsonl").open()]  # fmt: skip
         ends = [0.0] + [record["wall_seconds"] for record in records]
         walls = [later - earlier for earlier, later in itertools.pairwise(ends)]
-        groups = [len({m["arch"] for m in record["members"]}) for record in records]
+        groups = [_groups(record) for record in records]
         rows.append({"size": size, "steps_per_second": run["steps_per_second"],
                      "generation_seconds": statistics.median(walls), "groups": groups,
                      "peak_mib": run["peak_mib"]})  # fmt: skip
     return rows
 
 
+def _groups(record: dict[str, Any]) -> int:
+    """A generation's groups: the batched population's (members that act and learn as one
+    computation), else the number of distinct architectures."""
+    if "groups" in record:
+        return len(record["groups"])
+    return len({member["arch"] for member in record["members"]})
+
+
 def report_populations(rows: list[dict[str, Any]]) -> None:
     first = rows[0]["generation_seconds"]
     print(f"{'pop':>4} {'steps/s':>9} {'s/generation':>13} {'x pop ' + str(rows[0]['size']):>9} "
-          f"{'peak MiB':>9}  architecture groups per generation")  # fmt: skip
+          f"{'peak MiB':>9}  groups per generation")  # fmt: skip
     for r in rows:
         print(f"{r['size']:>4} {r['steps_per_second']:>9,.0f} {r['generation_seconds']:>13.2f} "
               f"{r['generation_seconds'] / first:>9.2f} {r['peak_mib']:>9.0f}  "
