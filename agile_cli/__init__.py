@@ -117,6 +117,8 @@ _LAZY = {
     "GroupLearner": "agile_cli.runtime.group:GroupLearner",
     "MemberGroup": "agile_cli.runtime.group:MemberGroup",
     "masked_mean": "agile_cli.runtime.group:masked_mean",
+    "stacked_observations": "agile_cli.runtime.stacked:stacked_observations",
+    "flat_rows": "agile_cli.runtime.stacked:flat_rows",
     "gym_env_factory": "agile_cli.runtime.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_cli.runtime.gym_vector:gym_vector_env",
     "RunOptions": "agile_cli.training.loop:RunOptions",
@@ -182,6 +184,7 @@ if TYPE_CHECKING:
         SequenceBatch,
         compute_gae,
     )
+    from agile_cli.runtime.stacked import flat_rows, stacked_observations
     from agile_cli.training.budget import available_memory, format_bytes
     from agile_cli.training.evaluation import load_agent
     from agile_cli.training.loop import RunOptions, TrainResult
@@ -280,6 +283,7 @@ __all__ = [
     "check_entrypoint",
     "compute_gae",
     "experience",
+    "flat_rows",
     "format_bytes",
     "gumbel_argmax",
     "gym_env_factory",
@@ -303,6 +307,7 @@ __all__ = [
     "resume_local",
     "run_local",
     "scale_sigmas",
+    "stacked_observations",
     "uniform_draws",
 ]
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from agile_cli.nn.arch import MLPArch, NetworkArch
-from agile_cli.runtime.buffers import ReplayBuffer
+from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from agile_cli.runtime.group import MemberGroup, group_members
 from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
 from agile_cli.training import batched
@@ -203,6 +203,41 @@ def test_actor_critic_group_acts_as_each_member_does(ou_noise: bool) -> None:
         np.testing.assert_allclose(stacked, own, rtol=1e-5, atol=1e-6)
 
 
+def test_rainbow_group_learns_and_acts_as_each_member_does() -> None:
+    archs = [*ARCHS[:2], _arch((16,), 16, (40,))]  # noisy heads of other widths, padded
+    members = _population("RainbowDQN", archs, lr=[1e-3, 3e-3, 5e-4], batch_size=[16, 24, 8],
+                          noise_std=[0.5, 0.3, 0.6], prior_eps=[1e-6, 1e-5, 1e-4])  # fmt: skip
+    stacked, own = _learn_both_ways(members, [True, False, True])
+    _assert_same_members(stacked, own)
+    learner = type(stacked[0]).group_learner(MemberGroup(stacked))
+    obs = np.random.default_rng(0).normal(size=(3 * 4, 4)).astype(np.float32)
+    for explore in (True, False):  # noisy exploration from each member's generator, then mean
+        together = learner.act(obs, explore=explore)
+        alone = np.concatenate([m.act(obs[4 * i : 4 * i + 4], explore=explore)
+                                for i, m in enumerate(own)])  # fmt: skip
+        np.testing.assert_array_equal(together, alone)
+    _assert_same_members(stacked, own)  # the same draws: the generators still agree
+
+
+def test_prioritised_batches_give_each_member_its_own_weights_and_priorities() -> None:
+    members = _population("DQN", ARCHS[:2], batch_size=[16, 8])
+    buffer = PrioritizedReplayBuffer(1000, members[0].observation_space,
+                                     members[0].action_space, gamma=0.99)  # fmt: skip
+    source = _filled_buffer(members[0])
+    batch = source.sample(300, torch.Generator().manual_seed(0))
+    buffer.add(batch.obs.numpy(), batch.actions.numpy(), batch.rewards.numpy(),
+               batch.next_obs.numpy(), batch.terminated.numpy())  # fmt: skip
+    buffer.update_priorities(torch.arange(300), torch.rand(300) + 0.1)
+    twins = [m.clone(m.index) for m in members]
+    stacked, rows = buffer.sample_stacked([16, 8], [m.generator for m in twins], [0.4, 0.7])
+    for row, (member, beta) in enumerate(zip(members, (0.4, 0.7), strict=True)):
+        own = buffer.sample(int(member.spec.batch_size), member.generator, beta)
+        size = len(own.indices)
+        assert rows[row].sum() == size and stacked.indices[row, :size].equal(own.indices)
+        torch.testing.assert_close(stacked.weights[row, :size], own.weights)
+        torch.testing.assert_close(stacked.obs[row, :size], own.obs)
+
+
 # -- grouping --------------------------------------------------------------------------------
 
 
@@ -244,7 +279,7 @@ def _metrics(result: Any) -> list[str]:
 
 # TD3 in one generation: its updates amplify float rounding (Adam on near-zero gradients), so
 # that differences of 1e-7 in one generation grow to 1e-4 in the next, in either direction.
-@pytest.mark.parametrize(("algorithm", "evo_steps"), [("DQN", 96), ("TD3", 192)])
+@pytest.mark.parametrize(("algorithm", "evo_steps"), [("DQN", 96), ("RainbowDQN", 96), ("TD3", 192)])
 def test_batched_generation_equals_members_stepping_alone(
     algorithm: str, evo_steps: int, tmp_path: Path
 ) -> None:

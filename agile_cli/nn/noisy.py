@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 
-def _scaled(noise: torch.Tensor) -> torch.Tensor:
+def signed_sqrt(noise: torch.Tensor) -> torch.Tensor:
     """Fortunato et al.'s ``f(x) = sign(x) sqrt(|x|)``."""
     return noise.sign() * noise.abs().sqrt()
 
@@ -93,11 +93,11 @@ class NoisyLinear(nn.Module):
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
         """Draw a new noise sample from ``generator`` (on its device, then moved here)."""
-        self.set_noise(_draw(self.noise_size, generator))
+        self.set_noise(draw_normals(self.noise_size, generator))
 
     def set_noise(self, noise: torch.Tensor) -> None:
         """Use ``noise`` (``noise_size`` standard normals) as the noise sample."""
-        noise = _scaled(noise)
+        noise = signed_sqrt(noise)
         with torch.no_grad():
             self.eps_in.copy_(noise[: self.in_features])
             self.eps_out.copy_(noise[self.in_features :])
@@ -119,7 +119,7 @@ def noisy_layers(module: nn.Module) -> list[NoisyLinear]:
     return [layer for layer in module.modules() if isinstance(layer, NoisyLinear)]
 
 
-def _draw(size: int, generator: torch.Generator | None) -> torch.Tensor:
+def draw_normals(size: int, generator: torch.Generator | None) -> torch.Tensor:
     device = generator.device if generator is not None else None
     return torch.randn(size, generator=generator, device=device)
 
@@ -130,7 +130,7 @@ def reset_noise(module: nn.Module, generator: torch.Generator | None = None) -> 
     layers = noisy_layers(module)
     if not layers:
         return
-    noise = _draw(sum(layer.noise_size for layer in layers), generator)
+    noise = draw_normals(sum(layer.noise_size for layer in layers), generator)
     device = layers[0].eps_in.device
     for layer, part in zip(
         layers, noise.to(device).split([layer.noise_size for layer in layers]), strict=True

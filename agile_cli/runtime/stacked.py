@@ -19,8 +19,10 @@ price is compute: a member is evaluated at the group's widest shape, which
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,6 +31,7 @@ from torch import nn
 
 from agile_cli.nn.arch import MLPArch, NetworkArch
 from agile_cli.nn.modules import MLP, EvolvableNetwork, LogStd
+from agile_cli.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
 
 #: A member joins a padded group only if the group's network has at most this many times its
 #: own parameters (compute spent on padding is bounded by it).
@@ -45,7 +48,7 @@ def layout_key(network: nn.Module) -> Hashable | None:
     network this module cannot stack (an encoder other than an MLP, noisy layers, ...)."""
     if isinstance(network, LogStd):
         return ("log_std", tuple(network.log_std.shape))
-    if not isinstance(network, EvolvableNetwork) or network.noisy_std is not None:
+    if not isinstance(network, EvolvableNetwork):
         return None
     arch = network.arch
     encoder, head = arch.encoder, arch.head
@@ -57,6 +60,7 @@ def layout_key(network: nn.Module) -> Hashable | None:
         _widthless(arch),
         tuple(sorted(network.head_sizes.items())),
         network.head_extra,
+        network.noisy_std is not None,
         repr(network.observation_space),
     )
 
@@ -112,6 +116,8 @@ class StackedNetwork:
             offset += count
         self._load(networks)
         self.masks = self._masks(networks)
+        self.noise = self._noise_buffers()
+        self.mean_only = False
 
     # -- copying in and out ------------------------------------------------------------------
 
@@ -135,16 +141,55 @@ class StackedNetwork:
         mask of real units and ``[k, 1, 1]`` count of them."""
         masks = {}
         for name, shape in self.shapes.items():
-            if not name.endswith(".weight") or len(shape) != 2 or ".norms." in name:
+            if not name.endswith((".weight", ".weight_mu")) or len(shape) != 2:
                 continue
             widths = [dict(n.named_parameters())[name].shape[0] for n in networks]
             if min(widths) == shape[0]:
                 continue
-            layer = name.removesuffix(".weight")
+            layer = name.removesuffix("_mu").removesuffix(".weight")
             width = torch.tensor(widths, device=self.flat.device).view(-1, 1, 1)
             mask = (torch.arange(shape[0], device=self.flat.device).view(1, 1, -1) < width).float()
             masks[layer] = (mask, width.float())
         return masks
+
+    # -- noisy layers (Fortunato et al., 2018) -----------------------------------------------
+
+    def _noise_buffers(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Zero noise ``eps_in [k, in]`` and ``eps_out [k, out]`` for every noisy layer."""
+        buffers = {}
+        for name, shape in self.shapes.items():
+            if name.endswith(".weight_mu"):
+                out_width, in_width = shape
+                zeros = partial(torch.zeros, self.size, device=self.flat.device)
+                buffers[name.removesuffix(".weight_mu")] = (zeros(in_width), zeros(out_width))
+        return buffers
+
+    def reset_noise(
+        self, networks: Sequence[nn.Module], generators: Sequence[torch.Generator | None]
+    ) -> None:
+        """A new noise sample for every member's noisy layers, drawn as
+        :func:`~agile_cli.nn.noisy.reset_noise` draws it for the member's own network (one
+        draw from its generator, split among its layers in module order); a member whose
+        generator is None keeps its noise."""
+        for row, (network, generator) in enumerate(zip(networks, generators, strict=True)):
+            if generator is None:
+                continue
+            layers = [(n, m) for n, m in network.named_modules() if isinstance(m, NoisyLinear)]
+            sizes = [layer.noise_size for _, layer in layers]
+            noise = signed_sqrt(draw_normals(sum(sizes), generator).to(self.flat.device))
+            for (name, layer), part in zip(layers, noise.split(sizes), strict=True):
+                eps_in, eps_out = self.noise[name]
+                eps_in[row, : layer.in_features] = part[: layer.in_features]
+                eps_out[row, : layer.out_features] = part[layer.in_features :]
+
+    @contextmanager
+    def mean_weights(self) -> Iterator[None]:
+        """Inside, noisy layers compute with their mean weights (greedy actions)."""
+        self.mean_only = True
+        try:
+            yield
+        finally:
+            self.mean_only = False
 
     # -- the forward pass --------------------------------------------------------------------
 
@@ -178,8 +223,22 @@ class StackedNetwork:
         return self._masked(f"{prefix}.out", module.out_act(x))
 
     def _linear(self, layer: str, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.views[f"{layer}.weight"], self.views[f"{layer}.bias"]
+        if layer in self.noise:
+            weight, bias = self._noisy(layer)
+        else:
+            weight, bias = self.views[f"{layer}.weight"], self.views[f"{layer}.bias"]
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    def _noisy(self, layer: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A noisy layer's weight and bias: ``mu + sigma * eps``, or ``mu`` in mean mode."""
+        views = self.views
+        weight, bias = views[f"{layer}.weight_mu"], views[f"{layer}.bias_mu"]
+        if self.mean_only:
+            return weight, bias
+        eps_in, eps_out = self.noise[layer]
+        noise = eps_out.unsqueeze(2) * eps_in.unsqueeze(1)
+        weight = torch.addcmul(weight, views[f"{layer}.weight_sigma"], noise)
+        return weight, torch.addcmul(bias, views[f"{layer}.bias_sigma"], eps_out)
 
     def _layer_norm(self, norm: str, layer: str, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.views[f"{norm}.weight"], self.views[f"{norm}.bias"]

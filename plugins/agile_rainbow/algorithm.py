@@ -17,12 +17,16 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import (
+    GroupLearner,
     LearnResult,
     OffPolicyAlgorithm,
     Transitions,
+    flat_rows,
+    masked_mean,
     mean_weights,
     reset_noise,
     scale_sigmas,
+    stacked_observations,
 )
 from agile_rainbow.spec import RainbowDQNSpec
 
@@ -57,12 +61,86 @@ def project_distribution(
 
 
 def dueling_log_probs(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities ``[batch, actions, atoms]`` of the return distribution of each
-    action, from the value stream ``[batch, atoms]`` and the advantage stream
-    ``[batch, actions * atoms]``: the logits are ``V + A - mean_a A``, atom by atom."""
-    advantage = advantage.view(value.shape[0], -1, value.shape[1])
-    logits = value.unsqueeze(1) + advantage - advantage.mean(dim=1, keepdim=True)
+    """Log-probabilities ``[..., actions, atoms]`` of the return distribution of each
+    action, from the value stream ``[..., atoms]`` and the advantage stream
+    ``[..., actions * atoms]``: the logits are ``V + A - mean_a A``, atom by atom."""
+    advantage = advantage.view(*value.shape[:-1], -1, value.shape[-1])
+    logits = value.unsqueeze(-2) + advantage - advantage.mean(dim=-2, keepdim=True)
     return logits.log_softmax(dim=-1)
+
+
+class RainbowGroup(GroupLearner):
+    """:meth:`RainbowDQN.act` and :meth:`RainbowDQN.learn` for a group of members at once:
+    each member's noise is drawn from its own generator as its own layers would draw it."""
+
+    members: list[RainbowDQN]  # type: ignore[assignment]
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        online = self.group.net("q")
+        if explore:
+            online.reset_noise([m.networks["q"] for m in self.members], self._generators)
+        stacked = stacked_observations(self.members[0].obs_tensor(obs), self.group.size)
+        with torch.no_grad(), nullcontext() if explore else online.mean_weights():
+            q = self.q_values(self.log_probs("q", stacked))
+        return q.argmax(dim=2).cpu().numpy().reshape(-1)
+
+    @property
+    def _generators(self) -> list[torch.Generator]:
+        return [member.generator for member in self.members]
+
+    def log_probs(self, network: str, obs: Any) -> torch.Tensor:
+        """``[k, B, actions, atoms]``: :meth:`RainbowDQN.log_probs` for every member."""
+        out = self.group.net(network)(obs)
+        return dueling_log_probs(out["value"], out["advantage"])
+
+    def q_values(self, log_probs: torch.Tensor) -> torch.Tensor:
+        return log_probs.exp() @ self.members[0].support
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        first, size = self.members[0], batch.rewards.shape[1]
+        for name in ("q", "target"):  # in this order, as each member's learn draws them
+            networks = [m.networks[name] for m in self.members]
+            self.group.net(name).reset_noise(networks, self._active_generators(active))
+        obs = stacked_observations(first.obs_tensor(flat_rows(batch.obs)), self.group.size)
+        next_obs = stacked_observations(
+            first.obs_tensor(flat_rows(batch.next_obs)), self.group.size
+        )
+        both = self.log_probs("q", _concat(obs, next_obs, dim=1))
+        actions = batch.actions.long().view(self.group.size, size, 1, 1)
+        taken = both[:, :size].gather(2, actions.expand(-1, -1, 1, both.shape[-1])).squeeze(2)
+        with torch.no_grad():
+            target = self._target(batch, both[:, size:].detach(), next_obs)
+        cross_entropy = -(target * taken).sum(dim=-1)
+        losses = masked_mean(batch.weights * cross_entropy, rows)
+        self.group.gradient_step("q", losses, active, max_grad_norm=10.0)
+        self.group.soft_update([("target", "q")], self.group.hp("tau"), active)
+        priorities = cross_entropy.detach() + self.group.hp("prior_eps").unsqueeze(1)
+        return losses.detach(), priorities
+
+    def _active_generators(self, active: torch.Tensor) -> list[torch.Generator | None]:
+        return [
+            m.generator if on else None for m, on in zip(self.members, active.tolist(), strict=True)
+        ]
+
+    def _target(self, batch: Transitions, online_next: torch.Tensor, next_obs: Any) -> torch.Tensor:
+        """Each member's projected double-Q target distribution, ``[k, B, atoms]``."""
+        next_actions = self.q_values(online_next).argmax(dim=2)
+        target_log_probs = self.log_probs("target", next_obs)
+        index = next_actions.view(*next_actions.shape, 1, 1).expand(
+            -1, -1, 1, target_log_probs.shape[-1]
+        )
+        next_probs = target_log_probs.gather(2, index).squeeze(2).exp()
+        gamma = self.group.hp("gamma").unsqueeze(1)
+        discount = gamma if batch.discounts is None else batch.discounts
+        discounts = discount * (1.0 - batch.terminated)
+        atoms = next_probs.shape[-1]
+        projected = project_distribution(
+            next_probs.reshape(-1, atoms), batch.rewards.reshape(-1), discounts.reshape(-1),
+            self.members[0].support,
+        )  # fmt: skip
+        return projected.view(*next_probs.shape)
 
 
 class RainbowDQN(OffPolicyAlgorithm):
@@ -82,6 +160,7 @@ class RainbowDQN(OffPolicyAlgorithm):
 
     spec: RainbowDQNSpec
     policy_network = "q"
+    group_learner = RainbowGroup
 
     def build(self) -> None:
         if not isinstance(self.action_space, spaces.Discrete):
@@ -153,8 +232,8 @@ class RainbowDQN(OffPolicyAlgorithm):
         super().set_hyperparameter(name, value)
 
 
-def _concat(first: Any, second: Any) -> Any:
+def _concat(first: Any, second: Any, dim: int = 0) -> Any:
     """Two observation batches as one (dict observations key by key)."""
     if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]]) for key in first}
-    return torch.cat([first, second])
+        return {key: torch.cat([first[key], second[key]], dim=dim) for key in first}
+    return torch.cat([first, second], dim=dim)
