@@ -291,6 +291,60 @@ def test_masked_rows_are_ignored_and_envs_interleave_independently() -> None:
     assert batch.next_obs.tolist() == [[2.0]]
 
 
+def _windows_one_by_one(n_step: int, gamma: float, steps: list[dict]) -> list[tuple]:
+    """What n-step accumulation yields, computed env by env with plain lists."""
+    windows: dict[int, list[tuple[float, float]]] = {}
+    out = []
+    for step in steps:
+        for env in np.flatnonzero(step["mask"]):
+            window = windows.setdefault(env, [])
+            window.append((float(step["obs"][env, 0]), float(step["rewards"][env])))
+            done = step["terminated"][env] or step["truncated"][env]
+            while window and (done or len(window) == n_step):
+                ret = sum(gamma**i * reward for i, (_, reward) in enumerate(window))
+                ended = float(step["terminated"][env])
+                out.append((window[0][0], ret, float(step["next_obs"][env, 0]), ended,
+                            gamma ** len(window)))  # fmt: skip
+                window.pop(0)
+                if not done:
+                    break
+    return out
+
+
+@pytest.mark.parametrize("n_step", [1, 3, 5])
+def test_n_step_windows_of_many_envs_match_them_one_by_one(n_step: int) -> None:
+    rng = np.random.default_rng(n_step)
+    envs, gamma = 6, 0.9
+    steps = [
+        {"obs": rng.normal(size=(envs, 1)).astype(np.float32), "rewards": rng.normal(size=envs),
+         "next_obs": rng.normal(size=(envs, 1)).astype(np.float32),
+         "terminated": rng.random(envs) < 0.1, "truncated": rng.random(envs) < 0.05,
+         "mask": rng.random(envs) < 0.8}
+        for _ in range(60)
+    ]  # fmt: skip
+    accumulator = NStepAccumulator(n_step, gamma, num_envs=envs)
+    got = []
+    for step in steps:
+        batch = accumulator.push(step["obs"], np.zeros(envs), step["rewards"], step["next_obs"],
+                                 step["terminated"], step["truncated"], step["mask"])  # fmt: skip
+        if batch is not None:
+            got += zip(batch.obs[:, 0], batch.rewards, batch.next_obs[:, 0], batch.terminated,
+                       batch.discounts, strict=True)  # fmt: skip
+    expected = _windows_one_by_one(n_step, gamma, steps)
+    assert len(got) == len(expected) > 0
+    np.testing.assert_allclose(np.array(got, dtype=np.float64), np.array(expected), rtol=1e-6)
+
+
+def test_resetting_an_accumulator_drops_pending_windows() -> None:
+    accumulator = NStepAccumulator(3, 0.9, num_envs=1)
+    _step(accumulator, 0)
+    _step(accumulator, 1)
+    accumulator.reset()
+    assert _step(accumulator, 10) is None and _step(accumulator, 11) is None
+    batch = _step(accumulator, 12)
+    assert batch is not None and batch.obs.tolist() == [[10.0]]
+
+
 def test_n_step_batches_go_straight_into_a_buffer_with_dict_observations() -> None:
     accumulator = NStepAccumulator(2, 0.9, num_envs=2)
     space = spaces.Dict({"x": spaces.Box(-1, 1, shape=(2,)), "k": spaces.Discrete(9)})

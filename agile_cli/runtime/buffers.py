@@ -14,7 +14,6 @@ rows, with no bookkeeping.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, TypeAlias, cast
 
@@ -594,23 +593,33 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._max_priority = float(state["max_priority"])
 
 
-def _row(value: Any, env: int) -> Any:
-    """A copy of one environment's row (vector envs may reuse their arrays)."""
+def _rows(value: Any, rows: np.ndarray) -> Any:
+    """Copies of some environments' rows (an array, or every array of a dict)."""
     if isinstance(value, Mapping):
-        return {key: np.array(array[env]) for key, array in value.items()}
-    return np.array(value[env])
+        return {key: np.asarray(array)[rows] for key, array in value.items()}
+    return np.asarray(value)[rows]
 
 
-def _stack(column: Sequence[Any]) -> Any:
-    if isinstance(column[0], Mapping):
-        return {key: np.stack([row[key] for row in column]) for key in column[0]}
-    return np.stack(column)
+def _ring(value: Any, n_step: int) -> Any:
+    """Empty storage of ``n_step`` vector steps shaped like ``value`` ``[N, ...]``."""
+    if isinstance(value, Mapping):
+        return {key: _ring(array, n_step) for key, array in value.items()}
+    array = np.asarray(value)
+    return np.zeros((n_step, *array.shape), dtype=array.dtype)
 
 
-class _Step(NamedTuple):
-    obs: Any
-    action: np.ndarray
-    reward: float
+def _put(ring: Any, slots: np.ndarray, rows: np.ndarray, value: Any) -> None:
+    if isinstance(ring, dict):
+        for key, array in ring.items():
+            array[slots, rows] = np.asarray(value[key])[rows]
+    else:
+        ring[slots, rows] = np.asarray(value)[rows]
+
+
+def _get(ring: Any, slots: np.ndarray, rows: np.ndarray) -> Any:
+    if isinstance(ring, dict):
+        return {key: array[slots, rows] for key, array in ring.items()}
+    return ring[slots, rows]
 
 
 class NStepAccumulator:
@@ -621,6 +630,9 @@ class NStepAccumulator:
     When an episode ends, every pending step leaves with the shorter window ``k`` it has:
     ``terminated`` is set when the episode really ended, while a truncated one still
     bootstraps from its final observation with discount ``gamma^k``.
+
+    The windows are rings of ``n_step`` rows per environment, updated for all environments at
+    once; transitions leave environment by environment, oldest first.
 
     :param n_step: steps summed into each return.
     :param gamma: discount factor.
@@ -633,7 +645,13 @@ class NStepAccumulator:
         self.n_step = n_step
         self.gamma = gamma
         self.num_envs = num_envs
-        self._windows: list[deque[_Step]] = [deque() for _ in range(num_envs)]
+        self._pushes = np.zeros(num_envs, dtype=np.int64)  # steps each env has pushed
+        self._pending = np.zeros(num_envs, dtype=np.int64)  # of which still in its window
+        self._rings: tuple[Any, Any, np.ndarray] | None = None  # obs, actions, rewards
+
+    def reset(self) -> None:
+        """Forget every pending step (the environments were reset: windows end here)."""
+        self._pending[:] = 0
 
     def push(
         self,
@@ -655,33 +673,50 @@ class NStepAccumulator:
         :param truncated: ``[N]`` true where it was cut short (time limit).
         :param mask: ``[N]`` bool, rows to use; rows set False (e.g. autoreset steps) are ignored.
         """
-        ready: list[tuple[Any, ...]] = []
-        for env in range(self.num_envs):
-            if mask is not None and not mask[env]:
-                continue
-            window = self._windows[env]
-            window.append(_Step(_row(obs, env), np.array(actions[env]), float(rewards[env])))
-            final = _row(next_obs, env)
-            if terminated[env] or truncated[env]:
-                while window:
-                    ready.append(self._pop(window, final, bool(terminated[env])))
-            elif len(window) == self.n_step:
-                ready.append(self._pop(window, final, False))
-        if not ready:
+        rows = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        if rows.size == 0:
             return None
-        return NStepBatch(*(_stack(column) for column in zip(*ready, strict=True)))
+        if self._rings is None:
+            self._rings = (_ring(obs, self.n_step), _ring(actions, self.n_step),
+                           np.zeros((self.n_step, self.num_envs)))  # fmt: skip
+        ring_obs, ring_actions, ring_rewards = self._rings
+        slots = self._pushes[rows] % self.n_step
+        _put(ring_obs, slots, rows, obs)
+        _put(ring_actions, slots, rows, actions)
+        ring_rewards[slots, rows] = np.asarray(rewards, dtype=np.float64)[rows]
+        self._pushes[rows] += 1
+        self._pending[rows] += 1
+        terminated = np.asarray(terminated, dtype=bool)
+        ended = (terminated | np.asarray(truncated, dtype=bool))[rows]
+        pending = self._pending[rows]
+        counts = np.where(ended, pending, (pending == self.n_step).astype(np.int64))
+        self._pending[rows] = np.where(ended, 0, pending - counts)
+        if not counts.any():
+            return None
+        return self._leaving(rows, counts, next_obs, terminated)
 
-    def _pop(self, window: deque[_Step], next_obs: Any, terminated: bool) -> tuple[Any, ...]:
-        """Remove the oldest pending step; return its transition over the whole window as one
-        row in :class:`NStepBatch` field order."""
-        steps = len(window)
-        discounted = sum(self.gamma**i * step.reward for i, step in enumerate(window))
-        first = window.popleft()
-        return (
-            first.obs,
-            first.action,
-            np.float32(discounted),
-            next_obs,
-            np.float32(terminated),
-            np.float32(self.gamma**steps),
+    def _leaving(
+        self, rows: np.ndarray, counts: np.ndarray, next_obs: ArrayObs, terminated: np.ndarray
+    ) -> NStepBatch:
+        """The transitions leaving: ``counts[i]`` oldest pending steps of env ``rows[i]``."""
+        assert self._rings is not None
+        ring_obs, ring_actions, ring_rewards = self._rings
+        envs = np.repeat(rows, counts)
+        offsets = np.arange(envs.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        windows = np.repeat(self._pending[rows] + counts, counts)  # pending before they left
+        starts = self._pushes[envs] - windows + offsets  # push number of each first step
+        lengths = self._pushes[envs] - starts  # steps from it to the latest
+        returns = np.zeros(envs.size)
+        for j in range(self.n_step):
+            present = j < lengths
+            step_rewards = ring_rewards[(starts + j) % self.n_step, envs]
+            returns += np.where(present, self.gamma**j * step_rewards, 0.0)
+        first = starts % self.n_step
+        return NStepBatch(
+            obs=_get(ring_obs, first, envs),
+            actions=_get(ring_actions, first, envs),
+            rewards=returns.astype(np.float32),
+            next_obs=_rows(next_obs, envs),
+            terminated=terminated[envs].astype(np.float32),
+            discounts=np.power(self.gamma, lengths).astype(np.float32),
         )

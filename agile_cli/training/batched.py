@@ -150,6 +150,8 @@ class BatchedOffPolicyRunner(Runner[OffPolicyAlgorithm]):
         tracker = EpisodeTracker(self.env.num_envs)
         schedules = [_learn_schedule(int(m.spec.learn_step), self.num_envs) for m in members]
         obs, _ = self.env.reset()
+        if self.inner.n_step is not None:  # the reset ends every pending window
+            self.inner.n_step.reset()
         for member in members:
             member.reset_state()
         for t in range(max(1, steps // self.num_envs)):

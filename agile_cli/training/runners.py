@@ -143,6 +143,8 @@ class OffPolicyRunner(Runner[OffPolicyAlgorithm]):
         tracker = EpisodeTracker(self.num_envs)
         every, repeats = _learn_schedule(int(member.spec.learn_step), self.num_envs)
         obs, _ = self.env.reset()
+        if self.n_step is not None:  # the reset ends every pending window
+            self.n_step.reset()
         member.reset_state()
         for t in range(max(1, steps // self.num_envs)):
             actions = member.act(obs, explore=True)
