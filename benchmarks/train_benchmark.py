@@ -17,8 +17,13 @@ With ``--populations 4 8 16`` it also trains the manifest once per population si
 seed, ``training.pop_size`` replaced) and reports, for each, env steps/s, the median wall time
 of a generation, and how many groups each generation had: members that act and learn as one
 batched computation (``--per-member``: members whose networks have the same architecture).
-Flags after ``--`` go to every ``agile train``, e.g. ``-- --per-member`` for the one-by-one
-path, to compare the two.
+``--generations G`` trains each size for G generations (no early stop);
+``--compare-per-member`` trains each size both ways and prints the ratios. Without
+``--seeds``, ``--populations`` runs only that sweep. Flags after ``--`` go to every
+``agile train``; on a GPU machine, one command measures what batching buys there:
+
+    python benchmarks/train_benchmark.py configs/training/dqn/cartpole.yaml \
+        --populations 4 16 64 --generations 2 --compare-per-member -- --device cuda
 """
 
 from __future__ import annotations
@@ -148,20 +153,31 @@ def report_phases(phases: dict[str, float]) -> None:
 
 
 def population_rows(
-    manifest: Path, sizes: list[int], seed: int, workdir: Path, extra: list[str]
+    manifest: Path,
+    sizes: list[int],
+    seed: int,
+    workdir: Path,
+    extra: list[str],
+    generations: int | None = None,
 ) -> list[dict[str, Any]]:
-    """One run per population size: speed, generation wall time, architecture groups."""
+    """One run per population size (``generations`` generations of it, or the whole
+    manifest): speed, generation wall time, groups."""
     import yaml
 
     content = yaml.safe_load(manifest.read_text())
+    training = content.setdefault("training", {})
+    if generations is not None:  # the early stop would cut some sizes short
+        training["max_steps"] = generations * int(training.get("evo_steps", 10_000))
+        training.pop("target_score", None)
     rows = []
     for size in sizes:
-        content.setdefault("training", {})["pop_size"] = size
-        sized = workdir / f"pop-{size}.yaml"
+        training["pop_size"] = size
+        name = f"pop-{size}{'-per-member' if '--per-member' in extra else ''}"
+        sized = workdir / f"{name}.yaml"
         sized.write_text(yaml.safe_dump(content))
-        run = run_seed(sized, seed, workdir / f"pop-{size}", extra)
+        run = run_seed(sized, seed, workdir / name, extra)
         records = [json.loads(line) for line in
-                   (workdir / f"pop-{size}" / f"seed-{seed}" / "metrics.jsonl").open()]  # fmt: skip
+                   (workdir / name / f"seed-{seed}" / "metrics.jsonl").open()]  # fmt: skip
         ends = [0.0] + [record["wall_seconds"] for record in records]
         walls = [later - earlier for earlier, later in itertools.pairwise(ends)]
         groups = [_groups(record) for record in records]
@@ -179,7 +195,9 @@ def _groups(record: dict[str, Any]) -> int:
     return len({member["arch"] for member in record["members"]})
 
 
-def report_populations(rows: list[dict[str, Any]]) -> None:
+def report_populations(rows: list[dict[str, Any]], title: str = "") -> None:
+    if title:
+        print(title)
     first = rows[0]["generation_seconds"]
     print(f"{'pop':>4} {'steps/s':>9} {'s/generation':>13} {'x pop ' + str(rows[0]['size']):>9} "
           f"{'peak MiB':>9}  groups per generation")  # fmt: skip
@@ -189,25 +207,57 @@ def report_populations(rows: list[dict[str, Any]]) -> None:
               f"{' '.join(map(str, r['groups']))}")  # fmt: skip
 
 
+def compare_populations(args: argparse.Namespace, workdir: Path) -> None:
+    """The population sizes as the flags say, batched (and one by one, to compare)."""
+    sizes, seed = args.populations, (args.seeds or [1])[0]
+    batched = population_rows(args.manifest, sizes, seed, workdir, args.extra, args.generations)
+    report_populations(batched, "as one batched population:" if args.compare_per_member else "")
+    if not args.compare_per_member:
+        return
+    alone = population_rows(args.manifest, sizes, seed, workdir, [*args.extra, "--per-member"],
+                            args.generations)  # fmt: skip
+    report_populations(alone, "one member after another (--per-member):")
+    print(
+        f"{'pop':>4} {'steps/s batched / per member':>30} {'s/generation per member / batched':>35}"
+    )
+    for one, other in zip(batched, alone, strict=True):
+        speed = one["steps_per_second"] / other["steps_per_second"]
+        wall = other["generation_seconds"] / one["generation_seconds"]
+        print(f"{one['size']:>4} {speed:>30.2f} {wall:>35.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("manifest", type=Path)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="Seeds to train (default 1 2 3; with --populations and no --seeds: "
+        "only the population sweep, with seed 1).",
+    )
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
     parser.add_argument("--profile", action="store_true", help="Also report where time goes.")
     parser.add_argument("--populations", type=int, nargs="+", default=[],
                         help="Also train once per population size (e.g. 4 8 16).")  # fmt: skip
+    parser.add_argument(
+        "--generations", type=int, help="With --populations: train this many generations per size."
+    )
+    parser.add_argument(
+        "--compare-per-member",
+        action="store_true",
+        help="With --populations: also train each size with --per-member and report the ratios.",
+    )
     parser.add_argument("extra", nargs="*", help="More `agile train` flags, after --.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="agile-bench-"))
-    rows = [run_seed(args.manifest, seed, workdir, args.extra) for seed in args.seeds]
-    report(rows)
+    seeds = args.seeds or [1, 2, 3]
+    if not args.populations or args.seeds:
+        report([run_seed(args.manifest, seed, workdir, args.extra) for seed in seeds])
     if args.profile:
-        report_phases(profile_phases(args.manifest, args.seeds[0], workdir))
+        report_phases(profile_phases(args.manifest, seeds[0], workdir))
     if args.populations:
-        sizes = args.populations
-        report_populations(population_rows(args.manifest, sizes, args.seeds[0], workdir,
-                                           args.extra))  # fmt: skip
+        compare_populations(args, workdir)
     if args.keep is None:
         shutil.rmtree(workdir, ignore_errors=True)
 
