@@ -135,6 +135,22 @@ def test_an_on_policy_rollout_is_counted(memory) -> None:
     )
 
 
+def test_a_batched_population_holds_every_members_rollout_at_once(memory) -> None:
+    memory(GIB)
+    manifest = TrainingManifest.get_validated(
+        {"algorithm": {"name": "PPO", "learn_step": 1_000_000},
+         "environment": {"name": "reach", "num_envs": 2, "sync": True, **TOY},
+         "training": {"pop_size": 4}}
+    )  # fmt: skip
+    env = _env(manifest)  # as if it were the population's: 4 members x 2 environments
+    assert budget.check_fits(manifest, env, CPU).total < GIB
+    with pytest.raises(UsageError) as excinfo:
+        budget.check_fits(manifest, env, CPU, batched=True)
+    env.close()
+    assert "4 members' rollouts at once needs 1.1 GiB" in excinfo.value.message
+    assert "--per-member" in excinfo.value.hint
+
+
 def test_the_device_is_compared_with_its_own_free_memory(memory, monkeypatch) -> None:
     memory(None)
     monkeypatch.setattr(budget, "device_memory", lambda device: GIB)

@@ -72,17 +72,21 @@ class Estimate:
         return sum(need.nbytes for need in self.needs)
 
 
-def check_fits(manifest: TrainingManifest, env: Any, device: Any) -> Estimate:
+def check_fits(
+    manifest: TrainingManifest, env: Any, device: Any, *, batched: bool = False
+) -> Estimate:
     """Estimate what ``manifest`` needs on this machine, and refuse it if it cannot fit.
 
     :param manifest: the validated manifest.
     :param env: the built vector environment (only its spaces and attributes are read).
     :param device: the ``torch.device`` the population will train on.
+    :param batched: the population trains at once in ``env`` (``pop_size`` members' worth of
+        environments), so every member holds its rollout at the same time.
     :raises UsageError: (exit 2) the run needs more memory than is available.
     """
     own = manifest.paradigm is not None and manifest.paradigm.population is not None
     # A paradigm that builds its own population sizes its own memory.
-    needs = () if own else tuple(need for need in _needs(manifest, env) if need.nbytes > 0)
+    needs = () if own else tuple(n for n in _needs(manifest, env, batched) if n.nbytes > 0)
     on_cuda = getattr(device, "type", "cpu") == "cuda"
     estimate = Estimate(needs, available_memory(), device_memory(device) if on_cuda else None)
     host = [need for need in needs if not (on_cuda and need.on_device)]
@@ -93,8 +97,9 @@ def check_fits(manifest: TrainingManifest, env: Any, device: Any) -> Estimate:
     return estimate
 
 
-def _needs(manifest: TrainingManifest, env: Any) -> list[Need]:
-    needs = [_population(manifest, env), *_replay_buffer(manifest, env), _rollout(manifest, env)]
+def _needs(manifest: TrainingManifest, env: Any, batched: bool) -> list[Need]:
+    rollout = _rollout(manifest, env, manifest.training.pop_size if batched else 1)
+    needs = [_population(manifest, env), *_replay_buffer(manifest, env), rollout]
     return [need for need in (*needs, _dataset(env)) if need is not None]
 
 
@@ -143,19 +148,22 @@ def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
     return needs
 
 
-def _rollout(manifest: TrainingManifest, env: Any) -> Need | None:
+def _rollout(manifest: TrainingManifest, env: Any, members: int) -> Need | None:
+    """A member's rollout, times the ``members`` that hold theirs at once."""
     learn_step = getattr(manifest.algorithm, "learn_step", None)
     paradigm = manifest.paradigm
     if paradigm is None or paradigm.uses_replay_buffer or not isinstance(learn_step, int):
         return None
-    num_envs = max(1, int(getattr(env, "num_envs", 1)))
+    num_envs = max(1, int(getattr(env, "num_envs", 1)) // members)
     steps = math.ceil(learn_step / num_envs) * num_envs
     observations, actions = _team_spaces(manifest, env)
     row = sum(4 * _flat_size(space) for space in observations)
     row += sum(space_bytes(space) for space in actions) + _ROLLOUT_EXTRA * len(observations)
+    what = "a rollout" if members == 1 else f"{members} members' rollouts at once"
+    each = "" if members == 1 else " each"
     return Need(
-        "algorithm.learn_step", "a rollout", f"{steps:,} environment steps of {row:,} B",
-        steps * row, True, "lower algorithm.learn_step",
+        "algorithm.learn_step", what, f"{steps:,} environment steps of {row:,} B{each}",
+        members * steps * row, True, "lower algorithm.learn_step, or train with --per-member",
     )  # fmt: skip
 
 

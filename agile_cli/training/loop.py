@@ -92,7 +92,7 @@ class EvolutionLoop:
         self.batched = not options.per_member and batched.applies(manifest, self.cls)
         self.env = self._environment(registry)
         try:
-            budget.check_fits(manifest, self.env, self.device)
+            budget.check_fits(manifest, self.env, self.device, batched=self.batched)
         except BaseException:
             self.env.close()  # subprocess workers must not outlive a refused run
             raise
