@@ -117,6 +117,10 @@ _LAZY = {
     "GroupLearner": "agile_cli.runtime.group:GroupLearner",
     "MemberGroup": "agile_cli.runtime.group:MemberGroup",
     "masked_mean": "agile_cli.runtime.group:masked_mean",
+    "OnPolicyGroupLearner": "agile_cli.runtime.on_policy_group:OnPolicyGroupLearner",
+    "epoch_minibatches": "agile_cli.runtime.on_policy_group:epoch_minibatches",
+    "gather_rows": "agile_cli.runtime.on_policy_group:gather_rows",
+    "stack_batches": "agile_cli.runtime.on_policy_group:stack_batches",
     "stacked_observations": "agile_cli.runtime.stacked:stacked_observations",
     "flat_rows": "agile_cli.runtime.stacked:flat_rows",
     "gym_env_factory": "agile_cli.runtime.gym_vector:gym_env_factory",
@@ -175,6 +179,12 @@ if TYPE_CHECKING:
         MultiAgentAlgorithm,
         MultiAgentOffPolicyAlgorithm,
         MultiAgentOnPolicyAlgorithm,
+    )
+    from agile_cli.runtime.on_policy_group import (
+        OnPolicyGroupLearner,
+        epoch_minibatches,
+        gather_rows,
+        stack_batches,
     )
     from agile_cli.runtime.rollout import (
         PolicyRecord,
@@ -244,6 +254,7 @@ __all__ = [
     "OffPolicyAlgorithm",
     "OffPolicyRunner",
     "OnPolicyAlgorithm",
+    "OnPolicyGroupLearner",
     "OnPolicyRunner",
     "ParadigmEntry",
     "PluginError",
@@ -282,9 +293,11 @@ __all__ = [
     "can_fork",
     "check_entrypoint",
     "compute_gae",
+    "epoch_minibatches",
     "experience",
     "flat_rows",
     "format_bytes",
+    "gather_rows",
     "gumbel_argmax",
     "gym_env_factory",
     "gym_vector_env",
@@ -307,6 +320,7 @@ __all__ = [
     "resume_local",
     "run_local",
     "scale_sigmas",
+    "stack_batches",
     "stacked_observations",
     "uniform_draws",
 ]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from agile_cli.nn.arch import MLPArch, NetworkArch
+from agile_cli.nn.modules import EvolvableNetwork
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from agile_cli.runtime.group import MemberGroup, group_members
 from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
@@ -94,6 +95,29 @@ def test_stacked_network_equals_each_member_padded_or_not(layer_norm: bool) -> N
     for row, member in enumerate(members):
         own = member.networks["critic"](obs[row], actions[row])["q"]
         torch.testing.assert_close(stacked[row], own, **TOLERANCE)
+
+
+def test_parameters_a_loss_does_not_reach_are_left_alone_as_adam_leaves_them() -> None:
+    members = _population("DQN", ARCHS[:2])
+    obs = torch.randn(2, 6, *members[0].observation_space.shape)
+    for member in members:  # a second head that the loss below never reads
+        space = member.observation_space
+        member.networks["q"] = EvolvableNetwork(member.arch, space, {"q": 2, "unused": 3})
+        member.networks["target"] = EvolvableNetwork(member.arch, space, {"q": 2, "unused": 3})
+        member.add_optimizer("q", ("q",), "lr")
+        member._parameter_lists = {}
+    own = [m.clone(m.index) for m in members]
+    group = MemberGroup(members)
+    for _ in range(3):
+        for row, member in enumerate(own):
+            member.gradient_step("q", member.networks["q"](obs[row])["q"].pow(2).mean())
+        losses = group.net("q")(obs)["q"].pow(2).mean(dim=(1, 2))
+        group.gradient_step("q", losses, torch.ones(2, dtype=torch.bool))
+    group.write_back()
+    for member, twin in zip(members, own, strict=True):
+        for (name, mine), theirs in zip(member.networks["q"].named_parameters(),
+                                        twin.networks["q"].parameters(), strict=True):  # fmt: skip
+            torch.testing.assert_close(mine, theirs, **TOLERANCE, msg=name)
 
 
 def test_padding_takes_no_gradient_so_members_stay_their_own_size() -> None:

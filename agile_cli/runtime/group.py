@@ -63,8 +63,18 @@ class StackedAdam:
         self.steps = steps
         self.moments = moments
 
-    def step(self, grads: list[torch.Tensor], active: torch.Tensor) -> None:
-        """One Adam step for the active members (``active`` a ``[k]`` float of 0 and 1)."""
+    def step(
+        self,
+        grads: list[torch.Tensor],
+        active: torch.Tensor,
+        used: Sequence[torch.Tensor | None] | None = None,
+    ) -> None:
+        """One Adam step for the active members (``active`` a ``[k]`` float of 0 and 1).
+
+        :param used: for each flat, None, or a ``[P]`` float mask of the parameters the loss
+            reached: the others are skipped, as ``torch.optim.Adam`` skips a parameter
+            without a gradient.
+        """
         beta1, beta2 = _BETAS
         self.steps += active
         taken = self.steps.clamp(min=1.0)
@@ -72,11 +82,16 @@ class StackedAdam:
         correction = (1 - beta2**taken).sqrt().unsqueeze(1)
         first_weight = ((1 - beta1) * active).unsqueeze(1)
         second_weight = ((1 - beta2) * active).unsqueeze(1)
-        for flat, grad, (first, second) in zip(self.flats, grads, self.moments, strict=True):
-            first.lerp_(grad, first_weight)
-            second.lerp_(grad * grad, second_weight)
+        columns = used or [None] * len(self.flats)
+        for index, (flat, grad) in enumerate(zip(self.flats, grads, strict=True)):
+            first, second = self.moments[index]
+            mask = columns[index]
+            weights = [w if mask is None else w * mask for w in (first_weight, second_weight)]
+            first.lerp_(grad, weights[0])
+            second.lerp_(grad * grad, weights[1])
             denominator = (second.sqrt() / correction).add_(_EPS)
-            flat.sub_(first * step_size / denominator)
+            size = step_size if mask is None else step_size * mask
+            flat.sub_(first * size / denominator)
 
 
 class MemberGroup:
@@ -140,14 +155,14 @@ class MemberGroup:
         networks = [n for name in optimizers for n in self._plan(name).networks]
         views = [v for n in networks for v in self.networks[n].views.values()]
         grads = torch.autograd.grad((losses * weight).sum(), views, allow_unused=True)
-        flat_grads = self._flat_grads(networks, grads)
+        flat_grads, used = self._flat_grads(networks, grads)
         if max_grad_norm is not None:
             _clip(flat_grads, max_grad_norm)
         start = 0
         for name in optimizers:
-            count = len(self._plan(name).networks)
-            self.optimizers[name].step(flat_grads[start : start + count], weight)
-            start += count
+            end = start + len(self._plan(name).networks)
+            self.optimizers[name].step(flat_grads[start:end], weight, used[start:end])
+            start = end
 
     def soft_update(
         self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
@@ -228,18 +243,28 @@ class MemberGroup:
 
     def _flat_grads(
         self, networks: list[str], grads: Sequence[torch.Tensor | None]
-    ) -> list[torch.Tensor]:
-        flat_grads, start = [], 0
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Each network's gradients as one ``[k, P]`` tensor, and, where the loss did not
+        reach some of its parameters, the ``[P]`` mask of those it reached."""
+        flat_grads: list[torch.Tensor] = []
+        used: list[torch.Tensor | None] = []
+        start = 0
         for network in networks:
             stacked = self.networks[network]
             parts = grads[start : start + len(stacked.views)]
             start += len(stacked.views)
+            views = list(stacked.views.values())
             pieces = [
-                torch.zeros_like(view) if grad is None else grad
-                for grad, view in zip(parts, stacked.views.values(), strict=True)
+                torch.zeros_like(v) if g is None else g for g, v in zip(parts, views, strict=True)
             ]
             flat_grads.append(torch.cat([p.reshape(self.size, -1) for p in pieces], dim=1))
-        return flat_grads
+            if any(grad is None for grad in parts):
+                reached = [torch.full((v[0].numel(),), float(g is not None), device=self.device)
+                           for g, v in zip(parts, views, strict=True)]  # fmt: skip
+                used.append(torch.cat(reached))
+            else:
+                used.append(None)
+        return flat_grads, used
 
 
 def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:

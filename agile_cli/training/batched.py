@@ -18,10 +18,11 @@ in the manifest's ``num_envs`` environments.
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -104,40 +105,150 @@ class _Slot:
     rows: np.ndarray
 
 
-class BatchedOffPolicyRunner(Runner[OffPolicyAlgorithm]):
-    """Trains and scores a whole population in its population environment (see the module).
+class BatchedRunner(Runner[Any]):
+    """What the batched runners of both families share: the population environment's rows,
+    groups and their slots, batched acting, episode bookkeeping and scoring (see the module).
 
-    :param inner: the paradigm's off-policy runner, built on the population environment (its
-        replay buffer, learning delay and n-step accumulator serve every member).
+    :param inner: the paradigm's runner of the family (a :attr:`runner_type`), built on the
+        population environment.
     :param members: the population size.
     """
 
+    #: The family's core runner, which this one replaces.
+    runner_type: ClassVar[type[Runner[Any]]]
+    #: The :attr:`~agile_cli.GroupLearner.family` of the group learners it runs.
+    family: ClassVar[str]
+
     def __init__(self, inner: Runner[Any], members: int) -> None:
-        if type(inner) is not OffPolicyRunner:
+        if type(inner) is not self.runner_type:
             raise TrainingError(
                 f"this paradigm's runner ({type(inner).__name__}) does not train a batched "
                 "population",
                 "train with --per-member",
             )
         super().__init__(inner.env)
-        self.inner = inner
-        self.buffer = inner.buffer
-        self.num_envs = inner.num_envs // members
+        self.num_envs = self.env.num_envs // members
         self.groups: list[list[int]] = []
 
-    def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
+    def train(self, member: Any, steps: int, progress: Progress) -> GenerationStats:
         raise NotImplementedError("a batched runner trains the whole population at once")
 
-    # -- training ------------------------------------------------------------------------------
-
     def train_population(
-        self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
+        self, members: list[Any], steps: int, progress: Progress
     ) -> list[GenerationStats]:
         slots = self._slots(members)
         try:
             return self._generation(members, slots, steps, progress)
         finally:
             _write_back(slots)
+
+    @abc.abstractmethod
+    def _generation(
+        self, members: list[Any], slots: list[_Slot], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """Train every member for about ``steps`` steps, its group acting and learning for it."""
+
+    def _episodes(
+        self,
+        members: Sequence[Algorithm],
+        stats: list[GenerationStats],
+        valid: np.ndarray,
+        done: np.ndarray,
+        returns: np.ndarray,
+    ) -> None:
+        """Hand each member its finished episodes and the rows whose episodes start anew."""
+        for row, value in zip(np.flatnonzero(done), returns, strict=True):
+            stats[row // self.num_envs].episode_returns.append(float(value))
+        if not valid.all():
+            starts = ~valid.reshape(len(members), self.num_envs)
+            for member, rows in zip(members, starts, strict=True):
+                if rows.any():
+                    member.reset_state(rows)
+
+    # -- groups and acting -------------------------------------------------------------------
+
+    def _slots(self, members: Sequence[Algorithm]) -> list[_Slot]:
+        """The population split into groups that stack (:func:`~agile_cli.runtime.group.
+        group_members`), each with what acts for it; a group of one, or of a class whose
+        group learner is of another family, acts member by member."""
+        self.groups = group_members(members)
+        slots = []
+        for positions in self.groups:
+            chosen = [members[i] for i in positions]
+            learner = type(chosen[0]).group_learner
+            if len(chosen) > 1 and learner is not None and learner.family == self.family:
+                slots.append(_Slot(learner(MemberGroup(chosen)), positions, self._rows(positions)))
+            else:
+                slots += [_Slot(_Single(members[i]), [i], self._rows([i])) for i in positions]
+        return slots
+
+    def _rows(self, positions: list[int]) -> np.ndarray:
+        """The population environment's rows of the members at ``positions``."""
+        width = self.num_envs
+        return np.concatenate([np.arange(p * width, (p + 1) * width) for p in positions])
+
+    def _act(self, slots: list[_Slot], obs: Any, *, explore: bool) -> np.ndarray:
+        """Every slot's actions on its rows, as one action per population row."""
+        parts = [slot.actor.act(_take(obs, slot.rows), explore=explore) for slot in slots]
+        return self._assemble(slots, [np.asarray(part) for part in parts])
+
+    def _assemble(self, slots: list[_Slot], parts: list[np.ndarray]) -> np.ndarray:
+        """The slots' actions on their rows as one action per population row."""
+        if len(slots) == 1:
+            return parts[0]
+        actions = np.empty((self.env.num_envs, *parts[0].shape[1:]), dtype=parts[0].dtype)
+        for slot, part in zip(slots, parts, strict=True):
+            actions[slot.rows] = part
+        return actions
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    def evaluate_population(
+        self, members: list[Any], rounds: int, max_steps: int | None
+    ) -> list[float]:
+        """Every member's fitness as :func:`~agile_cli.training.runners.evaluate` scores
+        it, all members acting at once in the population environment."""
+        slots = self._slots(members)
+        scores = [self._first_episodes(members, slots, max_steps) for _ in range(rounds)]
+        return [float(score) for score in np.mean(scores, axis=0)]
+
+    def _first_episodes(
+        self, members: list[Any], slots: list[_Slot], max_steps: int | None
+    ) -> np.ndarray:
+        """Each member's mean return of its sub-environments' first greedy episodes."""
+        obs, _ = self.env.reset()
+        for member in members:
+            member.reset_state()
+        totals = np.zeros(self.env.num_envs)
+        finished = np.zeros(self.env.num_envs, dtype=bool)
+        steps = 0
+        while not finished.all() and (max_steps is None or steps < max_steps):
+            actions = self._act(slots, obs, explore=False)
+            obs, rewards, terminated, truncated, _ = self.env.step(actions)
+            totals += np.where(finished, 0.0, rewards)
+            finished |= terminated | truncated
+            steps += 1
+        return totals.reshape(len(members), self.num_envs).mean(axis=1)
+
+
+class BatchedOffPolicyRunner(BatchedRunner):
+    """Trains a whole off-policy population in its population environment (see the module).
+
+    :param inner: the paradigm's off-policy runner, built on the population environment (its
+        replay buffer, learning delay and n-step accumulator serve every member).
+    :param members: the population size.
+    """
+
+    runner_type = OffPolicyRunner
+    family = "off_policy"
+
+    def __init__(self, inner: Runner[Any], members: int) -> None:
+        super().__init__(inner, members)
+        assert isinstance(inner, OffPolicyRunner)
+        self.inner = inner
+        self.buffer = inner.buffer
+
+    # -- training ------------------------------------------------------------------------------
 
     def _generation(
         self,
@@ -169,23 +280,6 @@ class BatchedOffPolicyRunner(Runner[OffPolicyAlgorithm]):
             progress(self.env.num_envs)
         return stats
 
-    def _episodes(
-        self,
-        members: list[OffPolicyAlgorithm],
-        stats: list[GenerationStats],
-        valid: np.ndarray,
-        done: np.ndarray,
-        returns: np.ndarray,
-    ) -> None:
-        """Hand each member its finished episodes and the rows whose episodes start anew."""
-        for row, value in zip(np.flatnonzero(done), returns, strict=True):
-            stats[row // self.num_envs].episode_returns.append(float(value))
-        if not valid.all():
-            starts = ~valid.reshape(len(members), self.num_envs)
-            for member, rows in zip(members, starts, strict=True):
-                if rows.any():
-                    member.reset_state(rows)
-
     def _store(
         self,
         obs: Any,
@@ -202,35 +296,7 @@ class BatchedOffPolicyRunner(Runner[OffPolicyAlgorithm]):
         else:
             self.inner._store_n_step(obs, actions, rewards, next_obs, terminated, truncated, valid)
 
-    # -- acting and learning -----------------------------------------------------------------
-
-    def _slots(self, members: Sequence[Algorithm]) -> list[_Slot]:
-        """The population split into groups that stack (:func:`~agile_cli.runtime.group.
-        group_members`), each with what acts for it; a group of one acts by itself."""
-        self.groups = group_members(members)
-        slots = []
-        for positions in self.groups:
-            chosen = [members[i] for i in positions]
-            learner = type(chosen[0]).group_learner
-            if len(chosen) > 1 and learner is not None:
-                slots.append(_Slot(learner(MemberGroup(chosen)), positions, self._rows(positions)))
-            else:
-                slots += [_Slot(_Single(members[i]), [i], self._rows([i])) for i in positions]
-        return slots
-
-    def _rows(self, positions: list[int]) -> np.ndarray:
-        """The population environment's rows of the members at ``positions``."""
-        width = self.num_envs
-        return np.concatenate([np.arange(p * width, (p + 1) * width) for p in positions])
-
-    def _act(self, slots: list[_Slot], obs: Any, *, explore: bool) -> np.ndarray:
-        parts = [slot.actor.act(_take(obs, slot.rows), explore=explore) for slot in slots]
-        if len(slots) == 1:
-            return parts[0]
-        actions = np.empty((self.env.num_envs, *parts[0].shape[1:]), dtype=parts[0].dtype)
-        for slot, part in zip(slots, parts, strict=True):
-            actions[slot.rows] = part
-        return actions
+    # -- learning ------------------------------------------------------------------------------
 
     def _learn(
         self,
@@ -274,35 +340,6 @@ class BatchedOffPolicyRunner(Runner[OffPolicyAlgorithm]):
                     indices, values = batch.indices[row, :size], priorities[row, :size]
                     self.buffer.update_priorities(indices, values)  # type: ignore[attr-defined]
         return [float(loss) for loss in losses.tolist()]
-
-    # -- scoring -------------------------------------------------------------------------------
-
-    def evaluate_population(
-        self, members: list[OffPolicyAlgorithm], rounds: int, max_steps: int | None
-    ) -> list[float]:
-        """Every member's fitness as :func:`~agile_cli.training.runners.evaluate` scores
-        it, all members acting at once in the population environment."""
-        slots = self._slots(members)
-        scores = [self._first_episodes(members, slots, max_steps) for _ in range(rounds)]
-        return [float(score) for score in np.mean(scores, axis=0)]
-
-    def _first_episodes(
-        self, members: list[OffPolicyAlgorithm], slots: list[_Slot], max_steps: int | None
-    ) -> np.ndarray:
-        """Each member's mean return of its sub-environments' first greedy episodes."""
-        obs, _ = self.env.reset()
-        for member in members:
-            member.reset_state()
-        totals = np.zeros(self.env.num_envs)
-        finished = np.zeros(self.env.num_envs, dtype=bool)
-        steps = 0
-        while not finished.all() and (max_steps is None or steps < max_steps):
-            actions = self._act(slots, obs, explore=False)
-            obs, rewards, terminated, truncated, _ = self.env.step(actions)
-            totals += np.where(finished, 0.0, rewards)
-            finished |= terminated | truncated
-            steps += 1
-        return totals.reshape(len(members), self.num_envs).mean(axis=1)
 
 
 def _take(obs: Any, rows: np.ndarray) -> Any:

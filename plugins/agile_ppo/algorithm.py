@@ -27,6 +27,7 @@ from agile_cli import (
     RolloutBatch,
     SequenceBatch,
 )
+from agile_ppo.group import PPOGroup
 from agile_ppo.spec import PPOSpec
 
 
@@ -38,9 +39,13 @@ class PPO(OnPolicyAlgorithm):
     it to the rollout with every step; it learns on sequences of ``max_seq_len`` steps, each
     re-run from the state it started from while collecting, with the state reset at episode
     starts inside it, and a minibatch holds ``batch_size // max_seq_len`` of them.
+
+    A batched population trains non-recurrent members of one network layout together
+    (:class:`~agile_ppo.group.PPOGroup`); recurrent members train one by one.
     """
 
     spec: PPOSpec
+    group_learner = PPOGroup
     supports_activation_mutation = False
 
     def build(self) -> None:

@@ -1,0 +1,199 @@
+""":class:`~agile_ppo.algorithm.PPO`'s acting and clipped-objective update (Schulman et al.,
+2017) for a group of members at once: a batched population trains members of one network
+layout as one computation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+from agile_cli import (
+    OnPolicyGroupLearner,
+    PolicyRecord,
+    Rollout,
+    RolloutBatch,
+    epoch_minibatches,
+    gather_rows,
+    gumbel_argmax,
+    masked_mean,
+    normal_draws,
+    stack_batches,
+    stacked_observations,
+)
+
+if TYPE_CHECKING:
+    from agile_ppo.algorithm import PPO
+
+
+class PPOGroup(OnPolicyGroupLearner):
+    """:meth:`PPO.policy_step`, :meth:`PPO.act` and :meth:`PPO.learn` for a group of
+    non-recurrent members (an LSTM encoder does not stack) of one network layout. Each member
+    keeps its own hyperparameters, random streams and minibatch schedule: every member draws
+    its epoch's permutation from its own generator, takes minibatches of its own
+    ``batch_size`` (padded to the group's widest and masked), normalises advantages per
+    minibatch, clips with its own ``clip_coef`` and ``max_grad_norm``, and stops early past its
+    own ``target_kl``; members with fewer minibatches or epochs sit out the later ones."""
+
+    members: list[PPO]  # type: ignore[assignment]
+
+    # -- acting --------------------------------------------------------------------------------
+
+    def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[k, B, A]`` and values ``[k, B]`` on observations ``[k, B, ...]``."""
+        if self.members[0].spec.share_encoders:
+            out = self.group.net("actor_critic")(obs)
+            return out["policy"], out["value"].squeeze(-1)
+        logits = self.group.net("actor")(obs)["policy"]
+        return logits, self.group.net("critic")(obs)["value"].squeeze(-1)
+
+    def _logits(self, obs: torch.Tensor) -> torch.Tensor:
+        name = "actor_critic" if self.members[0].spec.share_encoders else "actor"
+        return self.group.net(name)(obs)["policy"]
+
+    def _distribution(self, logits: torch.Tensor) -> Distribution:
+        if not self.members[0].continuous:
+            return Categorical(logits=logits)
+        log_std = self.group.net("log_std").views["log_std"]  # [k, A]
+        return Independent(Normal(logits, log_std.exp().unsqueeze(1).expand_as(logits)), 1)
+
+    def _sample(self, distribution: Distribution) -> torch.Tensor:
+        """One sample per row, each member's rows drawn from its own generator as
+        :meth:`~agile_cli.Algorithm.sample` draws them."""
+        generators = [member.generator for member in self.members]
+        if isinstance(distribution, Categorical):
+            logits = distribution.logits
+            return torch.stack(
+                [gumbel_argmax(x, g) for x, g in zip(logits, generators, strict=True)]
+            )
+        normal = cast(Normal, cast(Independent, distribution).base_dist)
+        shape = normal.loc.shape[1:]
+        noise = torch.stack([normal_draws(shape, g, normal.loc.device) for g in generators])
+        return normal.loc + normal.scale * noise
+
+    def _to_env(self, actions: torch.Tensor) -> np.ndarray:
+        """Stacked actions ``[k, E, ...]`` as each member's :meth:`PPO._to_env` makes them,
+        concatenated (every member has the same action space and squashing)."""
+        return self.members[0]._to_env(actions.flatten(0, 1))
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        first = self.members[0]
+        with torch.no_grad():
+            stacked = stacked_observations(first.obs_tensor(obs), self.group.size)
+            logits = self._logits(stacked)
+            if explore:
+                actions = self._sample(self._distribution(logits))
+            else:  # the most likely action
+                actions = logits if first.continuous else logits.argmax(dim=-1)
+        return self._to_env(actions)
+
+    def policy_step(
+        self, obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> tuple[np.ndarray, PolicyRecord]:
+        with torch.no_grad():
+            logits, values = self._heads(stacked_observations(obs, self.group.size))
+            distribution = self._distribution(logits)
+            actions = self._sample(distribution)
+            log_probs = distribution.log_prob(actions)
+        return self._to_env(actions), PolicyRecord(actions, log_probs, values)
+
+    # -- learning ------------------------------------------------------------------------------
+
+    def learn_rollouts(
+        self, rollouts: Sequence[Rollout | None], last_obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> list[float | None]:
+        if all(rollout is None for rollout in rollouts):
+            return [None] * len(rollouts)
+        batch, counts = self._finish(rollouts, last_obs)
+        epochs = [
+            0 if r is None else int(m.spec.update_epochs)
+            for m, r in zip(self.members, rollouts, strict=True)
+        ]
+        sizes = [int(member.spec.batch_size) for member in self.members]
+        device = self.group.device
+        totals = torch.zeros(self.group.size, dtype=torch.float64, device=device)
+        updates = torch.zeros(self.group.size, dtype=torch.float64, device=device)
+        approx_kl = torch.zeros(self.group.size, device=device)
+        for epoch in range(max(epochs)):
+            orders = [
+                torch.randperm(int(n), generator=m.generator).to(device) if epoch < e else None
+                for m, n, e in zip(self.members, counts.tolist(), epochs, strict=True)
+            ]
+            for minibatch in epoch_minibatches(orders, sizes):
+                steps = gather_rows(batch, minibatch.indices)
+                losses, kl = self._update(steps, minibatch.rows, minibatch.active)
+                totals += torch.where(minibatch.active, losses.double(), 0.0)
+                updates += minibatch.active.double()
+                approx_kl = torch.where(minibatch.active, kl, approx_kl)
+            self._stop_early(epochs, epoch, approx_kl)
+        means = (totals / updates.clamp(min=1.0)).tolist()
+        return [loss if r is not None else None for loss, r in zip(means, rollouts, strict=True)]
+
+    def _finish(
+        self, rollouts: Sequence[Rollout | None], last_obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> tuple[RolloutBatch, torch.Tensor]:
+        """Each learning member's rollout with advantages (its own gamma and gae_lambda), as
+        :meth:`PPO._finish` makes it, stacked: ``[k, N, ...]`` and each member's length."""
+        with torch.no_grad():
+            _, last_values = self._heads(stacked_observations(last_obs, self.group.size))
+        batches = [
+            None if rollout is None
+            else rollout.finish(values, member.spec.gamma, member.spec.gae_lambda)
+            for member, rollout, values in zip(self.members, rollouts, last_values, strict=True)
+        ]  # fmt: skip
+        return stack_batches(batches)
+
+    def _stop_early(self, epochs: list[int], epoch: int, approx_kl: torch.Tensor) -> None:
+        """End the epochs of members whose approximate KL passed their ``target_kl``."""
+        if all(member.spec.target_kl is None for member in self.members):
+            return
+        kl = approx_kl.tolist()
+        for row, member in enumerate(self.members):
+            target = member.spec.target_kl
+            if epoch < epochs[row] and target is not None and kl[row] > target:
+                epochs[row] = epoch + 1
+
+    def _update(
+        self, batch: RolloutBatch, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One clipped-objective gradient step for the active members on their minibatches
+        ``[k, S]`` (real where ``rows`` is 1), as :meth:`PPO._update` takes it; returns each
+        member's loss and approximate KL ``[k]``."""
+        hp = self.group.hp
+        logits, values = self._heads(cast(torch.Tensor, batch.obs))
+        distribution = self._distribution(logits)
+        log_ratio = distribution.log_prob(batch.actions) - batch.log_probs
+        ratio = log_ratio.exp()
+        advantages = self._normalised(batch.advantages, rows)
+        clip = hp("clip_coef").unsqueeze(1)
+        clipped_ratio = ratio.clamp(1.0 - clip, 1.0 + clip)
+        policy_loss = -masked_mean(torch.min(ratio * advantages, clipped_ratio * advantages), rows)
+        value_loss = (values - batch.returns).pow(2)
+        old = batch.values
+        clipped = (old + (values - old).clamp(-clip, clip) - batch.returns).pow(2)
+        clip_values = hp("clip_value_loss").unsqueeze(1) > 0
+        value_loss = torch.where(clip_values, torch.max(value_loss, clipped), value_loss)
+        entropy = masked_mean(distribution.entropy(), rows)
+        losses = (
+            policy_loss
+            + hp("vf_coef") * 0.5 * masked_mean(value_loss, rows)
+            - hp("ent_coef") * entropy
+        )
+        self.group.gradient_step("policy", losses, active, max_grad_norm=hp("max_grad_norm"))
+        with torch.no_grad():
+            approx_kl = masked_mean((ratio - 1.0) - log_ratio, rows)  # Schulman's k3 estimator
+        return losses.detach(), approx_kl
+
+    def _normalised(self, advantages: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Each member's advantages ``[k, S]`` normalised over its real rows (unbiased std, as
+        ``Tensor.std``) where it normalises and has more than one."""
+        count = rows.sum(1, keepdim=True)
+        mean = (advantages * rows).sum(1, keepdim=True) / count.clamp(min=1.0)
+        centred = advantages - mean
+        variance = (centred.pow(2) * rows).sum(1, keepdim=True) / (count - 1.0).clamp(min=1.0)
+        normalised = centred / (variance.sqrt() + 1e-8)
+        wanted = (self.group.hp("normalize_advantages").unsqueeze(1) > 0) & (count > 1)
+        return torch.where(wanted, normalised, advantages)
