@@ -148,6 +148,16 @@ class BatchedRunner(Runner[Any]):
     ) -> list[GenerationStats]:
         """Train every member for about ``steps`` steps, its group acting and learning for it."""
 
+    def _start(
+        self, members: Sequence[Algorithm]
+    ) -> tuple[Any, list[GenerationStats], EpisodeTracker]:
+        """Reset the environments and the members' episode state for a generation: the first
+        observations, each member's (empty) stats and the rows' episode tracker."""
+        obs, _ = self.env.reset()
+        for member in members:
+            member.reset_state()
+        return obs, [GenerationStats() for _ in members], EpisodeTracker(self.env.num_envs)
+
     def _episodes(
         self,
         members: Sequence[Algorithm],
@@ -257,20 +267,16 @@ class BatchedOffPolicyRunner(BatchedRunner):
         steps: int,
         progress: Progress,
     ) -> list[GenerationStats]:
-        stats = [GenerationStats() for _ in members]
-        tracker = EpisodeTracker(self.env.num_envs)
         schedules = [_learn_schedule(int(m.spec.learn_step), self.num_envs) for m in members]
-        obs, _ = self.env.reset()
+        obs, stats, tracker = self._start(members)
         if self.inner.n_step is not None:  # the reset ends every pending window
             self.inner.n_step.reset()
-        for member in members:
-            member.reset_state()
         for t in range(max(1, steps // self.num_envs)):
             actions = self._act(slots, obs, explore=True)
             next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
             valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
             self._episodes(members, stats, valid, done, returns)
-            self._store(obs, actions, rewards, next_obs, terminated, truncated, valid, infos)
+            self.inner.store(obs, actions, rewards, next_obs, terminated, truncated, valid, infos)
             obs = next_obs
             for slot in slots:
                 self._learn(slot, members, schedules, stats, t)
@@ -279,22 +285,6 @@ class BatchedOffPolicyRunner(BatchedRunner):
                 member.record.steps += self.num_envs
             progress(self.env.num_envs)
         return stats
-
-    def _store(
-        self,
-        obs: Any,
-        actions: Any,
-        rewards: np.ndarray,
-        next_obs: Any,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        valid: np.ndarray,
-        infos: dict[str, Any],
-    ) -> None:
-        if self.inner.n_step is None:
-            self.inner._store(obs, actions, rewards, next_obs, terminated, valid, infos)
-        else:
-            self.inner._store_n_step(obs, actions, rewards, next_obs, terminated, truncated, valid)
 
     # -- learning ------------------------------------------------------------------------------
 

@@ -30,7 +30,6 @@ from agile_cli.runtime.on_policy_group import (
 from agile_cli.runtime.rollout import PolicyRecord, Rollout
 from agile_cli.training.batched import BatchedRunner, _Slot, _take
 from agile_cli.training.runners import (
-    EpisodeTracker,
     GenerationStats,
     OnPolicyRunner,
     Progress,
@@ -86,16 +85,12 @@ class BatchedOnPolicyRunner(BatchedRunner):
         steps: int,
         progress: Progress,
     ) -> list[GenerationStats]:
-        stats = [GenerationStats() for _ in members]
-        tracker = EpisodeTracker(self.env.num_envs)
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
         collecting = [
             _Collecting(rollout_lengths(total, int(m.spec.learn_step), self.num_envs))
             for m in members
         ]
-        obs, _ = self.env.reset()
-        for member in members:
-            member.reset_state()
+        obs, stats, tracker = self._start(members)
         for _ in range(total):
             step = self._policy_steps(members, slots, obs)
             obs, rewards, terminated, truncated, _ = self.env.step(step.actions)

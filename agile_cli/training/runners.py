@@ -152,10 +152,7 @@ class OffPolicyRunner(Runner[OffPolicyAlgorithm]):
             valid, finished = tracker.step(rewards, terminated, truncated)
             if not valid.all():  # those steps only reset: next_obs starts new episodes
                 member.reset_state(~valid)
-            if self.n_step is None:
-                self._store(obs, actions, rewards, next_obs, terminated, valid, infos)
-            else:
-                self._store_n_step(obs, actions, rewards, next_obs, terminated, truncated, valid)
+            self.store(obs, actions, rewards, next_obs, terminated, truncated, valid, infos)
             stats.episode_returns += finished
             obs = next_obs
             if (t + 1) % every == 0 and self._ready(member):
@@ -165,6 +162,24 @@ class OffPolicyRunner(Runner[OffPolicyAlgorithm]):
             member.record.steps += self.num_envs
             progress(self.num_envs)
         return stats
+
+    def store(
+        self,
+        obs: Any,
+        actions: Any,
+        rewards: np.ndarray,
+        next_obs: Any,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        valid: np.ndarray,
+        infos: dict[str, Any],
+    ) -> None:
+        """Store one vector step's real transitions (``valid`` rows) in the shared buffer,
+        through the n-step accumulator when there is one."""
+        if self.n_step is None:
+            self._store(obs, actions, rewards, next_obs, terminated, valid, infos)
+        else:
+            self._store_n_step(obs, actions, rewards, next_obs, terminated, truncated, valid)
 
     def _store(
         self,

@@ -23,8 +23,7 @@ class DDPGGroup(DeterministicActorCriticGroup):
     def learn_batch(
         self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        obs, next_obs = self.observations(batch.obs), self.observations(batch.next_obs)
-        actions = self.to_unit(batch.actions)
+        obs, next_obs, actions = self.inputs(batch)
         with torch.no_grad():
             next_actions = self.policy_actions("actor_target", next_obs)
             next_q = self.q_values("critic_target", next_obs, next_actions)

@@ -28,8 +28,7 @@ class TD3Group(DeterministicActorCriticGroup):
     def learn_batch(
         self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        obs, next_obs = self.observations(batch.obs), self.observations(batch.next_obs)
-        actions = self.to_unit(batch.actions)
+        obs, next_obs, actions = self.inputs(batch)
         with torch.no_grad():
             next_actions = self.policy_actions("actor_target", next_obs)
             noise = self.smoothing_noise(next_actions.shape, rows)

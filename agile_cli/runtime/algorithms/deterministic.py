@@ -159,6 +159,15 @@ class DeterministicActorCriticGroup(GroupLearner):
             actions.append(member.to_env(rows))
         return np.concatenate(actions)
 
+    def inputs(self, batch: Transitions) -> tuple[Any, Any, torch.Tensor]:
+        """A stacked batch's observations and next observations as the networks take them,
+        and its actions in [-1, 1]."""
+        return (
+            self.observations(batch.obs),
+            self.observations(batch.next_obs),
+            self.to_unit(batch.actions),
+        )
+
     def observations(self, obs: Any) -> Any:
         """Stacked stored observations ``[k, B, ...]`` as the networks take them."""
         return stacked_observations(self.members[0].obs_tensor(flat_rows(obs)), self.group.size)
