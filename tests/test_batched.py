@@ -7,6 +7,7 @@ the per-member path on the same inputs and random streams: equal within float to
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -303,7 +304,9 @@ def _metrics(result: Any) -> list[str]:
 
 # TD3 in one generation: its updates amplify float rounding (Adam on near-zero gradients), so
 # that differences of 1e-7 in one generation grow to 1e-4 in the next, in either direction.
-@pytest.mark.parametrize(("algorithm", "evo_steps"), [("DQN", 96), ("RainbowDQN", 96), ("TD3", 192)])
+@pytest.mark.parametrize(
+    ("algorithm", "evo_steps"), [("DQN", 96), ("RainbowDQN", 96), ("TD3", 192)]
+)
 def test_batched_generation_equals_members_stepping_alone(
     algorithm: str, evo_steps: int, tmp_path: Path
 ) -> None:
@@ -336,3 +339,17 @@ def test_per_member_switch_trains_one_by_one(tmp_path: Path) -> None:
         assert loop.env.num_envs == num_envs and loop.context.num_envs == 2
         assert isinstance(loop.runner, batched.BatchedOffPolicyRunner) != per_member
         loop.env.close()
+
+
+def test_a_batched_population_of_small_networks_shares_its_operations_over_two_threads() -> None:
+    from agile_cli.training.loop import torch_threads
+
+    before = torch.get_num_threads()
+    manifest = tiny_manifest("DQN")
+    try:
+        torch_threads(manifest, batched=True)
+        assert torch.get_num_threads() == min(2, os.cpu_count() or 1)
+        torch_threads(manifest, batched=False)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

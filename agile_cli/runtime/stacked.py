@@ -250,7 +250,7 @@ class StackedNetwork:
             centred = (x - mean) * mask
             variance = centred.pow(2).sum(-1, keepdim=True) / count
             x = centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
-        return x * weight.unsqueeze(1) + bias.unsqueeze(1)
+        return torch.addcmul(bias.unsqueeze(1), x, weight.unsqueeze(1))
 
     def _masked(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         masked = self.masks.get(layer)

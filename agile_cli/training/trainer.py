@@ -12,7 +12,7 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
-from agile_cli.training import checkpoint, trust
+from agile_cli.training import batched, checkpoint, setup, trust
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
 from agile_cli.training.resume import check_compatible, explain_mismatch, manifest_edits
@@ -130,9 +130,15 @@ def run_local(
     """Train ``manifest`` here, writing a new run folder."""
     if options.run_dir is not None:  # refuse a taken folder before any set-up
         RunFolder(options.run_dir).check_available(options.overwrite)
-    torch_threads(manifest)
+    torch_threads(manifest, batched=_batched(manifest, registry, options))
     loop = EvolutionLoop(manifest, registry, options, _reporter(verbose))
     return loop.run()
+
+
+def _batched(manifest: TrainingManifest, registry: Registry, options: RunOptions) -> bool:
+    """Whether the run will train as one batched population."""
+    cls = setup.algorithm_class(manifest, registry)
+    return not options.per_member and batched.applies(manifest, cls)
 
 
 def resume_local(
@@ -156,7 +162,7 @@ def resume_local(
     with explain_mismatch():
         _refuse_finished(state, manifest, run_dir)
         options.seed = int(state["state"]["seed"])
-    torch_threads(manifest)
+    torch_threads(manifest, batched=_batched(manifest, registry, options))
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder)
     loop.restore(state)

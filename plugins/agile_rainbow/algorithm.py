@@ -107,11 +107,11 @@ class RainbowGroup(GroupLearner):
         next_obs = stacked_observations(
             first.obs_tensor(flat_rows(batch.next_obs)), self.group.size
         )
-        both = self.log_probs("q", _concat(obs, next_obs, dim=1))
+        log_probs = self.log_probs("q", obs)
         actions = batch.actions.long().view(self.group.size, size, 1, 1)
-        taken = both[:, :size].gather(2, actions.expand(-1, -1, 1, both.shape[-1])).squeeze(2)
-        with torch.no_grad():
-            target = self._target(batch, both[:, size:].detach(), next_obs)
+        taken = log_probs.gather(2, actions.expand(-1, -1, 1, log_probs.shape[-1])).squeeze(2)
+        with torch.no_grad():  # a pass of its own: backward then runs over obs's rows only
+            target = self._target(batch, self.log_probs("q", next_obs), next_obs)
         cross_entropy = -(target * taken).sum(dim=-1)
         losses = masked_mean(batch.weights * cross_entropy, rows)
         self.group.gradient_step("q", losses, active, max_grad_norm=10.0)
@@ -232,8 +232,8 @@ class RainbowDQN(OffPolicyAlgorithm):
         super().set_hyperparameter(name, value)
 
 
-def _concat(first: Any, second: Any, dim: int = 0) -> Any:
+def _concat(first: Any, second: Any) -> Any:
     """Two observation batches as one (dict observations key by key)."""
     if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]], dim=dim) for key in first}
-    return torch.cat([first, second], dim=dim)
+        return {key: torch.cat([first[key], second[key]]) for key in first}
+    return torch.cat([first, second])

@@ -95,11 +95,11 @@ class QLearning(OffPolicyAlgorithm):
         self.epsilon = state["epsilon"]
 
 
-def _concat(first: Any, second: Any, dim: int = 0) -> Any:
+def _concat(first: Any, second: Any) -> Any:
     """Two observation batches as one (dict observations key by key)."""
     if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]], dim=dim) for key in first}
-    return torch.cat([first, second], dim=dim)
+        return {key: torch.cat([first[key], second[key]]) for key in first}
+    return torch.cat([first, second])
 
 
 class QLearningGroup(GroupLearner):
@@ -125,18 +125,13 @@ class QLearningGroup(GroupLearner):
         members = self.group.size
         obs = stacked_observations(first.obs_tensor(flat_rows(batch.obs)), members)
         next_obs = stacked_observations(first.obs_tensor(flat_rows(batch.next_obs)), members)
-        size = batch.rewards.shape[1]
-        double = bool(first.spec.double)
-        if double:
-            q_both = online(_concat(obs, next_obs, dim=1))["q"]
-            q_values, online_next = q_both[:, :size], q_both[:, size:].detach()
-        else:
-            q_values = online(obs)["q"]
+        q_values = online(obs)["q"]
         q_taken = q_values.gather(2, batch.actions.long().unsqueeze(2)).squeeze(2)
-        with torch.no_grad():
+        with torch.no_grad():  # a pass of its own: backward then runs over obs's rows only
             next_q = target(next_obs)["q"]
-            if double:
-                next_value = next_q.gather(2, online_next.argmax(dim=2, keepdim=True)).squeeze(2)
+            if first.spec.double:
+                choice = online(next_obs)["q"].argmax(dim=2, keepdim=True)
+                next_value = next_q.gather(2, choice).squeeze(2)
             else:
                 next_value = next_q.max(dim=2).values
             gamma = self.group.hp("gamma").unsqueeze(1)
