@@ -95,14 +95,19 @@ def tiny_population(manifest: Any, registry: Any = None, size: int | None = None
 
 
 def smoke_train(
-    manifest: Any, run_dir: Path, registry: Any = None, *, seed: int | None = None
+    manifest: Any,
+    run_dir: Path,
+    registry: Any = None,
+    *,
+    seed: int | None = None,
+    per_member: bool = False,
 ) -> Any:
     """Train ``manifest`` quietly on the CPU into ``run_dir`` (with ``seed``, as ``--seed``
-    would); returns the ``TrainResult``."""
+    would; ``per_member`` as ``--per-member``); returns the ``TrainResult``."""
     from agile_cli.training.loop import EvolutionLoop, RunOptions
     from agile_cli.training.progress import LogReporter
 
-    options = RunOptions(device="cpu", run_dir=run_dir, seed=seed)
+    options = RunOptions(device="cpu", run_dir=run_dir, seed=seed, per_member=per_member)
     return EvolutionLoop(manifest, _registry(registry), options, LogReporter()).run()
 
 
@@ -110,12 +115,14 @@ def smoke_train(
 TIMING_FIELDS = ("wall_seconds", "steps_per_second")
 
 
-def seeded_metrics(manifest: Any, run_dir: Path, seed: int, registry: Any = None) -> list[Any]:
+def seeded_metrics(
+    manifest: Any, run_dir: Path, seed: int, registry: Any = None, *, per_member: bool = False
+) -> list[Any]:
     """Train ``manifest`` with ``seed`` into ``run_dir``; the run's metrics records (each
     generation's fitnesses, hyperparameters, architectures and mutations) without timings."""
     import json
 
-    smoke_train(manifest, run_dir, registry, seed=seed)
+    smoke_train(manifest, run_dir, registry, seed=seed, per_member=per_member)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in record.items() if k not in TIMING_FIELDS} for record in records]
 
@@ -135,14 +142,33 @@ def check_reproducibility(
 def _reproducibility_problems(
     algorithm: str, workdir: Path, registry: Any, sections: Mapping[str, Any]
 ) -> list[str]:
+    """Two runs with one seed must log the same metrics, batched and (for an algorithm that
+    batches) one by one as well."""
+    from agile_cli.training import batched, setup
+
     manifest = tiny_manifest(algorithm, registry=registry, **sections)
-    first = seeded_metrics(manifest, workdir / "seeded-run-1", 7, registry)
-    second = seeded_metrics(manifest, workdir / "seeded-run-2", 7, registry)
+    paths = {False: ""}
+    if batched.applies(manifest, setup.algorithm_class(manifest, registry)):
+        paths = {False: " (batched)", True: " (one by one)"}
+    for per_member, label in paths.items():
+        problems = _seeded_problems(manifest, workdir, registry, per_member, label)
+        if problems:
+            return problems
+    return []
+
+
+def _seeded_problems(
+    manifest: Any, workdir: Path, registry: Any, per_member: bool, label: str
+) -> list[str]:
+    runs = [workdir / f"seeded-{int(per_member)}-{n}" for n in (1, 2)]
+    first, second = (
+        seeded_metrics(manifest, run, 7, registry, per_member=per_member) for run in runs
+    )
     for one, two in zip(first, second, strict=False):
         if one != two:
             return [
-                f"generation {one['generation']} of two runs with the same seed differs (draw "
-                "every random number from the member's generator or rng, and sample "
+                f"generation {one['generation']} of two runs with the same seed{label} "
+                "differs (draw every random number from the member's generator or rng, and sample "
                 "torch.distributions with self.sample(distribution)):\n"
                 f"  {one['members']}\n  {two['members']}"
             ]

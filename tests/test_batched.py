@@ -353,3 +353,24 @@ def test_a_batched_population_of_small_networks_shares_its_operations_over_two_t
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_subclass_that_changes_learning_trains_one_by_one_unless_it_names_a_learner() -> None:
+    from agile_cli.runtime.group import group_learner_of
+    from agile_dqn.algorithm import DQN, DQNGroup
+
+    class LouderDQN(DQN):  # its own learn: DQNGroup would not do what it does
+        def learn(self, batch: Any) -> Any:
+            return super().learn(batch)
+
+    class RenamedDQN(DQN):  # nothing a group learner redoes
+        def extra_state(self) -> dict[str, Any]:
+            return super().extra_state()
+
+    class GroupedLouderDQN(LouderDQN):
+        group_learner = DQNGroup
+
+    assert group_learner_of(DQN) is DQNGroup
+    assert group_learner_of(LouderDQN) is None
+    assert group_learner_of(RenamedDQN) is DQNGroup
+    assert group_learner_of(GroupedLouderDQN) is DQNGroup

@@ -351,8 +351,26 @@ def group_members(members: Sequence[Algorithm]) -> list[list[int]]:
     return sorted(groups)
 
 
+#: Methods a group learner redoes for the members: a subclass that overrides one of them
+#: trains one by one unless it names a group learner of its own.
+GROUP_METHODS = frozenset({"build", "act", "learn", "policy_step"})
+
+
+def group_learner_of(cls: type[Algorithm]) -> type[GroupLearner] | None:
+    """The group learner that trains members of ``cls`` together: the one it, or a base class,
+    names in ``group_learner``, provided no class in between overrides one of
+    :data:`GROUP_METHODS` (the learner would not do what those members do)."""
+    for klass in cls.__mro__:
+        if "group_learner" in vars(klass):
+            learner: type[GroupLearner] | None = vars(klass)["group_learner"]
+            return learner
+        if GROUP_METHODS & set(vars(klass)):
+            return None
+    return None
+
+
 def _member_key(member: Algorithm) -> Hashable | None:
-    if getattr(type(member), "group_learner", None) is None or member.learned_parameters:
+    if group_learner_of(type(member)) is None or member.learned_parameters:
         return None
     keys = []
     for name, network in member.networks.items():

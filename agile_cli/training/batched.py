@@ -32,7 +32,7 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer
-from agile_cli.runtime.group import GroupLearner, MemberGroup, group_members
+from agile_cli.runtime.group import GroupLearner, MemberGroup, group_learner_of, group_members
 from agile_cli.training import setup
 from agile_cli.training.runners import (
     EpisodeTracker,
@@ -54,7 +54,7 @@ def applies(manifest: TrainingManifest, cls: type[Algorithm]) -> bool:
     if paradigm is None or paradigm.multi_agent or paradigm.population is not None:
         return False
     families = (OffPolicyAlgorithm, OnPolicyAlgorithm)
-    if getattr(cls, "group_learner", None) is None or not issubclass(cls, families):
+    if group_learner_of(cls) is None or not issubclass(cls, families):
         return False
     return "num_envs" in type(manifest.environment).model_fields
 
@@ -185,7 +185,7 @@ class BatchedRunner(Runner[Any]):
         slots = []
         for positions in self.groups:
             chosen = [members[i] for i in positions]
-            learner = type(chosen[0]).group_learner
+            learner = group_learner_of(type(chosen[0]))
             if len(chosen) > 1 and learner is not None and learner.family == self.family:
                 slots.append(_Slot(learner(MemberGroup(chosen)), positions, self._rows(positions)))
             else:
