@@ -38,7 +38,6 @@ from agile_cli.training.runners import (
     EpisodeTracker,
     GenerationStats,
     OffPolicyRunner,
-    OnPolicyRunner,
     Progress,
     Runner,
     _learn_schedule,
@@ -57,19 +56,6 @@ def applies(manifest: TrainingManifest, cls: type[Algorithm]) -> bool:
     if group_learner_of(cls) is None or not issubclass(cls, families):
         return False
     return "num_envs" in type(manifest.environment).model_fields
-
-
-def batched_runner(inner: Runner[Any], members: int) -> Runner[Any]:
-    """The batched runner of ``inner``'s family, trained on the population environment.
-
-    :raises TrainingError: ``inner`` is not one of the core's runners, which a batched runner
-        replaces.
-    """
-    if type(inner) is OnPolicyRunner:
-        from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
-
-        return BatchedOnPolicyRunner(inner, members)
-    return BatchedOffPolicyRunner(inner, members)
 
 
 def population_environment(

@@ -21,11 +21,12 @@ from agile_cli.manifest import TrainingManifest
 from agile_cli.models.network import NetworkSpec
 from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import batched, budget, checkpoint, setup, trust
+from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
-from agile_cli.training.runners import Runner
+from agile_cli.training.runners import OnPolicyRunner, Runner
 
 #: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
 TARGET_WINDOW = 3
@@ -131,9 +132,18 @@ class EvolutionLoop:
         return setup.build_environment(self.manifest, registry, seed)
 
     def _runner(self, runner: Runner[Any]) -> Runner[Any]:
+        """The paradigm's runner, or when the population trains batched, the batched runner
+        of its family in its place.
+
+        :raises TrainingError: the paradigm's runner is not one of the core's, which a batched
+            runner replaces.
+        """
         if not self.batched:
             return runner
-        return batched.batched_runner(runner, self.manifest.training.pop_size)
+        size = self.manifest.training.pop_size
+        if type(runner) is OnPolicyRunner:
+            return BatchedOnPolicyRunner(runner, size)
+        return batched.BatchedOffPolicyRunner(runner, size)
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:
