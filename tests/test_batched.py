@@ -21,6 +21,7 @@ from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from agile_cli.runtime.group import MemberGroup, group_members
 from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
 from agile_cli.training import batched
+from agile_cli.training.runners import OffPolicyRunner
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 #: Whole generations: float rounding moves continuous actions a little, and that compounds.
@@ -319,9 +320,26 @@ def test_batched_generation_equals_members_stepping_alone(
 
 
 def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -> None:
+    from agile_cli.testing import installed_host
+    from agile_cli.training.runners import GenerationStats
+
+    manifest = tiny_manifest("DQN", training={"pop_size": 3, "max_steps": 128, "evo_steps": 64})
+    env = batched.population_environment(manifest, installed_host().registry, 0, 3)
+    obs, _ = env.reset(seed=0)
+    assert env.num_envs == 6 and len({tuple(row) for row in obs.round(6)}) == 6  # own seeds
+    runner = batched.BatchedOffPolicyRunner(
+        OffPolicyRunner(env, ReplayBuffer(10, env.single_observation_space,
+                                          env.single_action_space, gamma=0.9)), 3,
+    )  # fmt: skip
+    stats = [GenerationStats() for _ in range(3)]
+    members = tiny_population(manifest, size=3)
+    done = np.array([False, False, True, False, False, True])  # member 1's row 0, member 2's row 1
+    runner._episodes(members, stats, np.ones(6, dtype=bool), done, np.array([7.0, 9.0]))
+    assert [s.episode_returns for s in stats] == [[], [7.0], [9.0]]
+    assert runner._rows([0, 2]).tolist() == [0, 1, 4, 5]
+    env.close()
     result = _train("DQN", tmp_path, singles=False)
     assert _metrics(result) and all(len(m.record.fitness) == 2 for m in result.population)
-    manifest = tiny_manifest("DQN", training={"pop_size": 3, "max_steps": 128, "evo_steps": 64})
     assert batched.applies(manifest, type(result.population[0]))
 
 

@@ -593,13 +593,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._max_priority = float(state["max_priority"])
 
 
-def _rows(value: Any, rows: np.ndarray) -> Any:
-    """Copies of some environments' rows (an array, or every array of a dict)."""
-    if isinstance(value, Mapping):
-        return {key: np.asarray(array)[rows] for key, array in value.items()}
-    return np.asarray(value)[rows]
-
-
 def _ring(value: Any, n_step: int) -> Any:
     """Empty storage of ``n_step`` vector steps shaped like ``value`` ``[N, ...]``."""
     if isinstance(value, Mapping):
@@ -716,7 +709,7 @@ class NStepAccumulator:
             obs=_get(ring_obs, first, envs),
             actions=_get(ring_actions, first, envs),
             rewards=returns.astype(np.float32),
-            next_obs=_rows(next_obs, envs),
+            next_obs=_take(next_obs, envs),
             terminated=terminated[envs].astype(np.float32),
             discounts=np.power(self.gamma, lengths).astype(np.float32),
         )

@@ -28,6 +28,7 @@ import torch
 from agile_cli.runtime.stacked import (
     MAX_PADDING,
     StackedNetwork,
+    corner,
     layout_key,
     padded_shapes,
     parameter_count,
@@ -181,24 +182,32 @@ class MemberGroup:
         for name, stacked in self.networks.items():
             stacked.write_back([m.networks[name] for m in self.members])
         for name, optimizer in self.optimizers.items():
-            for row, member in enumerate(self.members):
-                self._store_state(name, optimizer, row, member)
+            self._store_states(name, optimizer)
 
-    def _store_state(self, name: str, optimizer: StackedAdam, row: int, member: Algorithm) -> None:
-        steps = float(optimizer.steps[row])
-        if steps == 0:
-            return  # never stepped: the member's optimizer keeps its (empty) state
-        torch_optimizer = member.optimizers[name]
+    def _store_states(self, name: str, optimizer: StackedAdam) -> None:
+        """Each member's Adam state of optimizer ``name`` (none for a member that never
+        stepped: its optimizer keeps its empty state)."""
+        steps = optimizer.steps.tolist()
         for index, network in enumerate(self._plan(name).networks):
-            stacked = self.networks[network]
-            first, second = optimizer.moments[index]
-            firsts, seconds = _views_like(stacked, first), _views_like(stacked, second)
-            for parameter_name, parameter in member.networks[network].named_parameters():
-                corner = _corner_of(parameter.shape)
-                state = torch_optimizer.state[parameter]
-                state["step"] = torch.tensor(steps, dtype=torch.float32, device=self.device)
-                state["exp_avg"] = firsts[parameter_name][row][corner].clone()
-                state["exp_avg_sq"] = seconds[parameter_name][row][corner].clone()
+            firsts, seconds = self._moment_views(network, optimizer.moments[index])
+            for row, member in enumerate(self.members):
+                if steps[row] == 0:
+                    continue
+                state = member.optimizers[name].state
+                step = torch.tensor(steps[row], dtype=torch.float32, device=self.device)
+                for parameter_name, parameter in member.networks[network].named_parameters():
+                    own = corner(parameter.shape)
+                    state[parameter] = {
+                        "step": step.clone(),
+                        "exp_avg": firsts[parameter_name][row][own].clone(),
+                        "exp_avg_sq": seconds[parameter_name][row][own].clone(),
+                    }
+
+    def _moment_views(
+        self, network: str, moments: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        stacked = self.networks[network]
+        return stacked.views_of(moments[0]), stacked.views_of(moments[1])
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -206,40 +215,25 @@ class MemberGroup:
         return self.members[0]._plans[optimizer]
 
     def _optimizer(self, name: str) -> StackedAdam:
+        """Optimizer ``name`` of every member, stacked: their learning rates, step counts and
+        Adam moments (zeros where a member has not stepped)."""
         plan = self._plan(name)
         if plan.parameters:
             raise ValueError("learned parameters outside networks do not stack")
         flats = [self.networks[n].flat for n in plan.networks]
-        lr = self.hp(plan.lr_attribute)
         steps = torch.zeros(self.size, device=self.device)
         moments = [(torch.zeros_like(f), torch.zeros_like(f)) for f in flats]
-        for row, member in enumerate(self.members):
-            steps[row] = self._load_state(name, row, member, moments)
-        return StackedAdam(flats, lr, steps, moments)
-
-    def _load_state(
-        self,
-        name: str,
-        row: int,
-        member: Algorithm,
-        moments: list[tuple[torch.Tensor, torch.Tensor]],
-    ) -> float:
-        """Copy one member's Adam moments into row ``row``; return its step count."""
-        torch_optimizer = member.optimizers[name]
-        steps = 0.0
-        for index, network in enumerate(self._plan(name).networks):
-            stacked = self.networks[network]
-            firsts = _views_like(stacked, moments[index][0])
-            seconds = _views_like(stacked, moments[index][1])
-            for parameter_name, parameter in member.networks[network].named_parameters():
-                state = torch_optimizer.state.get(parameter)
-                if not state:
-                    continue
-                corner = _corner_of(parameter.shape)
-                firsts[parameter_name][row][corner].copy_(state["exp_avg"])
-                seconds[parameter_name][row][corner].copy_(state["exp_avg_sq"])
-                steps = float(state["step"])
-        return steps
+        for index, network in enumerate(plan.networks):
+            firsts, seconds = self._moment_views(network, moments[index])
+            for row, member in enumerate(self.members):
+                for parameter_name, parameter in member.networks[network].named_parameters():
+                    state = member.optimizers[name].state.get(parameter)
+                    if state:
+                        own = corner(parameter.shape)
+                        firsts[parameter_name][row][own].copy_(state["exp_avg"])
+                        seconds[parameter_name][row][own].copy_(state["exp_avg_sq"])
+                        steps[row] = float(state["step"])
+        return StackedAdam(flats, self.hp(plan.lr_attribute), steps, moments)
 
     def _flat_grads(
         self, networks: list[str], grads: Sequence[torch.Tensor | None]
@@ -280,20 +274,6 @@ def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
     scale = torch.where(max_norm > 0, scale, torch.ones_like(scale)).unsqueeze(1)
     for grad in grads:
         grad.mul_(scale)
-
-
-def _views_like(stacked: StackedNetwork, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Views of ``flat`` (laid out like ``stacked.flat``) by parameter name."""
-    views, offset = {}, 0
-    for name, shape in stacked.shapes.items():
-        count = int(np.prod(shape))
-        views[name] = flat[:, offset : offset + count].view(stacked.size, *shape)
-        offset += count
-    return views
-
-
-def _corner_of(shape: torch.Size) -> tuple[slice, ...]:
-    return tuple(slice(0, size) for size in shape)
 
 
 class GroupLearner(abc.ABC):

@@ -107,17 +107,24 @@ class StackedNetwork:
         device = next(template.parameters()).device
         total = parameter_count(self.shapes)
         self.flat = torch.zeros(self.size, total, device=device)
-        self.views: dict[str, torch.Tensor] = {}
-        offset = 0
-        for name, shape in self.shapes.items():
-            count = math.prod(shape)
-            view = self.flat[:, offset : offset + count].view(self.size, *shape)
-            self.views[name] = view.requires_grad_(trainable)
-            offset += count
+        self.views = {
+            name: view.requires_grad_(trainable) for name, view in self.views_of(self.flat).items()
+        }
         self._load(networks)
         self.masks = self._masks(networks)
         self.noise = self._noise_buffers()
+        self._noisy_layers = [_noisy_layers(network) for network in networks]
         self.mean_only = False
+
+    def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
+        :attr:`flat` (the parameters, or e.g. an optimizer's moments of them)."""
+        views, offset = {}, 0
+        for name, shape in self.shapes.items():
+            count = math.prod(shape)
+            views[name] = flat[:, offset : offset + count].view(self.size, *shape)
+            offset += count
+        return views
 
     # -- copying in and out ------------------------------------------------------------------
 
@@ -125,14 +132,14 @@ class StackedNetwork:
         with torch.no_grad():
             for row, network in enumerate(networks):
                 for name, parameter in network.named_parameters():
-                    self.views[name][row][_corner(parameter.shape)].copy_(parameter)
+                    self.views[name][row][corner(parameter.shape)].copy_(parameter)
 
     def write_back(self, networks: Sequence[nn.Module]) -> None:
         """Copy each member's part of the stacked parameters into its own network."""
         with torch.no_grad():
             for row, network in enumerate(networks):
                 for name, parameter in network.named_parameters():
-                    parameter.copy_(self.views[name][row][_corner(parameter.shape)])
+                    parameter.copy_(self.views[name][row][corner(parameter.shape)])
 
     # -- padding masks -----------------------------------------------------------------------
 
@@ -140,10 +147,11 @@ class StackedNetwork:
         """For every layer whose output width differs between members: its ``[k, 1, W]``
         mask of real units and ``[k, 1, 1]`` count of them."""
         masks = {}
+        parameters = [dict(network.named_parameters()) for network in networks]
         for name, shape in self.shapes.items():
             if not name.endswith((".weight", ".weight_mu")) or len(shape) != 2:
                 continue
-            widths = [dict(n.named_parameters())[name].shape[0] for n in networks]
+            widths = [own[name].shape[0] for own in parameters]
             if min(widths) == shape[0]:
                 continue
             layer = name.removesuffix("_mu").removesuffix(".weight")
@@ -164,23 +172,21 @@ class StackedNetwork:
                 buffers[name.removesuffix(".weight_mu")] = (zeros(in_width), zeros(out_width))
         return buffers
 
-    def reset_noise(
-        self, networks: Sequence[nn.Module], generators: Sequence[torch.Generator | None]
-    ) -> None:
+    def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None:
         """A new noise sample for every member's noisy layers, drawn as
         :func:`~agile_cli.nn.noisy.reset_noise` draws it for the member's own network (one
         draw from its generator, split among its layers in module order); a member whose
         generator is None keeps its noise."""
-        for row, (network, generator) in enumerate(zip(networks, generators, strict=True)):
+        for row, generator in enumerate(generators):
             if generator is None:
                 continue
-            layers = [(n, m) for n, m in network.named_modules() if isinstance(m, NoisyLinear)]
-            sizes = [layer.noise_size for _, layer in layers]
+            layers = self._noisy_layers[row]
+            sizes = [inputs + outputs for _, inputs, outputs in layers]
             noise = signed_sqrt(draw_normals(sum(sizes), generator).to(self.flat.device))
-            for (name, layer), part in zip(layers, noise.split(sizes), strict=True):
+            for (name, inputs, outputs), part in zip(layers, noise.split(sizes), strict=True):
                 eps_in, eps_out = self.noise[name]
-                eps_in[row, : layer.in_features] = part[: layer.in_features]
-                eps_out[row, : layer.out_features] = part[layer.in_features :]
+                eps_in[row, :inputs] = part[:inputs]
+                eps_out[row, :outputs] = part[inputs:]
 
     @contextmanager
     def mean_weights(self) -> Iterator[None]:
@@ -257,9 +263,18 @@ class StackedNetwork:
         return x if masked is None else x * masked[0]
 
 
-def _corner(shape: torch.Size | tuple[int, ...]) -> tuple[slice, ...]:
+def corner(shape: torch.Size | tuple[int, ...]) -> tuple[slice, ...]:
     """The index of a member's own part of a padded tensor: its leading corner."""
     return tuple(slice(0, size) for size in shape)
+
+
+def _noisy_layers(network: nn.Module) -> list[tuple[str, int, int]]:
+    """Name, input and output width of each noisy layer of ``network``, in module order."""
+    return [
+        (name, module.in_features, module.out_features)
+        for name, module in network.named_modules()
+        if isinstance(module, NoisyLinear)
+    ]
 
 
 def stacked_observations(obs: Any, members: int) -> Any:

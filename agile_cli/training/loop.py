@@ -293,10 +293,9 @@ class EvolutionLoop:
 
     def _metrics_record(self, report: GenerationReport) -> dict[str, Any]:
         record = self._report_record(report)
-        groups = getattr(self.runner, "groups", None) if self.batched else None
-        if groups is not None:  # a batched runner's groups of this generation
+        if isinstance(self.runner, batched.BatchedRunner):  # this generation's groups
             indices = [m.index for m in self.population]
-            record["groups"] = [[indices[i] for i in group] for group in groups]
+            record["groups"] = [[indices[i] for i in group] for group in self.runner.groups]
         return record
 
     def _report_record(self, report: GenerationReport) -> dict[str, Any]:

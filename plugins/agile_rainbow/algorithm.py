@@ -78,7 +78,7 @@ class RainbowGroup(GroupLearner):
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         online = self.group.net("q")
         if explore:
-            online.reset_noise([m.networks["q"] for m in self.members], self._generators)
+            online.reset_noise(self._generators)
         stacked = stacked_observations(self.members[0].obs_tensor(obs), self.group.size)
         with torch.no_grad(), nullcontext() if explore else online.mean_weights():
             q = self.q_values(self.log_probs("q", stacked))
@@ -101,8 +101,7 @@ class RainbowGroup(GroupLearner):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         first, size = self.members[0], batch.rewards.shape[1]
         for name in ("q", "target"):  # in this order, as each member's learn draws them
-            networks = [m.networks[name] for m in self.members]
-            self.group.net(name).reset_noise(networks, self._active_generators(active))
+            self.group.net(name).reset_noise(self._active_generators(active))
         obs = stacked_observations(first.obs_tensor(flat_rows(batch.obs)), self.group.size)
         next_obs = stacked_observations(
             first.obs_tensor(flat_rows(batch.next_obs)), self.group.size

@@ -73,9 +73,12 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         with torch.no_grad():
             unit = self.policy_actions("actor", self.obs_tensor(obs)).cpu().numpy()
-        if explore:
-            unit = np.clip(unit + self.exploration_noise(unit.shape[0]), -1.0, 1.0)
-        return self.to_env(unit)
+        return self.noisy_actions(unit) if explore else self.to_env(unit)
+
+    def noisy_actions(self, unit: np.ndarray) -> np.ndarray:
+        """Environment actions for policy actions ``unit`` in [-1, 1] (one row per
+        environment), with one step of exploration noise added and clipped to [-1, 1]."""
+        return self.to_env(np.clip(unit + self.exploration_noise(unit.shape[0]), -1.0, 1.0))
 
     def exploration_noise(self, num_envs: int) -> np.ndarray:
         """One step of exploration noise for ``num_envs`` environments, in [-1, 1] units."""
@@ -152,12 +155,10 @@ class DeterministicActorCriticGroup(GroupLearner):
         with torch.no_grad():
             stacked = stacked_observations(self.members[0].obs_tensor(obs), size)
             unit = self.policy_actions("actor", stacked).cpu().numpy()
-        actions = []
-        for member, rows in zip(self.members, unit, strict=True):
-            if explore:
-                rows = np.clip(rows + member.exploration_noise(rows.shape[0]), -1.0, 1.0)
-            actions.append(member.to_env(rows))
-        return np.concatenate(actions)
+        rows = zip(self.members, unit, strict=True)
+        return np.concatenate(
+            [member.noisy_actions(own) if explore else member.to_env(own) for member, own in rows]
+        )
 
     def inputs(self, batch: Transitions) -> tuple[Any, Any, torch.Tensor]:
         """A stacked batch's observations and next observations as the networks take them,

@@ -50,10 +50,13 @@ class QLearning(OffPolicyAlgorithm):
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         with torch.no_grad():
             greedy = self.networks["q"](self.obs_tensor(obs))["q"].argmax(dim=1).cpu().numpy()
-        if not explore:
-            return greedy
+        return self.epsilon_greedy(greedy) if explore else greedy
+
+    def epsilon_greedy(self, greedy: np.ndarray) -> np.ndarray:
+        """Epsilon-greedy choices among ``greedy`` actions (one per environment), drawn from
+        the member's generator; epsilon then decays one step."""
         schedule = self.schedule
-        random = self.rng.random(greedy.shape[0]) < self.epsilon
+        random = np.asarray(self.rng.random(greedy.shape[0]) < self.epsilon)
         self.epsilon = max(schedule.eps_end, self.epsilon * schedule.eps_decay)
         if random.any():
             greedy[random] = self.rng.integers(0, self.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
@@ -116,7 +119,7 @@ class QLearningGroup(GroupLearner):
         if not explore:
             return greedy.reshape(-1)
         rows = zip(self.members, greedy, strict=True)
-        return np.concatenate([_explore(member, row) for member, row in rows])
+        return np.concatenate([member.epsilon_greedy(row) for member, row in rows])
 
     def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """As :meth:`QLearning.td_terms`, stacked: ``[k, B, actions]``, ``[k, B]``, ``[k, B]``."""
@@ -138,14 +141,3 @@ class QLearningGroup(GroupLearner):
             discount = gamma if batch.discounts is None else batch.discounts
             td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
         return q_values, q_taken, td_target
-
-
-def _explore(member: QLearning, greedy: np.ndarray) -> np.ndarray:
-    """One member's epsilon-greedy choice among its greedy actions, as :meth:`QLearning.act`
-    makes it (the same draws from the member's generator)."""
-    schedule = member.schedule
-    random = np.asarray(member.rng.random(greedy.shape[0]) < member.epsilon)
-    member.epsilon = max(schedule.eps_end, member.epsilon * schedule.eps_decay)
-    if random.any():
-        greedy[random] = member.rng.integers(0, member.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
-    return greedy
