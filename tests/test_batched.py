@@ -272,9 +272,21 @@ def test_members_group_by_layout_and_padding_bound() -> None:
         _arch((16,), 16, (16,)),
         _arch((24,), 16, (16,)),  # widths differ: padded into the first group
         _arch((16,), 16, (16, 16)),  # another head depth: its own group
-        _arch((400,), 16, (16,)),  # padding the others to it would cost too much
+        _arch((4000,), 16, (16,)),  # padding the others to it would cost too much
     ]
     assert group_members(_population("DQN", archs)) == [[0, 1], [2], [3]]
+
+
+def test_small_networks_pad_beyond_twice_their_size_within_the_allowance() -> None:
+    # The mutations of one generation of the CartPole DQN manifest: member 3 has under half
+    # the parameters of the padded network, yet a group of its own would cost more.
+    archs = [
+        _arch((64,), 64, (128,)),
+        _arch((64,), 72, (64,)),
+        _arch((128,), 64, (64,)),
+        _arch((64,), 64, (64,)),
+    ]
+    assert group_members(_population("DQN", archs)) == [[0, 1, 2, 3]]
 
 
 # -- the batched runner ------------------------------------------------------------------------

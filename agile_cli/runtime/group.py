@@ -13,7 +13,8 @@ moments and parameters do not move), which is how members with different ``learn
 policy delays share one computation.
 
 :func:`group_members` splits a population into groups: members of one algorithm class whose
-networks have the same layout, padded within :data:`~agile_cli.runtime.stacked.MAX_PADDING`.
+networks have the same layout, padded within :data:`~agile_cli.runtime.stacked.MAX_PADDING`
+(or, for small networks, :data:`~agile_cli.runtime.stacked.PADDING_ALLOWANCE`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from agile_cli.runtime.stacked import (
     MAX_PADDING,
+    PADDING_ALLOWANCE,
     StackedNetwork,
     corner,
     layout_key,
@@ -316,8 +318,9 @@ def masked_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 def group_members(members: Sequence[Algorithm]) -> list[list[int]]:
     """Indices of ``members`` split into groups that stack: one algorithm class with a group
-    learner, networks of one layout, and at most :data:`MAX_PADDING` times each member's
-    parameters once padded; every other member is a group of its own."""
+    learner, networks of one layout, and once padded at most :data:`MAX_PADDING` times each
+    member's parameters (or :data:`PADDING_ALLOWANCE` more); every other member is a group of
+    its own."""
     by_key: dict[Hashable, list[int]] = {}
     groups: list[list[int]] = []
     for index, member in enumerate(members):
@@ -367,13 +370,19 @@ def _split_by_padding(members: Sequence[Algorithm], indices: list[int]) -> list[
     groups: list[list[int]] = []
     for index in sorted(indices, key=lambda i: -sizes[i]):
         for group in groups:
-            padded = _padded_size([members[i] for i in [*group, index]])
-            if padded <= MAX_PADDING * min(sizes[i] for i in [*group, index]):
+            if _pads_within_bounds([members[i] for i in [*group, index]], sizes[index]):
                 group.append(index)
                 break
         else:
             groups.append([index])
     return [sorted(group) for group in groups]
+
+
+def _pads_within_bounds(members: Sequence[Algorithm], smallest: int) -> bool:
+    """Whether ``members``, the smallest of which has ``smallest`` parameters, stack within
+    :data:`MAX_PADDING` (or :data:`PADDING_ALLOWANCE`) of every member's own size."""
+    padded = _padded_size(members)
+    return padded <= max(MAX_PADDING * smallest, smallest + PADDING_ALLOWANCE)
 
 
 def _parameters(member: Algorithm) -> int:
