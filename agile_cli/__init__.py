@@ -62,6 +62,7 @@ from agile_cli.models.algorithm import VectorEnvironmentSpec, check_entrypoint
 from agile_cli.models.base import located_error
 from agile_cli.models.clipped_objective import ClippedObjectiveSpec
 from agile_cli.models.gymnasium import GymnasiumEnvSpec
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
 
 __version__ = "0.1.0"
@@ -131,6 +132,11 @@ _LAZY = {
     "MultiAgentOffPolicyRunner": "agile_cli.training.runners:MultiAgentOffPolicyRunner",
     "MultiAgentOnPolicyRunner": "agile_cli.training.multi_agent_on_policy:MultiAgentOnPolicyRunner",
     "GenerationStats": "agile_cli.training.runners:GenerationStats",
+    "MemberTrainer": "agile_cli.training.members:MemberTrainer",
+    "MemberOutcome": "agile_cli.training.members:MemberOutcome",
+    "RunnerFactory": "agile_cli.training.members:RunnerFactory",
+    "slot_sizes": "agile_cli.training.members:slot_sizes",
+    "Progress": "agile_cli.training.runners:Progress",
     "Runner": "agile_cli.training.runners:Runner",
     "TrainResult": "agile_cli.training.loop:TrainResult",
     "run_local": "agile_cli.training.trainer:run_local",
@@ -198,12 +204,14 @@ if TYPE_CHECKING:
     from agile_cli.training.budget import available_memory, format_bytes
     from agile_cli.training.evaluation import load_agent
     from agile_cli.training.loop import RunOptions, TrainResult
+    from agile_cli.training.members import MemberOutcome, MemberTrainer, RunnerFactory, slot_sizes
     from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
     from agile_cli.training.runners import (
         GenerationStats,
         MultiAgentOffPolicyRunner,
         OffPolicyRunner,
         OnPolicyRunner,
+        Progress,
         Runner,
     )
     from agile_cli.training.setup import build_environment_from
@@ -236,11 +244,14 @@ __all__ = [
     "GroupLearner",
     "GymnasiumEnvSpec",
     "LearnResult",
+    "LocalRunOptions",
     "LocalTrainer",
     "LogStd",
     "ManifestError",
     "MemberGroup",
+    "MemberOutcome",
     "MemberRecord",
+    "MemberTrainer",
     "MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm",
     "MultiAgentOffPolicyRunner",
@@ -260,6 +271,7 @@ __all__ = [
     "PluginError",
     "PolicyRecord",
     "PrioritizedReplayBuffer",
+    "Progress",
     "QLearning",
     "QLearningGroup",
     "RecurrentState",
@@ -275,6 +287,7 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "Runner",
+    "RunnerFactory",
     "SequenceBatch",
     "Spec",
     "StochasticNetworkSpec",
@@ -320,6 +333,7 @@ __all__ = [
     "resume_local",
     "run_local",
     "scale_sigmas",
+    "slot_sizes",
     "stack_batches",
     "stacked_observations",
     "uniform_draws",

@@ -21,6 +21,7 @@ HEAVY = (
     "tokenizers",
     "datasets",
     "pyarrow",
+    "ray",
 )
 
 PROBE = """

@@ -14,15 +14,18 @@ import numpy as np
 import torch
 
 from agile_cli import __version__
+from agile_cli.backend import RunResult
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.network import NetworkSpec
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import batched, budget, checkpoint, setup, trust
 from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
+from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
@@ -46,6 +49,22 @@ class RunOptions:
     overwrite: bool = False
     trust_code: bool = False
     per_member: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: LocalRunOptions) -> RunOptions:
+        """The options a backend's validated :class:`~agile_cli.LocalRunOptions` give."""
+        return cls(
+            device=spec.device,
+            seed=spec.seed,
+            run_dir=Path(spec.run_dir) if spec.run_dir else None,
+            wb=spec.wb,
+            tensorboard=spec.tensorboard,
+            checkpoint_steps=spec.checkpoint_steps,
+            checkpoint_buffer=spec.checkpoint_buffer,
+            overwrite=spec.overwrite,
+            trust_code=spec.trust_code,
+            per_member=spec.per_member,
+        )
 
 
 @dataclass
@@ -72,6 +91,18 @@ class TrainResult:
     run_dir: Path
     interrupted: bool = False
 
+    def run_result(self) -> RunResult:
+        """This run as every backend reports one."""
+        return RunResult(
+            name=self.run_dir.name,
+            status="interrupted" if self.interrupted else "completed",
+            metrics=str(self.run_dir / "metrics.jsonl"),
+            summary=self.summary,
+            run_dir=self.run_dir,
+            population=self.population,
+            fitnesses=self.fitnesses,
+        )
+
 
 class EvolutionLoop:
     """Trains a population locally, as the manifest says, writing a run folder."""
@@ -83,7 +114,10 @@ class EvolutionLoop:
         options: RunOptions,
         reporter: Reporter,
         folder: RunFolder | None = None,
+        runner: RunnerFactory | None = None,
     ) -> None:
+        """:param runner: a backend's way to train the members elsewhere (see
+        :mod:`.members`); by default they train in this process."""
         self.manifest = manifest
         self.options = options
         self.reporter = reporter
@@ -91,25 +125,32 @@ class EvolutionLoop:
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
         self.cls = setup.algorithm_class(manifest, registry)
-        self.batched = not options.per_member and batched.applies(manifest, self.cls)
+        remote = runner is not None
+        self.batched = not (remote or options.per_member) and batched.applies(manifest, self.cls)
         self.env = self._environment(registry)
         try:
-            budget.check_fits(manifest, self.env, self.device, batched=self.batched)
+            if not remote:  # remote workers hold the environments and buffers
+                budget.check_fits(manifest, self.env, self.device, batched=self.batched)
+            self.context = AgentContext(
+                device=self.device,
+                num_envs=self.env.num_envs // (manifest.training.pop_size if self.batched else 1),
+                training=manifest.training,
+                seed=self.seeds["members"],
+                network=manifest.network,
+                replay_buffer=manifest.replay_buffer,
+            )
+            self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
+            self.population = setup.build_population(manifest, self.cls, self.env, self.context)
         except BaseException:
             self.env.close()  # subprocess workers must not outlive a refused run
             raise
-        self.context = AgentContext(
-            device=self.device,
-            num_envs=self.env.num_envs // (manifest.training.pop_size if self.batched else 1),
-            training=manifest.training,
-            seed=self.seeds["members"],
-            network=manifest.network,
-            replay_buffer=manifest.replay_buffer,
-        )
-        self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
-        self.population = setup.build_population(manifest, self.cls, self.env, self.context)
-        self.buffer = setup.build_buffer(manifest, self.env, self.device)
-        self.runner = self._runner(setup.build_runner(manifest, self.env, self.buffer))
+        self.buffer: Any = None  # off-policy: what the members share
+        if runner is not None:
+            self.env.close()  # it only told the members their spaces
+            self.runner = runner(manifest, self.state.seed, reporter.note)
+        else:
+            self.buffer = setup.build_buffer(manifest, self.env, self.device)
+            self.runner = self._runner(setup.build_runner(manifest, self.env, self.buffer))
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection()
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
@@ -292,7 +333,7 @@ class EvolutionLoop:
             sink.log(scalars, step=self.state.global_steps)
 
     def _metrics_record(self, report: GenerationReport) -> dict[str, Any]:
-        record = self._report_record(report)
+        record = {**self._report_record(report), **self.runner.generation_metrics()}
         if isinstance(self.runner, batched.BatchedRunner):  # this generation's groups
             indices = [m.index for m in self.population]
             record["groups"] = [[indices[i] for i in group] for group in self.runner.groups]
@@ -348,7 +389,7 @@ class EvolutionLoop:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The whole run as it stands: members, counters, generators, optionally the buffer."""
-        keep_buffer = self.options.checkpoint_buffer and self.buffer is not None
+        buffer = self.buffer if self.options.checkpoint_buffer else None
         return {
             **self._header(checkpoint.POPULATION),
             "state": dataclasses.asdict(self.state),
@@ -357,7 +398,7 @@ class EvolutionLoop:
             "mutation_rng": self.mutator.rng.bit_generator.state if self.mutator else None,
             "selection_rng": self.selection_rng.bit_generator.state,
             "next_index": self.selection._next_index if self.selection else 0,
-            "buffer": self.buffer.state_dict() if keep_buffer else None,
+            "buffer": buffer.state_dict() if buffer is not None else None,
         }
 
     def _save_checkpoint(self) -> None:

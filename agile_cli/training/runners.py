@@ -114,6 +114,12 @@ class Runner(abc.ABC, Generic[A]):
         """Every member's fitness: :meth:`evaluate` of each in turn."""
         return [float(self.evaluate(member, rounds, max_steps)) for member in members]
 
+    def generation_metrics(self) -> dict[str, Any]:
+        """What to add to the generation's line of ``metrics.jsonl`` about how the last
+        :meth:`train_population` ran (e.g. a remote backend's transfer costs); none by
+        default."""
+        return {}
+
     def details(self, member: A) -> list[str]:
         """Lines ``agile evaluate`` prints under the score :meth:`evaluate` just gave
         ``member`` (override to show more, e.g. sample outputs); none by default."""

@@ -14,6 +14,7 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
 from agile_cli.training import batched, checkpoint, setup, trust
 from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
+from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
 from agile_cli.training.resume import check_compatible, explain_mismatch, manifest_edits
 from agile_cli.training.run_folder import RunFolder
@@ -125,13 +126,19 @@ def _reporter(verbose: bool) -> Reporter:
 
 
 def run_local(
-    manifest: TrainingManifest, registry: Registry, options: RunOptions, *, verbose: bool = True
+    manifest: TrainingManifest,
+    registry: Registry,
+    options: RunOptions,
+    *,
+    verbose: bool = True,
+    runner: RunnerFactory | None = None,
 ) -> TrainResult:
-    """Train ``manifest`` here, writing a new run folder."""
+    """Train ``manifest``, writing a new run folder here: in this process, or where the
+    backend's ``runner`` trains the members (see :class:`~agile_cli.MemberTrainer`)."""
     if options.run_dir is not None:  # refuse a taken folder before any set-up
         RunFolder(options.run_dir).check_available(options.overwrite)
     torch_threads(manifest, batched=_batched(manifest, registry, options))
-    loop = EvolutionLoop(manifest, registry, options, _reporter(verbose))
+    loop = EvolutionLoop(manifest, registry, options, _reporter(verbose), runner=runner)
     return loop.run()
 
 
@@ -142,9 +149,15 @@ def _batched(manifest: TrainingManifest, registry: Registry, options: RunOptions
 
 
 def resume_local(
-    run_dir: Path, registry: Registry, options: RunOptions, *, verbose: bool = True
+    run_dir: Path,
+    registry: Registry,
+    options: RunOptions,
+    *,
+    verbose: bool = True,
+    runner: RunnerFactory | None = None,
 ) -> TrainResult:
-    """Continue the run in ``run_dir`` from its latest checkpoint."""
+    """Continue the run in ``run_dir`` from its latest checkpoint (whichever backend trained
+    it), in this process or with the backend's ``runner``."""
     _refuse_fresh_run_options(options)
     folder = RunFolder(run_dir)
     if not folder.manifest.is_file():
@@ -164,7 +177,7 @@ def resume_local(
         options.seed = int(state["state"]["seed"])
     torch_threads(manifest, batched=_batched(manifest, registry, options))
     reporter = _reporter(verbose)
-    loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder)
+    loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder, runner=runner)
     loop.restore(state)
     folder.remove_temporary_files()
     folder.keep_metrics_until(loop.state.generation)

@@ -2,39 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from agile_cli import Spec
+from agile_cli import LocalRunOptions
 
 
-class LocalOptions(Spec):
+class LocalOptions(LocalRunOptions):
     """How ``agile train --backend local`` runs."""
-
-    device: str = Field("auto", description="cpu, cuda, cuda:N, or auto (CUDA when present).")
-    seed: int | None = Field(
-        None, ge=0, description="Seed of everything random; default mutation.rand_seed."
-    )
-    run_dir: str | None = Field(
-        None, description="Run folder; default runs/<algorithm>-<env>-<time>."
-    )
-    wb: bool = Field(False, description="Log to Weights & Biases (honours WANDB_MODE).")
-    tensorboard: bool = Field(False, description="Write TensorBoard scalars to the run folder.")
-    checkpoint_steps: int | None = Field(
-        None, ge=1, description="Keep a population snapshot every N env steps per member."
-    )
-    overwrite: bool = Field(
-        False, description="Replace the run already in --run-dir (deletes that run's files)."
-    )
-    trust_code: bool = Field(
-        False,
-        description="With --resume: build an environment whose code the run names, though "
-        "your agile did not write the run.",
-    )
-    checkpoint_buffer: bool = Field(
-        False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
-    )
-    per_member: bool = Field(
-        False,
-        description="Train the members one after the other, each in its own num_envs "
-        "environments, instead of as one batched population (for debugging).",
-    )

@@ -1,0 +1,101 @@
+"""The ray backend: the evolutionary loop and the run folder here, the members' training in
+Ray workers (on this machine's own Ray instance, or on a cluster)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from agile_cli import (
+    Backend,
+    Registry,
+    RunnerFactory,
+    RunOptions,
+    RunResult,
+    Spec,
+    TrainingManifest,
+    UsageError,
+    resume_local,
+    run_local,
+)
+from agile_ray.spec import RayOptions
+
+
+class RayBackend(Backend):
+    """Trains each slot of the population in a Ray worker; evaluation results, selection,
+    mutation, checkpoints and the run folder stay with the driver (this process), as the
+    local backend has them, so either backend resumes the other's runs."""
+
+    def train(
+        self, manifest: TrainingManifest, options: Spec, registry: Registry, *, verbose: bool
+    ) -> RunResult:
+        spec = _checked(options)
+        with _workers(spec) as factory:
+            result = run_local(manifest, registry, _driver(spec), verbose=verbose, runner=factory)
+        return result.run_result()
+
+    def resume(
+        self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
+    ) -> RunResult:
+        spec = _checked(options)
+        with _workers(spec) as factory:
+            result = resume_local(run_dir, registry, _driver(spec), verbose=verbose, runner=factory)
+        return result.run_result()
+
+
+def _checked(options: Spec) -> RayOptions:
+    spec = cast(RayOptions, options)  # the CLI validated them against RayOptions
+    if spec.checkpoint_buffer:
+        raise UsageError(
+            "--checkpoint-buffer: the ray backend keeps replay buffers in its workers, and "
+            "checkpoints hold the members only",
+            "drop it (a resumed run refills its buffers), or train with --backend local",
+        )
+    return spec
+
+
+def _driver(spec: RayOptions) -> RunOptions:
+    """The loop's options: the driver's copies of the members stay on its CPU (the workers
+    train on --device)."""
+    return dataclasses.replace(RunOptions.from_spec(spec), device="cpu")
+
+
+@contextmanager
+def _workers(spec: RayOptions) -> Iterator[RunnerFactory]:
+    """A runner factory for the loop, with Ray connected until the run ends (its workers are
+    stopped then)."""
+    from agile_ray.cluster import connected
+
+    made: list[Any] = []
+    with connected(spec.address) as ray:
+        try:
+            yield _factory(ray, spec, made.append)
+        finally:
+            for runner in made:
+                runner.close()
+
+
+def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerFactory:
+    from agile_ray.cluster import cluster_cpus, plan
+    from agile_ray.runner import RayRunner
+
+    def make(manifest: TrainingManifest, seed: int, note: Callable[[str], None]) -> RayRunner:
+        layout = plan(
+            manifest.training.pop_size,
+            cluster_cpus(ray),
+            cpus_per_member=spec.cpus_per_member,
+            gpus_per_member=spec.gpus_per_member,
+            members_per_worker=spec.members_per_worker,
+        )
+        note(layout.describe())
+        options = {"device": spec.device, "per_member": spec.per_member}
+        runner = RayRunner(
+            ray, manifest, seed, layout, options, note=note, timeout=spec.worker_timeout
+        )
+        keep(runner)
+        return runner
+
+    return make

@@ -1,0 +1,36 @@
+"""Run options of the ray backend: the local backend's, and where and how members run."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from agile_cli import LocalRunOptions
+
+
+class RayOptions(LocalRunOptions):
+    """How ``agile train --backend ray`` runs."""
+
+    address: str | None = Field(
+        None,
+        description="Ray cluster to join: auto (the one `ray start` made on this machine) or "
+        "HOST:PORT; default: start a Ray instance on this machine for the run.",
+    )
+    cpus_per_member: float | None = Field(
+        None,
+        gt=0,
+        description="CPUs a worker reserves per member it trains; default: the cluster's CPUs "
+        "shared out, at most 1 per member.",
+    )
+    gpus_per_member: float = Field(0.0, ge=0, description="GPUs a worker reserves per member.")
+    members_per_worker: int | None = Field(
+        None,
+        ge=1,
+        description="Members each Ray worker trains (batched, when the algorithm batches); "
+        "default: as few as the cluster's CPUs allow.",
+    )
+    worker_timeout: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds a worker may go without progress before the run says it waits "
+        "for it (e.g. for Ray to place it again after its node died).",
+    )

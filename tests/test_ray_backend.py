@@ -1,0 +1,250 @@
+"""The ray backend on a real Ray cluster of two nodes on loopback (127.0.0.2 and 127.0.0.3):
+training across it, a worker killed mid-generation, resuming between backends, and errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agile_ray.cluster import plan
+
+ray = pytest.importorskip("ray")
+
+AGILE = [sys.executable, "-m", "agile_cli"]
+
+MANIFEST = {
+    "algorithm": {"name": "DQN", "batch_size": 32, "learn_step": 4},
+    "environment": {"name": "CartPole-v1", "num_envs": 2, "sync": True},
+    "training": {"max_steps": 1_000, "evo_steps": 500, "pop_size": 4, "learning_delay": 100},
+    "mutation": {"rand_seed": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[Any]:
+    """A Ray cluster of two nodes of 2 CPUs each, on loopback."""
+    folder = tempfile.mkdtemp(prefix="agile-ray-test-")  # short: Ray's socket paths are bounded
+    saved = {name: os.environ.get(name) for name in ("RAY_TMPDIR", "RAY_AUTH_MODE")}
+    os.environ.update(RAY_TMPDIR=folder, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    from ray.cluster_utils import Cluster
+
+    head = {"num_cpus": 2, "node_ip_address": "127.0.0.2", "include_dashboard": False}
+    nodes = Cluster(initialize_head=True, head_node_args=head)
+    nodes.add_node(num_cpus=2, node_ip_address="127.0.0.3")
+    nodes.wait_for_nodes()
+    try:
+        yield nodes
+    finally:
+        nodes.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture
+def cluster(nodes: Any) -> str:
+    """The address of the two-node cluster's head."""
+    return str(nodes.address)
+
+
+def _manifest(tmp_path: Path, **training: Any) -> Path:
+    data = json.loads(json.dumps(MANIFEST))
+    data["training"].update(training)
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _agile(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*AGILE, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _generations(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+# -- training across the cluster ------------------------------------------------------------------
+
+
+def test_a_population_trains_across_both_nodes_from_python(cluster: str, tmp_path: Path) -> None:
+    from agile_ray import RayTrainer
+
+    trainer = RayTrainer.from_manifest(_manifest(tmp_path))
+    result = trainer.train(address=cluster, run_dir=str(tmp_path / "run"), verbose=False)
+    assert result.status == "completed" and result.run_dir == tmp_path / "run"
+    summary = _summary(tmp_path / "run")
+    assert summary["generations"] == 2 and summary["global_steps"] == 4 * 1_000
+    assert result.population is not None and len(result.population) == 4
+    assert result.fitnesses == [m.record.fitness[-1] for m in result.population]
+    for member in result.population:  # trained remotely, loaded back into the driver's copy
+        assert member.record.steps == 1_000
+    assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
+    assert (tmp_path / "run" / "elite.pt").is_file()
+
+
+def test_a_worker_killed_mid_generation_costs_only_that_generation(
+    cluster: str, tmp_path: Path
+) -> None:
+    manifest = _manifest(tmp_path, max_steps=4_000, evo_steps=2_000)
+    run_dir = tmp_path / "run"
+    command = [*AGILE, "train", str(manifest), "--backend", "ray", "--address", cluster,
+               "--run-dir", str(run_dir), "--quiet", "--members-per-worker", "1"]  # fmt: skip
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        victim = _training_worker(deadline=time.monotonic() + 120)
+        os.kill(victim, signal.SIGKILL)
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, output
+    assert "died" in output and "train this generation again" in output
+    summary = _summary(run_dir)
+    assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
+    assert all(len(g["members"]) == 4 for g in _generations(run_dir))
+
+
+def _training_worker(deadline: float) -> int:
+    """The process id of a Ray worker in the middle of training its members."""
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-f", "ray::MemberWorker.train"], capture_output=True,
+                               text=True).stdout.split()  # fmt: skip
+        if found:
+            time.sleep(0.5)  # well inside the generation
+            return int(found[0])
+        time.sleep(0.1)
+    raise AssertionError("no Ray worker started training")
+
+
+def test_runs_resume_with_the_other_backend(cluster: str, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ray_flags = ["--backend", "ray", "--address", cluster]
+    _agile("train", _manifest(tmp_path, max_steps=500), *ray_flags, "--run-dir", run_dir)
+    for generation, flags in ((2, ["--backend", "local"]), (3, ray_flags)):
+        saved = yaml.safe_load((run_dir / "manifest.yaml").read_text())
+        saved["training"]["max_steps"] = 500 * generation
+        (run_dir / "manifest.yaml").write_text(yaml.safe_dump(saved))
+        _agile("train", "--resume", run_dir, *flags)
+        summary = _summary(run_dir)
+        assert summary["generations"] == generation
+        assert summary["steps_per_member"] == 500 * generation
+    assert len((run_dir / "command.txt").read_text().splitlines()) == 3
+    evaluated = _agile("evaluate", run_dir, "--episodes", "1")
+    assert "fitness" in evaluated.stdout.lower() or "return" in evaluated.stdout.lower()
+
+
+# -- errors and planning ----------------------------------------------------------------------
+
+
+def test_an_unreachable_cluster_is_a_clear_error_naming_the_address(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = _agile("train", _manifest(tmp_path), "--backend", "ray", "--address",
+                    "127.0.0.9:6399", check=False)  # fmt: skip
+    assert result.returncode == 1
+    assert "cannot reach the Ray cluster at 127.0.0.9:6399" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_checkpoint_buffer_is_refused_with_the_ray_backend(tmp_path: Path) -> None:
+    result = _agile("train", _manifest(tmp_path), "--backend", "ray", "--checkpoint-buffer",
+                    check=False)  # fmt: skip
+    assert result.returncode == 2 and "--checkpoint-buffer" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("population", "cpus", "options", "sizes", "reserved"),
+    [
+        (8, 2, {}, [4, 4], 1.0),  # the cores shared out: every worker runs at once
+        (4, 16, {}, [1, 1, 1, 1], 1.0),  # at most one CPU per member by default
+        (7, 2, {}, [4, 3], 1.0),
+        (8, 2, {"members_per_worker": 1}, [1] * 8, 0.25),
+        (8, 4, {"cpus_per_member": 2.0}, [1] * 8, 2.0),  # told: reserved, even if it waits
+        (6, 4, {"cpus_per_member": 0.5, "members_per_worker": 3}, [3, 3], 1.5),
+    ],
+)
+def test_the_plan_shares_the_cluster_out(
+    population: int, cpus: int, options: dict[str, Any], sizes: list[int], reserved: float
+) -> None:
+    layout = plan(
+        population,
+        cpus,
+        cpus_per_member=options.get("cpus_per_member"),
+        gpus_per_member=0.0,
+        members_per_worker=options.get("members_per_worker"),
+    )
+    assert layout.sizes == sizes and layout.cpus == reserved
+    assert sum(layout.sizes) == population
+
+
+def _popen(*args: str | Path) -> subprocess.Popen[str]:
+    command = [*AGILE, *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_ctrl_c_on_the_driver_keeps_the_last_generations_checkpoint(
+    cluster: str, tmp_path: Path
+) -> None:
+    manifest = _manifest(tmp_path, max_steps=100_000, evo_steps=500)
+    run_dir = tmp_path / "run"
+    driver = _popen("train", manifest, "--backend", "ray", "--address", cluster,
+                    "--run-dir", run_dir, "--quiet")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "metrics.jsonl").is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 130, output
+    assert "agile train --resume" in output
+    summary = _summary(run_dir)
+    assert summary["interrupted"] and summary["generations"] >= 1
+    assert (run_dir / "checkpoints" / "latest.pt").is_file()
+
+
+def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
+    nodes: Any, tmp_path: Path
+) -> None:
+    """The second node dies while its workers train; the head is full, so their restarts
+    wait (the run says so) until a new node joins."""
+    manifest = _manifest(tmp_path, max_steps=4_000, evo_steps=2_000)
+    run_dir = tmp_path / "run"
+    driver = _popen("train", manifest, "--backend", "ray", "--address", nodes.address,
+                    "--run-dir", run_dir, "--quiet", "--members-per-worker", "1",
+                    "--worker-timeout", "3")  # fmt: skip
+    try:
+        _training_worker(deadline=time.monotonic() + 120)
+        second = next(node for node in nodes.list_all_nodes() if node is not nodes.head_node)
+        nodes.remove_node(second)
+        time.sleep(8)  # the restarts find no room: the run waits and says so
+        nodes.add_node(num_cpus=2, node_ip_address="127.0.0.3")
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, output
+    died = output.index("train this generation again")
+    assert "waiting for it" in output[died:]
+    summary = _summary(run_dir)
+    assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
