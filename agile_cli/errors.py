@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -59,6 +60,10 @@ class AgileError(Exception):
         tail = f" ({self.hint})" if self.hint else ""
         return [f"{self.message}{tail}"]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (hint included), e.g. when a Ray worker raises it for its driver.
+        return (type(self), (self.message, self.hint), self.__dict__)
+
 
 class UsageError(AgileError):
     """The user asked for something that cannot be done as asked."""
@@ -80,6 +85,9 @@ class ManifestError(AgileError):
 
     def lines(self) -> list[str]:
         return [error.render() for error in self.errors]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.errors, self.source), self.__dict__)
 
     def __str__(self) -> str:
         return "\n".join([self.message, *("  " + line for line in self.lines())])

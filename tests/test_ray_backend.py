@@ -248,3 +248,15 @@ def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
     assert "waiting for it" in output[died:]
     summary = _summary(run_dir)
     assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
+
+
+def test_a_worker_that_cannot_start_says_why(cluster: str, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the workers could train on this machine's GPU")
+    result = _agile("train", _manifest(tmp_path), "--backend", "ray", "--address", cluster,
+                    "--device", "cuda", check=False)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "the Ray worker of member" in result.stderr and "could not start" in result.stderr
+    assert "no CUDA device is available" in result.stderr and "Traceback" not in result.stderr

@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from agile_cli import TrainingError, UsageError, slot_sizes
 #: Seconds to wait for a HOST:PORT to accept a connection before calling it unreachable (Ray's
 #: own client retries for minutes).
 CONNECT_TIMEOUT = 5.0
+
+#: Where the Ray instance a run starts for itself listens, on Linux: a loopback address (Ray
+#: replaces 127.0.0.1 with the machine's network address, and would listen there).
+PRIVATE_ADDRESS = "127.0.0.2"
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ def connected(address: str | None) -> Iterator[Any]:
     options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
     if address is None:
         options.update(include_dashboard=False, _temp_dir=os.environ["RAY_TMPDIR"])
+        if sys.platform.startswith("linux"):  # every 127.x address is loopback there
+            options["_node_ip_address"] = PRIVATE_ADDRESS
     try:
         ray.init(address=address, **options)
     except ConnectionError as exc:

@@ -196,10 +196,7 @@ class _Generation:
 
     def _died(self, slot: int, exc: Exception) -> None:
         if getattr(exc, "actor_init_failed", False):
-            raise TrainingError(
-                f"the Ray worker of {self._members(slot)} could not start: {_first_line(exc)}",
-                "every node needs agile and the run's plugins installed (the same versions)",
-            )
+            raise _start_failure(self._members(slot), exc)
         self.deaths[slot] += 1
         if self.deaths[slot] > MAX_DEATHS:
             raise TrainingError(
@@ -287,6 +284,20 @@ def _death(exc: Exception) -> str:
 def _first_line(exc: Exception) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+def _start_failure(members: str, exc: Exception) -> AgileError:
+    """Why a worker could not start: the agile error its set-up raised (e.g. a manifest its
+    node's plugins do not accept), or the first line of what Ray says."""
+    raised = exc.args[0] if exc.args else None
+    cause = getattr(raised, "cause", None)
+    if isinstance(cause, AgileError):
+        cause.message = f"the Ray worker of {members} could not start: {cause.message}"
+        return cause
+    return TrainingError(
+        f"the Ray worker of {members} could not start: {_first_line(cause or exc)}",
+        "every node needs agile and the run's plugins installed (the same versions)",
+    )
 
 
 def _worker_failure(slot: int, exc: Any) -> AgileError:

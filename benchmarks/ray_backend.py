@@ -1,0 +1,193 @@
+"""The ray backend against the local one: speed, learning, Ray's cost per generation, faults.
+
+Needs ``pip install -e ".[ray]"``. Every run is ``agile train MANIFEST --quiet`` in a fresh
+process, never two at once; with ``--backend ray`` and no address, each run starts (and stops)
+a Ray instance of its own on this machine, so its start-up is in the process time.
+
+    python benchmarks/ray_backend.py compare configs/training/dqn/cartpole.yaml \\
+        configs/training/ppo/cartpole.yaml [--pop 8] [--seeds 1] [--max-steps N]
+    python benchmarks/ray_backend.py sweep configs/training/dqn/cartpole.yaml \\
+        [--pops 4 8 16] [--hidden 64 256 1024]
+    python benchmarks/ray_backend.py fault configs/training/dqn/cartpole.yaml [--pop 8]
+
+* ``compare``: for each manifest (population ``--pop``), the local backend and then the ray
+  backend, with the manifest's own budget and early stop: env steps/s, whole-process seconds,
+  best fitness and the global steps at which the target was first reached; and from the ray
+  run's ``metrics.jsonl``, per generation after the first (whose time includes the workers'
+  start-up), the median driver-side overhead (the generation's wall time on the driver less
+  the slowest worker's own time: moving and (de)serialising member states, Ray's scheduling)
+  and the member-state bytes sent and returned.
+* ``sweep``: the ray backend for two generations of each population size and hidden width
+  (``network`` of one hidden layer of that width in the encoder and the head), reporting the
+  second generation's overhead and bytes: the data of the scaling model in the closing note.
+* ``fault``: a ray run of ``--pop`` members, one worker per member; once a worker is training,
+  ``kill -9`` of its process; reports whether the run completed with every member, the
+  generations and the worker deaths the metrics recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def _agile() -> str:
+    return shutil.which("agile") or sys.exit("agile is not on PATH: pip install -e '.[ray]'")
+
+
+def _sized(manifest: Path, workdir: Path, name: str, **changes: Any) -> Path:
+    """A copy of ``manifest`` with ``section__key=value`` changes (None: the key removed)."""
+    data = yaml.safe_load(manifest.read_text())
+    for dotted, value in changes.items():
+        section, _, key = dotted.partition("__")
+        if value is None:
+            data.setdefault(section, {}).pop(key, None)
+        else:
+            data.setdefault(section, {})[key] = value
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def train(manifest: Path, run_dir: Path, *flags: str) -> dict[str, Any]:
+    """One ``agile train``; the summary, the process seconds and the metrics."""
+    command = [_agile(), "train", str(manifest), "--quiet", "--run-dir", str(run_dir), *flags]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"summary": summary, "seconds": seconds, "metrics": [json.loads(x) for x in lines]}
+
+
+def ray_costs(metrics: list[dict[str, Any]]) -> dict[str, float]:
+    """Median overhead and bytes per generation after the first, and the first's overhead."""
+    later = [m["ray"] for m in metrics[1:]] or [metrics[0]["ray"]]
+    return {
+        "first_overhead": metrics[0]["ray"]["overhead_seconds"],
+        "overhead": statistics.median(r["overhead_seconds"] for r in later),
+        "generation": statistics.median(r["wall_seconds"] for r in later),
+        "sent": statistics.median(r["bytes_sent"] for r in later),
+        "returned": statistics.median(r["bytes_returned"] for r in later),
+    }
+
+
+def compare(args: argparse.Namespace, workdir: Path) -> None:
+    print(f"{'manifest':<36} {'backend':<7} {'seed':>4} {'steps/s':>8} {'process s':>9} "
+          f"{'best':>6} {'target@steps':>12}  ray per generation")  # fmt: skip
+    for manifest in args.manifests:
+        for seed in args.seeds:
+            changes: dict[str, Any] = {"training__pop_size": args.pop}
+            if args.max_steps is not None:
+                changes["training__max_steps"] = args.max_steps
+            sized = _sized(manifest, workdir, f"{manifest.parent.name}-{seed}", **changes)
+            for backend in ("local", "ray"):
+                run = train(sized, workdir / f"{manifest.parent.name}-{backend}-{seed}",
+                            "--backend", backend, "--seed", str(seed))  # fmt: skip
+                _compare_row(manifest, backend, seed, run)
+
+
+def _compare_row(manifest: Path, backend: str, seed: int, run: dict[str, Any]) -> None:
+    summary = run["summary"]
+    reached = (summary.get("target_reached_at") or {}).get("global_steps")
+    costs = ""
+    if backend == "ray":
+        c = ray_costs(run["metrics"])
+        costs = (f"overhead {c['overhead']:.2f} s of {c['generation']:.1f} s (first "
+                 f"{c['first_overhead']:.1f} s), sent {c['sent'] / 1e6:.2f} MB, returned "
+                 f"{c['returned'] / 1e6:.2f} MB")  # fmt: skip
+    name = f"{manifest.parent.name}/{manifest.name}"
+    print(f"{name:<36} {backend:<7} {seed:>4} {summary['steps_per_second']:>8,.0f} "
+          f"{run['seconds']:>9.1f} {summary['best_fitness']:>6.1f} "
+          f"{reached if reached is not None else '-':>12}  {costs}", flush=True)  # fmt: skip
+
+
+def sweep(args: argparse.Namespace, workdir: Path) -> None:
+    manifest = args.manifests[0]
+    data = yaml.safe_load(manifest.read_text())
+    evo = int(data.get("training", {}).get("evo_steps", 10_000))
+    print(f"{'pop':>4} {'hidden':>6} {'MB per member':>13} {'generation s':>12} "
+          f"{'overhead s':>10} {'sent MB':>8} {'returned MB':>11}")  # fmt: skip
+    for hidden in args.hidden:
+        for pop in args.pops:
+            network = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]},
+                       "head_config": {"hidden_size": [hidden]}}  # fmt: skip
+            sized = _sized(manifest, workdir, f"sweep-{pop}-{hidden}", training__pop_size=pop,
+                           training__max_steps=2 * evo, training__target_score=None)  # fmt: skip
+            content = yaml.safe_load(sized.read_text())
+            content["network"] = network
+            sized.write_text(yaml.safe_dump(content))
+            run = train(sized, workdir / f"sweep-{pop}-{hidden}", "--backend", "ray")
+            last = run["metrics"][-1]["ray"]
+            print(f"{pop:>4} {hidden:>6} {last['bytes_sent'] / pop / 1e6:>13.2f} "
+                  f"{last['wall_seconds']:>12.2f} {last['overhead_seconds']:>10.3f} "
+                  f"{last['bytes_sent'] / 1e6:>8.1f} {last['bytes_returned'] / 1e6:>11.1f}",
+                  flush=True)  # fmt: skip
+
+
+def fault(args: argparse.Namespace, workdir: Path) -> None:
+    manifest = _sized(args.manifests[0], workdir, "fault", training__pop_size=args.pop,
+                      training__target_score=None,
+                      training__max_steps=args.max_steps or 20_000)  # fmt: skip
+    run_dir = workdir / "fault"
+    command = [_agile(), "train", str(manifest), "--quiet", "--run-dir", str(run_dir),
+               "--backend", "ray", "--members-per-worker", "1"]  # fmt: skip
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim = None
+    deadline = time.monotonic() + 300
+    while victim is None and time.monotonic() < deadline and driver.poll() is None:
+        found = subprocess.run(["pgrep", "-f", "ray::MemberWorker.train"], capture_output=True,
+                               text=True).stdout.split()  # fmt: skip
+        if found and (run_dir / "metrics.jsonl").is_file():  # in the second generation
+            victim = int(found[0])
+        time.sleep(0.2)
+    if victim is None:
+        sys.exit("no worker was found training in the second generation")
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGKILL)
+    output, _ = driver.communicate()
+    print(output)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    deaths = [m["ray"]["worker_deaths"] for m in metrics]
+    members = {len(m["members"]) for m in metrics}
+    print(f"exit {driver.returncode}; generations {summary['generations']}, members per "
+          f"generation {sorted(members)}, worker deaths per generation {deaths}, best "
+          f"{summary['best_fitness']}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("compare", "sweep", "fault"))
+    parser.add_argument("manifests", type=Path, nargs="+")
+    parser.add_argument("--pop", type=int, default=8, help="Population (compare, fault).")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--max-steps", type=int, help="training.max_steps (per member).")
+    parser.add_argument("--pops", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="agile-ray-bench-", dir=args.keep))
+    try:
+        {"compare": compare, "sweep": sweep, "fault": fault}[args.mode](args, workdir)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
