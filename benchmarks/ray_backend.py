@@ -17,9 +17,10 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
   start-up), the median driver-side overhead (the generation's wall time on the driver less
   the slowest worker's own time: moving and (de)serialising member states, Ray's scheduling)
   and the member-state bytes sent and returned.
-* ``sweep``: the ray backend for two generations of each population size and hidden width
-  (``network`` of one hidden layer of that width in the encoder and the head), reporting the
-  second generation's overhead and bytes: the data of the scaling model in the closing note.
+* ``sweep``: the ray backend for two short generations (``--evo-steps``, default 1,000 per
+  member) of each population size and hidden width (``network`` of one hidden layer of that
+  width in the encoder and the head, and that latent width), reporting the second
+  generation's overhead and bytes: the data of the scaling model in the closing note.
 * ``fault``: a ray run of ``--pop`` members, one worker per member; once a worker is training,
   ``kill -9`` of its process; reports whether the run completed with every member, the
   generations and the worker deaths the metrics recorded.
@@ -117,17 +118,17 @@ def _compare_row(manifest: Path, backend: str, seed: int, run: dict[str, Any]) -
 
 
 def sweep(args: argparse.Namespace, workdir: Path) -> None:
-    manifest = args.manifests[0]
-    data = yaml.safe_load(manifest.read_text())
-    evo = int(data.get("training", {}).get("evo_steps", 10_000))
+    manifest, evo = args.manifests[0], args.evo_steps
     print(f"{'pop':>4} {'hidden':>6} {'MB per member':>13} {'generation s':>12} "
           f"{'overhead s':>10} {'sent MB':>8} {'returned MB':>11}")  # fmt: skip
     for hidden in args.hidden:
         for pop in args.pops:
-            network = {"latent_dim": hidden, "encoder_config": {"hidden_size": [hidden]},
-                       "head_config": {"hidden_size": [hidden]}}  # fmt: skip
+            mlp = {"hidden_size": [hidden], "max_mlp_nodes": max(hidden, 256)}
+            network = {"latent_dim": hidden, "max_latent_dim": max(hidden, 128),
+                       "encoder_config": mlp, "head_config": mlp}  # fmt: skip
             sized = _sized(manifest, workdir, f"sweep-{pop}-{hidden}", training__pop_size=pop,
-                           training__max_steps=2 * evo, training__target_score=None)  # fmt: skip
+                           training__evo_steps=evo, training__max_steps=2 * evo,
+                           training__learning_delay=0, training__target_score=None)  # fmt: skip
             content = yaml.safe_load(sized.read_text())
             content["network"] = network
             sized.write_text(yaml.safe_dump(content))
@@ -179,6 +180,9 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, help="training.max_steps (per member).")
     parser.add_argument("--pops", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--evo-steps", type=int, default=1_000,
+                        help="sweep: steps per member per generation (short: the overhead "
+                        "does not depend on them).")  # fmt: skip
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="agile-ray-bench-", dir=args.keep))

@@ -330,3 +330,20 @@ def test_the_conformance_kit_compares_learned_parameters(registry: Any) -> None:
         "checkpoint round trip changed a learned parameter (add_parameter): the core restores "
         "them, so do not reset them in set_architecture() or load_extra_state()"
     ]
+
+
+def test_a_state_loads_in_place_unless_its_architecture_differs() -> None:
+    member, other = tiny_population(tiny_manifest("DQN"), size=2)
+    networks = dict(other.networks)
+    other.load_state_dict(_through_bytes(member.state_dict()))
+    for name, network in other.networks.items():
+        assert network is networks[name]  # the same architecture: no rebuild
+        for key, value in network.state_dict().items():
+            assert torch.equal(value, member.networks[name].state_dict()[key])
+    member.set_architecture(member.arch.with_activation("Tanh"))
+    other.load_state_dict(_through_bytes(member.state_dict()))
+    assert other.arch == member.arch
+    for name, network in other.networks.items():
+        assert network is not networks[name]
+        for key, value in network.state_dict().items():
+            assert torch.equal(value, member.networks[name].state_dict()[key])

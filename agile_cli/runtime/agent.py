@@ -365,7 +365,9 @@ class Algorithm(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (the architecture is rebuilt first)."""
         self.index = state["index"]
-        self.set_architecture(NetworkArch.from_dict(state["arch"]))
+        arch = NetworkArch.from_dict(state["arch"])
+        if arch != self.arch:  # rebuilding takes milliseconds: remote backends restore often
+            self.set_architecture(arch)
         for name, value in state["hyperparameters"].items():
             self.set_hyperparameter(name, value)
         for name, network_state in state["networks"].items():
