@@ -28,11 +28,12 @@ from agile_cli.runtime.on_policy_group import (
     member_records,
 )
 from agile_cli.runtime.rollout import PolicyRecord, Rollout
-from agile_cli.training.batched import BatchedRunner, _Slot, _take
+from agile_cli.training.batched import BatchedOffPolicyRunner, BatchedRunner, _Slot, _take
 from agile_cli.training.runners import (
     GenerationStats,
     OnPolicyRunner,
     Progress,
+    Runner,
     learned_loss,
     rollout_lengths,
 )
@@ -157,3 +158,11 @@ class BatchedOnPolicyRunner(BatchedRunner):
         else:
             result = first.learn(collecting[slot.positions[0]].take(), last_obs)
             stats[slot.positions[0]].losses.append(learned_loss(result))
+
+
+def batched_runner(runner: Runner[Any], size: int) -> BatchedRunner:
+    """The batched runner that replaces a paradigm's ``runner`` for ``size`` members: the
+    on-policy one for the core's on-policy runner, else the off-policy one."""
+    if type(runner) is OnPolicyRunner:
+        return BatchedOnPolicyRunner(runner, size)
+    return BatchedOffPolicyRunner(runner, size)

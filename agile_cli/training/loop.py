@@ -23,13 +23,13 @@ from agile_cli.models.network import NetworkSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import batched, budget, checkpoint, setup, trust
-from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
+from agile_cli.training.batched_on_policy import batched_runner
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
-from agile_cli.training.runners import OnPolicyRunner, Runner
+from agile_cli.training.runners import Runner
 
 #: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
 TARGET_WINDOW = 3
@@ -181,10 +181,7 @@ class EvolutionLoop:
         """
         if not self.batched:
             return runner
-        size = self.manifest.training.pop_size
-        if type(runner) is OnPolicyRunner:
-            return BatchedOnPolicyRunner(runner, size)
-        return batched.BatchedOffPolicyRunner(runner, size)
+        return batched_runner(runner, self.manifest.training.pop_size)
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:

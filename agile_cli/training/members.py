@@ -24,8 +24,8 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.runtime.agent import AgentContext, Algorithm
 from agile_cli.training import batched, setup
-from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
-from agile_cli.training.runners import GenerationStats, OnPolicyRunner, Progress, Runner
+from agile_cli.training.batched_on_policy import batched_runner
+from agile_cli.training.runners import GenerationStats, Progress, Runner
 
 #: What a backend gives the loop to train members its own way: called with the validated
 #: manifest, the run's seed and a way to tell the user something (a line under the progress
@@ -107,11 +107,7 @@ class MemberTrainer:
         return setup.build_environment(self.manifest, registry, seed)
 
     def _runner(self, runner: Runner[Any]) -> Runner[Any]:
-        if not self.batched:
-            return runner
-        if type(runner) is OnPolicyRunner:
-            return BatchedOnPolicyRunner(runner, self.members)
-        return batched.BatchedOffPolicyRunner(runner, self.members)
+        return batched_runner(runner, self.members) if self.batched else runner
 
     def member(self, state: dict[str, Any]) -> Algorithm:
         """A member restored from ``state`` (a :meth:`Algorithm.state_dict`)."""

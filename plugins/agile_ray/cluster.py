@@ -45,8 +45,9 @@ class Plan:
     def describe(self) -> str:
         workers = len(self.sizes)
         members = "/".join(str(size) for size in sorted(set(self.sizes), reverse=True))
+        noun = "member" if members == "1" else "members"
         gpus = f", {self.gpus:g} GPU" if self.gpus else ""
-        return f"{workers} Ray workers of {members} members, {self.cpus:g} CPU{gpus} each"
+        return f"{workers} Ray workers of {members} {noun}, {self.cpus:g} CPU{gpus} each"
 
 
 def plan(
@@ -99,7 +100,8 @@ def connected(address: str | None) -> Iterator[Any]:
         # A private instance: no token from another cluster applies, and a short temporary
         # folder of its own (Ray's socket paths must stay short).
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="agile-ray-"))
+        if "RAY_TMPDIR" not in os.environ:  # kept afterwards: it holds the workers' logs
+            os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="agile-ray-")
     elif address != "auto":
         _reachable(address)
     import ray
