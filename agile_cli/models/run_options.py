@@ -1,0 +1,41 @@
+"""The options of a run whose evolutionary loop and run folder are on this machine."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from agile_cli.models.base import Spec
+
+
+class LocalRunOptions(Spec):
+    """How a run trains and what it writes: the local backend's options, which a backend that
+    trains elsewhere but keeps the run folder here (e.g. on a Ray cluster) extends."""
+
+    device: str = Field("auto", description="cpu, cuda, cuda:N, or auto (CUDA when present).")
+    seed: int | None = Field(
+        None, ge=0, description="Seed of everything random; default mutation.rand_seed."
+    )
+    run_dir: str | None = Field(
+        None, description="Run folder; default runs/<algorithm>-<env>-<time>."
+    )
+    wb: bool = Field(False, description="Log to Weights & Biases (honours WANDB_MODE).")
+    tensorboard: bool = Field(False, description="Write TensorBoard scalars to the run folder.")
+    checkpoint_steps: int | None = Field(
+        None, ge=1, description="Keep a population snapshot every N env steps per member."
+    )
+    overwrite: bool = Field(
+        False, description="Replace the run already in --run-dir (deletes that run's files)."
+    )
+    trust_code: bool = Field(
+        False,
+        description="With --resume: build an environment whose code the run names, though "
+        "your agile did not write the run.",
+    )
+    checkpoint_buffer: bool = Field(
+        False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
+    )
+    per_member: bool = Field(
+        False,
+        description="Train the members one after the other, each in its own num_envs "
+        "environments, instead of as one batched population (for debugging).",
+    )
