@@ -41,6 +41,7 @@ from agile_cli.host.registry import (
     RegisterCommand,
     RegisterEnvironment,
     RegisterParadigm,
+    RegisterSelection,
     Registry,
 )
 from agile_cli.manifest import TrainingManifest
@@ -63,6 +64,7 @@ from agile_cli.models.base import located_error
 from agile_cli.models.clipped_objective import ClippedObjectiveSpec
 from agile_cli.models.gymnasium import GymnasiumEnvSpec
 from agile_cli.models.run_options import LocalRunOptions
+from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
 
 __version__ = "0.1.0"
@@ -127,6 +129,9 @@ _LAZY = {
     "gym_env_factory": "agile_cli.runtime.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_cli.runtime.gym_vector:gym_vector_env",
     "RunOptions": "agile_cli.training.loop:RunOptions",
+    "Selection": "agile_cli.evolution.selection:Selection",
+    "SelectionStrategy": "agile_cli.evolution.selection:SelectionStrategy",
+    "last_fitness": "agile_cli.evolution.selection:last_fitness",
     "OffPolicyRunner": "agile_cli.training.runners:OffPolicyRunner",
     "OnPolicyRunner": "agile_cli.training.runners:OnPolicyRunner",
     "MultiAgentOffPolicyRunner": "agile_cli.training.runners:MultiAgentOffPolicyRunner",
@@ -150,6 +155,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from agile_cli.cli import plugin_host
+    from agile_cli.evolution.selection import Selection, SelectionStrategy, last_fitness
     from agile_cli.nn.arch import NetworkArch
     from agile_cli.nn.modules import EvolvableNetwork, LogStd, preprocess
     from agile_cli.nn.noisy import mean_weights, reset_noise, scale_sigmas
@@ -280,6 +286,7 @@ __all__ = [
     "RegisterCommand",
     "RegisterEnvironment",
     "RegisterParadigm",
+    "RegisterSelection",
     "Registry",
     "ReplayBuffer",
     "Rollout",
@@ -288,6 +295,9 @@ __all__ = [
     "RunResult",
     "Runner",
     "RunnerFactory",
+    "Selection",
+    "SelectionSpec",
+    "SelectionStrategy",
     "SequenceBatch",
     "Spec",
     "StochasticNetworkSpec",
@@ -316,6 +326,7 @@ __all__ = [
     "gym_vector_env",
     "hookimpl",
     "installed_registry",
+    "last_fitness",
     "limits",
     "load_agent",
     "located_error",

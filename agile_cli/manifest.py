@@ -16,7 +16,7 @@ from agile_cli.models.base import Spec
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
-from agile_cli.models.selection import TournamentSelectionSpec
+from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
 from agile_cli.validation import SECTIONS, SELECTION_ALIAS, Resolution, validate_mapping
 
@@ -43,8 +43,10 @@ class TrainingManifest(BaseModel):
         description="The evolvable network (or what the algorithm's network_spec describes).",
     )
     mutation: MutationSpec | None = Field(default=None, description="Mutations; null: none.")
-    tournament_selection: TournamentSelectionSpec | None = Field(
-        default=None, description="Selection between generations; null: none."
+    tournament_selection: SerializeAsAny[SelectionSpec] | None = Field(
+        default=None,
+        description="Selection between generations (the strategy its 'strategy' key names); "
+        "null: none.",
     )
     replay_buffer: ReplayBufferSpec | None = Field(
         default=None, description="Replay memory (off-policy algorithms)."
@@ -114,7 +116,14 @@ class TrainingManifest(BaseModel):
         data["algorithm"] = {"name": self.algorithm_name, **data["algorithm"]}
         if not self.default_builder:  # the family's default builder goes unsaid
             data["environment"] = {"builder": self.environment_builder, **data["environment"]}
-        return {key: data[key] for key in SECTIONS if data.get(key) is not None}
+        spelled = {key: data[key] for key in SECTIONS if data.get(key) is not None}
+        selection = spelled.get("tournament_selection")
+        if selection is not None and selection["strategy"] != "tournament":
+            return {  # the key the reference format uses for its other strategies
+                (SELECTION_ALIAS if key == "tournament_selection" else key): value
+                for key, value in spelled.items()
+            }
+        return spelled
 
     def summary(self) -> str:
         """One line: algorithm, environment, population and budget."""

@@ -12,7 +12,6 @@ from agile_cli.host.registry import AlgorithmEntry, EnvironmentEntry, Registry
 from agile_cli.models.base import suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
-from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.validation import training_spec_for
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -32,13 +31,14 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
     }
     networks = {entry.spec.network_spec for entry in entries}
     trainings = {entry.name: training_spec_for(entry, registry) for entry in entries}
+    selections = [registry.selections[name].spec for name in sorted(registry.selections)]
     models = [
         *named.values(),
         *builders.values(),
         *networks,
         *dict.fromkeys(trainings.values()),
         MutationSpec,
-        TournamentSelectionSpec,
+        *selections,
         ReplayBufferSpec,
     ]
     refs, definitions = models_json_schema(
@@ -57,8 +57,8 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "training": _any_of([ref(model) for model in dict.fromkeys(trainings.values())]),
         "network": _any_of([ref(model) for model in networks]),
         "mutation": ref(MutationSpec),
-        "tournament_selection": ref(TournamentSelectionSpec),
-        "selection_strategy": ref(TournamentSelectionSpec),
+        "tournament_selection": one_of([ref(spec) for spec in selections]),
+        "selection_strategy": one_of([ref(spec) for spec in selections]),
         "replay_buffer": ref(ReplayBufferSpec),
     }
     return {

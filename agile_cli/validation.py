@@ -10,13 +10,19 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
 from agile_cli.errors import FieldError, ManifestError
-from agile_cli.host.registry import AlgorithmEntry, ParadigmEntry, Registry
+from agile_cli.host.registry import (
+    TOURNAMENT,
+    AlgorithmAlias,
+    AlgorithmEntry,
+    ParadigmEntry,
+    Registry,
+)
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
-from agile_cli.models.selection import TournamentSelectionSpec
+from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
 
 M = TypeVar("M", bound=BaseModel)
@@ -98,7 +104,7 @@ def validate_mapping(
     algorithm: AlgorithmSpec | None = None
     environment: EnvironmentSpec | None = None
     if entry is not None:
-        raw = {k: v for k, v in dict(data["algorithm"]).items() if k != "name"}
+        raw = _algorithm_fields(data["algorithm"], registry)
         algorithm = check.section("algorithm", entry.spec, raw)
         environment = _environment(data.get("environment"), entry, registry, check)
     elif "environment" in data and not isinstance(data["environment"], Mapping | str):
@@ -107,13 +113,15 @@ def validate_mapping(
     network_spec = entry.spec.network_spec if entry is not None else NetworkSpec
     network = check.section("network", network_spec, data.get("network"))
     mutation = _optional(check, "mutation", MutationSpec, data)
-    selection = _selection(data, check)
+    selection = _selection(data, registry, check)
     replay = _optional(check, "replay_buffer", ReplayBufferSpec, data)
     if entry is not None and mutation is not None:
         _check_hp_selection(mutation, entry, algorithm, check)
         mutation = _check_mutation_kinds(mutation, entry, check)
     if entry is not None and replay is not None:
         replay = _check_replay_buffer(replay, entry, registry, check)
+    if selection is not None and training is not None:
+        selection = _check_selection(selection, training, _selection_key(data), check)
     if check.errors or None in (entry, algorithm, environment, training, network):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None
@@ -170,18 +178,59 @@ def _algorithm_entry(raw: Any, registry: Registry, check: _Collector) -> Algorit
     if name is None:
         check.add("algorithm.name", "required field is missing", "one of: " + ", ".join(names))
         return None
-    entry = registry.algorithms.get(name) if isinstance(name, str) else None
-    if entry is None:
-        close = suggest(str(name), names)
+    found = registry.resolve_algorithm(name) if isinstance(name, str) else None
+    if found is None:
+        aliases = registry.algorithm_aliases
+        close = suggest(str(name), [*names, *aliases])
+        close = aliases[close].canonical if close in aliases else close
         hint = f"did you mean '{close}'?" if close else None
         listing = "installed: " + ", ".join(names) if names else "no algorithm plugin is installed"
         check.add("algorithm.name", f"unknown algorithm {name!r}", hint or listing)
         return None
+    entry, alias = found
     missing = registry.missing_paradigm(entry)
     if missing is not None:
         check.add("algorithm.name", missing, PARADIGM_HINT)
         return None
+    if alias is not None:
+        _check_alias(alias, raw, check)
     return entry
+
+
+def _check_alias(alias: AlgorithmAlias, raw: Mapping[str, Any], check: _Collector) -> None:
+    """A name written as one of an algorithm's aliases: a warning naming the canonical
+    spelling, and an error for a field given against what the alias implies."""
+    implied = ", ".join(f"{key}: {_yaml(value)}" for key, value in alias.implies.items())
+    meaning = f"{alias.canonical} with {implied}" if implied else alias.canonical
+    for key, value in alias.implies.items():
+        if key in raw and raw[key] != value:
+            check.add(
+                f"algorithm.{key}",
+                f"{_yaml(raw[key])} contradicts algorithm.name '{alias.name}' ({meaning})",
+                f"write name: {alias.canonical} to keep {key}: {_yaml(raw[key])}, or remove {key}",
+            )
+    spelling = ", ".join([f"name: {alias.canonical}", *([implied] if implied else [])])
+    check.warnings.append(
+        f"algorithm.name: '{alias.name}' is read as {meaning}; write {spelling} "
+        "(the run folder's manifest.yaml says so)"
+    )
+
+
+def _yaml(value: Any) -> str:
+    """A scalar as a manifest writes it (``true``, ``null``, ``3``)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return str(value)
+
+
+def _algorithm_fields(raw: Mapping[str, Any], registry: Registry) -> dict[str, Any]:
+    """The algorithm section less its name, with the fields an alias of the name implies
+    (a field the manifest gives wins; `_check_alias` refuses one that disagrees)."""
+    fields = {key: value for key, value in raw.items() if key != "name"}
+    name = raw.get("name")
+    found = registry.resolve_algorithm(name) if isinstance(name, str) else None
+    alias = found[1] if found is not None else None
+    return fields if alias is None else {**alias.implies, **fields}
 
 
 def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Collector) -> Any:
@@ -212,6 +261,7 @@ def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Co
     spec = check.section("environment", builder.spec, raw)
     if spec is not None:
         check.builder = builder.name
+        check.warnings.extend(spec.manifest_warnings())
     return spec
 
 
@@ -279,19 +329,40 @@ def _optional(check: _Collector, key: str, model: type[M], data: Mapping[str, An
     return None if raw is None else check.section(key, model, raw)
 
 
-def _selection(data: Mapping[str, Any], check: _Collector) -> TournamentSelectionSpec | None:
-    key = SELECTION_ALIAS if SELECTION_ALIAS in data else "tournament_selection"
+def _selection(
+    data: Mapping[str, Any], registry: Registry, check: _Collector
+) -> SelectionSpec | None:
+    """The selection section, validated by the spec of the strategy it names."""
+    key = _selection_key(data)
     raw = data.get(key)
     if raw is None:
         return None
-    if isinstance(raw, Mapping) and raw.get("strategy") == "multi_frequency":
-        check.add(
-            f"{key}.strategy",
-            "multi-frequency PBT is not available yet",
-            "use strategy: tournament (the default)",
-        )
+    if not isinstance(raw, Mapping):
+        check.add(key, f"must be a mapping, not {type(raw).__name__}")
         return None
-    return check.section(key, TournamentSelectionSpec, raw)
+    name = raw.get("strategy", TOURNAMENT.name)
+    entry = registry.selections.get(name) if isinstance(name, str) else None
+    if entry is None:
+        known = sorted(registry.selections)
+        close = suggest(str(name), known)
+        hint = f"did you mean '{close}'?" if close else "registered: " + ", ".join(known)
+        check.add(f"{key}.strategy", f"unknown selection strategy {name!r}", hint)
+        return None
+    return check.section(key, entry.spec, raw)
+
+
+def _selection_key(data: Mapping[str, Any]) -> str:
+    return SELECTION_ALIAS if SELECTION_ALIAS in data else "tournament_selection"
+
+
+def _check_selection(
+    selection: SelectionSpec, training: TrainingSpec, key: str, check: _Collector
+) -> SelectionSpec:
+    """The selection section against the population; with its population-dependent
+    defaults filled in when it fits."""
+    errors = selection.check_training(training, key)
+    check.errors.extend(errors)
+    return selection if errors else selection.resolved(training)
 
 
 def _check_hp_selection(

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -56,7 +57,11 @@ def _filled_buffer(member: Any, rows: int = 400, seed: int = 0) -> ReplayBuffer:
     buffer = ReplayBuffer(1000, member.observation_space, member.action_space, gamma=0.99)
     obs = rng.normal(size=(rows, *member.observation_space.shape)).astype(np.float32)
     next_obs = obs + rng.normal(scale=0.1, size=obs.shape).astype(np.float32)
-    actions = np.stack([member.action_space.sample() for _ in range(rows)])
+    space = member.action_space  # drawn from rng too: the same batch in every run
+    if isinstance(space, gymnasium.spaces.Discrete):
+        actions = rng.integers(space.n, size=rows)
+    else:
+        actions = rng.uniform(space.low, space.high, size=(rows, *space.shape)).astype(np.float32)
     rewards, terminated = rng.normal(size=rows), rng.random(rows) < 0.1
     buffer.add(obs, actions, rewards, next_obs, terminated)
     return buffer

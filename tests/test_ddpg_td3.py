@@ -278,9 +278,7 @@ def _errors(name: str, **options) -> list[FieldError]:
     return caught.value.errors
 
 
-def test_share_encoders_and_a_wrong_vect_noise_dim_are_refused() -> None:
-    [error] = _errors("TD3", share_encoders=True)
-    assert error.path == "algorithm.share_encoders"
+def test_a_wrong_vect_noise_dim_is_refused() -> None:
     [error] = _errors("DDPG", vect_noise_dim=3)
     assert error.path == "algorithm.vect_noise_dim" and "environment.num_envs (2)" in error.message
     tiny_manifest("DDPG", environment=PENDULUM, algorithm_options={"vect_noise_dim": 2})

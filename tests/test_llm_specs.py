@@ -566,6 +566,6 @@ def test_reference_manifests_script(tmp_path, capsys) -> None:
     assert "OK       configs/sft.yaml" in out
     assert "REFUSED  configs/vllm.yml" in out and "algorithm.use_vllm" in out
     assert "not_a_manifest" not in out and "dqn.yaml" not in out
-    assert "2 manifests: 1 OK, 1 refused" in out
+    assert "2 manifests (2 files, 0 blocks in docs): 1 OK, 1 refused" in out
     assert script.main([str(tmp_path), "--only", "rl"]) == 0
-    assert "1 manifests: 1 OK, 0 refused" in capsys.readouterr().out
+    assert "1 manifests (1 files, 0 blocks in docs): 1 OK, 0 refused" in capsys.readouterr().out

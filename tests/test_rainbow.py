@@ -219,12 +219,25 @@ def test_algorithm_n_step_must_agree_with_the_buffer() -> None:
     assert _errors({"n_step": 5}, replay) == [
         "algorithm.n_step: 5 disagrees with replay_buffer.n_step_buffer_args.n_step (3)"
     ]
-    assert _errors({"n_step": 3}) == [
-        "algorithm.n_step: has no effect without replay_buffer.n_step_buffer"
-    ]
     data = {"algorithm": {"name": "RainbowDQN", "n_step": 3}, "environment": "CartPole-v1",
             "replay_buffer": replay}  # fmt: skip
-    assert TrainingManifest.get_validated(data).algorithm.n_step == 3
+    manifest = TrainingManifest.get_validated(data)
+    assert manifest.algorithm.n_step == 3
+    assert not [w for w in manifest.warnings if w.startswith("algorithm.n_step")]
+
+
+def test_algorithm_n_step_without_an_n_step_buffer_is_a_warning() -> None:
+    # The reference's own Rainbow manifests write n_step without an n-step buffer.
+    for replay in (None, {"max_size": 1000}, {"per_buffer": True}):
+        data = {"algorithm": {"name": "RainbowDQN", "n_step": 4}, "environment": "CartPole-v1"}
+        if replay is not None:
+            data["replay_buffer"] = replay
+        manifest = TrainingManifest.get_validated(data)
+        (warning,) = [w for w in manifest.warnings if w.startswith("algorithm.n_step")]
+        assert "ignored" in warning and "n_step_buffer: true" in warning
+        assert "n_step_buffer_args.n_step: 4" in warning
+    plain = {"algorithm": {"name": "RainbowDQN"}, "environment": "CartPole-v1"}
+    assert not TrainingManifest.get_validated(plain).warnings
 
 
 def test_combined_reward_is_refused() -> None:

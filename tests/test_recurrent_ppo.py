@@ -4,6 +4,7 @@ evaluation, sequence minibatches, and the plugin's conformance."""
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,7 +18,7 @@ from agile_cli.nn.arch import MLPArch, NetworkArch, arch_from_spec
 from agile_cli.nn.modules import EvolvableNetwork
 from agile_cli.nn.recurrent_arch import LSTMArch
 from agile_cli.nn.transfer import transfer_optimizer_state
-from agile_cli.runtime.rollout import PolicyRecord, Rollout
+from agile_cli.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
 from agile_cli.testing import (
     check_conformance,
     installed_host,
@@ -26,7 +27,9 @@ from agile_cli.testing import (
     tiny_population,
 )
 from agile_cli.training import setup
-from agile_cli.training.runners import OnPolicyRunner, first_episode_returns
+from agile_cli.training.runners import EpisodeTracker, OnPolicyRunner, first_episode_returns
+from agile_ppo.algorithm import PPO
+from agile_ppo.episodes import Episodes, episode_spans, packed
 from agile_ppo.wrappers import MaskVelocity
 
 ENVS = Path(__file__).parent / "pomdp"
@@ -253,8 +256,13 @@ def test_sequences_cut_pad_and_flag_a_hand_checked_rollout() -> None:
     assert picked.valid_steps().obs.flatten().tolist() == [0, 31, 10]
 
 
-def test_a_minibatch_re_runs_collection_exactly_before_the_first_update() -> None:
-    member, manifest = _recurrent_member(_recall(3, random_length=True), learn_step=48)
+@pytest.mark.parametrize("max_seq_len", [4, None])
+def test_a_minibatch_re_runs_collection_exactly_before_the_first_update(
+    max_seq_len: int | None,
+) -> None:
+    member, manifest = _recurrent_member(
+        _recall(3, random_length=True), learn_step=48, max_seq_len=max_seq_len
+    )
     env = _env(manifest, seed=1)
     minibatch = member._minibatch
     checked = []
@@ -270,6 +278,150 @@ def test_a_minibatch_re_runs_collection_exactly_before_the_first_update() -> Non
     member._minibatch = spy  # type: ignore[method-assign]
     OnPolicyRunner(env).train(member, 48, lambda n: None)
     assert checked == [True, True]
+
+
+# -- whole-episode sequences (max_seq_len: null) ------------------------------------------------
+
+
+def _hand_made_rollout() -> Rollout:
+    """7 steps of 2 environments whose observation, action and stored state are ``10 t + n``.
+    Env 0's episodes end at steps 2 (terminated) and 5 (truncated); env 1's step 0 only
+    resets it (the rollout before ended its episode), its episode ends at step 3 and the next
+    is still running when the rollout ends."""
+    tracker = EpisodeTracker(2)
+    tracker.prev_done[1] = True
+    ends = {(2, 0): "terminated", (5, 0): "truncated", (3, 1): "terminated"}
+    rollout = Rollout()
+    for t in range(7):
+        terminated = np.array([ends.get((t, n)) == "terminated" for n in range(2)])
+        truncated = np.array([ends.get((t, n)) == "truncated" for n in range(2)])
+        valid, _, _ = tracker.step_rows(np.ones(2), terminated, truncated)
+        value = torch.tensor([10.0 * t, 10.0 * t + 1])
+        state = (value.view(1, 2, 1), -value.view(1, 2, 1))
+        record = PolicyRecord(value.long(), value / 100, value / 10, state)
+        rollout.add(value.view(2, 1), record, np.ones(2), terminated, truncated, valid)
+    return rollout
+
+
+def test_episode_spans_are_the_runs_of_real_steps() -> None:
+    valid = torch.tensor(
+        [[True, False, True], [True, False, False], [False, False, True], [True, False, True]]
+    )
+    env, begin, end = episode_spans(valid)
+    spans = list(zip(env.tolist(), begin.tolist(), end.tolist(), strict=True))
+    assert spans == [(0, 0, 2), (0, 3, 4), (2, 0, 1), (2, 2, 4)]
+
+
+def test_whole_episode_sequences_are_cut_exactly_at_episode_boundaries() -> None:
+    one_step = _hand_made_rollout().finish_sequences(torch.zeros(2), 0.9, 0.95, 1)
+    episodes = Episodes.of(one_step, 2)
+    assert episodes.env.tolist() == [0, 0, 1, 1]
+    assert episodes.begin.tolist() == [0, 4, 1, 5]
+    assert episodes.length.tolist() == [3, 2, 3, 2]
+    batch = episodes.select(torch.tensor([0, 1, 2, 3]))  # padded to the longest, 3 steps
+    assert batch.obs[..., 0].T.tolist() == [[0, 10, 20], [40, 50, 0], [11, 21, 31], [51, 61, 0]]
+    assert batch.actions.T.tolist() == [[0, 10, 20], [40, 50, 0], [11, 21, 31], [51, 61, 0]]
+    assert batch.valid.T.tolist() == [[True] * 3, [True, True, False]] * 2
+    assert not batch.starts.any()  # no episode starts inside a sequence
+    h, c = batch.initial_state  # as stored at each sequence's first step
+    assert h.flatten().tolist() == [0, 40, 11, 51] and torch.equal(c, -h)
+    advantages = one_step.advantages[0].reshape(7, 2)
+    assert torch.equal(batch.advantages[:, 2], advantages[1:4, 1])
+    assert torch.equal(batch.advantages[:2, 3], advantages[5:7, 1])
+    assert batch.advantages[2, 3] == 0 and batch.log_probs[2, 1] == 0  # padding
+    alone = episodes.select(torch.tensor([3]))  # no padding for a single sequence
+    assert alone.valid.shape == (2, 1) and alone.valid.all()
+    assert alone.valid_steps().obs.flatten().tolist() == [51, 61]
+
+
+def test_a_minibatch_holds_episodes_while_they_fit_in_batch_size_steps() -> None:
+    lengths = [3, 5, 2, 7, 1, 12, 4]
+    assert packed(list(range(7)), lengths, 8) == [[0, 1], [2], [3, 4], [5], [6]]
+    assert packed([6, 2, 0, 5, 4], lengths, 8) == [[6, 2], [0], [5], [4]]
+    assert packed([], lengths, 8) == []
+
+
+def _collected_episodes(**options: object) -> tuple[PPO, Episodes]:
+    """A member with ``max_seq_len: null`` and its second rollout's episodes (whose first
+    sequences start from states carried over from the first rollout)."""
+    member, manifest = _recurrent_member(
+        _recall(3, length=6, random_length=True), learn_step=36, max_seq_len=None, **options
+    )
+    env = _env(manifest, seed=2)
+    seen: list[Episodes] = []
+
+    def collect(rollout: Rollout, last_obs: torch.Tensor) -> float:
+        seen.append(member._finish(rollout, last_obs)[0])  # type: ignore[arg-type]
+        return 0.0
+
+    member.learn = collect  # type: ignore[method-assign,assignment]
+    OnPolicyRunner(env).train(member, 72, lambda n: None)
+    return member, seen[1]
+
+
+def test_padding_adds_nothing_to_the_loss() -> None:
+    member, episodes = _collected_episodes()
+    rows = torch.arange(len(episodes))
+    batch = episodes.select(rows)
+    assert len(set(episodes.length.tolist())) > 1 and not batch.valid.all()  # it is padded
+    assert batch.initial_state[0].abs().sum() > 0  # some sequence starts from a carried state
+    padded, _ = member._objective(*member._minibatch(episodes, rows))
+    parts = [member._minibatch(episodes, rows[j : j + 1]) for j in range(len(episodes))]
+    steps = RolloutBatch(*(torch.cat(field) for field in zip(*(p[0] for p in parts), strict=True)))
+    logits, values = torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
+    assert len(steps) == int(episodes.length.sum())
+    unpadded, _ = member._objective(steps, logits, values)
+    assert torch.allclose(padded, unpadded, atol=1e-6)
+    # Whatever the padding holds, the loss stays.
+    noisy = torch.where(batch.valid.unsqueeze(-1), batch.obs, 50.0)  # type: ignore[arg-type]
+    logits, values, _ = member._unroll(noisy, batch.initial_state, batch.starts)
+    loss, _ = member._objective(batch.valid_steps(), logits[batch.valid], values[batch.valid])
+    assert torch.allclose(loss, padded, atol=1e-6)
+
+
+def test_whole_episodes_re_run_collection_exactly_from_carried_states() -> None:
+    member, episodes = _collected_episodes()  # the member has not learned: nothing changed
+    carried = episodes.begin == 0
+    assert episodes.select(torch.nonzero(carried).flatten()).initial_state[0].abs().sum() > 0
+    steps, logits, values = member._minibatch(episodes, torch.arange(len(episodes)))
+    log_probs = member._distribution(logits).log_prob(steps.actions)
+    assert torch.allclose(log_probs, steps.log_probs, atol=1e-6)
+    assert torch.allclose(values, steps.values, atol=1e-6)
+
+
+def test_whole_episode_minibatches_count_batch_size_steps() -> None:
+    member, episodes = _collected_episodes(batch_size=8, update_epochs=2)
+    minibatches = [member._minibatch_rows(episodes, 8) for _ in range(2)]
+    lengths = episodes.length
+    for epoch in minibatches:
+        assert sorted(torch.cat(epoch).tolist()) == list(range(len(episodes)))
+        assert all(int(lengths[rows].sum()) <= 8 or len(rows) == 1 for rows in epoch)
+        # Only the next episode not fitting closed a minibatch.
+        for rows, after in pairwise(epoch):
+            assert int(lengths[rows].sum() + lengths[after[0]]) > 8
+    assert [rows.tolist() for rows in minibatches[0]] != [rows.tolist() for rows in minibatches[1]]
+
+
+def test_whole_episode_recurrent_ppo_validates_and_trains(
+    tmp_path: Path, run, write, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (
+        "environment: {name: CartPole-v1}\nalgorithm:\n  name: PPO\n  recurrent: true\n"
+        "  max_seq_len: null\nnetwork: {arch: lstm, encoder_config: {hidden_state_size: 32}}\n"
+    )
+    result = run("validate", str(write("manifest.yaml", text)))
+    assert result.exit_code == 0, result.output
+    made: list[int] = []
+    of = Episodes.of
+    monkeypatch.setattr(Episodes, "of", lambda batch, envs: made.append(envs) or of(batch, envs))
+    manifest = tiny_manifest(
+        "PPO", algorithm_options={**RECURRENT, "max_seq_len": None}, network=LSTM_NETWORK,
+        environment=_recall(2, random_length=True),
+    )  # fmt: skip
+    trained = smoke_train(manifest, tmp_path / "run")
+    assert len(trained.fitnesses) == 2 and all(np.isfinite(trained.fitnesses))
+    assert all(member.spec.max_seq_len is None for member in trained.population)
+    assert made and set(made) == {2}  # every update learned on whole episodes
 
 
 # -- the plugin as a whole -----------------------------------------------------------------------

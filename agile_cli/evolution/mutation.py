@@ -72,13 +72,24 @@ class Mutator:
         pre = {**weights, "none": 0.0}
         self.pre_kinds, self.pre_weights = _normalised(pre)
 
-    def mutate(self, population: list[Algorithm], *, pre_training: bool = False) -> None:
-        """Mutate every member in place; each records what happened in ``record.mutation``."""
+    def mutate(
+        self,
+        population: list[Algorithm],
+        *,
+        pre_training: bool = False,
+        only: list[int] | None = None,
+    ) -> None:
+        """Mutate members in place; each records what happened in ``record.mutation``.
+
+        :param only: positions in ``population`` to mutate (the others are left as they are);
+            None: every member.
+        """
         kinds, weights = (
             (self.pre_kinds, self.pre_weights) if pre_training else (self.kinds, self.weights)
         )
-        draws = self.rng.choice(len(kinds), size=len(population), p=weights)
-        for member, draw in zip(population, draws, strict=True):
+        chosen = population if only is None else [population[i] for i in only]
+        draws = self.rng.choice(len(kinds), size=len(chosen), p=weights)
+        for member, draw in zip(chosen, draws, strict=True):
             member.record.mutation = self.apply(member, kinds[int(draw)])
 
     def apply(self, member: Algorithm, kind: str) -> str:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from agile_cli.models.selection import TournamentSelectionSpec
 from agile_cli.runtime.agent import Algorithm
 
 
@@ -16,7 +18,8 @@ class Selection:
 
     :param elite: an untouched copy of the best member (what gets saved as the elite).
     :param population: the next generation.
-    :param to_mutate: positions in ``population`` to mutate; ``None`` means every member.
+    :param to_mutate: positions in ``population`` to mutate; ``None`` means every member. The
+        strategy labels the others' ``record.mutation`` itself (e.g. ``"none"``).
     """
 
     elite: Algorithm
@@ -30,7 +33,12 @@ def last_fitness(member: Algorithm) -> float:
 
 
 class SelectionStrategy(abc.ABC):
-    """A way to build the next generation from an evaluated population."""
+    """A way to build the next generation from an evaluated population.
+
+    Plugins subclass it for their own strategies (``agile_register_selection_strategies``).
+    What a strategy remembers between generations goes through checkpoints by
+    :meth:`state_dict` and :meth:`load_state_dict`; a subclass that remembers more extends both.
+    """
 
     def __init__(self) -> None:
         self._next_index = 0
@@ -45,6 +53,24 @@ class SelectionStrategy(abc.ABC):
         index = self._next_index
         self._next_index += 1
         return index
+
+    def state_dict(self) -> dict[str, Any]:
+        """What this strategy remembers, as plain data (saved with every checkpoint)."""
+        return {"next_index": self._next_index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s data."""
+        self._next_index = int(state["next_index"])
+
+    def metrics(self, population: list[Algorithm]) -> dict[str, Any]:
+        """Plain data about ``population`` and the last selection, recorded under
+        ``selection`` in the generation's line of ``metrics.jsonl``; empty: nothing."""
+        return {}
+
+
+def tournament_selection(spec: TournamentSelectionSpec, pop_size: int) -> TournamentSelection:
+    """The core's ``tournament`` strategy, as the selection registry builds it."""
+    return TournamentSelection(spec.tournament_size, spec.elitism)
 
 
 class TournamentSelection(SelectionStrategy):

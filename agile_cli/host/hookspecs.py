@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         RegisterCommand,
         RegisterEnvironment,
         RegisterParadigm,
+        RegisterSelection,
     )
 
 PROJECT = "agile"
@@ -83,7 +84,13 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
       first-party ones, or any name a plugin registered with ``agile_register_paradigms``): it
       picks the runner, the shared buffer and the environment builders;
     - ``implementation`` names the :class:`~agile_cli.Algorithm` subclass, imported only when
-      training starts.
+      training starts;
+    - ``aliases`` (optional) maps other spellings ``algorithm.name`` may give to the fields
+      each implies, e.g. ``{"Recurrent PPO": {"recurrent": True}, "RecurrentPPO": {...}}``
+      (``{}``: none). A manifest naming one validates as ``name`` with those fields filled in
+      and a warning naming ``name``, which resolved manifests carry; one giving an implied
+      field another value is refused. An alias that is already a name or an alias, or that
+      implies a key the spec lacks, is refused.
 
     May not build networks or import heavy dependencies.
     """
@@ -113,6 +120,27 @@ def agile_register_backends(register: RegisterBackend) -> None:
     --backend NAME``). ``training`` (optional) is a :class:`~agile_cli.TrainingSpec` subclass
     of fields the backend reads from the manifest's ``training`` section; since a manifest is
     validated without knowing where it will run, every manifest accepts them.
+    """
+
+
+@hookspec
+def agile_register_selection_strategies(register: RegisterSelection) -> None:
+    """Register selection strategies (how the next generation is built from an evaluated one).
+
+    Called once when the plugin host is built. For each strategy call
+    ``register(name=..., spec=..., implementation="module:factory")``:
+
+    - ``name`` is what the manifest's ``selection_strategy.strategy`` (or
+      ``tournament_selection.strategy``) must equal; ``tournament`` is the core's own;
+    - ``spec`` is a :class:`~agile_cli.SelectionSpec` subclass validating that section, whose
+      ``check_training`` checks it against the population size and whose ``resolved`` fills in
+      defaults that depend on it;
+    - ``implementation``: ``factory(spec, pop_size)`` returns a
+      :class:`~agile_cli.SelectionStrategy`, imported only when training starts. Its
+      ``select(population, rng)`` returns a :class:`~agile_cli.Selection` (the elite, the next
+      generation and which of its members to mutate); ``state_dict`` and ``load_state_dict``
+      carry what it remembers between generations through checkpoints, and ``metrics`` adds
+      a ``selection`` entry to each generation's line of ``metrics.jsonl``.
     """
 
 

@@ -37,6 +37,7 @@ _HOOKS: tuple[tuple[str, str], ...] = (
     ("agile_register_algorithms", "algorithm_registrar"),
     ("agile_register_environments", "environment_registrar"),
     ("agile_register_backends", "backend_registrar"),
+    ("agile_register_selection_strategies", "selection_registrar"),
     ("agile_register_commands", "command_registrar"),
 )
 

@@ -4,6 +4,7 @@ commands."""
 from __future__ import annotations
 
 import importlib
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -11,6 +12,7 @@ from typing import Any, Protocol
 from agile_cli.errors import PluginError
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
 from agile_cli.models.base import Spec, suggest
+from agile_cli.models.selection import SelectionSpec, TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
 
 
@@ -105,6 +107,22 @@ class AlgorithmEntry:
 
 
 @dataclass(frozen=True)
+class AlgorithmAlias:
+    """Another spelling of a registered algorithm's name (e.g. one the reference format
+    writes), accepted in ``algorithm.name`` with a warning naming the canonical spelling.
+
+    :param canonical: the registered name it stands for (what resolved manifests carry).
+    :param implies: fields the spelling sets (``Recurrent PPO``: ``recurrent: true``); a
+        manifest giving one of them another value is refused.
+    """
+
+    name: str
+    canonical: str
+    implies: Mapping[str, Any]
+    plugin: str
+
+
+@dataclass(frozen=True)
 class EnvironmentEntry:
     """An environment builder a plugin registered."""
 
@@ -130,6 +148,34 @@ class BackendEntry:
 
     def load(self) -> Any:
         return load_object(self.implementation)
+
+
+@dataclass(frozen=True)
+class SelectionEntry:
+    """A selection strategy: the core's ``tournament`` or one a plugin registered.
+
+    :param implementation: ``"module:factory"``; ``factory(spec, pop_size)`` returns the
+        :class:`~agile_cli.SelectionStrategy`.
+    """
+
+    name: str
+    spec: type[SelectionSpec]
+    implementation: str
+    plugin: str
+
+    def build(self, spec: SelectionSpec, pop_size: int) -> Any:
+        return load_object(self.implementation)(spec, pop_size)
+
+
+#: The plugin name the core's own contributions carry.
+CORE = "agile_cli"
+
+TOURNAMENT = SelectionEntry(
+    "tournament",
+    TournamentSelectionSpec,
+    "agile_cli.evolution.selection:tournament_selection",
+    CORE,
+)
 
 
 @dataclass(frozen=True)
@@ -159,7 +205,13 @@ class RegisterParadigm(Protocol):
 
 class RegisterAlgorithm(Protocol):
     def __call__(
-        self, *, name: str, spec: type[AlgorithmSpec], family: Family | str, implementation: str
+        self,
+        *,
+        name: str,
+        spec: type[AlgorithmSpec],
+        family: Family | str,
+        implementation: str,
+        aliases: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None: ...
 
 
@@ -185,6 +237,10 @@ class RegisterBackend(Protocol):
     ) -> None: ...
 
 
+class RegisterSelection(Protocol):
+    def __call__(self, *, name: str, spec: type[SelectionSpec], implementation: str) -> None: ...
+
+
 class RegisterCommand(Protocol):
     def __call__(self, command: Any) -> None: ...
 
@@ -195,9 +251,13 @@ class Registry:
 
     paradigms: dict[str, ParadigmEntry] = field(default_factory=dict)
     algorithms: dict[str, AlgorithmEntry] = field(default_factory=dict)
+    algorithm_aliases: dict[str, AlgorithmAlias] = field(default_factory=dict)
     environments: dict[str, EnvironmentEntry] = field(default_factory=dict)
     backends: dict[str, BackendEntry] = field(default_factory=dict)
     commands: dict[str, CommandEntry] = field(default_factory=dict)
+    selections: dict[str, SelectionEntry] = field(
+        default_factory=lambda: {TOURNAMENT.name: TOURNAMENT}
+    )
     reserved_commands: frozenset[str] = frozenset()
 
     def algorithm(self, name: str) -> AlgorithmEntry:
@@ -226,6 +286,7 @@ class Registry:
             ("algorithm", self.algorithms),
             ("environment", self.environments),
             ("backend", self.backends),
+            ("selection strategy", self.selections),
             ("command", self.commands),
         )
         return [
@@ -263,9 +324,15 @@ class Registry:
 
     def algorithm_registrar(self, plugin: str) -> RegisterAlgorithm:
         def register(
-            *, name: str, spec: type[AlgorithmSpec], family: Family | str, implementation: str
+            *,
+            name: str,
+            spec: type[AlgorithmSpec],
+            family: Family | str,
+            implementation: str,
+            aliases: Mapping[str, Mapping[str, Any]] | None = None,
         ) -> None:
             _require_subclass(name, spec, AlgorithmSpec)
+            _check_free(self.algorithm_aliases, "algorithm name", name, plugin)
             _check_mutable(name, spec)
             if spec.training_spec is not None:
                 _require_subclass(name, spec.training_spec, TrainingSpec)
@@ -274,9 +341,25 @@ class Registry:
             if paradigm is not None:
                 _check_paradigm_fields(name, spec, paradigm)
             entry = AlgorithmEntry(name, spec, family, implementation, plugin)
+            checked = [_checked_alias(entry, a, implied) for a, implied in (aliases or {}).items()]
+            for alias in checked:  # all checked before anything is registered
+                _check_free(self.algorithms, "algorithm name", alias.name, plugin)
+                _check_free(self.algorithm_aliases, "algorithm name", alias.name, plugin)
             _add(self.algorithms, "algorithm", entry)
+            self.algorithm_aliases.update((alias.name, alias) for alias in checked)
 
         return register
+
+    def resolve_algorithm(self, name: str) -> tuple[AlgorithmEntry, AlgorithmAlias | None] | None:
+        """The algorithm ``name`` names, registered under it or as one of its aliases (then
+        with the alias); None when it names none."""
+        entry = self.algorithms.get(name)
+        if entry is not None:
+            return entry, None
+        alias = self.algorithm_aliases.get(name)
+        if alias is None or alias.canonical not in self.algorithms:
+            return None
+        return self.algorithms[alias.canonical], alias
 
     def environment_registrar(self, plugin: str) -> RegisterEnvironment:
         def register(
@@ -306,6 +389,16 @@ class Registry:
                 _require_subclass(name, training, TrainingSpec)
             entry = BackendEntry(name, options, implementation, plugin, training)
             _add(self.backends, "backend", entry)
+
+        return register
+
+    def selection_registrar(self, plugin: str) -> RegisterSelection:
+        def register(*, name: str, spec: type[SelectionSpec], implementation: str) -> None:
+            _require_subclass(name, spec, SelectionSpec)
+            _check_reference(name, implementation, "selection strategy")
+            _check_strategy_literal(name, spec)
+            _add(self.selections, "selection strategy", SelectionEntry(name, spec, implementation,
+                                                                       plugin))  # fmt: skip
 
         return register
 
@@ -364,9 +457,19 @@ def _require_subclass(name: str, spec: Any, base: type[Spec]) -> None:
         )
 
 
-def _check_reference(name: str, reference: str | None) -> None:
+def _check_reference(name: str, reference: str | None, kind: str = "paradigm") -> None:
     if reference is not None and (not isinstance(reference, str) or ":" not in reference):
-        raise PluginError(f"paradigm '{name}': {reference!r} is not a 'module:callable' reference")
+        raise PluginError(f"{kind} '{name}': {reference!r} is not a 'module:callable' reference")
+
+
+def _check_strategy_literal(name: str, spec: type[SelectionSpec]) -> None:
+    """The spec's ``strategy`` field must accept exactly the registered name."""
+    field = spec.model_fields["strategy"]
+    if getattr(field.annotation, "__args__", None) != (name,):
+        raise PluginError(
+            f"selection strategy '{name}': {spec.__name__}.strategy must be "
+            f"Literal['{name}'], so that the section names its strategy"
+        )
 
 
 def _check_paradigm_fields(name: str, spec: type[AlgorithmSpec], paradigm: ParadigmEntry) -> None:
@@ -378,6 +481,25 @@ def _check_paradigm_fields(name: str, spec: type[AlgorithmSpec], paradigm: Parad
                 f"algorithm '{name}' ({paradigm.name}) needs a {annotation.__name__} field "
                 f"'{field_name}': the {paradigm.name} runner reads it"
             )
+
+
+def _checked_alias(entry: AlgorithmEntry, alias: Any, implies: Any) -> AlgorithmAlias:
+    """An alias of ``entry``: a non-empty name and ``{field: value}`` of the spec's fields."""
+    if not isinstance(alias, str) or not alias.strip() or alias == entry.name:
+        raise PluginError(f"algorithm '{entry.name}': alias {alias!r} is not another name")
+    if not isinstance(implies, Mapping):
+        raise PluginError(
+            f"algorithm '{entry.name}': alias '{alias}' must map to the fields it implies "
+            f"({{}} for none), not {implies!r}"
+        )
+    for key in implies:
+        if key == "name" or key not in entry.spec.model_fields:
+            raise PluginError(
+                f"algorithm '{entry.name}': alias '{alias}' implies '{key}', which is not a "
+                f"field of {entry.spec.__name__}"
+            )
+    frozen = types.MappingProxyType(dict(implies))
+    return AlgorithmAlias(alias, entry.name, frozen, entry.plugin)
 
 
 def _check_mutable(name: str, spec: type[AlgorithmSpec]) -> None:

@@ -14,7 +14,7 @@ from agile_cli.models.network import (
     StochasticNetworkSpec,
 )
 from agile_cli.models.replay_buffer import NStepBufferArgs, PERBufferArgs, ReplayBufferSpec
-from agile_cli.models.selection import TournamentSelectionSpec
+from agile_cli.models.selection import SelectionSpec, TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "PERBufferArgs",
     "RLHyperparameter",
     "ReplayBufferSpec",
+    "SelectionSpec",
     "SimBaEncoderConfig",
     "Spec",
     "StochasticNetworkSpec",

@@ -72,9 +72,14 @@ class DeterministicActorCriticSpec(ExplorationNoiseSpec):
     )
     share_encoders: bool = Field(
         default=False,
-        description="Accepted for compatibility; must be false (actor and critics each have "
-        "their own encoder).",
+        description="Tie the critics' encoder to the actor's: each critic has heads only and "
+        "reads the actor's current encoder output, without gradient (only the actor's loss "
+        "trains the encoder); each target critic reads the target actor's encoder, which "
+        "follows the soft update. Nothing is copied, so the tie holds at every step, through "
+        "architecture mutations and checkpoints. Members then train one by one, not batched. "
+        "False: actor and critics each have their own encoder.",
     )
+    starter_environment: ClassVar[str | None] = "Pendulum-v1"  # Box actions only
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
         "lr_actor", "lr_critic", "batch_size", "learn_step", "gamma", "tau", "policy_freq",
         "theta", "dt", "expl_noise", "mean_noise",
@@ -86,17 +91,7 @@ class DeterministicActorCriticSpec(ExplorationNoiseSpec):
     supports_n_step: ClassVar[bool] = True
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
-        errors = []
-        name = manifest.algorithm_name
-        if self.share_encoders:
-            errors.append(
-                FieldError(
-                    "algorithm.share_encoders",
-                    f"{name} does not share encoders between its actor and critics",
-                    "remove it or set it to false",
-                )
-            )
-        return [*errors, *self.num_envs_copy_errors("vect_noise_dim", manifest)]
+        return self.num_envs_copy_errors("vect_noise_dim", manifest)
 
 
 class CentralisedActorCriticSpec(ExplorationNoiseSpec):

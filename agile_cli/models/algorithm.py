@@ -6,7 +6,7 @@ import enum
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from agile_cli.errors import FieldError
 from agile_cli.models import limits
@@ -70,6 +70,9 @@ class AlgorithmSpec(Spec):
     supports_n_step: ClassVar[bool] = False
     training_spec: ClassVar[type[TrainingSpec] | None] = None
     mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)
+    #: The environment ``agile init ALGORITHM`` writes when none is given; None: the
+    #: paradigm's usual one (CartPole-v1 for single-agent Gymnasium algorithms).
+    starter_environment: ClassVar[str | None] = None
 
     def check_manifest(self, manifest: Any) -> list[FieldError]:
         """Rules that involve other sections; paths are relative to the manifest root.
@@ -108,9 +111,36 @@ class AlgorithmSpec(Spec):
 
 
 class EnvironmentSpec(Spec):
-    """Base of every environment builder's spec."""
+    """Base of every environment builder's spec.
+
+    ``version`` picks a version of an environment registered on Arena (the reference format
+    has it); every builder accepts it, Arena receives it, local training ignores it. Left out,
+    it is left out of resolved manifests too.
+    """
 
     name: str = Field(description="Environment id or label.")
+    version: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Arena only: the version of the registered Arena environment (e.g. v1; "
+        "default: the latest). Local training ignores it.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_version(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("version", "") is None:
+            del data["version"]
+        return data
+
+    def manifest_warnings(self) -> list[str]:
+        """What is valid but probably not what the author meant (shown with the manifest's)."""
+        if self.version is None:
+            return []
+        return [
+            f"environment.version: only Arena reads it ({self.version} of the environment "
+            "registered there); local training builds the environment as installed"
+        ]
 
 
 _REFERENCE = re.compile(r"^[^:\s]+:[A-Za-z_][\w.]*$")

@@ -330,11 +330,36 @@ def _clean_message(message: str) -> str:
     return message[:1].lower() + message[1:] if message else message
 
 
+#: Keys other RL libraries and papers use for what agile calls otherwise (Stable-Baselines3
+#: writes ``learning_rate``, ``buffer_size``, ``n_epochs``, ``clip_range``, ``total_timesteps``;
+#: ``discount`` is the textbook word for gamma). An unknown key's hint names those of the
+#: spellings its section has, before the closest-looking key (``learning_rate`` looks most like
+#: ``learn_step``, which is not what it means).
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("lr", "lr_actor", "lr_critic"),
+    "discount": ("gamma",),
+    "discount_factor": ("gamma",),
+    "buffer_size": ("max_size",),
+    "n_epochs": ("update_epochs",),
+    "clip_range": ("clip_coef",),
+    "total_timesteps": ("max_steps",),
+}
+
+
+def synonyms(key: str, known: Iterable[str]) -> list[str]:
+    """The keys of ``known`` that mean what ``key`` means elsewhere (see :data:`SYNONYMS`)."""
+    present = set(known)
+    return [name for name in SYNONYMS.get(key.lower(), ()) if name in present]
+
+
 def _unknown_key(loc: list[str | int], model: type[BaseModel]) -> FieldError:
     key = str(loc[-1])
     known = _keys_at(model, loc[:-1])
+    meant = synonyms(key, known)
     close = suggest(key, known) if known else None
-    if close:
+    if meant:
+        hint = "did you mean " + " or ".join(f"'{name}'" for name in meant) + "?"
+    elif close:
         hint = f"did you mean '{close}'?"
     elif known:
         hint = "valid keys: " + ", ".join(sorted(known))

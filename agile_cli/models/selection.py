@@ -1,4 +1,9 @@
-"""The ``tournament_selection`` section (also spelled ``selection_strategy``)."""
+"""The ``tournament_selection`` section (also spelled ``selection_strategy``).
+
+Its ``strategy`` key picks a selection strategy by name: ``tournament`` is the core's own, and
+plugins add others through the ``agile_register_selection_strategies`` hook, each with a
+:class:`SelectionSpec` subclass for the rest of the section.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,41 @@ from typing import Literal
 
 from pydantic import Field
 
+from agile_cli.errors import FieldError
 from agile_cli.models import limits
 from agile_cli.models.base import Spec
+from agile_cli.models.training import TrainingSpec
 
 
-class TournamentSelectionSpec(Spec):
+class SelectionSpec(Spec):
+    """The base of every selection strategy's section.
+
+    A subclass declares ``strategy`` as a ``Literal`` of its registered name, plus its own
+    fields. Rules that involve the population (its size is the ``training`` section's) go in
+    :meth:`check_training`; defaults that depend on it are filled in by :meth:`resolved`.
+    """
+
+    strategy: str = Field(description="Selection strategy, by registered name.")
+
+    def check_training(self, training: TrainingSpec, section: str) -> list[FieldError]:
+        """Errors of this section against the ``training`` section (paths from the root).
+
+        :param section: the key the manifest uses for this section, to start paths with.
+        """
+        return []
+
+    def resolved(self, training: TrainingSpec) -> SelectionSpec:
+        """This section with the defaults that depend on the population filled in (what
+        the run folder's ``manifest.yaml`` shows); called only when :meth:`check_training`
+        found nothing wrong."""
+        return self
+
+
+class TournamentSelectionSpec(SelectionSpec):
     """Tournament selection with optional elitism, run between generations."""
 
     strategy: Literal["tournament"] = Field(
-        default="tournament", description="Selection strategy; only 'tournament' is available."
+        default="tournament", description="Selection strategy: tournament (the default)."
     )
     tournament_size: int = Field(
         default=2,

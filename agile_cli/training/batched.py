@@ -31,6 +31,7 @@ from agile_cli.errors import TrainingError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from agile_cli.runtime.algorithms.deterministic import DeterministicActorCritic
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer
 from agile_cli.runtime.group import GroupLearner, MemberGroup, group_learner_of, group_members
 from agile_cli.training import setup
@@ -48,9 +49,14 @@ from agile_cli.training.runners import (
 def applies(manifest: TrainingManifest, cls: type[Algorithm]) -> bool:
     """Whether a run of ``manifest`` can train as a batched population: a single-agent
     off- or on-policy algorithm whose class has a group learner, trained by the core's
-    runner of its family, in environments whose number the manifest sets."""
+    runner of its family, in environments whose number the manifest sets. Deterministic
+    actor-critics with ``share_encoders`` train one by one (stacked critics cannot read their
+    actor's encoder)."""
     paradigm = manifest.paradigm
     if paradigm is None or paradigm.multi_agent or paradigm.population is not None:
+        return False
+    shares = getattr(manifest.algorithm, "share_encoders", False)
+    if shares and issubclass(cls, DeterministicActorCritic):
         return False
     families = (OffPolicyAlgorithm, OnPolicyAlgorithm)
     if group_learner_of(cls) is None or not issubclass(cls, families):

@@ -15,8 +15,9 @@ import torch
 
 from agile_cli import __version__
 from agile_cli.backend import RunResult
+from agile_cli.errors import TrainingError
 from agile_cli.evolution.mutation import Mutator
-from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
+from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.network import NetworkSpec
@@ -152,7 +153,7 @@ class EvolutionLoop:
             self.buffer = setup.build_buffer(manifest, self.env, self.device)
             self.runner = self._runner(setup.build_runner(manifest, self.env, self.buffer))
         self.mutator = self._mutator()
-        self.selection: SelectionStrategy | None = self._selection()
+        self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
         self.elite: Algorithm | None = None
         self.sinks: list[MetricSink] = []
@@ -189,11 +190,18 @@ class EvolutionLoop:
         rng = np.random.default_rng(self.seeds["mutation"])
         return Mutator(self.manifest.mutation, self.manifest.algorithm, rng)
 
-    def _selection(self) -> SelectionStrategy | None:
+    def _selection(self, registry: Registry) -> SelectionStrategy | None:
         spec = self.manifest.tournament_selection
         if not self.manifest.evolves or spec is None:
             return None
-        return TournamentSelection(spec.tournament_size, spec.elitism)
+        strategy = registry.selections[spec.strategy].build(spec, self.manifest.training.pop_size)
+        if not isinstance(strategy, SelectionStrategy):
+            raise TrainingError(
+                f"selection strategy '{spec.strategy}' built {type(strategy).__name__}, "
+                "not an agile_cli.SelectionStrategy",
+                "report this to the plugin's authors",
+            )
+        return strategy
 
     def _open_sinks(self) -> None:
         if self.options.wb:
@@ -288,7 +296,7 @@ class EvolutionLoop:
         outcome = self.selection.select(self.population, self.selection_rng)
         self.elite = outcome.elite
         self.population = outcome.population
-        self.mutator.mutate(self.population)
+        self.mutator.mutate(self.population, only=outcome.to_mutate)
         self._save_member(self.elite, self.folder.elite)
 
     # -- reporting -------------------------------------------------------------------------------
@@ -331,6 +339,9 @@ class EvolutionLoop:
 
     def _metrics_record(self, report: GenerationReport) -> dict[str, Any]:
         record = {**self._report_record(report), **self.runner.generation_metrics()}
+        selection = self.selection.metrics(self.population) if self.selection else {}
+        if selection:
+            record["selection"] = selection
         if isinstance(self.runner, batched.BatchedRunner):  # this generation's groups
             indices = [m.index for m in self.population]
             record["groups"] = [[indices[i] for i in group] for group in self.runner.groups]
@@ -394,7 +405,7 @@ class EvolutionLoop:
             "elite": self.elite.state_dict() if self.elite is not None else None,
             "mutation_rng": self.mutator.rng.bit_generator.state if self.mutator else None,
             "selection_rng": self.selection_rng.bit_generator.state,
-            "next_index": self.selection._next_index if self.selection else 0,
+            "selection": self.selection.state_dict() if self.selection else None,
             "buffer": buffer.state_dict() if buffer is not None else None,
         }
 
@@ -421,7 +432,8 @@ class EvolutionLoop:
                 self.mutator.rng.bit_generator.state = state["mutation_rng"]
             self.selection_rng.bit_generator.state = state["selection_rng"]
             if self.selection is not None:
-                self.selection._next_index = state["next_index"]
+                saved = state.get("selection") or {"next_index": state.get("next_index", 0)}
+                self.selection.load_state_dict(saved)
             if self.buffer is not None and state["buffer"] is not None:
                 self.buffer.load_state_dict(state["buffer"])
             self.state = LoopState(**state["state"])

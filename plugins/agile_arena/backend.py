@@ -16,6 +16,7 @@ from agile_arena.render import print_event
 from agile_arena.spec import ARENA_ALGORITHMS, ArenaOptions
 from agile_cli import (
     Backend,
+    EnvironmentSpec,
     FieldError,
     ManifestError,
     Registry,
@@ -49,6 +50,17 @@ def check_eligible(manifest: TrainingManifest) -> None:
                 )
             ],
         )
+    selection = manifest.tournament_selection
+    if selection is not None and selection.strategy != "tournament":
+        raise ManifestError(
+            [
+                FieldError(
+                    "selection_strategy.strategy",
+                    f"Arena trains with tournament selection only, not {selection.strategy}",
+                    "train it with --backend local or --backend ray",
+                )
+            ],
+        )
     if llm.is_llm(manifest):
         errors = llm.eligibility_errors(manifest)
         if errors:
@@ -76,13 +88,9 @@ def arena_manifest(manifest: TrainingManifest) -> dict[str, Any]:
     if llm.is_llm(manifest):
         sections = llm.llm_payload(data, manifest)
     else:
-        environment = manifest.environment
         sections = {
             "algorithm": data["algorithm"],
-            "environment": {
-                "name": environment.name,
-                "num_envs": getattr(environment, "num_envs", 1),
-            },
+            "environment": arena_environment(manifest.environment),
             "training": data["training"],
             "network": data.get("network", {}),
         }
@@ -96,6 +104,19 @@ def arena_manifest(manifest: TrainingManifest) -> dict[str, Any]:
     if "replay_buffer" in data:
         payload["replay_buffer"] = _without_none(data["replay_buffer"])
     return payload
+
+
+def arena_environment(environment: EnvironmentSpec) -> dict[str, Any]:
+    """An RL job's environment as Arena names it: ``name``, ``num_envs`` and, when given,
+    ``version`` (left out, Arena uses the latest). What says how to build it locally
+    (entrypoint, config, wrappers) is not sent: a custom environment is uploaded instead."""
+    section: dict[str, Any] = {
+        "name": environment.name,
+        "num_envs": getattr(environment, "num_envs", 1),
+    }
+    if environment.version is not None:
+        section["version"] = environment.version
+    return section
 
 
 def _without_none(value: Any) -> Any:

@@ -199,6 +199,8 @@ def _context_length(manifest: TrainingManifest) -> int:
 
 def _environment(section: dict[str, Any], manifest: TrainingManifest) -> dict[str, Any]:
     environment = {"name": section.get("dataset") or section["name"]}
+    if section.get("version") is not None:  # Arena's environment model has it
+        environment["version"] = section["version"]
     environment.update(_known(section, ENVIRONMENT_FIELDS))
     environment["env_type"] = environment_type(manifest)
     path = section.get("reward_file_path")

@@ -51,6 +51,10 @@ class DDPG(DeterministicActorCritic):
     ``replay_buffer.n_step_buffer`` it bootstraps from n-step returns; with
     ``replay_buffer.per_buffer`` the critic loss is weighted by importance weights whose exponent
     anneals from 0.4 to 1, and the new priorities are the critic's absolute TD errors.
+
+    **Shared encoders.** With ``share_encoders`` the critic has heads only and reads the actor's
+    current encoder output without gradient (the target critic the target actor's), so only
+    the actor's loss trains the encoder; such members train one by one.
     """
 
     spec: DDPGSpec

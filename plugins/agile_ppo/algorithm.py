@@ -27,6 +27,7 @@ from agile_cli import (
     RolloutBatch,
     SequenceBatch,
 )
+from agile_ppo.episodes import Episodes
 from agile_ppo.group import PPOGroup
 from agile_ppo.spec import PPOSpec
 
@@ -38,7 +39,9 @@ class PPO(OnPolicyAlgorithm):
     environment it steps, forgets it where an episode starts (:meth:`reset_state`), and hands
     it to the rollout with every step; it learns on sequences of ``max_seq_len`` steps, each
     re-run from the state it started from while collecting, with the state reset at episode
-    starts inside it, and a minibatch holds ``batch_size // max_seq_len`` of them.
+    starts inside it, and a minibatch holds ``batch_size // max_seq_len`` of them. With
+    ``max_seq_len: null`` the sequences are whole episodes instead, and a minibatch holds
+    episodes while they fit in ``batch_size`` steps (:mod:`agile_ppo.episodes`).
 
     A batched population trains non-recurrent members of one network layout together
     (:class:`~agile_ppo.group.PPOGroup`); recurrent members train one by one.
@@ -181,9 +184,8 @@ class PPO(OnPolicyAlgorithm):
         losses = []
         approx_kl = 0.0
         for _ in range(int(self.spec.update_epochs)):
-            order = torch.randperm(len(batch), generator=self.generator).to(self.device)
-            for start in range(0, len(batch), size):
-                steps, logits, values = self._minibatch(batch, order[start : start + size])
+            for rows in self._minibatch_rows(batch, size):
+                steps, logits, values = self._minibatch(batch, rows)
                 if len(steps):  # sequences can hold nothing but reset steps and padding
                     loss, approx_kl = self._update(steps, logits, values)
                     losses.append(loss)
@@ -191,11 +193,21 @@ class PPO(OnPolicyAlgorithm):
                 break
         return LearnResult(float(np.mean(losses)) if losses else 0.0)
 
+    def _minibatch_rows(
+        self, batch: RolloutBatch | SequenceBatch | Episodes, size: int
+    ) -> list[torch.Tensor]:
+        """One epoch's minibatches: the rows (steps or sequences) of each, in an order drawn
+        from the member's generator; episodes are grouped until ``size`` steps."""
+        order = torch.randperm(len(batch), generator=self.generator).to(self.device)
+        if isinstance(batch, Episodes):
+            return batch.minibatches(order, size)
+        return [order[start : start + size] for start in range(0, len(batch), size)]
+
     def _finish(
         self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> tuple[RolloutBatch | SequenceBatch, int]:
+    ) -> tuple[RolloutBatch | SequenceBatch | Episodes, int]:
         """The rollout with advantages, as steps or (recurrent) sequences, and how many of
-        them a minibatch holds."""
+        them (steps, for whole episodes) a minibatch holds."""
         with torch.no_grad():
             if not self.recurrent:
                 _, last_values = self._heads(last_obs)
@@ -204,17 +216,19 @@ class PPO(OnPolicyAlgorithm):
             obs = last_obs.unsqueeze(0)  # type: ignore[union-attr]
             _, last_values, _ = self._unroll(obs, self._current_state(obs.shape[1]))
         length = self.spec.max_seq_len
-        sequences = rollout.finish_sequences(
-            last_values[0], self.spec.gamma, self.spec.gae_lambda, length
-        )
+        gamma, gae_lambda = self.spec.gamma, self.spec.gae_lambda
+        if length is None:  # whole episodes, from steps that keep the state each acted from
+            steps = rollout.finish_sequences(last_values[0], gamma, gae_lambda, 1)
+            return Episodes.of(steps, obs.shape[1]), int(self.spec.batch_size)
+        sequences = rollout.finish_sequences(last_values[0], gamma, gae_lambda, length)
         return sequences, max(1, int(self.spec.batch_size) // length)
 
     def _minibatch(
-        self, batch: RolloutBatch | SequenceBatch, rows: torch.Tensor
+        self, batch: RolloutBatch | SequenceBatch | Episodes, rows: torch.Tensor
     ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
         """The valid steps of the minibatch ``rows`` (steps, or sequences), and the current
         logits and values on them."""
-        if isinstance(batch, SequenceBatch):
+        if isinstance(batch, SequenceBatch | Episodes):
             sequences = batch.select(rows)
             obs, state, starts = sequences.obs, sequences.initial_state, sequences.starts
             logits, values, _ = self._unroll(obs, state, starts)  # type: ignore[arg-type]
@@ -227,7 +241,15 @@ class PPO(OnPolicyAlgorithm):
         self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
     ) -> tuple[float, float]:
         """One clipped-objective gradient step on a minibatch, given the current ``logits``
-        and ``values`` on its steps."""
+        and ``values`` on its steps; the loss and the approximate KL."""
+        loss, approx_kl = self._objective(batch, logits, values)
+        self.gradient_step("policy", loss, max_grad_norm=self.spec.max_grad_norm)
+        return float(loss.detach()), float(approx_kl)
+
+    def _objective(
+        self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clipped-objective loss on a minibatch's steps and the approximate KL."""
         distribution = self._distribution(logits)
         log_probs = distribution.log_prob(batch.actions)
         log_ratio = log_probs - batch.log_probs
@@ -249,10 +271,9 @@ class PPO(OnPolicyAlgorithm):
         loss = (
             policy_loss + self.spec.vf_coef * 0.5 * value_loss.mean() - self.spec.ent_coef * entropy
         )
-        self.gradient_step("policy", loss, max_grad_norm=self.spec.max_grad_norm)
         with torch.no_grad():
-            approx_kl = float(((ratio - 1.0) - log_ratio).mean())  # Schulman's k3 estimator
-        return float(loss.detach()), approx_kl
+            approx_kl = ((ratio - 1.0) - log_ratio).mean()  # Schulman's k3 estimator
+        return loss, approx_kl
 
 
 def _rows(obs: torch.Tensor | dict[str, torch.Tensor], rows: torch.Tensor) -> Any:

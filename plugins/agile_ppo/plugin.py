@@ -13,4 +13,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
         spec=PPOSpec,
         family=Family.ON_POLICY,
         implementation="agile_ppo.algorithm:PPO",
+        # The reference names a recurrent PPO run "Recurrent PPO" when it writes its manifest.
+        aliases={"Recurrent PPO": {"recurrent": True}, "RecurrentPPO": {"recurrent": True}},
     )

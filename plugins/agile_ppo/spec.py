@@ -25,13 +25,18 @@ class PPOSpec(ClippedObjectiveSpec):
     recurrent: bool = Field(
         False, description="LSTM policy (recurrent PPO): the network's encoder is an LSTM."
     )
-    max_seq_len: int = Field(
+    max_seq_len: int | None = Field(
         32,
         ge=1,
         le=limits.ROLLOUT,
         description=(
             "Recurrent PPO: steps per training sequence (backpropagation through time); "
-            "a minibatch holds batch_size // max_seq_len sequences."
+            "a minibatch holds batch_size // max_seq_len sequences. null: whole episodes "
+            "are the sequences, cut where episodes end (one still running when the rollout "
+            "ends gives the steps it has so far), each re-run from the hidden state stored "
+            "at its first step; a minibatch holds shuffled episodes while they fit in "
+            "batch_size steps (an episode longer than that alone), padded at their ends to "
+            "its longest episode, the padding masked out of the loss."
         ),
     )
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(

@@ -13,4 +13,5 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
         spec=RainbowDQNSpec,
         family=Family.OFF_POLICY,
         implementation="agile_rainbow.algorithm:RainbowDQN",
+        aliases={"Rainbow DQN": {}},  # the reference's name for it outside manifests
     )

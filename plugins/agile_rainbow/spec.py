@@ -63,7 +63,7 @@ class RainbowDQNSpec(AlgorithmSpec):
         ge=1,
         le=limits.N_STEP,
         description="Derived from replay_buffer.n_step_buffer_args.n_step; leave it out "
-        "(if given, it must agree).",
+        "(if given, it must agree; without replay_buffer.n_step_buffer it is ignored).",
     )
     combined_reward: bool = Field(
         False,
@@ -96,18 +96,9 @@ class RainbowDQNSpec(AlgorithmSpec):
         return value
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
-        if self.n_step is None:
-            return []
         replay = manifest.replay_buffer
-        if replay is None or not replay.n_step_buffer:
-            return [
-                FieldError(
-                    "algorithm.n_step",
-                    "has no effect without replay_buffer.n_step_buffer",
-                    f"remove it, or set replay_buffer.n_step_buffer: true and "
-                    f"n_step_buffer_args.n_step: {self.n_step}",
-                )
-            ]
+        if self.n_step is None or replay is None or not replay.n_step_buffer:
+            return []  # without an n-step buffer it only earns a warning
         if self.n_step != replay.n_step_buffer_args.n_step:
             return [
                 FieldError(
@@ -118,3 +109,15 @@ class RainbowDQNSpec(AlgorithmSpec):
                 )
             ]
         return []
+
+    def manifest_warnings(self, manifest: TrainingManifest) -> list[str]:
+        """``n_step`` without an n-step buffer is ignored (the reference format writes it so,
+        and its trainer ignores it too)."""
+        replay = manifest.replay_buffer
+        if self.n_step is None or (replay is not None and replay.n_step_buffer):
+            return []
+        return [
+            f"algorithm.n_step: ignored, no n-step returns without replay_buffer.n_step_buffer "
+            f"(for {self.n_step}-step returns set replay_buffer.n_step_buffer: true and "
+            f"n_step_buffer_args.n_step: {self.n_step}; else remove it)"
+        ]

@@ -68,7 +68,9 @@ class TD3(DeterministicActorCritic):
     ``policy_freq``-th learn call the actor climbs ``Q1(s, mu(s))`` and the targets follow. Each
     critic has its own optimizer, and both follow ``lr_critic``. Actions, exploration, n-step
     returns and prioritised replay work as in DDPG (:class:`agile_cli.DeterministicActorCritic`
-    gives both their frame); the new priorities are critic 1's absolute TD errors.
+    gives both their frame); the new priorities are critic 1's absolute TD errors. With
+    ``share_encoders`` both critics read the actor's encoder, and both target critics the target
+    actor's, as in DDPG.
     """
 
     critics: ClassVar[tuple[str, ...]] = ("critic_1", "critic_2")

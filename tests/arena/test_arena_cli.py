@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agile_arena import ArenaTrainer
 
@@ -92,6 +93,25 @@ def test_submit_list_metrics_stop_through_the_cli(run, keyed, tmp_path) -> None:
     assert resumed.exit_code == 0, resumed.output
 
 
+def test_environment_version_is_sent_and_picks_that_version(run, keyed, tmp_path) -> None:
+    from .server import EnvironmentVersion
+
+    keyed.state.environments["merge-env"] = {"v1": EnvironmentVersion()}
+    assert run("arena", "projects", "create", "p", "--description", "x").exit_code == 0
+    manifest = tmp_path / "merge.yaml"
+    environment = "environment: {name: merge-env, num_envs: 4, version: %s}\n"
+    manifest.write_text("algorithm: {name: PPO}\n" + environment % "v1")
+    submitted = run("train", str(manifest), "--backend", "arena", "--project", "p")
+    assert submitted.exit_code == 0, submitted.output
+    assert "environment.version: only Arena reads it" in submitted.output  # said, and sent
+    (request,) = keyed.requests_to("POST", "/api/cli/v1/experiments/jobs/submit")
+    sent = {"name": "merge-env", "num_envs": 4, "version": "v1"}
+    assert request.json["manifest"]["environment"] == sent
+    manifest.write_text("algorithm: {name: PPO}\n" + environment % "v2")  # not registered
+    refused = run("train", str(manifest), "--backend", "arena", "--project", "p")
+    assert refused.exit_code != 0 and "merge-env not found" in refused.output
+
+
 def test_metrics_checkpoints_resources_environments_credits(run, keyed, tmp_path) -> None:
     target = tmp_path / "m.csv"
     metrics = run(
@@ -145,6 +165,20 @@ def test_ineligible_algorithm_fails_before_any_request(run, keyed, write) -> Non
         pytest.skip("the agile-reinforce example plugin is not installed")
     assert result.exit_code == 2
     assert "algorithm.name: REINFORCE cannot run on Arena (train it with --backend local)" in (
+        result.output
+    )
+    _no_request_sent(keyed)
+
+
+def test_multi_frequency_selection_fails_before_any_request(run, keyed, write) -> None:
+    data = yaml.safe_load(DQN.read_text())
+    data.pop("tournament_selection", None)
+    data["training"]["pop_size"] = 6
+    data["selection_strategy"] = {"strategy": "multi_frequency"}
+    manifest = write("mf.yaml", yaml.safe_dump(data))
+    result = run("train", str(manifest), "--backend", "arena", "--project", "demo")
+    assert result.exit_code == 2, result.output
+    assert "selection_strategy.strategy: Arena trains with tournament selection only" in (
         result.output
     )
     _no_request_sent(keyed)

@@ -320,3 +320,17 @@ def test_written_fields_arena_lacks_are_left_out_with_a_warning(run, keyed, grpo
     assert "micro_batch_size_per_gpu" not in manifest["algorithm"]
     assert "target_parameters" not in manifest["network"]["lora_config"]
     assert manifest["network"]["lora_config"]["lora_dropout"] == 0
+
+
+def test_an_environment_version_is_sent_with_the_dataset() -> None:
+    import yaml
+
+    from agile_arena.backend import arena_manifest
+    from agile_cli import TrainingManifest
+
+    data = yaml.safe_load(GRPO)
+    data["environment"]["version"] = "v3"
+    sent = arena_manifest(TrainingManifest.get_validated(data))["environment"]
+    assert (sent["name"], sent["version"]) == (DATASET, "v3")
+    del data["environment"]["version"]
+    assert "version" not in arena_manifest(TrainingManifest.get_validated(data))["environment"]

@@ -4,18 +4,88 @@ update, :meth:`~agile_cli.Algorithm.learn`."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
+from torch import nn
 
 from agile_cli.models.actor_critic import DeterministicActorCriticSpec
+from agile_cli.nn.arch import NetworkArch
+from agile_cli.nn.modules import EvolvableNetwork, Observation
+from agile_cli.nn.transfer import transfer_weights
 from agile_cli.runtime.agent import OffPolicyAlgorithm
 from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
 from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.runtime.buffers import Transitions
-from agile_cli.runtime.group import GroupLearner, masked_mean
+from agile_cli.runtime.group import GroupLearner, MemberGroup, masked_mean
 from agile_cli.runtime.stacked import flat_rows, stacked_observations
+
+
+class BorrowedEncoder(nn.Module):
+    """The encoder of another network, its ``owner``, read but not owned.
+
+    The owner is held outside this module's submodules, so its parameters are not this
+    module's: they are not saved, trained, soft-updated or mutated through the borrower. The
+    latent is computed without gradient, so no loss of the borrower reaches the owner's
+    encoder. A deep copy of a member copies the owner along (one copy: the member's own).
+    """
+
+    owner: EvolvableNetwork
+
+    def __init__(self, owner: EvolvableNetwork) -> None:
+        super().__init__()
+        self.borrow_from(owner)
+
+    def borrow_from(self, owner: EvolvableNetwork) -> None:
+        """Read ``owner``'s encoder from now on."""
+        object.__setattr__(self, "owner", owner)  # bypasses nn.Module: not a submodule
+
+    def forward(self, obs: Observation) -> torch.Tensor:
+        with torch.no_grad():
+            return self.owner.latent(obs)
+
+
+class SharedEncoderCritic(EvolvableNetwork):
+    """A Q(s, a) network whose encoder is a :class:`BorrowedEncoder` of an actor (the online
+    actor for a critic, the target actor for a target critic): only its heads are its own.
+
+    :param owner: the network whose encoder it reads.
+    :param arch: the architecture of its heads (the member's, which the owner has too).
+    :param heads: name and output width of each head.
+    :param head_extra: width of the extra head input (the action).
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self,
+        owner: EvolvableNetwork,
+        arch: NetworkArch,
+        heads: Mapping[str, int],
+        *,
+        head_extra: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        device = next(owner.parameters()).device
+        super().__init__(arch, owner.observation_space, heads, head_extra=head_extra,
+                         generator=generator, device=device)  # fmt: skip
+        self.encoder = BorrowedEncoder(owner)  # replaces the encoder the base class built
+
+    @property
+    def borrowed(self) -> BorrowedEncoder:
+        """What stands in for its encoder."""
+        return cast(BorrowedEncoder, self.encoder)
+
+    def rebuilt(
+        self, arch: NetworkArch, generator: torch.Generator | None = None
+    ) -> SharedEncoderCritic:
+        """A critic of ``arch`` holding this one's head weights where shapes overlap, reading
+        the same owner (which the member points at the rebuilt actor afterwards)."""
+        network = SharedEncoderCritic(self.borrowed.owner, arch, self.head_sizes,
+                                      head_extra=self.head_extra, generator=generator)  # fmt: skip
+        transfer_weights(self, network)
+        return network.train(self.training)
 
 
 class DeterministicActorCritic(OffPolicyAlgorithm):
@@ -40,6 +110,15 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     ``learn_counter`` counts learn calls for a policy delay. Prioritised replay's exponent is
     the default of :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`.
 
+    **Shared encoders.** With ``share_encoders`` each critic is a :class:`SharedEncoderCritic`:
+    it has heads only and reads the actor's encoder as it is at that moment (no copy), its
+    latent computed without gradient, so the critic loss trains the critic's heads and only the
+    actor's loss trains the encoder. Each target critic reads the target actor's encoder, which
+    follows the actor by the soft update. Nothing is copied, so the tie holds at every step;
+    :meth:`set_architecture` points the rebuilt critics at the rebuilt actors, and checkpoints
+    and clones keep it (the critics' state holds their heads only). Such members train one by
+    one: the batched population path does not apply.
+
     Activation mutation is skipped, as in the reference implementation.
     """
 
@@ -56,17 +135,45 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
         self.scaler = BoxActionScaler(space, self.device)
         self.add_network("actor", {"action": self.action_dim})
         for name in self.critics:
-            self.add_network(name, {"q": 1}, head_extra=self.action_dim)
+            self.add_critic(name, "actor")
+        self.add_network("actor_target", {"action": self.action_dim})
+        for name in self.critics:
+            self.add_critic(f"{name}_target", "actor_target")
         for name in ("actor", *self.critics):
-            online = self.networks[name]
-            target = self.add_network(f"{name}_target", online.head_sizes, online.head_extra)
-            target.load_state_dict(online.state_dict())
+            target = self.networks[f"{name}_target"]
+            target.load_state_dict(self.networks[name].state_dict())
             target.requires_grad_(False)
         self.add_optimizer("actor", ("actor",), "lr_actor")
         for name in self.critics:  # one optimizer per critic, all following lr_critic
             self.add_optimizer(name, (name,), "lr_critic")
         self.learn_counter = 0
         self.ou_noise = np.zeros((self.context.num_envs, self.action_dim))
+
+    def add_critic(self, name: str, actor: str) -> EvolvableNetwork:
+        """Build and register the Q(s, a) network ``name``; with ``share_encoders`` it reads
+        the encoder of the network ``actor`` (already built) instead of having its own."""
+        if not self.spec.share_encoders:
+            return self.add_network(name, {"q": 1}, head_extra=self.action_dim)
+        critic = SharedEncoderCritic(
+            self.networks[actor], self.arch, {"q": 1}, head_extra=self.action_dim,
+            generator=self.generator,
+        )  # fmt: skip
+        self.networks[name] = critic
+        return critic
+
+    def set_architecture(self, arch: NetworkArch) -> None:
+        """Rebuild every network for ``arch`` (see :meth:`~agile_cli.Algorithm.set_architecture`);
+        with shared encoders, then point the rebuilt critics at the rebuilt actors."""
+        super().set_architecture(arch)
+        self.tie_encoders()
+
+    def tie_encoders(self) -> None:
+        """Point every :class:`SharedEncoderCritic` at the actor's encoder, and every target
+        critic at the target actor's (nothing to do without ``share_encoders``)."""
+        for name, network in self.networks.items():
+            if isinstance(network, SharedEncoderCritic):
+                actor = "actor_target" if name.endswith("_target") else "actor"
+                network.borrowed.borrow_from(self.networks[actor])
 
     # -- acting ----------------------------------------------------------------------------------
 
@@ -149,6 +256,14 @@ class DeterministicActorCriticGroup(GroupLearner):
     member dimension: ``[k, B, ...]``."""
 
     members: list[DeterministicActorCritic]  # type: ignore[assignment]
+
+    def __init__(self, group: MemberGroup) -> None:
+        super().__init__(group)
+        if any(member.spec.share_encoders for member in self.members):
+            raise ValueError(
+                "members with share_encoders train one by one: stacked critics cannot read "
+                "their actor's encoder"
+            )
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         size = self.group.size
