@@ -17,7 +17,7 @@ from agile_cli import __version__
 from agile_cli.errors import AgileError, ManifestError
 from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
-CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate")
+CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate", "init")
 
 
 class ReportedError(click.ClickException):
@@ -132,6 +132,13 @@ def cli(disable_plugin: tuple[str, ...]) -> None:
     """
 
 
+SET_HELP = (
+    "Change a manifest value before validation (repeatable; VALUE is YAML, a dotted PATH "
+    "goes into sections and a number into a list), e.g. --set training.pop_size=8 --set "
+    "algorithm.lr=3e-4 --set 'network.encoder_config.hidden_size=[64, 64]'."
+)
+
+
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved manifest(s) as JSON.")
@@ -141,15 +148,18 @@ def cli(disable_plugin: tuple[str, ...]) -> None:
     help="Also resolve each environment (imports its package) and build one member of the "
     "algorithm on it, on the CPU, so that spaces it cannot handle are reported.",
 )
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)
 @click.pass_context
-def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_env: bool) -> None:
+def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_env: bool,
+             overrides: tuple[str, ...]) -> None:  # fmt: skip
     """Check manifests and report every problem with its field path.
 
     Exit status: 0 when every file is valid, 2 when any is invalid or unreadable.
     """
     from agile_cli.commands.validate import run_validate
 
-    ctx.exit(run_validate(plugin_host(ctx), files, as_json=as_json, check_env=check_env))
+    ctx.exit(run_validate(plugin_host(ctx), files, as_json=as_json, check_env=check_env,
+                          overrides=overrides))  # fmt: skip
 
 
 @cli.command()
@@ -180,15 +190,41 @@ def schema(ctx: click.Context, algorithm: str | None, indent: int) -> None:
 
 
 @cli.command()
+@click.argument("algorithm", required=False)
+@click.argument("environment", required=False)
+@click.option(
+    "--out", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not to stdout."
+)
+@click.option("--force", is_flag=True, help="Overwrite the --out file if it exists.")
+@click.pass_context
+def init(ctx: click.Context, algorithm: str | None, environment: str | None, out: Path | None,
+         force: bool) -> None:  # fmt: skip
+    """Write a commented starter manifest for ALGORITHM (on ENVIRONMENT, default: one its
+    family suits); without ALGORITHM, list the registered algorithms.
+
+    Every section is written from the registered specs: each field at its default with its
+    description, and the algorithm's mutable hyperparameters as mutation.rl_hp_selection
+    candidates. The manifest validates as written (notes on stderr say when it cannot).
+    """
+    from agile_cli.commands.init import run_init
+
+    registry = plugin_host(ctx).registry
+    ctx.exit(run_init(registry, algorithm, environment, out=out, force=force))
+
+
+@cli.command()
 @click.argument("manifest", required=False, type=click.Path(path_type=Path))
 @click.option("--backend", default="local", show_default=True, help="Where to train.")
 @click.option(
     "--resume", type=click.Path(path_type=Path, file_okay=False), help="Continue a run folder."
 )
 @click.option("--verbose/--quiet", default=True, help="Live progress, or plain log lines.")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help=SET_HELP + " Recorded in the run folder's command.txt and manifest.yaml; "
+              "not with --resume.")  # fmt: skip
 @click.pass_context
 def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path | None,
-          verbose: bool, **flags: Any) -> None:  # fmt: skip
+          verbose: bool, overrides: tuple[str, ...], **flags: Any) -> None:  # fmt: skip
     """Train the population a MANIFEST describes (or --resume a run folder).
 
     The other options belong to the backends (in brackets); each backend accepts only its
@@ -199,7 +235,7 @@ def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path 
 
     status = run_train(
         plugin_host(ctx), manifest, backend_name=backend, resume=resume, flags=flags,
-        verbose=verbose,
+        verbose=verbose, overrides=overrides,
     )  # fmt: skip
     ctx.exit(status)
 

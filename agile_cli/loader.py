@@ -81,7 +81,7 @@ def load_text(text: str, *, source: str = "manifest", as_json: bool = False) -> 
     """Parse manifest text (YAML, or JSON when ``as_json``) into a mapping."""
     if len(text.encode("utf-8")) > MAX_BYTES:
         raise _fail(source, f"text is over {MAX_BYTES:,} bytes")
-    data = _parse_json(text, source) if as_json else _parse_yaml(text, source)
+    data = _parse_json(text, source) if as_json else parse_yaml(text, source)
     if data is None:
         raise _fail(
             source, "file is empty", "write at least the algorithm and environment sections"
@@ -95,7 +95,12 @@ def load_text(text: str, *, source: str = "manifest", as_json: bool = False) -> 
     return dict(data)
 
 
-def _parse_yaml(text: str, source: str) -> Any:
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text as the manifest loader reads it (numbers such as ``3e-4`` are numbers, no
+    duplicate keys, no alias bombs).
+
+    :raises ManifestError: naming ``source`` and where the text is wrong.
+    """
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()

@@ -47,6 +47,7 @@ def test_help_and_validate_import_no_heavy_dependency() -> None:
     assert _heavy_imports("--help") == "HEAVY:"
     assert _heavy_imports("validate", str(CONFIGS[0])) == "HEAVY:"
     assert _heavy_imports("schema") == "HEAVY:"
+    assert _heavy_imports("init", "PPO") == "HEAVY:"
 
 
 def test_version_and_help(run) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,8 @@ from agile_cli.backend import Backend, RunResult
 from agile_cli.errors import UsageError
 from agile_cli.host.plugins import PluginHost
 from agile_cli.host.registry import BackendEntry, Registry
-from agile_cli.manifest import TrainingManifest
 from agile_cli.models.base import field_errors, suggest
+from agile_cli.overrides import load_manifest, parse_overrides
 
 EXIT_INTERRUPTED = 130
 
@@ -28,8 +29,10 @@ def run_train(
     resume: Path | None,
     flags: dict[str, Any],
     verbose: bool,
+    overrides: Sequence[str] = (),
 ) -> int:
-    """Validate, then hand the run to the backend; return the exit status."""
+    """Validate (after the ``--set`` ``overrides``), then hand the run to the backend; return
+    the exit status."""
     if manifest_path is None and resume is None:
         raise UsageError(
             "nothing to train: give a MANIFEST, or --resume RUN_DIR to continue a run",
@@ -40,6 +43,13 @@ def run_train(
             "give a MANIFEST or --resume RUN_DIR, not both",
             "a resumed run keeps the manifest in its folder",
         )
+    if overrides and resume is not None:
+        raise UsageError(
+            "--set cannot change a resumed run: it continues with the manifest.yaml in its folder",
+            "edit that file instead; resume honours edits of training.max_steps, target_score, "
+            "checkpoint_steps and overwrite_checkpoints",
+        )
+    changes = parse_overrides(overrides)
     entry = _backend(host, backend_name)
     options = _options(entry, flags)
     backend: Backend = entry.load()()
@@ -47,7 +57,7 @@ def run_train(
         result = backend.resume(resume, options, host.registry, verbose=verbose)
     else:
         assert manifest_path is not None
-        manifest = TrainingManifest.get_validated(manifest_path, registry=host.registry)
+        manifest = load_manifest(manifest_path, changes, host.registry)
         for warning in manifest.warnings:
             click.echo(f"warning: {warning}", err=True)
         result = backend.train(manifest, options, host.registry, verbose=verbose)

@@ -19,15 +19,28 @@ from agile_cli.errors import (
 )
 from agile_cli.host.plugins import PluginHost
 from agile_cli.manifest import TrainingManifest
+from agile_cli.overrides import load_manifest, parse_overrides
 
 
-def run_validate(host: PluginHost, files: Sequence[Path], *, as_json: bool, check_env: bool) -> int:
-    """Validate each file; print a report (or JSON); return the exit status."""
+def run_validate(
+    host: PluginHost,
+    files: Sequence[Path],
+    *,
+    as_json: bool,
+    check_env: bool,
+    overrides: Sequence[str] = (),
+) -> int:
+    """Validate each file (with the ``--set`` ``overrides`` applied to each); print a report
+    (or JSON); return the exit status.
+
+    :raises UsageError: an override is malformed (before any file is read).
+    """
+    changes = parse_overrides(overrides)
     resolved: dict[str, Any] = {}
     status = 0
     for path in files:
         try:
-            manifest = TrainingManifest.get_validated(path, registry=host.registry)
+            manifest = load_manifest(path, changes, host.registry)
             if check_env:
                 _check_environment(host, manifest)
         except ManifestError as error:
