@@ -25,7 +25,7 @@ from pydantic_core import PydanticUndefined, to_jsonable_python
 from agile_cli.errors import AgileError, UsageError
 from agile_cli.host.registry import TOURNAMENT, AlgorithmEntry, Registry
 from agile_cli.models.base import suggest
-from agile_cli.models.mutation import MutationProbabilities, MutationSpec
+from agile_cli.models.mutation import KIND_FIELDS, MutationProbabilities, MutationSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.validation import training_spec_for
 
@@ -35,14 +35,6 @@ WIDTH = 92
 _IGNORED = re.compile(r"for compatibility|\bignored\b|leave it out", re.IGNORECASE)
 #: A warning's field path: ``training.evaluation_interval: ignored ...``.
 _WARNED_PATH = re.compile(r"^([\w.]+):")
-#: The kind of mutation each ``mutation.probabilities`` field weighs.
-_KIND_FIELDS = {
-    "arch_mut": "architecture",
-    "new_layer": "architecture",
-    "params_mut": "parameters",
-    "act_mut": "activation",
-    "rl_hp_mut": "rl_hp",
-}
 #: Starter values that differ from a field's default, and why.
 _POPULATION = 4
 _POPULATION_NOTE = "(default 1; a starter evolves a population of 4)"
@@ -319,7 +311,7 @@ def _mutation(entry: AlgorithmEntry) -> Entry:
     kinds = entry.spec.mutation_kinds
     weights = []
     for item in _instance_fields(MutationProbabilities()):
-        kind = _KIND_FIELDS.get(item.key)
+        kind = KIND_FIELDS.get(item.key)
         if kind is not None and kind not in kinds:
             item.value = 0.0
             item.comment += f" ({entry.name} has no {kind} mutation.)"

@@ -19,7 +19,7 @@ from agile_cli.host.registry import (
 )
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import field_errors, suggest
-from agile_cli.models.mutation import MutationSpec
+from agile_cli.models.mutation import KIND_FIELDS, MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import SelectionSpec
@@ -400,14 +400,6 @@ def _check_hp_selection(
             )
 
 
-#: The ``mutation.probabilities`` fields that weigh each kind of mutation.
-_KIND_FIELDS = {
-    "arch_mut": "architecture",
-    "new_layer": "architecture",
-    "params_mut": "parameters",
-    "act_mut": "activation",
-    "rl_hp_mut": "rl_hp",
-}
 
 
 def _check_mutation_kinds(
@@ -417,8 +409,8 @@ def _check_mutation_kinds(
     undergo; returns ``mutation`` with the defaults of those kinds resolved to 0."""
     kinds = entry.spec.mutation_kinds
     probabilities = mutation.probabilities
-    zeroed = {key: 0.0 for key, kind in _KIND_FIELDS.items() if kind not in kinds}
-    for key, kind in _KIND_FIELDS.items():
+    zeroed = {key: 0.0 for key, kind in KIND_FIELDS.items() if kind not in kinds}
+    for key, kind in KIND_FIELDS.items():
         value = getattr(probabilities, key)
         if kind in kinds or key not in probabilities.model_fields_set or value == 0:
             continue

@@ -6,6 +6,15 @@ from pydantic import Field, model_validator
 
 from agile_cli.models.base import Spec, located_error
 
+#: The kind of mutation each ``mutation.probabilities`` field weighs (``no_mut`` weighs none).
+KIND_FIELDS = {
+    "arch_mut": "architecture",
+    "new_layer": "architecture",
+    "params_mut": "parameters",
+    "act_mut": "activation",
+    "rl_hp_mut": "rl_hp",
+}
+
 
 class MutationProbabilities(Spec):
     """Relative weights of the mutation kinds; normalised, so they need not sum to 1."""
