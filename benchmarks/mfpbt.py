@@ -72,7 +72,7 @@ def _shrunk(data: dict[str, Any], evo_steps: int) -> dict[str, Any]:
 
 def _stand_in_dataset(data: dict[str, Any], datasets: Path) -> str | None:
     """For a manifest naming a Minari dataset, make a stand-in of that id under ``datasets``
-    (random actions, 50 episodes: what a ``random`` dataset holds, but not the published
+    (50 episodes of random actions: what a ``random`` dataset holds, but not the published
     file, which cannot be downloaded here); returns what to print, or None."""
     environment = data["environment"]
     dataset_id = environment.get("minari_dataset_id") if isinstance(environment, dict) else None
@@ -80,20 +80,34 @@ def _stand_in_dataset(data: dict[str, Any], datasets: Path) -> str | None:
         return None
     import os
 
-    import gymnasium
     import minari
+    from minari.data_collector.episode_buffer import EpisodeBuffer
 
     os.environ["MINARI_DATASETS_PATH"] = str(datasets)
-    collector = minari.DataCollector(gymnasium.make(environment["name"]))
-    for episode in range(50):
-        collector.reset(seed=episode)
-        finished = False
-        while not finished:
-            _, _, terminated, truncated, _ = collector.step(collector.action_space.sample())
-            finished = terminated or truncated
-    collector.create_dataset(dataset_id=dataset_id, algorithm_name="random")
-    collector.close()
+    episodes = [EpisodeBuffer(id=n, infos={}, **_random_episode(environment["name"], n))
+                for n in range(50)]  # fmt: skip
+    minari.create_dataset_from_buffers(dataset_id, episodes, env=environment["name"])
     return f"with a stand-in '{dataset_id}' made here (50 episodes of random actions)"
+
+
+def _random_episode(name: str, seed: int) -> dict[str, Any]:
+    import gymnasium
+    import numpy as np
+
+    env = gymnasium.make(name)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    columns: dict[str, list[Any]] = {"observations": [obs], "actions": [], "rewards": [],
+                                     "terminations": [], "truncations": []}  # fmt: skip
+    finished = False
+    while not finished:
+        action = env.action_space.sample()
+        obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(columns, (obs, action, reward, terminated, truncated), strict=True):
+            columns[key].append(value)
+        finished = terminated or truncated
+    env.close()
+    return {key: np.array(values) for key, values in columns.items()}
 
 
 def smoke(root: Path, evo_steps: int, timeout: float) -> int:
