@@ -267,3 +267,14 @@ def test_dataset_collect_never_replaces_a_file_unasked(run, finished, tmp_path) 
     assert replaced.exit_code == 0, replaced.output
     assert out.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_run_that_ran_out_of_data_says_so_on_resume(tmp_path) -> None:
+    from agile_cli import UsageError
+    from agile_cli.training.trainer import _refuse_finished
+
+    manifest = tiny_manifest("DQN")  # no target_score
+    state = {"state": {"stopped_early": True, "steps_per_member": 64},
+             "manifest": manifest.to_dict()}  # fmt: skip
+    with pytest.raises(UsageError, match="trained on all the data it may"):
+        _refuse_finished(state, manifest, tmp_path)

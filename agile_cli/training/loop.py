@@ -122,6 +122,7 @@ class EvolutionLoop:
         self.manifest = manifest
         self.options = options
         self.reporter = reporter
+        reporter.phase(f"building {manifest.training.pop_size} members")
         self.state = LoopState(seed=_run_seed(manifest, options))
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
@@ -259,6 +260,7 @@ class EvolutionLoop:
         started = time.perf_counter()
         trained = global_steps = 0
         exhausted = True
+        self.reporter.phase(f"generation {self.state.generation + 1}: training")
         generation = self.runner.train_population(self.population, steps, self.reporter.advance)
         for member, stats in zip(self.population, generation, strict=True):
             exhausted = exhausted and stats.exhausted
@@ -267,6 +269,7 @@ class EvolutionLoop:
             member.record.episode_returns = (member.record.episode_returns + stats.episode_returns)[
                 -100:
             ]
+        self.reporter.phase(f"generation {self.state.generation + 1}: evaluating")
         fitnesses = self.runner.evaluate_population(
             self.population, training.eval_loop, training.eval_steps
         )

@@ -1,25 +1,43 @@
 """What a person sees while a population trains: a live bar, a table per generation, a summary.
 
-``RichReporter`` draws with rich (a live progress bar with steps/s and ETA); ``LogReporter``
-prints one plain line per generation, for logs and ``--quiet``.
+``RichReporter`` draws with rich (a live progress bar with steps/s and ETA, saying what the run
+is doing); ``LogReporter`` prints plain lines, for logs and ``--quiet``: what the run is doing
+until the first generation ends, then one line per generation, and a line at most every
+:attr:`LogReporter.heartbeat` seconds of how far the generation has come.
 """
 
 from __future__ import annotations
 
+import atexit
+import datetime
+import shlex
 import sys
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from rich.console import Console
+import click
+from rich import box
+from rich.console import Console, Group
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
+
+#: From this console width on, the live bar shows the elapsed time and the generation table
+#: each member's network.
+WIDE = 100
+
+#: What the member numbers shown are.
+MEMBER_IDS = "member: an id; copies made by selection get new ids"
 
 
 @dataclass
@@ -50,6 +68,10 @@ class GenerationReport:
 
 
 class Reporter(Protocol):
+    def phase(self, text: str) -> None:
+        """What the run does now ("building 4 members", "generation 2: evaluating"); it may
+        come before :meth:`start`."""
+
     def start(self, total: int, done: int, title: str) -> None: ...
     def advance(self, steps: int) -> None: ...
     def generation(self, report: GenerationReport) -> None: ...
@@ -66,90 +88,166 @@ class _StepsPerSecond(TextColumn):
         return super().render(task) if speed is None else f"{speed:,.0f} steps/s"
 
 
+class _Steps(ProgressColumn):
+    """Env steps done of all: ``12,345/409,600``."""
+
+    def render(self, task: Task) -> Text:
+        total = "?" if task.total is None else f"{task.total:,.0f}"
+        return Text(f"{task.completed:,.0f}/{total}")
+
+
+class _Eta(ProgressColumn):
+    """``ETA 0:03:12``, blank until there is a speed to estimate it from."""
+
+    max_refresh = 0.5
+
+    def render(self, task: Task) -> Text:
+        left = task.time_remaining
+        return Text("" if left is None else f"ETA {datetime.timedelta(seconds=int(left))}")
+
+
+def _bar_columns(width: int) -> list[ProgressColumn]:
+    """The live bar's columns; the bar takes the width the others leave."""
+    columns: list[ProgressColumn] = [
+        TextColumn("{task.description}", style="bold", markup=False),
+        BarColumn(bar_width=None, table_column=Column(ratio=1)),
+        _Steps(),
+        _StepsPerSecond(),
+    ]
+    if width >= WIDE:
+        columns.append(TimeElapsedColumn())
+    return [*columns, _Eta()]
+
+
 class RichReporter:
-    """Live progress bar plus a table after each generation."""
+    """A live progress bar saying what the run does, plus a table after each generation."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=False)
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            _StepsPerSecond(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-            transient=False,
+            *_bar_columns(self.console.width), console=self.console, expand=True
         )
-        self.task: Any = None
+        self.task: TaskID | None = None
+        self.doing = "starting"
+
+    def phase(self, text: str) -> None:
+        self.doing = text
+        if self.task is None:  # not yet live: building can still fail with an error
+            self.console.print(Text(text, style="dim"))
+        else:
+            self.progress.update(self.task, description=text)
 
     def start(self, total: int, done: int, title: str) -> None:
+        self.console.print(Text(f"{title}: {total:,} env steps", style="bold"))
         self.progress.start()
-        self.task = self.progress.add_task(title, total=total, completed=done)
+        atexit.register(self.progress.stop)  # an error must not leave the cursor hidden
+        self.task = self.progress.add_task(self.doing, total=total, completed=done)
 
     def advance(self, steps: int) -> None:
-        self.progress.advance(self.task, steps)
+        if self.task is not None:
+            self.progress.advance(self.task, steps)
 
     def note(self, message: str) -> None:
         self.console.print(message)
 
     def generation(self, report: GenerationReport) -> None:
-        table = Table(
-            title=f"generation {report.generation} | {report.global_steps:,} env steps | "
-            f"{report.steps_per_second:,.0f} steps/s",
-            title_justify="left",
-        )
-        for column in ("member", "fitness", "last 3", "mutation", "hyperparameters", "network"):
-            table.add_column(column, overflow="fold")
-        best = report.best.index
-        for row in report.members:
-            marker = " *" if row.index == best else ""
-            table.add_row(
-                f"{row.index}{marker}", f"{row.fitness:.1f}", f"{row.recent:.1f}", row.mutation,
-                _format_hps(row.hyperparameters), row.arch,
-            )  # fmt: skip
-        self.progress.console.print(table)
+        self.console.print(generation_table(report, self.console.width))
 
     def finish(self, summary: dict[str, Any]) -> None:
         self.progress.stop()
-        self.console.print(_summary_lines(summary))
+        self.console.print(Text(_summary_lines(summary)))
+
+
+def generation_table(report: GenerationReport, width: int) -> Group:
+    """A generation's title, its table (one line per member: cells too long for ``width``
+    columns end in an ellipsis; the network shows from :data:`WIDE` columns on) and what the
+    member numbers mean."""
+    title = (
+        f"generation {report.generation} | {report.global_steps:,} env steps | "
+        f"{report.steps_per_second:,.0f} steps/s"
+    )
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for name in ("member", "fitness", "last 3"):  # never narrowed
+        table.add_column(name, justify="right", no_wrap=True)
+    texts = ["mutation", "hyperparameters", *(["network"] if width >= WIDE else [])]
+    for name in texts:  # narrowed to fit, each cell still one line
+        table.add_column(_line(name))
+    best = report.best.index
+    for row in report.members:
+        cells = [row.mutation, _format_hps(row.hyperparameters), row.arch][: len(texts)]
+        table.add_row(
+            f"{row.index}{' *' if row.index == best else ''}", f"{row.fitness:.1f}",
+            f"{row.recent:.1f}", *(_line(cell) for cell in cells),
+        )  # fmt: skip
+    caption = Text(f"{MEMBER_IDS}; * best", style="dim", no_wrap=True, overflow="ellipsis")
+    return Group(Text(title, style="bold", no_wrap=True, overflow="ellipsis"), table, caption)
+
+
+def _line(text: str) -> Text:
+    return Text(text, no_wrap=True, overflow="ellipsis")
 
 
 class LogReporter:
-    """One plain line per generation (``--quiet``, logs, CI)."""
+    """Plain lines (``--quiet``, logs, CI): what the run does until its first generation ends,
+    then one line per generation, and at most every ``heartbeat`` seconds a line of how far it
+    has come."""
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: Any = None, heartbeat: float = 15.0) -> None:
         self.stream = stream or sys.stdout
+        self.heartbeat = heartbeat
+        self.doing = "starting"
+        self.total = self.done = 0
+        self.reported = False  # a generation's line has been printed
+        self._since = (time.monotonic(), 0)  # when the last line was printed, steps done then
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+        self._since = (time.monotonic(), self.done)
+
+    def phase(self, text: str) -> None:
+        self.doing = text
+        if not self.reported:
+            self._print(text)
 
     def start(self, total: int, done: int, title: str) -> None:
-        print(f"{title}: {done:,}/{total:,} env steps", file=self.stream, flush=True)
+        self.total, self.done = total, done
+        self._print(f"{title}: {done:,}/{total:,} env steps ({MEMBER_IDS})")
 
     def advance(self, steps: int) -> None:
-        pass
+        self.done += steps
+        when, done = self._since
+        seconds = time.monotonic() - when
+        if seconds >= self.heartbeat:
+            speed = (self.done - done) / seconds
+            self._print(f"  {self.doing}: {self.done:,}/{self.total:,} env steps, "
+                        f"{speed:,.0f} steps/s")  # fmt: skip
 
     def note(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
+        self._print(message)
 
     def generation(self, report: GenerationReport) -> None:
         best = report.best
-        print(
+        self.reported = True
+        self.done = report.global_steps
+        self._print(
             f"generation {report.generation}: steps {report.global_steps:,}, "
             f"best fitness {best.fitness:.1f} (member {best.index}), "
-            f"{report.steps_per_second:,.0f} steps/s",
-            file=self.stream,
-            flush=True,
+            f"{report.steps_per_second:,.0f} steps/s"
         )
 
     def finish(self, summary: dict[str, Any]) -> None:
-        print(_summary_lines(summary), file=self.stream, flush=True)
+        self._print(_summary_lines(summary))
 
 
 def _format_hps(values: dict[str, float | int]) -> str:
-    return " ".join(
-        f"{name}={value}" if isinstance(value, int) else f"{name}={value:.3g}"
-        for name, value in values.items()
-    )
+    """``lr=8.12e-5 batch_size=204``: three significant digits, short exponents."""
+    return " ".join(f"{name}={_number(value)}" for name, value in values.items())
+
+
+def _number(value: float | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.3g}".replace("e-0", "e-").replace("e+0", "e+")
 
 
 def _summary_lines(summary: dict[str, Any]) -> str:
@@ -176,8 +274,38 @@ def _summary_lines(summary: dict[str, Any]) -> str:
             lines.append("  stopped early    the best lineage's mean of its last 3 evaluations "
                          "reached the target")  # fmt: skip
     if summary.get("interrupted"):
-        lines.append(
-            "  interrupted      continue from the last whole generation with agile train --resume"
-        )
+        lines.append("  interrupted      the checkpoint of the last whole generation is kept")
     lines.append(f"  run folder       {summary['run_dir']}")
-    return "\n".join(lines)
+    return "\n".join(lines + [f"  {label:<17}{command}" for label, command in next_steps(summary)])
+
+
+def next_steps(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """What to run after a run that ended with ``summary``, with its run folder: score the
+    best member (once a generation has finished), continue, and ``agile report`` when the
+    command line has that command."""
+    folder = summary["run_dir"]
+    quoted, manifest = shlex.quote(folder), shlex.quote(str(Path(folder) / "manifest.yaml"))
+    resume = f"agile train --resume {quoted}"
+    steps = []
+    if summary["best_fitness"] is not None:
+        steps.append(("evaluate", f"agile evaluate {quoted}"))
+    if summary.get("interrupted"):
+        steps.append(("continue", resume))
+    elif not summary.get("stopped_early"):
+        steps.append(("train longer", f"raise training.max_steps in {manifest}, then {resume}"))
+    elif summary.get("target_reached"):
+        steps.append(("train on", f"raise training.target_score in {manifest}, then {resume}"))
+    if _has_command("report"):
+        steps.append(("report", f"agile report {quoted}"))
+    return steps
+
+
+def _has_command(name: str) -> bool:
+    """Whether the ``agile`` command line running now has the command ``name`` (False when
+    training from Python)."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return False
+    root = context.find_root()
+    group = root.command
+    return isinstance(group, click.Group) and group.get_command(root, name) is not None

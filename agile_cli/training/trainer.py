@@ -200,6 +200,11 @@ def _refuse_fresh_run_options(options: RunOptions) -> None:
 def _refuse_finished(state: dict[str, Any], manifest: TrainingManifest, run_dir: Path) -> None:
     counters, training = state["state"], manifest.training
     saved_target = state["manifest"].get("training", {}).get("target_score")
+    if counters["stopped_early"] and saved_target is None:
+        raise UsageError(
+            f"{run_dir} has finished: every member had trained on all the data it may",
+            "start a new run, with more data or a larger training.max_steps",
+        )
     if counters["stopped_early"] and training.target_score == saved_target:
         raise UsageError(
             f"{run_dir} has finished: it reached its training.target_score {saved_target:g}",
