@@ -186,7 +186,8 @@ def test_agile_train_refuses_a_network_that_cannot_fit_quickly(run, write, tmp_p
     assert time.monotonic() - started < 20
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
-    assert result.output.startswith(
+    assert result.output.startswith(  # after the line saying what it was doing
+        "building 16 members\n"
         "error: network: the population needs 1.0 TiB (at least 4,299,694,786 parameters a "
         "member, 16 B each with gradients and Adam state, 16 members held at once), more than"
     )
@@ -200,6 +201,7 @@ def test_agile_train_refuses_a_replay_buffer_that_cannot_fit(run, write, tmp_pat
     result = run("train", str(path), "--device", "cpu", "--run-dir", str(tmp_path / "run"))
     assert result.exit_code == 2, result.output
     assert result.output.splitlines() == [
+        "building 1 member",
         "error: replay_buffer.max_size: the replay buffer needs 4.8 GiB (100,000,000 "
         "transitions of 52 B), more than the 4.0 GiB this machine has available "
         "(lower replay_buffer.max_size)"

@@ -122,7 +122,8 @@ class EvolutionLoop:
         self.manifest = manifest
         self.options = options
         self.reporter = reporter
-        reporter.phase(f"building {manifest.training.pop_size} members")
+        size = manifest.training.pop_size
+        reporter.phase(f"building {size} member" + ("s" if size != 1 else ""))
         self.state = LoopState(seed=_run_seed(manifest, options))
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
