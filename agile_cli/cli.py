@@ -17,7 +17,7 @@ from agile_cli import __version__
 from agile_cli.errors import AgileError, ManifestError
 from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
-CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate", "init")
+CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate", "init", "report")
 
 
 class ReportedError(click.ClickException):
@@ -279,6 +279,22 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
         f"{who}: mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over {episodes} "
         "episodes"
     )
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
+              help="report.html (a page with every figure, and its PNGs beside it) or "
+              "report.png (the figures as PNGs); overwritten if there.")  # fmt: skip
+def report(runs: tuple[Path, ...], out: Path | None) -> None:
+    """Learning curves, lineage and hyperparameters of RUN folders (or folders of them).
+
+    Runs of one manifest with different seeds are drawn as one curve, their mean with a 95%
+    confidence band; other runs are overlaid. Without --out: a summary in the terminal.
+    """
+    from agile_cli.commands.report import run_report
+
+    run_report(runs, out)
 
 
 def main(argv: list[str] | None = None) -> None:

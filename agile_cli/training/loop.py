@@ -125,6 +125,7 @@ class EvolutionLoop:
         size = manifest.training.pop_size
         reporter.phase(f"building {size} member" + ("s" if size != 1 else ""))
         self.state = LoopState(seed=_run_seed(manifest, options))
+        self._previous: set[int] = set()  # the indices of the last generation reported
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
         self.cls = setup.algorithm_class(manifest, registry)
@@ -323,9 +324,12 @@ class EvolutionLoop:
                 mutation=m.record.mutation,
                 hyperparameters=self._shown_hyperparameters(m),
                 arch=m.describe_network(),
+                parent=m.index if m.index in self._previous else m.record.parent,
+                parameters=network_size(m),
             )
             for m in self.population
         ]
+        self._previous = {m.index for m in self.population}
         report = GenerationReport(self.state.generation, self.state.global_steps, speed, rows)
         best = report.best
         target = self.manifest.training.target_score
@@ -500,6 +504,14 @@ def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:
 #: Threads of a batched population of small networks: its stacked operations are large enough
 #: to share (on a 2-core machine, DQN population 16 trained 1.5x faster on two than on one).
 BATCHED_THREADS = 2
+
+
+def network_size(member: Algorithm) -> int | None:
+    """How many weights the member's networks hold; None where it has none of its own."""
+    networks = getattr(member, "networks", None)
+    if not networks:
+        return None
+    return sum(p.numel() for network in networks.values() for p in network.parameters())
 
 
 def torch_threads(manifest: TrainingManifest, *, batched: bool = False) -> None:

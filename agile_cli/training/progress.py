@@ -50,6 +50,10 @@ class MemberRow:
     mutation: str
     hyperparameters: dict[str, float | int]
     arch: str
+    parent: int | None = None
+    """The member of the previous generation this one continues or was cloned from."""
+    parameters: int | None = None
+    """How many weights its networks hold (None where it has no networks of its own)."""
 
 
 @dataclass

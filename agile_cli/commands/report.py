@@ -1,0 +1,75 @@
+"""``agile report``: learning curves, lineage and hyperparameters of one or more run folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agile_cli.errors import UsageError
+from agile_cli.report.page import Picture, html_page, picture_paths, terminal_view
+from agile_cli.report.runs import Group, find_runs, group_runs, load_run
+
+SUFFIXES = (".html", ".png")
+
+
+def run_report(paths: tuple[Path, ...], out: Path | None) -> int:
+    """Print the terminal view, or write the figures (and the page) ``out`` names.
+
+    :raises UsageError: a path holds no run, or ``out`` is neither .html nor .png.
+    """
+    if out is not None and out.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"--out {out}: write a .html page or .png figures",
+                         "e.g. --out report.html")  # fmt: skip
+    runs = [load_run(path) for path in find_runs(paths)]
+    groups = group_runs(runs)
+    if out is None:
+        for line in terminal_view(groups):
+            click.echo(line)
+        click.echo("figures: add --out report.html (or report.png)")
+        return 0
+    pictures = draw(groups)
+    written = _write_pictures(out, pictures)
+    if out.suffix.lower() == ".html":
+        _write(out, html_page(groups, pictures).encode())
+        written.insert(0, out)
+    count = sum(len(group.runs) for group in groups)
+    click.echo(f"report of {count} run" + ("s" if count != 1 else "") + ":")
+    for path in written:
+        click.echo(f"  {path}")
+    return 0
+
+
+def draw(groups: list[Group]) -> list[Picture]:
+    """Every figure of the report, as PNG."""
+    from agile_cli.report import figures
+
+    figures.require_matplotlib()
+    runs = [run for group in groups for run in group.runs]
+    pictures = [
+        Picture("curves", "Learning curves", figures.png(figures.curves_figure(groups))),
+        Picture("lineage", "Lineage through selection",
+                figures.png(figures.lineage_figure(runs))),
+    ]  # fmt: skip
+    evolving = figures.hyperparameter_figure(groups)
+    if evolving is not None:
+        pictures.append(
+            Picture("hyperparameters", "Hyperparameters and network size", figures.png(evolving))
+        )
+    return pictures
+
+
+def _write_pictures(out: Path, pictures: list[Picture]) -> list[Path]:
+    paths = picture_paths(out, pictures)
+    for path, picture in zip(paths, pictures, strict=True):
+        _write(path, picture.data)
+    return paths
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise UsageError(f"cannot write {path}: {reason}", "choose another --out") from None

@@ -1,0 +1,1 @@
+"""`agile report`: learning curves, lineage and hyperparameter trajectories of run folders."""

@@ -1,0 +1,108 @@
+"""The series a report draws, computed from the runs (numpy only, so tests check them against
+``metrics.jsonl`` without drawing anything)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from agile_cli.report.runs import Group, Member, Run
+
+Axis = Literal["steps", "seconds"]
+
+# Student's t at 97.5% for 1..30 degrees of freedom: a 95% confidence band for few seeds.
+_T975 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+@dataclass
+class Curve:
+    """One group's learning curve: best and mean fitness of the population against ``x``.
+
+    With several seeds, ``best`` and ``mean`` are averages over them on a common grid, and
+    ``low``/``high`` bound the 95% confidence interval of the best fitness's average.
+    """
+
+    label: str
+    x: np.ndarray
+    best: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray | None
+    high: np.ndarray | None
+    seeds: int
+
+
+def run_series(run: Run, axis: Axis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``x`` (global env steps or wall seconds), best and mean fitness, per generation."""
+    gens = run.generations
+    x = [g.global_steps if axis == "steps" else g.wall_seconds for g in gens]
+    return np.array(x, float), np.array([g.best for g in gens]), np.array([g.mean for g in gens])
+
+
+def group_curve(group: Group, axis: Axis) -> Curve:
+    """The group's curve; several seeds are interpolated onto the ``x`` values they share
+    (between the latest first point and the earliest last point)."""
+    series = [run_series(run, axis) for run in group.runs]
+    if len(series) == 1:
+        x, best, mean = series[0]
+        return Curve(group.label, x, best, mean, None, None, seeds=1)
+    start = max(s[0][0] for s in series)
+    stop = min(s[0][-1] for s in series)
+    grid = np.unique(np.concatenate([s[0] for s in series]))
+    grid = grid[(grid >= start) & (grid <= stop)]
+    if grid.size == 0:  # the runs do not overlap: the shortest one's points
+        grid = min((s[0] for s in series), key=len)
+    bests = np.array([np.interp(grid, x, best) for x, best, _ in series])
+    means = np.array([np.interp(grid, x, mean) for x, _, mean in series])
+    centre = bests.mean(axis=0)
+    spread = confidence(bests)
+    return Curve(group.label, grid, centre, means.mean(axis=0), centre - spread,
+                 centre + spread, seeds=len(series))  # fmt: skip
+
+
+def confidence(samples: np.ndarray) -> np.ndarray:
+    """Half the width of the 95% confidence interval of the mean over axis 0."""
+    count = samples.shape[0]
+    if count < 2:
+        return np.zeros(samples.shape[1:])
+    t = _T975[count - 2] if count - 1 <= len(_T975) else 1.96
+    return t * samples.std(axis=0, ddof=1) / np.sqrt(count)
+
+
+@dataclass
+class Trajectory:
+    """One hyperparameter (or the network size) of one run: every member's value in every
+    generation, and the best member's."""
+
+    name: str
+    steps: np.ndarray  # per (generation, member) point
+    values: np.ndarray
+    best_steps: np.ndarray  # per generation
+    best_values: np.ndarray
+
+
+def trajectories(run: Run) -> list[Trajectory]:
+    """Each evolving hyperparameter's trajectory, then the network size's (where known)."""
+    found = [_trajectory(run, name) for name in run.hyperparameter_names()]
+    found.append(_trajectory(run, None))
+    return [t for t in found if t.values.size]
+
+
+def _trajectory(run: Run, name: str | None) -> Trajectory:
+    def value(member: Member) -> float | None:
+        if name is None:
+            return float(member.parameters) if member.parameters is not None else None
+        return member.hyperparameters.get(name)
+
+    points = [(g.global_steps, value(m)) for g in run.generations for m in g.members]
+    best = [(g.global_steps, value(g.best_member)) for g in run.generations]
+    label = name if name is not None else "network size (weights)"
+    return Trajectory(label, *_columns(points), *_columns(best))
+
+
+def _columns(pairs: list[tuple[int, float | None]]) -> tuple[np.ndarray, np.ndarray]:
+    kept = [(x, y) for x, y in pairs if y is not None]
+    return np.array([x for x, _ in kept], float), np.array([y for _, y in kept], float)

@@ -1,0 +1,292 @@
+"""Run folders read back for a report: each generation's fitness, members and lineage, and
+runs of one manifest with different seeds grouped together.
+
+Only ``metrics.jsonl``, ``manifest.yaml`` and ``summary.json`` are read, as data (JSON and
+safe YAML), a bounded line at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from agile_cli.errors import UsageError
+
+#: The longest metrics line read (one generation; a population of thousands fits well).
+MAX_LINE = 16 * 1024 * 1024
+#: Manifest fields that only seed a run: runs differing in nothing else are seeds of one setup.
+SEED_FIELDS = (("mutation", "rand_seed"), ("network", "random_seed"))
+
+
+@dataclass
+class Member:
+    """One member in one generation."""
+
+    index: int
+    fitness: float
+    parent: int | None
+    hyperparameters: dict[str, float]
+    parameters: int | None
+    arch: str
+    mutation: str
+
+
+@dataclass
+class Generation:
+    """One line of ``metrics.jsonl``."""
+
+    number: int
+    global_steps: int
+    wall_seconds: float
+    members: list[Member]
+
+    @property
+    def best(self) -> float:
+        return max(m.fitness for m in self.members)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean([m.fitness for m in self.members]))
+
+    @property
+    def best_member(self) -> Member:
+        return max(self.members, key=lambda m: m.fitness)
+
+
+@dataclass
+class Run:
+    """A run folder as the report sees it."""
+
+    path: Path
+    algorithm: str
+    environment: str
+    seed: int | None
+    target: float | None
+    settings: dict[str, str]  # the manifest without its seeds, flattened to dotted paths
+    generations: list[Generation]
+    skipped: int = 0  # metrics lines that could not be read
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def setup(self) -> str:
+        """A digest of :attr:`settings`: runs of one setup (seeds apart) share it."""
+        text = json.dumps(self.settings, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def title(self) -> str:
+        return f"{self.algorithm} on {self.environment}"
+
+    def hyperparameter_names(self) -> list[str]:
+        names: dict[str, None] = {}
+        for generation in self.generations:
+            for member in generation.members:
+                names.update(dict.fromkeys(member.hyperparameters))
+        return list(names)
+
+    def lineage(self, generation: int) -> list[int | None]:
+        """For each member of generation ``generation`` (an index into :attr:`generations`),
+        the position in the previous generation of the member it continues or was cloned
+        from (None: the first generation, or a parent the metrics do not show)."""
+        if generation == 0:
+            return [None] * len(self.generations[0].members)
+        before = {m.index: k for k, m in enumerate(self.generations[generation - 1].members)}
+        links: list[int | None] = []
+        for member in self.generations[generation].members:
+            source = member.index if member.index in before else member.parent
+            links.append(before.get(source) if source is not None else None)
+        return links
+
+
+@dataclass
+class Group:
+    """Runs of one setup (one manifest, different seeds), drawn as one curve."""
+
+    label: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def target(self) -> float | None:
+        return self.runs[0].target
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Run folders named by ``paths``: each a run folder, or a folder holding run folders.
+
+    :raises UsageError: a path holds no run at all.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if (path / "metrics.jsonl").is_file():
+            found.append(path)
+            continue
+        inner = sorted(p.parent for p in path.glob("*/metrics.jsonl")) if path.is_dir() else []
+        if not inner:
+            what = "a folder" if path.is_dir() else "not a folder"
+            raise UsageError(
+                f"{path} holds no run ({what} without metrics.jsonl)",
+                "name a run folder (runs/<algorithm>-<env>-<time>) or a folder of them",
+            )
+        found.extend(inner)
+    return list(dict.fromkeys(found))
+
+
+def load_run(path: Path) -> Run:
+    """Read one run folder.
+
+    :raises UsageError: it has no generation yet, or its manifest cannot be read.
+    """
+    manifest = _read_yaml(path / "manifest.yaml")
+    summary = _read_json(path / "summary.json")
+    generations, skipped = _read_generations(path / "metrics.jsonl")
+    if not generations:
+        raise UsageError(f"{path} has no finished generation yet", "report on it after one")
+    algorithm = manifest.get("algorithm", {}).get("name") or summary.get("algorithm", "?")
+    environment = manifest.get("environment", {}).get("name") or summary.get("environment", "?")
+    seed = summary.get("seed")
+    target = manifest.get("training", {}).get("target_score")
+    return Run(
+        path=path,
+        algorithm=str(algorithm),
+        environment=str(environment),
+        seed=seed if isinstance(seed, int) else None,
+        target=float(target) if isinstance(target, int | float) else None,
+        settings=unseeded_settings(manifest),
+        generations=generations,
+        skipped=skipped,
+    )
+
+
+def unseeded_settings(manifest: dict[str, Any]) -> dict[str, str]:
+    """Every leaf of the manifest by its dotted path, less the fields that only seed a run."""
+    flat: dict[str, str] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict) and value:
+            for key, inner in value.items():
+                walk(inner, f"{path}.{key}" if path else str(key))
+        else:
+            flat[path] = json.dumps(value, sort_keys=True, default=str)
+
+    walk(manifest, "")
+    for section, name in SEED_FIELDS:
+        flat.pop(f"{section}.{name}", None)
+    return flat
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    """Runs of one setup together, in the order first seen; each labelled by its algorithm and
+    environment and, where setups would share a label, by the settings that tell them apart."""
+    groups: dict[str, Group] = {}
+    for run in runs:
+        groups.setdefault(run.setup, Group(run.title)).runs.append(run)
+    by_title: dict[str, list[Group]] = {}
+    for group in groups.values():
+        by_title.setdefault(group.label, []).append(group)
+    for alike in by_title.values():
+        if len(alike) > 1:
+            for group in alike:
+                group.label += f" ({_difference(group, alike)})"
+    return list(groups.values())
+
+
+def _difference(group: Group, alike: list[Group]) -> str:
+    """The settings of ``group`` that some other group of ``alike`` does not share (at most
+    three), or its first run's folder name."""
+    mine = group.runs[0].settings
+    keys: set[str] = set()
+    for other in alike:
+        theirs = other.runs[0].settings
+        keys |= {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
+    if not keys or len(keys) > 3:
+        return group.runs[0].name
+    return ", ".join(f"{key.rsplit('.', 1)[-1]}={mine.get(key, '-')}" for key in sorted(keys))
+
+
+def _read_generations(path: Path) -> tuple[list[Generation], int]:
+    generations: list[Generation] = []
+    skipped = 0
+    for line in _bounded_lines(path):
+        generation = _generation(line)
+        if generation is None:
+            skipped += 1
+        else:
+            generations.append(generation)
+    return generations, skipped
+
+
+def _bounded_lines(path: Path) -> Iterator[str | None]:
+    """Each line of ``path``; None for one longer than :data:`MAX_LINE` (not kept)."""
+    with path.open(encoding="utf-8", errors="replace") as stream:
+        while line := stream.readline(MAX_LINE):
+            if not line.endswith("\n") and len(line) == MAX_LINE:
+                while (rest := stream.readline(MAX_LINE)) and not rest.endswith("\n"):
+                    pass
+                yield None
+            elif line.strip():
+                yield line
+
+
+def _generation(line: str | None) -> Generation | None:
+    if line is None:
+        return None
+    try:
+        record = json.loads(line)
+        members = [_member(row) for row in record["members"]]
+        generation = Generation(
+            number=int(record["generation"]),
+            global_steps=int(record["global_steps"]),
+            wall_seconds=float(record["wall_seconds"]),
+            members=[m for m in members if math.isfinite(m.fitness)],
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return generation if generation.members else None
+
+
+def _member(row: dict[str, Any]) -> Member:
+    parent, parameters = row.get("parent"), row.get("parameters")
+    return Member(
+        index=int(row["index"]),
+        fitness=float(row["fitness"]) if row["fitness"] is not None else math.nan,
+        parent=int(parent) if parent is not None else None,
+        hyperparameters={
+            str(k): float(v)
+            for k, v in (row.get("hyperparameters") or {}).items()
+            if isinstance(v, int | float)
+        },
+        parameters=int(parameters) if parameters is not None else None,
+        arch=str(row.get("arch", "")),
+        mutation=str(row.get("mutation", "")),
+    )
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as stream:
+            document = yaml.safe_load(stream.read(MAX_LINE))
+    except FileNotFoundError:
+        return {}
+    except (OSError, yaml.YAMLError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    return document if isinstance(document, dict) else {}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as stream:
+            document = json.loads(stream.read(MAX_LINE))
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
