@@ -117,6 +117,11 @@ _LAZY = {
     "CentralisedActorCritic": "agile_cli.runtime.algorithms.centralised:CentralisedActorCritic",
     "QLearning": "agile_cli.runtime.algorithms.q_learning:QLearning",
     "QLearningGroup": "agile_cli.runtime.algorithms.q_learning:QLearningGroup",
+    "ExportedPolicy": "agile_cli.runtime.exported:ExportedPolicy",
+    "GreedyPolicy": "agile_cli.runtime.exported:GreedyPolicy",
+    "NetworkHead": "agile_cli.runtime.exported:NetworkHead",
+    "TeamPolicy": "agile_cli.runtime.exported:TeamPolicy",
+    "greedy_action": "agile_cli.runtime.exported:greedy_action",
     "GroupLearner": "agile_cli.runtime.group:GroupLearner",
     "MemberGroup": "agile_cli.runtime.group:MemberGroup",
     "masked_mean": "agile_cli.runtime.group:masked_mean",
@@ -185,6 +190,13 @@ if TYPE_CHECKING:
         ReplayBuffer,
         Transitions,
     )
+    from agile_cli.runtime.exported import (
+        ExportedPolicy,
+        GreedyPolicy,
+        NetworkHead,
+        TeamPolicy,
+        greedy_action,
+    )
     from agile_cli.runtime.group import GroupLearner, MemberGroup, masked_mean
     from agile_cli.runtime.gym_vector import gym_env_factory, gym_vector_env
     from agile_cli.runtime.multi_agent import (
@@ -244,9 +256,11 @@ __all__ = [
     "EpsilonGreedyTraining",
     "EvolvableNetwork",
     "ExplorationNoiseSpec",
+    "ExportedPolicy",
     "Family",
     "FieldError",
     "GenerationStats",
+    "GreedyPolicy",
     "GroupLearner",
     "GymnasiumEnvSpec",
     "LearnResult",
@@ -267,6 +281,7 @@ __all__ = [
     "MultiAgentVectorEnv",
     "NStepAccumulator",
     "NetworkArch",
+    "NetworkHead",
     "NetworkSpec",
     "OffPolicyAlgorithm",
     "OffPolicyRunner",
@@ -301,6 +316,7 @@ __all__ = [
     "SequenceBatch",
     "Spec",
     "StochasticNetworkSpec",
+    "TeamPolicy",
     "TeamRollout",
     "TrainResult",
     "TrainingError",
@@ -321,6 +337,7 @@ __all__ = [
     "flat_rows",
     "format_bytes",
     "gather_rows",
+    "greedy_action",
     "gumbel_argmax",
     "gym_env_factory",
     "gym_vector_env",

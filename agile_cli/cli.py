@@ -17,7 +17,9 @@ from agile_cli import __version__
 from agile_cli.errors import AgileError, ManifestError
 from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
-CORE_COMMANDS = ("validate", "plugins", "schema", "train", "evaluate", "init", "report")
+CORE_COMMANDS = (
+    "validate", "plugins", "schema", "train", "evaluate", "export", "init", "report",
+)  # fmt: skip
 
 
 class ReportedError(click.ClickException):
@@ -295,6 +297,31 @@ def report(runs: tuple[Path, ...], out: Path | None) -> None:
     from agile_cli.commands.report import run_report
 
     run_report(runs, out)
+
+
+@cli.command()
+@click.argument("source", type=click.Path(path_type=Path, exists=True))
+@click.option("--format", "fmt", required=True, type=click.Choice(["onnx", "torchscript"]),
+              help="onnx (onnxruntime) or torchscript (torch.jit.load).")  # fmt: skip
+@click.option("--member", type=int, help="Member index (population checkpoints).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write here (default: elite.onnx or elite.ts beside the agent).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
+              "though your agile did not write the run.")  # fmt: skip
+@click.pass_context
+def export(ctx: click.Context, source: Path, fmt: str, member: int | None, out: Path | None,
+           force: bool, trust_code: bool) -> None:  # fmt: skip
+    """Export a trained agent's greedy policy as an ONNX or TorchScript file.
+
+    SOURCE is a run folder (its elite), elite.pt, or a checkpoint (the best member, or
+    --member). The file maps a batch of observations to the actions `agile evaluate` takes
+    (no exploration) and runs without agile.
+    """
+    from agile_cli.commands.export import run_export
+
+    run_export(plugin_host(ctx).registry, source, fmt, member=member, out=out, force=force,
+               trust_code=trust_code)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
 
 if TYPE_CHECKING:
+    from agile_cli.runtime.exported import ExportedPolicy
     from agile_cli.runtime.group import GroupLearner
     from agile_cli.runtime.rollout import PolicyRecord
 
@@ -149,6 +150,16 @@ class Algorithm(abc.ABC):
     def act(self, obs: Any, *, explore: bool) -> Any:
         """Actions for a batch of observations (explore: training; otherwise evaluation): an
         array, or for a multi-agent algorithm a dict of arrays keyed by agent."""
+
+    def export_policy(self) -> ExportedPolicy | None:
+        """The greedy policy as a standalone torch module, for ``agile export``: raw
+        observation batches in, the actions ``act(obs, explore=False)`` returns out (see
+        :mod:`agile_cli.runtime.exported`; build it from :class:`~agile_cli.GreedyPolicy`).
+        None (the default): this algorithm has no such form.
+
+        :raises NotImplementedError: this member cannot be exported; the message says why.
+        """
+        return None
 
     def reset_state(self, envs: np.ndarray | None = None) -> None:  # noqa: B027 (optional hook)
         """Called when episodes start: after ``env.reset()`` (``envs`` None: in every

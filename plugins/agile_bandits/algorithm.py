@@ -14,7 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, jacrev
 
-from agile_cli import LearnResult, NetworkArch, OffPolicyAlgorithm, Transitions
+from agile_cli import (
+    GreedyPolicy,
+    LearnResult,
+    NetworkArch,
+    NetworkHead,
+    OffPolicyAlgorithm,
+    Transitions,
+    greedy_action,
+)
 
 # Up to this many network parameters the inverse design matrix is kept whole; above, only its
 # diagonal (the approximation the NeuralUCB paper uses in its experiments).
@@ -53,6 +61,11 @@ class NeuralUCB(OffPolicyAlgorithm):
         for row, arm in enumerate(arms.tolist()):
             self.update_inverse(features[row, arm])
         return arms.cpu().numpy()
+
+    def export_policy(self) -> GreedyPolicy:
+        """The arm of the highest predicted reward (no exploration bonus)."""
+        body = NetworkHead(self.networks["q"], "value")
+        return GreedyPolicy(self.observation_space, body, greedy_action(self.action_space))
 
     def explore_scores(self, values: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
         """The upper confidence bound of every arm."""

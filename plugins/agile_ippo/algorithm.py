@@ -17,11 +17,15 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import (
+    GreedyPolicy,
     LearnResult,
     LogStd,
     MultiAgentOnPolicyAlgorithm,
+    NetworkHead,
     PolicyRecord,
     RolloutBatch,
+    TeamPolicy,
+    greedy_action,
     preprocess,
 )
 from agile_ippo.distributions import ActionHead, action_head
@@ -140,6 +144,17 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
                 greedy = head.greedy(self._policy_out(group, group_obs))
                 actions.update(self._split(group, head.to_env(greedy)))
         return actions
+
+    def export_policy(self) -> TeamPolicy:
+        """Each agent's most likely action from its group's actor (see :meth:`act`)."""
+        squash = bool(getattr(self.context.network, "squash_output", False))
+        policies = {}
+        for group, agents in self.groups.items():
+            body = NetworkHead(self.networks[f"actor.{group}"], "policy")
+            for agent in agents:
+                action = greedy_action(self.action_spaces[agent], squash=squash)
+                policies[agent] = GreedyPolicy(self.observation_spaces[agent], body, action)
+        return TeamPolicy({agent: policies[agent] for agent in self.agents})
 
     def policy_step(  # type: ignore[override]
         self, obs: Mapping[str, Observation]

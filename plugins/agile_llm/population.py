@@ -278,6 +278,14 @@ class LLMMember(Algorithm):
         self.rng.bit_generator.state = copy.deepcopy(state["numpy_rng"])
         self.load_extra_state(state["extra"])
 
+    def export_policy(self) -> None:
+        """:raises NotImplementedError: a language model generates text token by token; its
+        portable form is the PEFT adapter folder :meth:`save_portable` writes."""
+        raise NotImplementedError(
+            "a language model generates text token by token; its PEFT adapter folder, saved "
+            "next to elite.pt, is its portable form"
+        )
+
     def save_portable(self, directory: Path) -> bool:
         """The adapter in PEFT's folder format (``adapter_config.json`` and
         ``adapter_model.safetensors``), which ``peft.PeftModel.from_pretrained`` loads onto

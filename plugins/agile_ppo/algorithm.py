@@ -17,15 +17,18 @@ import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_cli import (
+    GreedyPolicy,
     LearnResult,
     LogStd,
     NetworkArch,
+    NetworkHead,
     OnPolicyAlgorithm,
     PolicyRecord,
     RecurrentState,
     Rollout,
     RolloutBatch,
     SequenceBatch,
+    greedy_action,
 )
 from agile_ppo.episodes import Episodes
 from agile_ppo.group import PPOGroup
@@ -112,6 +115,19 @@ class PPO(OnPolicyAlgorithm):
             else:  # the most likely action
                 actions = logits if self.continuous else logits.argmax(dim=-1)
         return self._to_env(actions)
+
+    def export_policy(self) -> GreedyPolicy:
+        """The most likely action: the argmax of the logits, or the Gaussian's mean clipped
+        into the bounds (squashed into them with ``network.squash_output``).
+
+        :raises NotImplementedError: for a recurrent policy, whose LSTM state is an input too.
+        """
+        if self.recurrent:
+            raise NotImplementedError("a recurrent policy also carries its LSTM state")
+        squash = bool(getattr(self.context.network, "squash_output", False))
+        action = greedy_action(self.action_space, squash=squash)
+        body = NetworkHead(self.policy, "policy")
+        return GreedyPolicy(self.observation_space, body, action)
 
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]

@@ -17,11 +17,13 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import (
+    GreedyPolicy,
     GroupLearner,
     LearnResult,
     OffPolicyAlgorithm,
     Transitions,
     flat_rows,
+    greedy_action,
     masked_mean,
     mean_weights,
     reset_noise,
@@ -67,6 +69,21 @@ def dueling_log_probs(value: torch.Tensor, advantage: torch.Tensor) -> torch.Ten
     advantage = advantage.view(*value.shape[:-1], -1, value.shape[-1])
     logits = value.unsqueeze(-2) + advantage - advantage.mean(dim=-2, keepdim=True)
     return logits.log_softmax(dim=-1)
+
+
+class ExpectedReturns(torch.nn.Module):
+    """``[batch, actions]`` expected returns of a Rainbow network's distributions."""
+
+    support: torch.Tensor
+
+    def __init__(self, network: torch.nn.Module, support: torch.Tensor) -> None:
+        super().__init__()
+        self.network = network
+        self.register_buffer("support", support.detach().clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.network(obs)
+        return dueling_log_probs(out["value"], out["advantage"]).exp() @ self.support
 
 
 class RainbowGroup(GroupLearner):
@@ -193,6 +210,11 @@ class RainbowDQN(OffPolicyAlgorithm):
         with torch.no_grad(), nullcontext() if explore else mean_weights(online):
             q = self.q_values(self.log_probs("q", self.obs_tensor(obs)))
         return q.argmax(dim=1).cpu().numpy()
+
+    def export_policy(self) -> GreedyPolicy:
+        """The argmax of the expected returns under the mean weights."""
+        body = ExpectedReturns(self.networks["q"], self.support)
+        return GreedyPolicy(self.observation_space, body, greedy_action(self.action_space))
 
     def learn(self, batch: Transitions) -> LearnResult:
         reset_noise(self.networks["q"], self.generator)

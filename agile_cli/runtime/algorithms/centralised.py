@@ -18,6 +18,7 @@ from agile_cli.runtime.agent import LearnResult
 from agile_cli.runtime.algorithms.actions import BoxActionScaler
 from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.exported import GreedyPolicy, NetworkHead, TeamPolicy, greedy_action
 from agile_cli.runtime.multi_agent import MultiAgentOffPolicyAlgorithm
 
 # Weight of the penalty on discrete actors' squared logits, which keeps them from growing
@@ -104,6 +105,17 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
                 out = self.networks[f"actor.{agent}"](self.agent_obs(obs, agent))["action"]
                 actions[agent] = self._env_action(agent, out, explore)
         return actions
+
+    def export_policy(self) -> TeamPolicy:
+        """Each agent's actor without exploration: the argmax of a Discrete agent's logits, a
+        Box agent's tanh output rescaled into its bounds."""
+        policies = {}
+        for agent in self.agents:
+            body = NetworkHead(self.networks[f"actor.{agent}"], "action")
+            action = greedy_action(self.action_spaces[agent], squash=True)
+            space = self.observation_spaces[agent]
+            policies[agent] = GreedyPolicy(space, body, action, flatten=True)
+        return TeamPolicy(policies)
 
     def _env_action(self, agent: str, out: torch.Tensor, explore: bool) -> np.ndarray:
         if agent not in self.boxes:

@@ -19,6 +19,7 @@ from agile_cli.runtime.agent import OffPolicyAlgorithm
 from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
 from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.exported import GreedyPolicy, NetworkHead, greedy_action
 from agile_cli.runtime.group import GroupLearner, MemberGroup, masked_mean
 from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
@@ -181,6 +182,12 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
         with torch.no_grad():
             unit = self.policy_actions("actor", self.obs_tensor(obs)).cpu().numpy()
         return self.noisy_actions(unit) if explore else self.to_env(unit)
+
+    def export_policy(self) -> GreedyPolicy:
+        """The actor's tanh output rescaled into the action bounds, without noise."""
+        body = NetworkHead(self.networks["actor"], "action")
+        action = greedy_action(self.scaler.space, squash=True)
+        return GreedyPolicy(self.observation_space, body, action)
 
     def noisy_actions(self, unit: np.ndarray) -> np.ndarray:
         """Environment actions for policy actions ``unit`` in [-1, 1] (one row per

@@ -13,6 +13,7 @@ import torch
 from agile_cli.models.training import EpsilonGreedyTraining
 from agile_cli.runtime.agent import OffPolicyAlgorithm
 from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.exported import GreedyPolicy, NetworkHead, greedy_action
 from agile_cli.runtime.group import GroupLearner
 from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
@@ -51,6 +52,11 @@ class QLearning(OffPolicyAlgorithm):
         with torch.no_grad():
             greedy = self.networks["q"](self.obs_tensor(obs))["q"].argmax(dim=1).cpu().numpy()
         return self.epsilon_greedy(greedy) if explore else greedy
+
+    def export_policy(self) -> GreedyPolicy:
+        """The argmax of the online Q-network's values."""
+        body = NetworkHead(self.networks["q"], "q")
+        return GreedyPolicy(self.observation_space, body, greedy_action(self.action_space))
 
     def epsilon_greedy(self, greedy: np.ndarray) -> np.ndarray:
         """Epsilon-greedy choices among ``greedy`` actions (one per environment), drawn from

@@ -1,0 +1,45 @@
+"""``agile export``: a trained agent's greedy policy as a TorchScript or ONNX file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from agile_cli.errors import UsageError
+from agile_cli.host.registry import Registry
+
+
+def run_export(
+    registry: Registry,
+    source: Path,
+    fmt: str,
+    *,
+    member: int | None = None,
+    out: Path | None = None,
+    force: bool = False,
+    trust_code: bool = False,
+) -> None:
+    """Load the agent ``source`` names (as ``agile evaluate`` does, on the CPU), write its
+    greedy policy as ``fmt`` to ``out`` (default: ``elite.<suffix>`` beside the agent), and
+    print what was written and how to run it.
+
+    :raises UsageError: the file exists (without ``force``), or the agent cannot be exported.
+    """
+    from agile_cli import export
+    from agile_cli.training.evaluation import load_agent
+
+    path = out or export.default_path(source, fmt)
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder", "give --out a file name")
+    if path.exists() and not force:
+        raise UsageError(f"{path} already exists", "pass --force to overwrite it, or --out")
+    agent, manifest = load_agent(
+        source, registry, member=member, device="cpu", trust_code=trust_code
+    )
+    policy = export.exported_policy(agent, manifest.algorithm_name)
+    export.write(policy, fmt, path)
+    who = f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}"
+    click.echo(f"wrote {path} ({fmt}): the greedy policy of {who}")
+    for line in export.describe(policy, fmt, path):
+        click.echo(line)
