@@ -248,39 +248,26 @@ def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path 
 @click.option("--member", type=int, help="Member index (population checkpoints).")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the evaluation episodes.")
+@click.option("--video", type=click.Path(path_type=Path, dir_okay=False),
+              help="Record the episodes, one after another, to this .mp4 file.")  # fmt: skip
+@click.option("--render", is_flag=True, help="Show the episodes in a window.")
 @click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
               "though your agile did not write the run.")  # fmt: skip
 @click.pass_context
 def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None, device: str,
-             seed: int, trust_code: bool) -> None:  # fmt: skip
-    """Score a trained agent: a run folder's elite, elite.pt, or a checkpoint's member."""
-    import numpy as np
+             seed: int, video: Path | None, render: bool, trust_code: bool) -> None:  # fmt: skip
+    """Score a trained agent: a run folder's elite, elite.pt, or a checkpoint's member.
 
-    from agile_cli.training.evaluation import load_agent, score
+    With --video or --render, the episodes are played one at a time in one copy of the
+    environment (episode i reset with seed SEED + i), drawn by it.
+    """
+    from agile_cli.commands.evaluate import EvaluateOptions, run_evaluate
 
-    if episodes < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--episodes")
-    registry = plugin_host(ctx).registry
-    agent, manifest = load_agent(
-        source, registry, member=member, device=device, trust_code=trust_code
-    )
-    result = score(agent, manifest, registry, episodes, seed)
-    who = f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}"
-    if result.returns is None:  # the paradigm's own score
-        how = (
-            f"({manifest.family})"
-            if result.details
-            else f"over {episodes} rounds ({manifest.family})"
-        )
-        click.echo(f"{who}: fitness {result.fitness:.4g} {how}")
-        for line in result.details:
-            click.echo(line)
-        return
-    returns = result.returns
-    click.echo(
-        f"{who}: mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over {episodes} "
-        "episodes"
-    )
+    options = EvaluateOptions(
+        episodes=episodes, member=member, device=device, seed=seed, trust_code=trust_code,
+        video=video, render=render,
+    )  # fmt: skip
+    run_evaluate(plugin_host(ctx).registry, source, options)
 
 
 @cli.command()

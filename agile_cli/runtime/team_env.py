@@ -41,5 +41,11 @@ class TeamEnv:
         infos.update(agent_rewards=rewards, agent_terminated=terminated, agent_truncated=truncated)
         return obs, team_reward, all_terminated, done & ~all_terminated, infos
 
+    def render(self) -> Any:
+        """The copies' frames, as the wrapped vector's ``render()`` gives them (None when it
+        has none)."""
+        render = getattr(self.env, "render", None)
+        return None if render is None else render()
+
     def close(self) -> None:
         self.env.close()

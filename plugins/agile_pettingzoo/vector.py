@@ -98,6 +98,11 @@ class SyncParallelVectorEnv(_Vector):
         out = self._out
         return (out(self._obs), out(self._rewards), out(self._terminated), out(self._truncated), {})
 
+    def render(self) -> tuple[Any, ...]:
+        """Each copy's ``render()``: an RGB frame for copies made with
+        ``render_mode="rgb_array"``."""
+        return tuple(env.render() for env in self.envs)
+
     def close(self) -> None:
         if self._closed:
             return

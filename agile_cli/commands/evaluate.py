@@ -1,0 +1,105 @@
+"""``agile evaluate``: score a saved agent, and watch it (``--video`` or ``--render``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from agile_cli.errors import UsageError
+from agile_cli.host.registry import Registry
+
+if TYPE_CHECKING:
+    from agile_cli.manifest import TrainingManifest
+    from agile_cli.runtime.agent import Algorithm
+
+
+@dataclass(frozen=True)
+class EvaluateOptions:
+    """What ``agile evaluate`` was asked for, besides the agent.
+
+    :param video: record the episodes to this .mp4 file.
+    :param render: show the episodes in a window.
+    """
+
+    episodes: int = 10
+    member: int | None = None
+    device: str = "auto"
+    seed: int = 0
+    trust_code: bool = False
+    video: Path | None = None
+    render: bool = False
+
+
+def run_evaluate(registry: Registry, source: Path, options: EvaluateOptions) -> None:
+    """Load the agent ``source`` names, play its greedy episodes, and print their returns
+    (or the paradigm's own score); with ``video`` or ``render``, one episode at a time in one
+    copy of the environment, drawn.
+
+    :raises UsageError: a bad option, or an environment that cannot draw.
+    """
+    from agile_cli.training import watch
+    from agile_cli.training.evaluation import load_agent
+
+    _check(options)
+    if options.video is not None:
+        watch.check_video_path(options.video)
+    if options.render:
+        watch.check_display()
+    agent, manifest = load_agent(
+        source, registry, member=options.member, device=options.device,
+        trust_code=options.trust_code,
+    )  # fmt: skip
+    who = f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}"
+    if options.video is None and not options.render:
+        _score(agent, manifest, registry, options, who)
+        return
+    watched = watch.watch(
+        agent, manifest, registry, episodes=options.episodes, seed=options.seed,
+        video=options.video,
+    )  # fmt: skip
+    _print_returns(who, watched.returns)
+    for episode, (total, steps) in enumerate(zip(watched.returns, watched.lengths, strict=True)):
+        click.echo(f"  episode {episode + 1}: return {total:.2f}, {steps} steps")
+    if options.video is not None:
+        seconds = watched.frames / watched.fps
+        click.echo(
+            f"wrote {options.video}: {watched.frames} frames at {watched.fps} fps "
+            f"({seconds:.1f} s)"
+        )
+
+
+def _check(options: EvaluateOptions) -> None:
+    if options.episodes < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--episodes")
+    if options.video is not None and options.render:
+        raise UsageError(
+            "--video and --render cannot be used together",
+            "an environment draws either into frames (--video) or into a window (--render)",
+        )
+
+
+def _score(agent: Algorithm, manifest: TrainingManifest, registry: Registry,
+           options: EvaluateOptions, who: str) -> None:  # fmt: skip
+    from agile_cli.training.evaluation import score
+
+    result = score(agent, manifest, registry, options.episodes, options.seed)
+    if result.returns is None:  # the paradigm's own score
+        family = manifest.family
+        how = f"({family})" if result.details else f"over {options.episodes} rounds ({family})"
+        click.echo(f"{who}: fitness {result.fitness:.4g} {how}")
+        for line in result.details:
+            click.echo(line)
+        return
+    _print_returns(who, result.returns)
+
+
+def _print_returns(who: str, returns: list[float]) -> None:
+    import numpy as np
+
+    click.echo(
+        f"{who}: mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over "
+        f"{len(returns)} episodes"
+    )
