@@ -63,6 +63,7 @@ from agile_cli.models.algorithm import VectorEnvironmentSpec, check_entrypoint
 from agile_cli.models.base import located_error
 from agile_cli.models.clipped_objective import ClippedObjectiveSpec
 from agile_cli.models.gymnasium import GymnasiumEnvSpec
+from agile_cli.models.replay_buffer import NStepBufferArgs, ReplayBufferSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
@@ -280,6 +281,7 @@ __all__ = [
     "MultiAgentReplayBuffer",
     "MultiAgentVectorEnv",
     "NStepAccumulator",
+    "NStepBufferArgs",
     "NetworkArch",
     "NetworkHead",
     "NetworkSpec",
@@ -304,6 +306,7 @@ __all__ = [
     "RegisterSelection",
     "Registry",
     "ReplayBuffer",
+    "ReplayBufferSpec",
     "Rollout",
     "RolloutBatch",
     "RunOptions",

@@ -11,7 +11,6 @@ from agile_cli.errors import UsageError
 from agile_cli.host.registry import AlgorithmEntry, EnvironmentEntry, Registry
 from agile_cli.models.base import suggest
 from agile_cli.models.mutation import MutationSpec
-from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.validation import training_spec_for
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -30,6 +29,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         for name in registry.builders_for(entry.family)
     }
     networks = {entry.spec.network_spec for entry in entries}
+    replays = list(dict.fromkeys(entry.spec.replay_buffer_spec for entry in entries))
     trainings = {entry.name: training_spec_for(entry, registry) for entry in entries}
     selections = [registry.selections[name].spec for name in sorted(registry.selections)]
     models = [
@@ -39,7 +39,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         *dict.fromkeys(trainings.values()),
         MutationSpec,
         *selections,
-        ReplayBufferSpec,
+        *replays,
     ]
     refs, definitions = models_json_schema(
         [(model, "validation") for model in models], ref_template="#/$defs/{model}"
@@ -59,7 +59,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "mutation": ref(MutationSpec),
         "tournament_selection": one_of([ref(spec) for spec in selections]),
         "selection_strategy": one_of([ref(spec) for spec in selections]),
-        "replay_buffer": ref(ReplayBufferSpec),
+        "replay_buffer": _any_of([ref(model) for model in replays] or [{"type": "object"}]),
     }
     return {
         "$schema": DRAFT,
@@ -129,6 +129,7 @@ def _per_family_rules(
         then: dict[str, Any] = {
             "network": ref(entry.spec.network_spec),
             "training": ref(trainings[entry.name]),
+            "replay_buffer": ref(entry.spec.replay_buffer_spec),
         }
         if names:
             then["environment"] = _any_of([ref(builders[name]) for name in names])

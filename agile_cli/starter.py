@@ -26,7 +26,6 @@ from agile_cli.errors import AgileError, UsageError
 from agile_cli.host.registry import TOURNAMENT, AlgorithmEntry, Registry
 from agile_cli.models.base import suggest
 from agile_cli.models.mutation import KIND_FIELDS, MutationProbabilities, MutationSpec
-from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.validation import training_spec_for
 
 #: Width the description comments are wrapped at (plus their indentation).
@@ -102,7 +101,7 @@ def starter_manifest(registry: Registry, algorithm: str, environment: str | None
         _selection(registry),
     ]
     if registry.paradigm(entry.family).uses_replay_buffer:
-        sections.append(_section("replay_buffer", ReplayBufferSpec, values, notes))
+        sections.append(_section("replay_buffer", entry.spec.replay_buffer_spec, values, notes))
     name = values["environment"]["name"]
     starter = Starter(sections, _header(entry, name, builder.name, environment is None))
     _settle(starter, registry)

@@ -114,7 +114,8 @@ def validate_mapping(
     network = check.section("network", network_spec, data.get("network"))
     mutation = _optional(check, "mutation", MutationSpec, data)
     selection = _selection(data, registry, check)
-    replay = _optional(check, "replay_buffer", ReplayBufferSpec, data)
+    replay_spec = entry.spec.replay_buffer_spec if entry is not None else ReplayBufferSpec
+    replay = _optional(check, "replay_buffer", replay_spec, data)
     if entry is not None and mutation is not None:
         _check_hp_selection(mutation, entry, algorithm, check)
         mutation = _check_mutation_kinds(mutation, entry, check)
@@ -130,7 +131,10 @@ def validate_mapping(
         training = training.model_copy(update={"evo_steps": evo_steps})
     paradigm = registry.paradigm(entry.family)
     if replay is None and paradigm.uses_replay_buffer:
-        replay = ReplayBufferSpec()
+        replay = replay_spec()
+    if replay is not None:
+        assert algorithm is not None
+        replay = algorithm.resolve_replay_buffer(replay)
     sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
                                    selection, replay), strict=True))  # fmt: skip
     return Resolution(

@@ -287,6 +287,6 @@ def test_a_wrong_vect_noise_dim_is_refused() -> None:
 def test_td3_defaults_differ_from_ddpg_only_where_the_papers_do() -> None:
     ddpg = tiny_manifest("DDPG", environment=PENDULUM).algorithm
     td3 = tiny_manifest("TD3", environment=PENDULUM).algorithm
-    assert (ddpg.tau, td3.tau) == (1e-3, 5e-3)
+    assert (ddpg.tau, td3.tau) == (5e-3, 5e-3)  # DDPG's 1e-3 did not learn Pendulum (#19)
     assert (td3.policy_noise, td3.noise_clip) == (0.2, 0.5)
     assert (ddpg.lr_actor, ddpg.lr_critic, ddpg.policy_freq, ddpg.learn_step) == (1e-4, 1e-3, 2, 5)

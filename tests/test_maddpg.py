@@ -193,3 +193,50 @@ def test_a_team_of_unlike_agents_trains(algorithm, tmp_path) -> None:
     member = result.population[0]
     assert {type(space).__name__ for space in member.action_spaces.values()} == {"Discrete", "Box"}
     assert member.observation_spaces["speaker_0"] != member.observation_spaces["listener_0"]
+
+
+def test_a_discrete_agent_explores_uniformly_with_chance_expl_noise() -> None:
+    obs = {agent: np.zeros((4000, *space.shape)) for agent, space in OBS.items()}
+    always, never = _member("MADDPG", expl_noise=1.0), _member("MADDPG", expl_noise=0.0)
+    for member in (always, never):  # a speaker certain of word 0: sampling alone says it
+        with torch.no_grad():
+            member.networks["actor.speaker_0"].heads["action"].out.bias.copy_(
+                torch.tensor([50.0, 0.0, 0.0])
+            )
+    counts = np.bincount(always.act(obs, explore=True)["speaker_0"], minlength=3) / 4000
+    np.testing.assert_allclose(counts, [1 / 3] * 3, atol=0.03)
+    assert set(never.act(obs, explore=True)["speaker_0"]) == {0}
+    assert set(always.act(obs, explore=False)["speaker_0"]) == {0}  # evaluation stays greedy
+
+
+def _policy_entropy(member, obs: dict[str, np.ndarray]) -> dict[str, float]:
+    with torch.no_grad():
+        out = {a: member.networks[f"actor.{a}"](member.agent_obs(obs, a))["action"]
+               for a in member.agents}  # fmt: skip
+    return {a: float(torch.distributions.Categorical(logits=x).entropy().mean())
+            for a, x in out.items()}  # fmt: skip
+
+
+def test_discrete_actors_keep_exploring_at_the_defaults() -> None:
+    # At Lowe et al.'s logit penalty (1e-3) the untrained critic drove both actors of the
+    # speaker-listener to one action everywhere within 250 updates: entropy 0.02 and 0.17
+    # nats (uniform: 1.10 and 1.61), from which the team never recovered (#19).
+    from agile_cli.testing import tiny_population
+    from agile_cli.training import setup
+
+    environment = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 8, "sync": True}
+    manifest = tiny_manifest("MADDPG", environment=environment, network={
+        "latent_dim": 64, "encoder_config": {"hidden_size": [64]},
+        "head_config": {"hidden_size": [64]}})  # fmt: skip
+    member = tiny_population(manifest, size=1)[0]
+    registry = installed_host().registry
+    env = setup.build_environment(manifest, registry, seed=0)
+    try:
+        runner = setup.build_runner(manifest, env, setup.build_buffer(manifest, env, member.device))
+        runner.train(member, 2000, lambda steps: None)
+        obs, _ = env.reset(seed=1)
+        entropy = _policy_entropy(member, obs)
+    finally:
+        env.close()
+    assert member.learn_counter >= 200
+    assert entropy["speaker_0"] > 0.5 and entropy["listener_0"] > 0.5, entropy

@@ -226,18 +226,34 @@ def test_algorithm_n_step_must_agree_with_the_buffer() -> None:
     assert not [w for w in manifest.warnings if w.startswith("algorithm.n_step")]
 
 
-def test_algorithm_n_step_without_an_n_step_buffer_is_a_warning() -> None:
-    # The reference's own Rainbow manifests write n_step without an n-step buffer.
+def test_rainbow_replays_prioritised_n_step_returns_unless_told_otherwise() -> None:
+    plain = {"algorithm": {"name": "RainbowDQN"}, "environment": "CartPole-v1"}
+    manifest = TrainingManifest.get_validated(plain)
+    replay = manifest.replay_buffer
+    assert replay is not None and replay.per_buffer and replay.n_step_buffer
+    assert replay.n_step_buffer_args.n_step == 3 and not manifest.warnings
+    written = {**plain, "replay_buffer": {"per_buffer": False, "n_step_buffer": False}}
+    replay = TrainingManifest.get_validated(written).replay_buffer
+    assert replay is not None and not (replay.per_buffer or replay.n_step_buffer)
+    dqn = TrainingManifest.get_validated({**plain, "algorithm": {"name": "DQN"}}).replay_buffer
+    assert dqn is not None and not (dqn.per_buffer or dqn.n_step_buffer)  # others: unchanged
+
+
+def test_algorithm_n_step_is_the_length_of_the_default_n_step_buffer() -> None:
+    # The reference's own Rainbow manifests write n_step and leave the buffer's flags out.
     for replay in (None, {"max_size": 1000}, {"per_buffer": True}):
         data = {"algorithm": {"name": "RainbowDQN", "n_step": 4}, "environment": "CartPole-v1"}
         if replay is not None:
             data["replay_buffer"] = replay
         manifest = TrainingManifest.get_validated(data)
-        (warning,) = [w for w in manifest.warnings if w.startswith("algorithm.n_step")]
-        assert "ignored" in warning and "n_step_buffer: true" in warning
-        assert "n_step_buffer_args.n_step: 4" in warning
-    plain = {"algorithm": {"name": "RainbowDQN"}, "environment": "CartPole-v1"}
-    assert not TrainingManifest.get_validated(plain).warnings
+        assert manifest.replay_buffer is not None
+        assert manifest.replay_buffer.n_step_buffer_args.n_step == 4
+        assert not [w for w in manifest.warnings if w.startswith("algorithm.n_step")]
+    off = {"algorithm": {"name": "RainbowDQN", "n_step": 4}, "environment": "CartPole-v1",
+           "replay_buffer": {"n_step_buffer": False}}  # fmt: skip
+    (warning,) = [w for w in TrainingManifest.get_validated(off).warnings
+                  if w.startswith("algorithm.n_step")]  # fmt: skip
+    assert "ignored" in warning and "n_step_buffer_args.n_step: 4" in warning
 
 
 def test_combined_reward_is_refused() -> None:

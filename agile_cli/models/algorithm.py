@@ -12,6 +12,7 @@ from agile_cli.errors import FieldError
 from agile_cli.models import limits
 from agile_cli.models.base import Spec
 from agile_cli.models.network import NetworkSpec
+from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.training import TrainingSpec
 
 #: Every kind of mutation the core's mutator knows.
@@ -48,6 +49,9 @@ class AlgorithmSpec(Spec):
       :class:`~agile_cli.NetworkSpec` for evolvable networks; any spec for others, e.g. a
       pretrained model's);
     - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from;
+    - ``replay_buffer_spec``: the class the ``replay_buffer`` section is validated against, a
+      :class:`~agile_cli.ReplayBufferSpec` whose subclass may change defaults (RainbowDQN's
+      turns prioritised replay and n-step returns on);
     - ``training_spec``: a :class:`~agile_cli.TrainingSpec` subclass with ``training`` fields
       this algorithm reads (e.g. epsilon-greedy exploration's ``eps_*``); None: none of its own;
     - ``mutation_kinds``: the mutations its members can undergo (of ``architecture``,
@@ -68,6 +72,7 @@ class AlgorithmSpec(Spec):
     network_spec: ClassVar[type[Spec]] = NetworkSpec
     supports_per: ClassVar[bool] = False
     supports_n_step: ClassVar[bool] = False
+    replay_buffer_spec: ClassVar[type[ReplayBufferSpec]] = ReplayBufferSpec
     training_spec: ClassVar[type[TrainingSpec] | None] = None
     mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)
     #: The environment ``agile init ALGORITHM`` writes when none is given; None: the
@@ -81,6 +86,12 @@ class AlgorithmSpec(Spec):
             here: the manifest is assembled from these specs, not the other way round).
         """
         return []
+
+    def resolve_replay_buffer(self, replay: ReplayBufferSpec) -> ReplayBufferSpec:
+        """The replay section with what follows from this one filled in where the manifest
+        leaves it out (``replay.model_fields_set`` says what was written); unchanged by
+        default."""
+        return replay
 
     def manifest_warnings(self, manifest: Any) -> list[str]:
         """What is valid but probably not what the author meant (``agile validate`` and

@@ -1,5 +1,5 @@
 """The ``algorithm`` section of TD3: the deterministic actor-critic fields DDPG has too (from
-``agile_cli``, with TD3's defaults), plus target-policy smoothing."""
+``agile_cli``, with TD3's policy delay described), plus target-policy smoothing."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from agile_cli import DeterministicActorCriticSpec
 class TD3Spec(DeterministicActorCriticSpec):
     """Twin Delayed DDPG (Fujimoto et al., 2018), for Box action spaces."""
 
-    tau: float = Field(
-        5e-3, ge=0, le=1, description="Soft update rate of the target networks (1 copies them)."
-    )
     policy_freq: int = Field(
         2,
         ge=1,

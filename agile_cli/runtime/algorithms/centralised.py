@@ -22,8 +22,11 @@ from agile_cli.runtime.exported import GreedyPolicy, NetworkHead, TeamPolicy, gr
 from agile_cli.runtime.multi_agent import MultiAgentOffPolicyAlgorithm
 
 # Weight of the penalty on discrete actors' squared logits, which keeps them from growing
-# without bound under the straight-through gradient (as in Lowe et al.'s implementation).
-LOGIT_PENALTY = 1e-3
+# without bound under the straight-through gradient. Lowe et al.'s implementation weighs it
+# 1e-3; at that weight, the untrained critic's gradient drove the actors of MPE's
+# speaker-listener to one action for every observation within 250 updates (the softmax
+# saturates, exploration stops, and the team stays at -45); at 0.1 they kept exploring.
+LOGIT_PENALTY = 0.1
 
 
 class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
@@ -37,8 +40,10 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
     **Actions.** A Box agent's actor output is squashed by tanh into [-1, 1], explored with
     Gaussian or Ornstein-Uhlenbeck noise there (as in DDPG), and rescaled into the Box bounds
     for the environment; critics see [-1, 1] units. A Discrete agent's actor outputs logits:
-    it explores by sampling its softmax, acts greedily when evaluated, and critics see one-hot
-    actions; its policy gradient flows through a straight-through Gumbel-softmax sample.
+    it explores by sampling its softmax, and with chance ``expl_noise`` takes a uniformly
+    random action instead; it acts greedily when evaluated, and critics see one-hot actions;
+    its policy gradient flows through a straight-through Gumbel-softmax sample, and a penalty
+    on its squared logits (:data:`LOGIT_PENALTY`) keeps the softmax from saturating.
 
     **Pieces of an update.** :meth:`td_targets` (``r_i + gamma * (1 - terminated_i) * V'_i``,
     with :meth:`next_values` at :meth:`target_actions`, both for a subclass to change),
@@ -119,13 +124,22 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
 
     def _env_action(self, agent: str, out: torch.Tensor, explore: bool) -> np.ndarray:
         if agent not in self.boxes:
-            if explore:
-                out = out + sampling.gumbel_noise(out.shape, self.generator, self.device)
-            return out.argmax(dim=-1).cpu().numpy() + self.starts[agent]
+            if not explore:
+                return out.argmax(dim=-1).cpu().numpy() + self.starts[agent]
+            out = out + sampling.gumbel_noise(out.shape, self.generator, self.device)
+            return self.random_actions(agent, out.argmax(dim=-1).cpu().numpy())
         unit = torch.tanh(out).cpu().numpy()
         if explore:
             unit = np.clip(unit + self.exploration_noise(agent, unit.shape[0]), -1.0, 1.0)
         return self.boxes[agent].to_env(unit)
+
+    def random_actions(self, agent: str, sampled: np.ndarray) -> np.ndarray:
+        """A Discrete agent's exploring actions: ``sampled`` from its softmax, each replaced
+        by a uniformly random action with chance ``expl_noise``."""
+        size = sampled.shape[0]
+        replaced = self.rng.random(size) < self.spec.expl_noise
+        uniform = self.rng.integers(0, self.widths[agent], size)
+        return np.where(replaced, uniform, sampled) + self.starts[agent]
 
     def exploration_noise(self, agent: str, num_envs: int) -> np.ndarray:
         """One step of a Box agent's exploration noise for ``num_envs`` environments."""
