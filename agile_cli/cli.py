@@ -22,6 +22,14 @@ CORE_COMMANDS = (
 )  # fmt: skip
 
 
+# Options of every command that loads a saved agent.
+member_option = click.option("--member", type=int, help="Member index (population checkpoints).")
+trust_code_option = click.option(
+    "--trust-code", is_flag=True,
+    help="Build an environment whose code the run names, though your agile did not write the run.",
+)  # fmt: skip
+
+
 class ReportedError(click.ClickException):
     """An AgileError on its way out through click, printed without a traceback."""
 
@@ -245,14 +253,13 @@ def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path 
 @cli.command()
 @click.argument("source", type=click.Path(path_type=Path, exists=True))
 @click.option("--episodes", default=10, show_default=True, help="Episodes to play.")
-@click.option("--member", type=int, help="Member index (population checkpoints).")
+@member_option
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the evaluation episodes.")
 @click.option("--video", type=click.Path(path_type=Path, dir_okay=False),
               help="Record the episodes, one after another, to this .mp4 file.")  # fmt: skip
 @click.option("--render", is_flag=True, help="Show the episodes in a window.")
-@click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
-              "though your agile did not write the run.")  # fmt: skip
+@trust_code_option
 @click.pass_context
 def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None, device: str,
              seed: int, video: Path | None, render: bool, trust_code: bool) -> None:  # fmt: skip
@@ -290,12 +297,11 @@ def report(runs: tuple[Path, ...], out: Path | None) -> None:
 @click.argument("source", type=click.Path(path_type=Path, exists=True))
 @click.option("--format", "fmt", required=True, type=click.Choice(["onnx", "torchscript"]),
               help="onnx (onnxruntime) or torchscript (torch.jit.load).")  # fmt: skip
-@click.option("--member", type=int, help="Member index (population checkpoints).")
+@member_option
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
               help="Write here (default: elite.onnx or elite.ts beside the agent).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
-@click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
-              "though your agile did not write the run.")  # fmt: skip
+@trust_code_option
 @click.pass_context
 def export(ctx: click.Context, source: Path, fmt: str, member: int | None, out: Path | None,
            force: bool, trust_code: bool) -> None:  # fmt: skip
