@@ -17,6 +17,9 @@ class RainbowReplayBufferSpec(ReplayBufferSpec):
     otherwise (Rainbow is those two and four more; without them RainbowDQN learnt CartPole in
     2 of 3 seeds at the defaults, with them in 3 of 3)."""
 
+    standard_buffer: bool = Field(
+        default=True, description="Accepted for compatibility; it has no effect."
+    )
     n_step_buffer: bool = Field(
         default=True,
         description="Learn from n-step returns (RainbowDQN: on unless set to false; the length "
