@@ -172,6 +172,17 @@ def test_a_bandit_has_no_frames(tmp_path: Path) -> None:
     assert not (tmp_path / "x.mp4").exists()
 
 
+def test_a_renderer_that_stops_drawing_leaves_no_partial_video(tmp_path: Path) -> None:
+    fading = {"name": "fading", "entrypoint": "tests.envs.toy:make_fading", "num_envs": 2,
+              "sync": True}  # fmt: skip
+    manifest = tiny_manifest("DQN", environment=fading)
+    agent = tiny_population(manifest, size=1)[0]
+    video = tmp_path / "x.mp4"
+    with pytest.raises(UsageError, match="fading cannot draw its episodes: render"):
+        watch(agent, manifest, installed_host().registry, episodes=1, seed=0, video=video)
+    assert not video.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -84,10 +84,10 @@ def watch(
     video: Path | None = None,
 ) -> Watched:
     """Play ``episodes`` greedy episodes one after another (episode ``i`` reset with seed
-    ``seed + i``), each cut at ``eval_steps``;
-    recorded to ``video``, or in a window when ``video`` is None.
+    ``seed + i``), each cut at ``eval_steps``; recorded to ``video``, or in a window when
+    ``video`` is None.
 
-    :raises UsageError: the environment cannot draw frames in that mode.
+    :raises UsageError: the environment cannot draw frames in that mode (no video is left).
     """
     mode = "human" if video is None else "rgb_array"
     if video is not None:  # frames need no display: spare SDL the search for one
@@ -97,20 +97,33 @@ def watch(
         watched = Watched(fps=_fps(env))
         if video is None:
             _play_all(agent, env, manifest, episodes, seed, watched, lambda: None)
-            return watched
-        writer = _open_writer(video, watched.fps)
-        try:
-
-            def record() -> None:
-                writer.append_data(_frame(env, manifest))
-                watched.frames += 1
-
-            _play_all(agent, env, manifest, episodes, seed, watched, record)
-        finally:
-            writer.close()
+        else:
+            _record(agent, env, manifest, episodes, seed, watched, video)
     finally:
         env.close()
     return watched
+
+
+def _record(
+    agent: Algorithm, env: Any, manifest: TrainingManifest, episodes: int, seed: int,
+    watched: Watched, video: Path,
+) -> None:  # fmt: skip
+    """Play the episodes, writing every frame to ``video``; unless they all play, remove it
+    (no partial video is left)."""
+    writer = _open_writer(video, watched.fps)
+
+    def record() -> None:
+        writer.append_data(_frame(env, manifest))
+        watched.frames += 1
+
+    drawn = False
+    try:
+        _play_all(agent, env, manifest, episodes, seed, watched, record)
+        drawn = True
+    finally:
+        writer.close()
+        if not drawn:
+            video.unlink(missing_ok=True)
 
 
 def _play_all(

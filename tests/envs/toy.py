@@ -59,3 +59,20 @@ def needs_missing_package() -> gym.Env:
         "Box2D is not installed, you can install it by run `pip install swig` followed by "
         '`pip install "gymnasium[box2d]"`'
     )
+
+
+class FadingRender(gym.Wrapper):
+    """Draws its first ``frames`` frames, then nothing (a renderer that gives up)."""
+
+    def __init__(self, env: gym.Env, frames: int) -> None:
+        super().__init__(env)
+        self.left = frames
+
+    def render(self) -> Any:
+        self.left -= 1
+        return self.env.render() if self.left >= 0 else None
+
+
+def make_fading(render_mode: str | None = None, frames: int = 3) -> gym.Env:
+    """CartPole whose render() stops drawing after ``frames`` frames."""
+    return FadingRender(gym.make("CartPole-v1", render_mode=render_mode), frames)
