@@ -3,10 +3,13 @@ holds are refused by every command that reads them."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
+import signal
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -246,3 +249,26 @@ def test_a_checkpoint_missing_entries_is_refused_without_a_traceback(run, run_co
         result = run(*args)
         assert result.exit_code == 1, (args, result.output)
         assert f"not an agile checkpoint (no valid {missing})" in result.output
+
+
+def test_ctrl_c_in_the_middle_of_a_write_waits_for_the_file_then_interrupts(
+    tmp_path, monkeypatch
+) -> None:
+    """Without the hold, torch's zip writer turns the interrupt into a RuntimeError."""
+    real_save = torch.save
+    writes: list[int] = []
+
+    def interrupted_save(obj: object, stream: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the archive is being written
+        writes.append(1)
+        real_save(obj, stream)
+
+    monkeypatch.setattr(checkpoint.torch, "save", interrupted_save)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in `agile train`
+    path = tmp_path / "c.pt"
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_atomically({"format": checkpoint.FORMAT_VERSION, "x": torch.ones(3)}, path)
+    assert writes == [1]
+    assert torch.equal(checkpoint.load(path)["x"], torch.ones(3))
+    assert signal.signal(signal.SIGINT, before) is signal.default_int_handler
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary left behind

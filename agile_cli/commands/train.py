@@ -119,7 +119,5 @@ def _flag(name: str, annotation: Any, description: str | None, backend: str) -> 
 
 
 def _exit_status(result: RunResult) -> int:
-    if result.interrupted:
-        click.echo("interrupted; continue with: agile train --resume " + str(result.run_dir))
-        return EXIT_INTERRUPTED
-    return 0
+    """130 after Ctrl-C (the run's summary has already named the command that continues it)."""
+    return EXIT_INTERRUPTED if result.interrupted else 0

@@ -17,9 +17,12 @@ loop's counters, every member, the elite, the evolution generators and optionall
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +53,39 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
     encoded = _encode(state, "checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with _interrupt_held():
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                torch.save(encoded, stream)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+
+@contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block ends, then deliver it.
+
+    A ``KeyboardInterrupt`` raised inside ``torch.save`` leaves its zip writer half done, and
+    the writer's own clean-up then fails with a ``RuntimeError`` that hides the interrupt: the
+    run would crash instead of stopping with its last checkpoint. Writing one checkpoint takes
+    well under a second, so the user's Ctrl-C waits that long at most.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield  # signals reach only the main thread; an ignored or foreign handler stays
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     try:
-        with os.fdopen(handle, "wb") as stream:
-            torch.save(encoded, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        previous(signal.SIGINT, None)
 
 
 def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any]:
