@@ -66,8 +66,7 @@ def run_evaluate(registry: Registry, source: Path, options: EvaluateOptions) -> 
     if options.video is not None:
         seconds = watched.frames / watched.fps
         click.echo(
-            f"wrote {options.video}: {watched.frames} frames at {watched.fps} fps "
-            f"({seconds:.1f} s)"
+            f"wrote {options.video}: {watched.frames} frames at {watched.fps} fps ({seconds:.1f} s)"
         )
 
 
