@@ -71,8 +71,8 @@ def _interrupt_held() -> Iterator[None]:
 
     A ``KeyboardInterrupt`` raised inside ``torch.save`` leaves its zip writer half done, and
     the writer's own clean-up then fails with a ``RuntimeError`` that hides the interrupt: the
-    run would crash instead of stopping with its last checkpoint. Writing one checkpoint takes
-    well under a second, so the user's Ctrl-C waits that long at most.
+    run would crash instead of stopping with its last checkpoint. The user's Ctrl-C waits for
+    the write (longer when the checkpoint holds the replay buffer).
     """
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
