@@ -22,7 +22,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
     :param algorithm: restrict to one registered algorithm.
     """
     entries = _entries(registry, algorithm)
-    named = {entry.name: _named_spec(entry) for entry in entries}
+    named = {entry.name: _named_spec(entry, _names(registry, entry)) for entry in entries}
     builders = {
         name: _builder_spec(registry.environments[name])
         for entry in entries
@@ -68,7 +68,10 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "required": ["algorithm", "environment"],
         "additionalProperties": False,
         "properties": properties,
-        "allOf": _per_family_rules(entries, registry, builders, trainings, ref),
+        "allOf": [
+            *_per_family_rules(entries, registry, builders, trainings, ref),
+            *_alias_rules(entries, registry),
+        ],
         "$defs": definitions.get("$defs", {}),
     }
 
@@ -80,23 +83,33 @@ def _any_of(items: list[dict[str, Any]]) -> dict[str, Any]:
 def _entries(registry: Registry, algorithm: str | None) -> list[AlgorithmEntry]:
     if algorithm is None:
         return [registry.algorithms[name] for name in sorted(registry.algorithms)]
-    if algorithm not in registry.algorithms:
-        close = suggest(algorithm, registry.algorithms)
+    found = registry.resolve_algorithm(algorithm)
+    if found is None:
+        close = suggest(algorithm, [*registry.algorithms, *registry.algorithm_aliases])
         raise UsageError(
             f"unknown algorithm '{algorithm}'",
             f"did you mean '{close}'?" if close else "see `agile plugins`",
         )
-    return [registry.algorithms[algorithm]]
+    return [found[0]]
 
 
-def _named_spec(entry: AlgorithmEntry) -> type:
+def _names(registry: Registry, entry: AlgorithmEntry) -> list[str]:
+    """Every spelling of ``entry``'s name a manifest may use: its own, then its aliases."""
+    aliases = registry.algorithm_aliases.values()
+    return [entry.name, *(alias.name for alias in aliases if alias.canonical == entry.name)]
+
+
+def _named_spec(entry: AlgorithmEntry, names: list[str]) -> type:
     """The algorithm's spec with its ``name`` field, as it appears in a manifest."""
-    name: Any = Literal[entry.name]  # a type built at run time
+    name: Any = Literal[tuple(names)]  # a type built at run time
+    described = "Algorithm name (case-sensitive)"
+    if len(names) > 1:
+        described += f"; {', '.join(repr(n) for n in names[1:])} also name it"
     return create_model(
         f"{entry.name}Algorithm",
         __base__=entry.spec,
         __doc__=entry.spec.__doc__,
-        name=(name, Field(description="Algorithm name (case-sensitive).")),
+        name=(name, Field(description=described + ".")),
     )
 
 
@@ -135,11 +148,36 @@ def _per_family_rules(
             then["environment"] = _any_of([ref(builders[name]) for name in names])
         rules.append(
             {
-                "if": {
-                    "properties": {"algorithm": {"properties": {"name": {"const": entry.name}}}},
-                    "required": ["algorithm"],
-                },
+                "if": _algorithm_is(_names(registry, entry)),
                 "then": {"properties": then},
             }
         )
     return rules
+
+
+def _alias_rules(entries: list[AlgorithmEntry], registry: Registry) -> list[dict[str, Any]]:
+    """An alias that implies fields (``Recurrent PPO``: ``recurrent: true``) admits only
+    those values for them, as ``agile validate`` does."""
+    wanted = {entry.name for entry in entries}
+    return [
+        {
+            "if": _algorithm_is([alias.name]),
+            "then": {
+                "properties": {
+                    "algorithm": {
+                        "properties": {key: {"const": v} for key, v in alias.implies.items()}
+                    }
+                }
+            },
+        }
+        for alias in registry.algorithm_aliases.values()
+        if alias.canonical in wanted and alias.implies
+    ]
+
+
+def _algorithm_is(names: list[str]) -> dict[str, Any]:
+    name = {"const": names[0]} if len(names) == 1 else {"enum": names}
+    return {
+        "properties": {"algorithm": {"properties": {"name": name}}},
+        "required": ["algorithm"],
+    }

@@ -68,3 +68,36 @@ def test_schema_shows_the_upper_bounds(schema) -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**good, "training": {"pop_size": True}}, schema)
     jsonschema.validate({**good, "training": {"max_steps": 1e6}}, schema)
+
+
+def test_the_schema_accepts_the_aliases_validate_accepts(schema, tmp_path, run) -> None:
+    recurrent = {
+        "algorithm": {"name": "Recurrent PPO", "recurrent": True},
+        "environment": {"name": "CartPole-v1"},
+    }
+    rainbow = {"algorithm": {"name": "Rainbow DQN"}, "environment": {"name": "CartPole-v1"}}
+    for manifest in (recurrent, rainbow):
+        jsonschema.validate(manifest, schema)
+        path = tmp_path / "m.json"
+        path.write_text(json.dumps(manifest))
+        assert run("validate", str(path)).exit_code == 0
+    contradicted = {**recurrent, "algorithm": {"name": "Recurrent PPO", "recurrent": False}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(contradicted, schema)
+    path.write_text(json.dumps(contradicted))
+    assert run("validate", str(path)).exit_code == 2
+
+
+def test_schema_for_an_alias_is_its_algorithms(run) -> None:
+    document = json.loads(run("schema", "--algorithm", "Rainbow DQN").output)
+    assert document["properties"]["algorithm"] == {"$ref": "#/$defs/RainbowDQNAlgorithm"}
+
+
+def test_plugins_lists_the_aliases_with_the_plugin_that_gave_them(run) -> None:
+    rows = {row["name"]: row for row in json.loads(run("plugins", "--json").output)}
+    assert rows["ppo"]["contributes"] == [
+        "algorithm:PPO",
+        "algorithm alias:Recurrent PPO",
+        "algorithm alias:RecurrentPPO",
+    ]
+    assert "algorithm alias:Rainbow DQN" in rows["rainbow"]["contributes"]

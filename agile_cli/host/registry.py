@@ -284,6 +284,7 @@ class Registry:
         kinds = (
             ("paradigm", self.paradigms),
             ("algorithm", self.algorithms),
+            ("algorithm alias", self.algorithm_aliases),
             ("environment", self.environments),
             ("backend", self.backends),
             ("selection strategy", self.selections),
