@@ -99,14 +99,16 @@ LAYOUT = Layout(subpopulations=2, size=4, ratios=(1, 5), winners=1, survivors=1,
 def test_the_plan_brackets_clones_and_migrates_by_fitness() -> None:
     #          subpopulation 0 (evolves every time)  subpopulation 1 (every fifth time)
     fitness = [3.0, 9.0, 1.0, 5.0,                    8.0, 2.0, 7.0, 4.0]  # fmt: skip
-    clones, migrations = plan_subpopulation(LAYOUT, 0, fitness, np.random.default_rng(0))
+    clones, migrations, leader = plan_subpopulation(LAYOUT, 0, fitness, np.random.default_rng(0))
     # ranked 1 (9), 3 (5), 0 (3), 2 (1): winner 1, survivor 3, open 0, loser 2
+    assert leader == 1
     assert clones == [Clone(position=2, source=1)]
     # the best outside, 4 (8.0), beats the open slot's 3.0 and comes from a slower
     # subpopulation: it migrates whole
     assert migrations == [Migration(position=0, source=4, weights_only=False)]
-    clones, migrations = plan_subpopulation(LAYOUT, 1, fitness, np.random.default_rng(0))
+    clones, migrations, leader = plan_subpopulation(LAYOUT, 1, fitness, np.random.default_rng(0))
     # ranked 4 (8), 6 (7), 7 (4), 5 (2): winner 4, survivor 6, open 7, loser 5
+    assert leader == 4
     assert clones == [Clone(position=5, source=4)]
     # 1 (9.0) of the faster subpopulation beats 4.0: it brings its networks only
     assert migrations == [Migration(position=7, source=1, weights_only=True)]
@@ -115,7 +117,7 @@ def test_the_plan_brackets_clones_and_migrates_by_fitness() -> None:
 def test_an_open_slot_that_is_not_worse_keeps_its_member_and_the_candidate_waits() -> None:
     layout = Layout(2, 4, (1, 5), winners=1, survivors=0, open_for_migration=2, losers=1)
     fitness = [10.0, 6.0, 2.0, 0.0, 5.0, 1.0, 1.0, 1.0]
-    _, migrations = plan_subpopulation(layout, 0, fitness, np.random.default_rng(0))
+    migrations = plan_subpopulation(layout, 0, fitness, np.random.default_rng(0)).migrations
     # open slots 1 (6.0) and 2 (2.0): 6.0 >= the best outside (5.0) stays; 5.0 then takes 2
     assert migrations == [Migration(position=2, source=4, weights_only=False)]
     fitness[2] = 5.5  # now both open slots are at least as good as anyone outside

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,6 +40,15 @@ class Migration:
     weights_only: bool
 
 
+class Plan(NamedTuple):
+    """What evolving one subpopulation does: its clones and migrations, and its best member
+    before them (whose hyperparameters a weights-only migrant takes)."""
+
+    clones: list[Clone]
+    migrations: list[Migration]
+    leader: int
+
+
 def ranked(positions: Sequence[int], fitness: Sequence[float]) -> list[int]:
     """``positions`` best first; of equal fitness, the earlier position first."""
     return sorted(positions, key=lambda position: -fitness[position])
@@ -54,7 +63,7 @@ def brackets(layout: Layout, subpopulation: int, fitness: Sequence[float]) -> li
 
 def plan_subpopulation(
     layout: Layout, subpopulation: int, fitness: Sequence[float], rng: np.random.Generator
-) -> tuple[list[Clone], list[Migration]]:
+) -> Plan:
     """What evolving one subpopulation does, from the fitness of the whole population.
 
     Each loser gets a clone of a winner drawn uniformly. Then the open slots, best first, meet
@@ -75,7 +84,7 @@ def plan_subpopulation(
             continue
         faster = layout.ratios[layout.subpopulation_of(source)] < layout.ratios[subpopulation]
         migrations.append(Migration(slot, source, weights_only=faster))
-    return clones, migrations
+    return Plan(clones, migrations, leader=winners[0])
 
 
 class MultiFrequencySelection(SelectionStrategy):
@@ -111,12 +120,12 @@ class MultiFrequencySelection(SelectionStrategy):
         self.last = {"evolved": self._due(), "clones": [], "migrations": []}
         to_mutate: list[int] = []
         for subpopulation in self.last["evolved"]:
-            clones, migrations = plan_subpopulation(self.layout, subpopulation, fitness, rng)
-            for clone in clones:
+            plan = plan_subpopulation(self.layout, subpopulation, fitness, rng)
+            for clone in plan.clones:
                 following[clone.position] = self._copy(population, clone.source, "clones")
                 to_mutate.append(clone.position)
-            leader = population[brackets(self.layout, subpopulation, fitness)[0][0]]
-            for migration in migrations:
+            leader = population[plan.leader]
+            for migration in plan.migrations:
                 following[migration.position] = self._migrant(population, migration, leader)
         for position, member in enumerate(following):
             if member is population[position]:
