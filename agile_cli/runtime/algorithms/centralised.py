@@ -22,11 +22,10 @@ from agile_cli.runtime.exported import GreedyPolicy, NetworkHead, TeamPolicy, gr
 from agile_cli.runtime.multi_agent import MultiAgentOffPolicyAlgorithm
 
 # Weight of the penalty on discrete actors' squared logits, which keeps them from growing
-# without bound under the straight-through gradient. Lowe et al.'s implementation weighs it
-# 1e-3; at that weight, the untrained critic's gradient drove the actors of MPE's
-# speaker-listener to one action for every observation within 250 updates (the softmax
-# saturates, exploration stops, and the team stays at -45); at 0.1 they kept exploring.
-LOGIT_PENALTY = 0.1
+# without bound under the straight-through gradient: Lowe et al.'s 1e-3. A stronger one (0.1,
+# tried for #19) kept the speaker of MPE's speaker-listener from ever saying anything the
+# listener could use: teams stopped at about -32 where 1e-3 reaches about -20.
+LOGIT_PENALTY = 1e-3
 
 
 class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
