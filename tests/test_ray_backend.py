@@ -112,7 +112,7 @@ def test_a_worker_killed_mid_generation_costs_only_that_generation(
                "--run-dir", str(run_dir), "--quiet", "--members-per-worker", "1"]  # fmt: skip
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        victim = _training_worker(deadline=time.monotonic() + 120)
+        victim = _training_worker(driver, deadline=time.monotonic() + 240)
         os.kill(victim, signal.SIGKILL)
         output, _ = driver.communicate(timeout=300)
     finally:
@@ -124,16 +124,19 @@ def test_a_worker_killed_mid_generation_costs_only_that_generation(
     assert all(len(g["members"]) == 4 for g in _generations(run_dir))
 
 
-def _training_worker(deadline: float) -> int:
-    """The process id of a Ray worker in the middle of training its members."""
-    while time.monotonic() < deadline:
+def _training_worker(driver: subprocess.Popen[str], deadline: float) -> int:
+    """The process id of a Ray worker in the middle of training its members; fails with the
+    driver's output if the driver ends first or no worker trains before ``deadline``."""
+    while time.monotonic() < deadline and driver.poll() is None:
         found = subprocess.run(["pgrep", "-f", "ray::MemberWorker.train"], capture_output=True,
                                text=True).stdout.split()  # fmt: skip
         if found:
             time.sleep(0.5)  # well inside the generation
             return int(found[0])
         time.sleep(0.1)
-    raise AssertionError("no Ray worker started training")
+    driver.kill()
+    output, _ = driver.communicate()
+    raise AssertionError(f"no Ray worker was seen training; the driver said:\n{output}")
 
 
 def test_runs_resume_with_the_other_backend(cluster: str, tmp_path: Path) -> None:
@@ -235,7 +238,7 @@ def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
                     "--run-dir", run_dir, "--quiet", "--members-per-worker", "1",
                     "--worker-timeout", "3")  # fmt: skip
     try:
-        _training_worker(deadline=time.monotonic() + 120)
+        _training_worker(driver, deadline=time.monotonic() + 240)
         second = next(node for node in nodes.list_all_nodes() if node is not nodes.head_node)
         nodes.remove_node(second)
         time.sleep(8)  # the restarts find no room: the run waits and says so
