@@ -6,7 +6,10 @@ The manifests are ``benchmarks/defaults/*.yaml``: what a user writes from ``agil
 For each manifest and seed this runs ``agile train MANIFEST --quiet --seed S`` in a fresh
 process and reads the run folder's ``metrics.jsonl``: the best member's fitness at every
 generation, the best reached within the goal's budget, the global step at which the goal was
-first reached, and the wall time. The last line per manifest counts the seeds that met the goal.
+first reached, and the wall time; then the final elite's mean return over ``--elite-episodes``
+episodes (``agile evaluate``, seed 1000), steadier than one generation's best fitness, which is
+the best of the population over a few episodes. The last line per manifest counts the seeds that
+met the goal.
 
     python benchmarks/defaults_benchmark.py                       # all four, seeds 1 2 3
     python benchmarks/defaults_benchmark.py --only ddpg td3 --seeds 1 2 3 4 5
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -59,13 +63,26 @@ def train(manifest: Path, seed: int, run_dir: Path, extra: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def elite_return(run_dir: Path, episodes: int) -> float:
+    """The final elite's mean return over ``episodes`` evaluation episodes."""
+    agile = shutil.which("agile") or sys.exit("agile is not on PATH: pip install -e . first")
+    command = [agile, "evaluate", str(run_dir), "--episodes", str(episodes), "--seed", "1000"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = re.search(r"mean return (-?[\d.]+)", done.stdout)
+    if done.returncode != 0 or found is None:
+        sys.exit(f"agile evaluate {run_dir} failed:\n{done.stdout}{done.stderr}")
+    return float(found.group(1))
+
+
 def best_by_generation(run_dir: Path) -> list[tuple[int, float]]:
     """(global steps, best member's fitness) of every generation."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [(row["global_steps"], max(m["fitness"] for m in row["members"])) for row in rows]
 
 
-def report(name: str, goal: Goal, seed: int, curve: list[tuple[int, float]], wall: float) -> bool:
+def report(
+    name: str, goal: Goal, seed: int, curve: list[tuple[int, float]], wall: float, elite: str
+) -> bool:
     """Print one seed's line; return whether it met the goal."""
     within = [fitness for steps, fitness in curve if steps <= goal.steps]
     best = max(within, default=float("-inf"))
@@ -74,7 +91,7 @@ def report(name: str, goal: Goal, seed: int, curve: list[tuple[int, float]], wal
     when = f"reached at {reached:,}" if reached is not None else "not reached"
     points = "  ".join(f"{steps // 1000}k:{fitness:.1f}" for steps, fitness in curve)
     print(f"{name:8s} seed {seed}: best {best:8.1f} within {goal.steps:,} ({when}); "
-          f"{wall:5.0f} s | {points}")  # fmt: skip
+          f"{elite}{wall:5.0f} s | {points}")  # fmt: skip
     return met
 
 
@@ -83,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(GOALS), default=sorted(GOALS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--keep", type=Path, help="keep the run folders here")
+    parser.add_argument("--elite-episodes", type=int, default=200,
+                        help="episodes to evaluate each final elite on (0: skip)")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="after --: flags for every agile train")
     args = parser.parse_args(argv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="agile-defaults-"))
@@ -94,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             wall = train(HERE / goal.manifest, seed, run_dir, args.extra)
-            met += report(name, goal, seed, best_by_generation(run_dir), wall)
+            elite = ""
+            if args.elite_episodes > 0:
+                value = elite_return(run_dir, args.elite_episodes)
+                elite = f"elite {value:.1f} over {args.elite_episodes} episodes; "
+            met += report(name, goal, seed, best_by_generation(run_dir), wall, elite)
         print(f"{name:8s} goal {goal.fitness:g} within {goal.steps:,} global steps: "
               f"{met} of {len(args.seeds)} seeds")  # fmt: skip
     if args.keep is None:
