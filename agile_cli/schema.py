@@ -22,7 +22,8 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
     :param algorithm: restrict to one registered algorithm.
     """
     entries = _entries(registry, algorithm)
-    named = {entry.name: _named_spec(entry, _names(registry, entry)) for entry in entries}
+    spellings = {entry.name: _names(registry, entry) for entry in entries}
+    named = {entry.name: _named_spec(entry, spellings[entry.name]) for entry in entries}
     builders = {
         name: _builder_spec(registry.environments[name])
         for entry in entries
@@ -69,7 +70,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "additionalProperties": False,
         "properties": properties,
         "allOf": [
-            *_per_family_rules(entries, registry, builders, trainings, ref),
+            *_per_family_rules(entries, spellings, registry, builders, trainings, ref),
             *_alias_rules(entries, registry),
         ],
         "$defs": definitions.get("$defs", {}),
@@ -129,13 +130,14 @@ def _builder_spec(entry: EnvironmentEntry) -> type:
 
 def _per_family_rules(
     entries: list[AlgorithmEntry],
+    spellings: dict[str, list[str]],
     registry: Registry,
     builders: dict[str, type],
     trainings: dict[str, type],
     ref: Any,
 ) -> list[dict[str, Any]]:
-    """if algorithm.name is one of these, then environment, training and network use these
-    specs."""
+    """if algorithm.name is one of these (``spellings``: each algorithm's name and aliases),
+    then environment, training and network use these specs."""
     rules = []
     for entry in entries:
         names = registry.builders_for(entry.family)
@@ -148,7 +150,7 @@ def _per_family_rules(
             then["environment"] = _any_of([ref(builders[name]) for name in names])
         rules.append(
             {
-                "if": _algorithm_is(_names(registry, entry)),
+                "if": _algorithm_is(spellings[entry.name]),
                 "then": {"properties": then},
             }
         )

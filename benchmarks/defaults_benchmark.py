@@ -51,10 +51,13 @@ GOALS = {
 }
 
 
+def _agile() -> str:
+    return shutil.which("agile") or sys.exit("agile is not on PATH: pip install -e . first")
+
+
 def train(manifest: Path, seed: int, run_dir: Path, extra: list[str]) -> float:
     """Train once in a fresh process; return its wall time in seconds."""
-    agile = shutil.which("agile") or sys.exit("agile is not on PATH: pip install -e . first")
-    command = [agile, "train", str(manifest), "--quiet", "--seed", str(seed),
+    command = [_agile(), "train", str(manifest), "--quiet", "--seed", str(seed),
                "--run-dir", str(run_dir), *extra]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -65,8 +68,7 @@ def train(manifest: Path, seed: int, run_dir: Path, extra: list[str]) -> float:
 
 def elite_return(run_dir: Path, episodes: int) -> float:
     """The final elite's mean return over ``episodes`` evaluation episodes."""
-    agile = shutil.which("agile") or sys.exit("agile is not on PATH: pip install -e . first")
-    command = [agile, "evaluate", str(run_dir), "--episodes", str(episodes), "--seed", "1000"]
+    command = [_agile(), "evaluate", str(run_dir), "--episodes", str(episodes), "--seed", "1000"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     found = re.search(r"mean return (-?[\d.]+)", done.stdout)
     if done.returncode != 0 or found is None:
@@ -83,7 +85,8 @@ def best_by_generation(run_dir: Path) -> list[tuple[int, float]]:
 def report(
     name: str, goal: Goal, seed: int, curve: list[tuple[int, float]], wall: float, elite: str
 ) -> bool:
-    """Print one seed's line; return whether it met the goal."""
+    """Print one seed's line (``elite``: the elite's evaluation, or empty); return whether it
+    met the goal."""
     within = [fitness for steps, fitness in curve if steps <= goal.steps]
     best = max(within, default=float("-inf"))
     reached = next((steps for steps, fitness in curve if fitness >= goal.fitness), None)

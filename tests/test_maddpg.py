@@ -220,9 +220,9 @@ def _policy_entropy(member, obs: dict[str, np.ndarray]) -> dict[str, float]:
 
 def test_discrete_actors_keep_exploring_at_the_defaults() -> None:
     # With the reference's batch size, critic learning rate and learn step (64, 1e-2, 5), the
-    # untrained critic drove both actors of the speaker-listener to one action everywhere
-    # within 250 updates: entropy 0.18 and 0.10 nats after 2,000 steps (uniform: 1.10 and
-    # 1.61), from which the team never recovered (#19). At agile's defaults: 0.64 and 0.42.
+    # untrained critic collapsed both actors of the speaker-listener early: entropy 0.18 and
+    # 0.10 nats after 2,000 steps (uniform: 1.10 and 1.61), and full runs never got above -37
+    # (#19). At agile's defaults: 0.64 and 0.40.
     from agile_cli.testing import tiny_population
     from agile_cli.training import setup
 
