@@ -31,6 +31,7 @@ from agile_cli.errors import (
     PluginError,
     TrainingError,
     UsageError,
+    printable,
 )
 from agile_cli.host.hookspecs import hookimpl
 from agile_cli.host.plugins import installed_registry
@@ -357,6 +358,7 @@ __all__ = [
     "ornstein_uhlenbeck_step",
     "plugin_host",
     "preprocess",
+    "printable",
     "reset_noise",
     "resolve_reference",
     "resolve_wrapper",

@@ -6,12 +6,36 @@ Library code raises :class:`AgileError` subclasses; the CLI turns them into outp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+
+# C0 and C1 control characters, DEL, and the Unicode marks that reorder or hide text on a
+# terminal (bidirectional overrides and isolates, zero-width characters, the BOM).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` safe to show on a terminal: every control character (an ANSI or OSC escape's
+    ESC, a carriage return, a bell) and every character that reorders text is replaced by its
+    visible escape (``\\x1b``), so that text from a server, a dataset or any file cannot clear
+    the screen, retitle the window or draw a fake prompt.
+
+    :param keep_newlines: keep ``\\n`` (and ``\\t``) as they are, for text of several lines.
+    """
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        if keep_newlines and char in "\n\t":
+            return char
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _UNPRINTABLE.sub(escape, text)
 
 
 @dataclass(frozen=True)
