@@ -150,6 +150,7 @@ _LAZY = {
     "slot_sizes": "agile_cli.training.members:slot_sizes",
     "Progress": "agile_cli.training.runners:Progress",
     "Runner": "agile_cli.training.runners:Runner",
+    "reset_seed": "agile_cli.training.runners:reset_seed",
     "TrainResult": "agile_cli.training.loop:TrainResult",
     "run_local": "agile_cli.training.trainer:run_local",
     "resume_local": "agile_cli.training.trainer:resume_local",
@@ -233,6 +234,7 @@ if TYPE_CHECKING:
         OnPolicyRunner,
         Progress,
         Runner,
+        reset_seed,
     )
     from agile_cli.training.setup import build_environment_from
     from agile_cli.training.trainer import LocalTrainer, resume_local, run_local
@@ -360,6 +362,7 @@ __all__ = [
     "preprocess",
     "printable",
     "reset_noise",
+    "reset_seed",
     "resolve_reference",
     "resolve_wrapper",
     "restart_ou_noise",

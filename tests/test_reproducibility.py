@@ -20,7 +20,18 @@ from torch.distributions import Bernoulli, Beta, Categorical, Independent, Norma
 
 from agile_cli import Family, TrainingManifest
 from agile_cli.nn.sampling import sample
-from agile_cli.testing import installed_host, seeded_metrics, smoke_train, tiny_manifest
+from agile_cli.testing import (
+    TIMING_FIELDS,
+    installed_host,
+    interrupt_after,
+    seeded_metrics,
+    smoke_train,
+    tiny_manifest,
+)
+from agile_cli.training import checkpoint
+from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.progress import LogReporter
+from agile_cli.training.trainer import resume_local
 from tests.test_training import _evolving, _toy_environment
 
 _REGISTRY = installed_host().registry
@@ -60,6 +71,70 @@ def test_a_seed_fixes_the_whole_run(algorithm, tmp_path) -> None:
         **_evolving(algorithm),
     )  # fmt: skip
     _assert_seed_fixes_the_run(manifest, tmp_path)
+
+
+def _train_records(
+    manifest: Any, run_dir: Path, *, cut_after: int | None = None, per_member: bool = False
+) -> list[Any]:
+    """Train ``manifest`` (seed 7, the buffer in every checkpoint) into ``run_dir``, as
+    ``agile train`` would; with ``cut_after``, interrupt it once that many generations have
+    finished and resume it from its checkpoint. Returns its metrics records without timings."""
+    registry = installed_host().registry
+    options = RunOptions(device="cpu", run_dir=run_dir, seed=7, checkpoint_buffer=True,
+                         per_member=per_member)  # fmt: skip
+    loop = EvolutionLoop(manifest, registry, options, LogReporter())
+    if cut_after is not None:
+        interrupt_after(loop, members_trained=cut_after * manifest.training.pop_size)
+    loop.run()
+    if cut_after is not None:  # the resume command keeps the run's options by itself
+        resume_local(run_dir, registry, RunOptions(device="cpu"), verbose=False)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_FIELDS} for line in lines]
+
+
+def _differences(one: Any, two: Any, path: str = "") -> list[str]:
+    """Where two checkpoint entries differ, as paths (none: equal to the last bit)."""
+    if isinstance(one, dict) and isinstance(two, dict):
+        if one.keys() != two.keys():
+            return [f"{path} keys"]
+        return [d for k in one for d in _differences(one[k], two[k], f"{path}.{k}")]
+    if isinstance(one, list | tuple) and isinstance(two, list | tuple):
+        if len(one) != len(two):
+            return [f"{path} length"]
+        return [
+            d
+            for i, pair in enumerate(zip(one, two, strict=True))
+            for d in _differences(*pair, f"{path}[{i}]")
+        ]
+    if isinstance(one, torch.Tensor) and isinstance(two, torch.Tensor):
+        return [] if torch.equal(one, two) else [path]
+    if isinstance(one, np.ndarray) and isinstance(two, np.ndarray):
+        return [] if np.array_equal(one, two) else [path]
+    return [] if type(one) is type(two) and one == two else [path]
+
+
+RESUMED = [*((name, False) for name in ALGORITHMS), ("DQN", True), ("PPO", True),
+           ("MADDPG", True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("algorithm", "per_member"), RESUMED)
+def test_a_resumed_run_equals_the_uninterrupted_run(algorithm, per_member, tmp_path) -> None:
+    """Interrupted after generation 1 and resumed, a run trains exactly as the run that was
+    never interrupted: every generation's fitnesses, hyperparameters, architectures,
+    mutations and lineage, and at the end every member's weights, optimizer and generators."""
+    manifest = tiny_manifest(
+        algorithm, environment=_toy_environment(algorithm), **_evolving(algorithm),
+        training={**BUDGET, "max_steps": 128},
+    )  # fmt: skip
+    whole = _train_records(manifest, tmp_path / "whole", per_member=per_member)
+    resumed = _train_records(manifest, tmp_path / "cut", cut_after=1, per_member=per_member)
+    assert len(whole) == 4
+    assert resumed == whole
+    ends = [
+        checkpoint.load(tmp_path / run / "checkpoints" / "latest.pt") for run in ("whole", "cut")
+    ]
+    assert _differences(ends[0]["members"], ends[1]["members"]) == []
+    assert _differences(ends[0]["buffer"], ends[1]["buffer"]) == []
 
 
 # Partial credit, so that sampled completions of one prompt differ in reward and learn.

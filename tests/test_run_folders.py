@@ -111,10 +111,10 @@ def test_runs_started_at_once_get_distinct_folders(monkeypatch, tmp_path) -> Non
     assert all(len((p / "command.txt").read_text().splitlines()) == 1 for p in made)
 
 
-def _interrupted(tmp_path: Path, members_trained: int) -> Path:
+def _interrupted(tmp_path: Path, members_trained: int, **options: object) -> Path:
     manifest = tiny_manifest("DQN", training={"max_steps": 192, "evo_steps": 64, "pop_size": 2},
                              mutation={}, tournament_selection={})  # fmt: skip
-    options = RunOptions(device="cpu", run_dir=tmp_path / "run")
+    options = RunOptions(device="cpu", run_dir=tmp_path / "run", **options)
     loop = EvolutionLoop(manifest, installed_host().registry, options, LogReporter())
     interrupt_after(loop, members_trained=members_trained)
     assert loop.run().interrupted
@@ -138,6 +138,26 @@ def test_resume_keeps_one_record_per_generation(tmp_path) -> None:
     records = [_strict(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert records[0] == _strict(first[0])
     assert all(record["best_fitness"] != -12345.0 for record in records)
+
+
+def test_resume_keeps_the_options_that_shape_the_runs_checkpoints(tmp_path) -> None:
+    run_dir = _interrupted(tmp_path, 2, checkpoint_buffer=True, checkpoint_steps=64)
+    assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["buffer"] is not None
+    _resume(run_dir)  # no flags: the run's own options hold
+    latest = checkpoint.load(run_dir / "checkpoints" / "latest.pt")
+    assert latest["buffer"] is not None and latest["run_options"]["checkpoint_steps"] == 64
+    snapshots = sorted(path.name for path in (run_dir / "checkpoints").glob("step_*.pt"))
+    assert snapshots == ["step_128.pt", "step_192.pt", "step_64.pt"]
+
+
+def test_resume_says_which_run_options_it_sets_anew(tmp_path, capsys) -> None:
+    run_dir = _interrupted(tmp_path, 2, checkpoint_steps=64)
+    options = RunOptions(device="cpu", checkpoint_buffer=True, checkpoint_steps=128)
+    resume_local(run_dir, installed_host().registry, options, verbose=False)
+    said = capsys.readouterr().out
+    assert "resuming with --checkpoint-buffer (the run started without it)" in said
+    assert "resuming with --checkpoint-steps 128 (the run started with 64)" in said
+    assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["buffer"] is not None
 
 
 def test_resume_removes_the_temporary_files_of_interrupted_writes(tmp_path) -> None:

@@ -43,6 +43,7 @@ from agile_cli.training.runners import (
     Runner,
     _learn_schedule,
     budget_progress,
+    reset_seed,
 )
 
 
@@ -145,7 +146,7 @@ class BatchedRunner(Runner[Any]):
     ) -> tuple[Any, list[GenerationStats], EpisodeTracker]:
         """Reset the environments and the members' episode state for a generation: the first
         observations, each member's (empty) stats and the rows' episode tracker."""
-        obs, _ = self.env.reset()
+        obs, _ = self.env.reset(seed=reset_seed(members, "train"))
         for member in members:
             member.reset_state()
         return obs, [GenerationStats() for _ in members], EpisodeTracker(self.env.num_envs)
@@ -211,14 +212,14 @@ class BatchedRunner(Runner[Any]):
         """Every member's fitness as :func:`~agile_cli.training.runners.evaluate` scores
         it, all members acting at once in the population environment."""
         slots = self._slots(members)
-        scores = [self._first_episodes(members, slots, max_steps) for _ in range(rounds)]
+        scores = [self._first_episodes(members, slots, max_steps, r) for r in range(rounds)]
         return [float(score) for score in np.mean(scores, axis=0)]
 
     def _first_episodes(
-        self, members: list[Any], slots: list[_Slot], max_steps: int | None
+        self, members: list[Any], slots: list[_Slot], max_steps: int | None, round_: int
     ) -> np.ndarray:
         """Each member's mean return of its sub-environments' first greedy episodes."""
-        obs, _ = self.env.reset()
+        obs, _ = self.env.reset(seed=reset_seed(members, "score", round_))
         for member in members:
             member.reset_state()
         totals = np.zeros(self.env.num_envs)

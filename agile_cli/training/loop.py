@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,11 @@ class RunOptions:
         )
 
 
+#: Run options that shape what the run writes or how it trains: a resumed run keeps them
+#: (``--resume`` may add to them, never silently drop them).
+RUN_SHAPING_OPTIONS = ("checkpoint_steps", "checkpoint_buffer", "per_member")
+
+
 @dataclass
 class LoopState:
     """Counters that a checkpoint carries across a resume."""
@@ -80,6 +85,8 @@ class LoopState:
     seed: int = 0
     target_reached_at: dict[str, Any] | None = None
     stopped_early: bool = False
+    #: The members of the last generation reported: who of the next one survived selection.
+    reported: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -125,12 +132,12 @@ class EvolutionLoop:
         size = manifest.training.pop_size
         reporter.phase(f"building {size} member" + ("s" if size != 1 else ""))
         self.state = LoopState(seed=_run_seed(manifest, options))
-        self._previous: set[int] = set()  # the indices of the last generation reported
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
         self.cls = setup.algorithm_class(manifest, registry)
         remote = runner is not None
         self.batched = not (remote or options.per_member) and batched.applies(manifest, self.cls)
+        torch_threads(manifest, batched=self.batched)
         self.env = self._environment(registry)
         try:
             if not remote:  # remote workers hold the environments and buffers
@@ -316,6 +323,7 @@ class EvolutionLoop:
         return {name: values[name] for name in names if name in values} or values
 
     def _report(self, speed: float) -> None:
+        survivors = set(self.state.reported)
         rows = [
             MemberRow(
                 index=m.index,
@@ -324,12 +332,12 @@ class EvolutionLoop:
                 mutation=m.record.mutation,
                 hyperparameters=self._shown_hyperparameters(m),
                 arch=m.describe_network(),
-                parent=m.index if m.index in self._previous else m.record.parent,
+                parent=m.index if m.index in survivors else m.record.parent,
                 parameters=network_size(m),
             )
             for m in self.population
         ]
-        self._previous = {m.index for m in self.population}
+        self.state.reported = [m.index for m in self.population]
         report = GenerationReport(self.state.generation, self.state.global_steps, speed, rows)
         best = report.best
         target = self.manifest.training.target_score
@@ -415,6 +423,7 @@ class EvolutionLoop:
             "selection_rng": self.selection_rng.bit_generator.state,
             "selection": self.selection.state_dict() if self.selection else None,
             "buffer": buffer.state_dict() if buffer is not None else None,
+            "run_options": {name: getattr(self.options, name) for name in RUN_SHAPING_OPTIONS},
         }
 
     def _save_checkpoint(self) -> None:

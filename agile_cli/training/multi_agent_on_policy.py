@@ -36,6 +36,7 @@ from agile_cli.training.runners import (
     Progress,
     Runner,
     learned_loss,
+    reset_seed,
     rollout_lengths,
 )
 
@@ -136,7 +137,7 @@ class MultiAgentOnPolicyRunner(Runner[MultiAgentOnPolicyAlgorithm]):
         tracker = EpisodeTracker(self.num_envs)
         agents = _AgentTracker(member.groups, self.num_envs)
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
-        obs, _ = self.env.reset()
+        obs, _ = self.env.reset(seed=reset_seed([member], "train"))
         member.reset_state()
         for length in rollout_lengths(total, int(member.spec.learn_step), self.num_envs):
             rollout = TeamRollout(member.groups)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -35,6 +35,25 @@ def budget_progress(member: Algorithm) -> float:
     """The fraction of its step budget (``training.max_steps``) the member has trained, at
     most 1."""
     return min(1.0, member.record.steps / member.context.training.max_steps)
+
+
+#: What an environment reset starts, as a word of its seed.
+_PURPOSES = {"train": 0, "score": 1}
+
+
+def reset_seed(members: Sequence[Algorithm], purpose: str, round_: int = 0) -> int:
+    """The seed of the ``env.reset`` that starts training (``purpose`` "train") or scoring
+    ("score") ``members``: drawn from the run's seed and how far the members have trained,
+    so that a run resumed from a checkpoint resets its environments exactly as the
+    uninterrupted run did. Training seeds also depend on which members train; every member
+    of a generation is scored on the same seeds (round ``round_`` of ``training.eval_loop``),
+    so that their fitnesses compare like with like.
+    """
+    first = members[0]
+    words = [first.context.seed, _PURPOSES[purpose], first.record.steps, round_]
+    if purpose == "train":
+        words += [member.index for member in members]
+    return int(np.random.SeedSequence(words).generate_state(1)[0])
 
 
 @dataclass
@@ -148,7 +167,7 @@ class OffPolicyRunner(Runner[OffPolicyAlgorithm]):
         stats = GenerationStats()
         tracker = EpisodeTracker(self.num_envs)
         every, repeats = _learn_schedule(int(member.spec.learn_step), self.num_envs)
-        obs, _ = self.env.reset()
+        obs, _ = self.env.reset(seed=reset_seed([member], "train"))
         if self.n_step is not None:  # the reset ends every pending window
             self.n_step.reset()
         member.reset_state()
@@ -271,7 +290,7 @@ class OnPolicyRunner(Runner[OnPolicyAlgorithm]):
         stats = GenerationStats()
         tracker = EpisodeTracker(self.num_envs)
         total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
-        obs, _ = self.env.reset()
+        obs, _ = self.env.reset(seed=reset_seed([member], "train"))
         member.reset_state()
         for length in rollout_lengths(total, int(member.spec.learn_step), self.num_envs):
             rollout = Rollout()
@@ -302,9 +321,13 @@ def rollout_lengths(total: int, learn_step: int, num_envs: int) -> list[int]:
 def evaluate(member: Algorithm, env: Any, episodes: int, max_steps: int | None) -> float:
     """Mean return of each sub-environment's first episode, averaged over ``episodes`` rounds.
 
-    The member acts without exploration (greedy / deterministic).
+    The member acts without exploration (greedy / deterministic), round ``r`` starting from
+    :func:`reset_seed` ``(member, "score", r)``.
     """
-    scores = [first_episode_returns(member, env, max_steps).mean() for _ in range(episodes)]
+    scores = [
+        first_episode_returns(member, env, max_steps, reset_seed([member], "score", r)).mean()
+        for r in range(episodes)
+    ]
     return float(np.mean(scores))
 
 

@@ -12,8 +12,13 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
-from agile_cli.training import batched, checkpoint, setup, trust
-from agile_cli.training.loop import EvolutionLoop, RunOptions, TrainResult, torch_threads
+from agile_cli.training import checkpoint, trust
+from agile_cli.training.loop import (
+    RUN_SHAPING_OPTIONS,
+    EvolutionLoop,
+    RunOptions,
+    TrainResult,
+)
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
 from agile_cli.training.resume import check_compatible, explain_mismatch, manifest_edits
@@ -137,15 +142,8 @@ def run_local(
     backend's ``runner`` trains the members (see :class:`~agile_cli.MemberTrainer`)."""
     if options.run_dir is not None:  # refuse a taken folder before any set-up
         RunFolder(options.run_dir).check_available(options.overwrite)
-    torch_threads(manifest, batched=_batched(manifest, registry, options))
     loop = EvolutionLoop(manifest, registry, options, _reporter(verbose), runner=runner)
     return loop.run()
-
-
-def _batched(manifest: TrainingManifest, registry: Registry, options: RunOptions) -> bool:
-    """Whether the run will train as one batched population."""
-    cls = setup.algorithm_class(manifest, registry)
-    return not options.per_member and batched.applies(manifest, cls)
 
 
 def resume_local(
@@ -175,7 +173,7 @@ def resume_local(
     with explain_mismatch():
         _refuse_finished(state, manifest, run_dir)
         options.seed = int(state["state"]["seed"])
-    torch_threads(manifest, batched=_batched(manifest, registry, options))
+        notes += _keep_run_options(state.get("run_options") or {}, options)
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder, runner=runner)
     loop.restore(state)
@@ -185,6 +183,23 @@ def resume_local(
     for note in notes:
         reporter.note(note)
     return loop.run(fresh=False)
+
+
+def _keep_run_options(saved: dict[str, Any], options: RunOptions) -> list[str]:
+    """Give ``options`` the run-shaping options the run was started with (see
+    :data:`~agile_cli.training.loop.RUN_SHAPING_OPTIONS`) unless the resume command sets them
+    anew; returns a note for each one it sets anew."""
+    notes = []
+    for name in RUN_SHAPING_OPTIONS:
+        given, before = getattr(options, name), saved.get(name)
+        flag = "--" + name.replace("_", "-")
+        if given in (None, False):
+            setattr(options, name, before if before is not None else given)
+        elif given != before:
+            value = "" if isinstance(given, bool) else f" {given}"
+            had = f"with {before}" if before else "without it"
+            notes.append(f"resuming with {flag}{value} (the run started {had})")
+    return notes
 
 
 def _refuse_fresh_run_options(options: RunOptions) -> None:

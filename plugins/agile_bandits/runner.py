@@ -30,6 +30,7 @@ from agile_cli import (
     Runner,
     TrainingManifest,
     experience,
+    reset_seed,
 )
 
 Progress = Callable[[int], None]
@@ -56,7 +57,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
     def _episode(
         self, member: OffPolicyAlgorithm, length: int, stats: GenerationStats, progress: Progress
     ) -> float:
-        context, _ = self.env.reset()
+        context, _ = self.env.reset(seed=reset_seed([member], "train"))
         total = 0.0
         for _ in range(length):
             arms = member.act(context, explore=True)
@@ -77,8 +78,8 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         """Mean summed reward of ``rounds`` runs of ``max_steps`` greedy steps."""
         steps = max_steps or self.episode_steps
         totals = []
-        for _ in range(rounds):
-            context, _ = self.env.reset()
+        for round_ in range(rounds):
+            context, _ = self.env.reset(seed=reset_seed([member], "score", round_))
             total = 0.0
             for _ in range(steps):
                 context, rewards, _, _, _ = self.env.step(member.act(context, explore=False))
