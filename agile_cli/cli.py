@@ -6,6 +6,7 @@ per problem, exit code 2 for a user's mistake (invalid manifest or usage), 1 at 
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from agile_cli import __version__
-from agile_cli.errors import AgileError, ManifestError
+from agile_cli.errors import AgileError, ManifestError, TrainingError, printable
 from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = (
@@ -43,8 +44,29 @@ class ReportedError(click.ClickException):
         lines = self.error.lines()
         if isinstance(self.error, ManifestError):
             lines = [self.error.message, *("  " + line for line in lines)]
-        for number, line in enumerate(lines):
+        for number, line in enumerate(lines):  # text from files and servers, made harmless
+            line = printable(line, keep_newlines=True)
             click.echo(line if number else f"error: {line}", err=True)
+
+
+#: What to do when a file cannot be written or read, by errno.
+_FILE_SYSTEM_HINTS = {
+    errno.ENOSPC: "free some space or choose a folder on another disk, then run it again",
+    errno.EDQUOT: "free some of your disk quota or choose another folder, then run it again",
+    errno.EROFS: "choose a folder on a writable file system (e.g. with --run-dir or --out)",
+    errno.EACCES: "choose a folder you may write to, or change its permissions",
+    errno.EPERM: "choose a folder you may write to, or change its permissions",
+}
+
+
+def file_system_error(error: OSError) -> TrainingError | None:
+    """A full disk, a read-only file system or a denied permission as one sentence (None for
+    other errors, which are bugs to show whole)."""
+    hint = _FILE_SYSTEM_HINTS.get(error.errno or 0)
+    if hint is None:
+        return None
+    where = f"{printable(str(error.filename))}: " if error.filename else ""
+    return TrainingError(f"{where}{error.strerror or 'cannot be written'}", hint)
 
 
 def loaded_host(ctx: click.Context) -> PluginHost:
@@ -84,7 +106,7 @@ def plugin_host(ctx: click.Context) -> PluginHost:
 
 def _warn(host: PluginHost) -> None:
     for warning in host.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {printable(warning, keep_newlines=True)}", err=True)
 
 
 class AgileGroup(click.Group):
@@ -120,6 +142,11 @@ class AgileGroup(click.Group):
             return super().invoke(ctx)
         except AgileError as error:
             raise ReportedError(error) from None
+        except OSError as error:  # the machine's situation, where no command foresaw it
+            situation = file_system_error(error)
+            if situation is None:
+                raise
+            raise ReportedError(situation) from None
 
 
 @click.group(cls=AgileGroup, context_settings={"help_option_names": ["-h", "--help"]})

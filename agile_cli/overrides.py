@@ -24,6 +24,8 @@ from agile_cli.validation import SECTIONS, SELECTION_ALIAS
 
 EXAMPLE = "e.g. --set training.pop_size=8"
 FROM_SET = "from --set"
+#: The most keys a ``--set`` path may have: a manifest's deepest field is a few levels down.
+MAX_KEYS = 16
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,12 @@ def parse_override(text: str) -> Override:
         raise UsageError(f"--set {text}: expected PATH=VALUE, with '='", EXAMPLE)
     if not path:
         raise UsageError(f"--set {text}: the path before '=' is empty", EXAMPLE)
+    if path.count(".") >= MAX_KEYS:
+        raise UsageError(
+            f"--set {_shortened(path)}=...: the path has {path.count('.') + 1:,} keys; a "
+            f"manifest's fields are at most {MAX_KEYS} deep",
+            EXAMPLE,
+        )
     keys = tuple(key.strip() for key in path.split("."))
     if "" in keys:
         raise UsageError(
@@ -66,6 +74,10 @@ def parse_override(text: str) -> Override:
             "quote the value, e.g. --set 'environment.name=\"a: b\"'",
         ) from None
     return Override(text, keys, value)
+
+
+def _shortened(text: str, size: int = 60) -> str:
+    return text if len(text) <= size else f"{text[: size - 3]}..."
 
 
 def _check_section(text: str, section: str) -> None:

@@ -404,8 +404,6 @@ def _check_hp_selection(
             )
 
 
-
-
 def _check_mutation_kinds(
     mutation: MutationSpec, entry: AlgorithmEntry, check: _Collector
 ) -> MutationSpec:

@@ -197,6 +197,22 @@ def test_export_refuses_to_overwrite_without_force(trained: Callable[[str], Path
     assert from_pt.exit_code == 0 and str(run_dir / "elite.onnx") in from_pt.output
 
 
+def test_export_never_replaces_the_runs_own_files(trained: Callable[[str], Path]) -> None:
+    run_dir = trained("dqn")
+    before = {name: (run_dir / name).read_bytes() for name in ("elite.pt", "manifest.yaml")}
+    targets = [
+        run_dir / "elite.pt",
+        run_dir / "manifest.yaml",
+        run_dir / "checkpoints" / "latest.pt",
+    ]
+    for out in targets:
+        refused = _cli("export", str(run_dir), "--format", "onnx", "--out", str(out), "--force")
+        assert refused.exit_code == 2, refused.output
+        assert "belongs to the run in" in refused.output and "would replace it" in refused.output
+    assert all((run_dir / name).read_bytes() == data for name, data in before.items())
+    assert load_agent(run_dir, installed_host().registry, device="cpu")[0] is not None
+
+
 def test_an_algorithm_without_an_export_is_refused(
     trained: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -126,6 +127,16 @@ def test_malformed_overrides_are_usage_errors(run, write, given: str, expected: 
     for command in ("validate", "train"):
         lines = _refused(run(command, str(write("m.yaml", MINIMAL)), "--set", given))
         assert lines[0].startswith("error: " + expected), lines
+
+
+def test_a_path_deeper_than_any_manifest_is_refused_at_once(run, write) -> None:
+    path = "training." + ".".join(["a"] * 20_000)
+    started = time.perf_counter()
+    lines = _refused(run("validate", str(write("m.yaml", MINIMAL)), "--set", f"{path}=1"))
+    assert time.perf_counter() - started < 5
+    assert lines[0].startswith("error: --set training.a.a.a")
+    assert "the path has 20,001 keys; a manifest's fields are at most 16 deep" in lines[0]
+    assert len(lines[0]) < 300
 
 
 def test_a_path_through_a_value_that_is_not_a_mapping_is_refused(run, write) -> None:

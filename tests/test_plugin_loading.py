@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -82,18 +84,38 @@ def test_base_exception_in_a_hook_drops_that_plugin_whole(make_host, raised) -> 
     assert "DQN" in host.registry.algorithms  # the others still loaded
 
 
-def test_keyboard_interrupt_while_loading_still_stops_the_program(make_host) -> None:
+def test_ctrl_c_while_loading_still_stops_the_program(make_host) -> None:
     class Slow:
+        @hookimpl
+        def agile_register_algorithms(self, register) -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C during the hook
+            time.sleep(5)
+
+    with pytest.raises(KeyboardInterrupt):
+        make_host(("slow", Slow()))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_keyboard_interrupt_a_plugin_raises_itself_fails_only_that_plugin(
+    make_host, plugin_module
+) -> None:
+    class Liar:
         @hookimpl
         def agile_register_algorithms(self, register) -> None:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        make_host(("slow", Slow()))
+    host = make_host(("liar", Liar()))
+    assert (_row(host, "liar").status, _row(host, "liar").error) == ("failed", "KeyboardInterrupt")
+    assert "DQN" in host.registry.algorithms  # the others still loaded
+    host = build_host(discovered=[plugin_module("importer", "raise KeyboardInterrupt\n")])
+    assert (_row(host, "importer").status, _row(host, "importer").error) == (
+        "failed", "KeyboardInterrupt",
+    )  # fmt: skip
 
 
 CHATTY = """\
 import sys
+import time
 from agile_cli import hookimpl
 
 print("chatty at import")
@@ -164,6 +186,21 @@ def test_exiting_and_printing_plugins_leave_json_output_intact(site) -> None:
     assert json.loads(validated.stdout)["algorithm"]["name"] == "DQN"
     schema = _agile(site, "schema")
     assert schema.returncode == 0 and "$defs" in json.loads(schema.stdout)
+
+
+def test_a_plugin_raising_keyboard_interrupt_leaves_every_command_working(tmp_path) -> None:
+    (tmp_path / "agile_test_liar.py").write_text("raise KeyboardInterrupt\n")
+    info = tmp_path / "agile_test_liar-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: agile-test-liar\nVersion: 1\n")
+    (info / "entry_points.txt").write_text("[agile]\nliar = agile_test_liar\n")
+    (tmp_path / "m.yaml").write_text(MINIMAL)
+    helped = _agile(tmp_path, "--help")
+    assert helped.returncode == 0 and "Aborted" not in helped.stderr
+    assert "plugin 'liar' failed to load: KeyboardInterrupt" in helped.stderr
+    listing = _agile(tmp_path, "plugins")
+    assert listing.returncode == 0 and "liar" in listing.stdout
+    assert _agile(tmp_path, "validate", "m.yaml").returncode == 0
 
 
 def test_strict_loading_lists_every_broken_plugin(site) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agile_cli.errors import UsageError
+from agile_cli.errors import UsageError, printable
 from agile_cli.host.registry import Registry
 
 if TYPE_CHECKING:
@@ -88,9 +88,9 @@ def _score(agent: Algorithm, manifest: TrainingManifest, registry: Registry,
     if result.returns is None:  # the paradigm's own score
         family = manifest.family
         how = f"({family})" if result.details else f"over {options.episodes} rounds ({family})"
-        click.echo(f"{who}: fitness {result.fitness:.4g} {how}")
-        for line in result.details:
-            click.echo(line)
+        click.echo(printable(f"{who}: fitness {result.fitness:.4g} {how}"))
+        for line in result.details:  # e.g. a language model's sample answers
+            click.echo(printable(line))
         return
     _print_returns(who, result.returns)
 

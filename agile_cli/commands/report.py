@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from agile_cli.errors import UsageError
+from agile_cli.errors import UsageError, printable
 from agile_cli.report.page import Picture, html_page, picture_paths, terminal_view
 from agile_cli.report.runs import Group, find_runs, group_runs, load_run
 
@@ -24,8 +24,8 @@ def run_report(paths: tuple[Path, ...], out: Path | None) -> int:
     runs = [load_run(path) for path in find_runs(paths)]
     groups = group_runs(runs)
     if out is None:
-        for line in terminal_view(groups):
-            click.echo(line)
+        for line in terminal_view(groups):  # labels and values read from run folders
+            click.echo(printable(line))
         click.echo("figures: add --out report.html (or report.png)")
         return 0
     pictures = draw(groups)

@@ -12,7 +12,7 @@ import click
 from pydantic import ValidationError
 
 from agile_cli.backend import Backend, RunResult
-from agile_cli.errors import UsageError
+from agile_cli.errors import UsageError, printable
 from agile_cli.host.plugins import PluginHost
 from agile_cli.host.registry import BackendEntry, Registry
 from agile_cli.models.base import field_errors, suggest
@@ -59,7 +59,7 @@ def run_train(
         assert manifest_path is not None
         manifest = load_manifest(manifest_path, changes, host.registry)
         for warning in manifest.warnings:
-            click.echo(f"warning: {warning}", err=True)
+            click.echo(printable(f"warning: {warning}"), err=True)
         result = backend.train(manifest, options, host.registry, verbose=verbose)
     return _exit_status(result)
 

@@ -16,6 +16,7 @@ from agile_cli.errors import (
     EnvironmentNotFoundError,
     FieldError,
     ManifestError,
+    printable,
 )
 from agile_cli.host.plugins import PluginHost
 from agile_cli.manifest import TrainingManifest
@@ -55,9 +56,9 @@ def run_validate(
         if as_json:
             resolved[str(path)] = manifest.to_dict()
         else:
-            click.echo(f"{path}: ok ({manifest.summary()})")
+            click.echo(printable(f"{path}: ok ({manifest.summary()})"))
         for warning in manifest.warnings:
-            click.echo(f"  warning: {warning}", err=as_json)
+            click.echo(printable(f"  warning: {warning}"), err=as_json)
     if as_json and resolved:
         document = next(iter(resolved.values())) if len(files) == 1 else resolved
         click.echo(json.dumps(document, indent=2))
@@ -78,9 +79,9 @@ def _environment_problem(error: EnvironmentNotFoundError) -> FieldError:
 
 def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:
     count = len(error.errors)
-    click.echo(f"{source}: invalid, {count} error{'s' if count != 1 else ''}", err=err)
+    click.echo(printable(f"{source}: invalid, {count} error{'s' if count != 1 else ''}"), err=err)
     for line in error.lines():
-        click.echo(f"  {line}", err=err)
+        click.echo(printable(f"  {line}", keep_newlines=True), err=err)
 
 
 def _check_environment(host: PluginHost, manifest: TrainingManifest) -> None:

@@ -6,8 +6,9 @@ code is called without one.
 
 Plugin code (an entry point's import, its registration with pluggy, each of its hooks) runs
 with ``sys.stdout`` sent to stderr, so that what a plugin prints cannot corrupt machine-readable
-output, and with every exception but ``KeyboardInterrupt`` caught, ``SystemExit`` included: a
-broken plugin becomes one failed row, never the end of the program.
+output, and with every exception but the user's Ctrl-C caught, ``SystemExit`` and a
+``KeyboardInterrupt`` the plugin raises itself included: a broken plugin becomes one failed
+row, never the end of the program.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
@@ -179,18 +182,42 @@ def build_host(
 def _run_plugin_code(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:
     """``call()``'s result, or what it raised; its prints go to stderr.
 
-    Only ``KeyboardInterrupt`` gets through: a plugin's ``SystemExit`` (or any other
-    ``BaseException``) must not end the CLI. ``redirect_stdout`` puts back the stdout it
-    found even if the plugin rebinds ``sys.stdout`` itself. Output written to file descriptor
-    1 from C code is not redirected.
+    Only the user's Ctrl-C gets through: a plugin's ``SystemExit``, a ``KeyboardInterrupt``
+    it raises itself (no SIGINT arrived) or any other ``BaseException`` must not end the CLI.
+    ``redirect_stdout`` puts back the stdout it found even if the plugin rebinds
+    ``sys.stdout`` itself. Output written to file descriptor 1 from C code is not redirected.
     """
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), _ctrl_c_noticed() as pressed:
         try:
             return call(), None
-        except KeyboardInterrupt:
-            raise
+        except KeyboardInterrupt as exc:
+            if pressed:
+                raise
+            return None, exc
         except BaseException as exc:  # contained: reported as a failed row
             return None, exc
+
+
+@contextlib.contextmanager
+def _ctrl_c_noticed() -> Iterator[list[bool]]:
+    """A list that holds True once SIGINT arrives in the block (which still interrupts it as
+    Python's default handler would); only the main thread receives signals, so elsewhere
+    it stays empty."""
+    pressed: list[bool] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield pressed  # an ignored or foreign handler is left alone
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        pressed.append(True)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _precedence(ep: EntryPoint) -> tuple[bool, str]:

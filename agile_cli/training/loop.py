@@ -227,7 +227,14 @@ class EvolutionLoop:
 
         Checkpoints are taken at generation boundaries only (and once before the first
         generation): after Ctrl-C, the run resumes from the end of the last whole generation.
+        However the run ends, the run folder's lock is given back.
         """
+        try:
+            return self._train(fresh)
+        finally:
+            self.folder.unlock()
+
+    def _train(self, fresh: bool) -> TrainResult:
         training = self.manifest.training
         total = training.max_steps * len(self.population)
         self.reporter.start(total, self.state.global_steps, self._title())

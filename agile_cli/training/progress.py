@@ -32,6 +32,8 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
+from agile_cli.errors import printable
+
 #: From this console width on, the live bar shows the elapsed time and the generation table
 #: each member's network.
 WIDE = 100
@@ -137,12 +139,12 @@ class RichReporter:
     def phase(self, text: str) -> None:
         self.doing = text
         if self.task is None:  # not yet live: building can still fail with an error
-            self.console.print(Text(text, style="dim"))
+            self.console.print(Text(printable(text), style="dim"))
         else:
             self.progress.update(self.task, description=text)
 
     def start(self, total: int, done: int, title: str) -> None:
-        self.console.print(Text(f"{title}: {total:,} env steps", style="bold"))
+        self.console.print(Text(printable(f"{title}: {total:,} env steps"), style="bold"))
         self.progress.start()
         atexit.register(self.progress.stop)  # an error must not leave the cursor hidden
         self.task = self.progress.add_task(self.doing, total=total, completed=done)
@@ -152,14 +154,14 @@ class RichReporter:
             self.progress.advance(self.task, steps)
 
     def note(self, message: str) -> None:
-        self.console.print(message)
+        self.console.print(Text(printable(message, keep_newlines=True)))
 
     def generation(self, report: GenerationReport) -> None:
         self.console.print(generation_table(report, self.console.width))
 
     def finish(self, summary: dict[str, Any]) -> None:
         self.progress.stop()
-        self.console.print(Text(_summary_lines(summary)))
+        self.console.print(Text(printable(_summary_lines(summary), keep_newlines=True)))
 
 
 def generation_table(report: GenerationReport, width: int) -> Group:
@@ -205,7 +207,7 @@ class LogReporter:
         self._since = (time.monotonic(), 0)  # when the last line was printed, steps done then
 
     def _print(self, line: str) -> None:
-        print(line, file=self.stream, flush=True)
+        print(printable(line, keep_newlines=True), file=self.stream, flush=True)
         self._since = (time.monotonic(), self.done)
 
     def phase(self, text: str) -> None:

@@ -1,6 +1,7 @@
 """The run folder every training run leaves behind.
 
 runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
+  .agile.lock          held by the one process training in the folder (see run_lock)
   manifest.yaml        the resolved manifest (every default filled in)
   command.txt          the command line that started (or resumed) the run
   metrics.jsonl        one JSON object per generation
@@ -28,6 +29,7 @@ import yaml
 
 from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
+from agile_cli.training import run_lock
 
 #: What a run folder holds; ``--overwrite`` deletes these and nothing else.
 RUN_FILES = ("manifest.yaml", "command.txt", "metrics.jsonl", "summary.json", "elite.pt")
@@ -55,11 +57,27 @@ class RunFolder:
         folder = cls(base if base is not None else _new_default_folder(manifest))
         if base is not None:
             folder.claim(overwrite)
-        folder.checkpoints.mkdir(parents=True, exist_ok=True)
-        text = yaml.safe_dump(manifest.to_dict(), sort_keys=False)
-        _write_atomically(folder.manifest, text)
-        folder.record_command()
+        else:
+            folder.lock()
+        try:
+            folder.checkpoints.mkdir(parents=True, exist_ok=True)
+            text = yaml.safe_dump(manifest.to_dict(), sort_keys=False)
+            _write_atomically(folder.manifest, text)
+            folder.record_command()
+        except BaseException:
+            folder.unlock()
+            raise
         return folder
+
+    def lock(self) -> None:
+        """Take the folder for this process until :meth:`unlock` (see :mod:`.run_lock`).
+
+        :raises UsageError: another agile process is training in it.
+        """
+        run_lock.acquire(self.path)
+
+    def unlock(self) -> None:
+        run_lock.release(self.path)
 
     def check_available(self, overwrite: bool) -> None:
         """Raise unless a new run may start in ``self.path`` (changes nothing).
@@ -68,31 +86,36 @@ class RunFolder:
         """
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path} is a file, not a folder", "choose another --run-dir")
+        check_writable(self.path, f"--run-dir {self.path}")
         if not self.path.exists():
             return
+        if not run_lock.holds(self.path):
+            run_lock.check_free(self.path)
         if self.holds_run() and not overwrite:
             raise UsageError(
                 f"{self.path} already holds a run",
                 f"continue it with agile train --resume {self.path}, replace it with "
                 "--overwrite, or choose another --run-dir",
             )
-        if not self.holds_run() and any(self.path.iterdir()):
+        if not self.holds_run() and any(p.name != run_lock.LOCK_NAME for p in self.path.iterdir()):
             raise UsageError(
                 f"{self.path} is not empty and holds no run", "choose a new or empty --run-dir"
             )
 
     def claim(self, overwrite: bool) -> None:
-        """Take ``self.path`` for a new run, atomically: two runs never share a folder."""
+        """Take ``self.path`` for a new run, locked for this process (:meth:`lock`), so that
+        two runs never share a folder and ``--overwrite`` never deletes a live run."""
         self.check_available(overwrite)
         self.path.mkdir(parents=True, exist_ok=True)
-        if self.holds_run():
-            self._remove_run()
-        self.remove_temporary_files()
-        try:  # the claim: only one process creates the manifest
-            with self.manifest.open("x", encoding="utf-8"):
-                pass
-        except FileExistsError:
-            raise UsageError(f"another run has just taken {self.path}") from None
+        self.lock()
+        try:
+            self.check_available(overwrite)  # again, now that no one else can change it
+            if self.holds_run():
+                self._remove_run()
+            self.remove_temporary_files()
+        except BaseException:
+            self.unlock()
+            raise
 
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in (*RUN_FILES, "checkpoints"))
@@ -171,6 +194,25 @@ class RunFolder:
         for path in stale:
             path.unlink(missing_ok=True)
         return sorted(stale)
+
+
+def check_writable(path: Path, what: str, hint: str = "choose a folder you can write to") -> None:
+    """Refuse at once a file or folder that agile could not create or change at ``path``
+    (a read-only file system, a folder without write permission), before any slow work.
+
+    :param what: how the user named it, for the message (e.g. ``--video out.mp4``).
+    :raises UsageError: the nearest existing folder at or above ``path`` is not writable.
+    """
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path.cwd())
+    folder = existing if existing.is_dir() else existing.parent
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    reason = "is on a read-only file system" if read_only else "is not writable by you"
+    raise UsageError(f"{what}: {folder} {reason}", hint)
 
 
 def _new_default_folder(manifest: TrainingManifest) -> Path:

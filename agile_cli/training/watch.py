@@ -23,6 +23,7 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.runtime.agent import Algorithm
 from agile_cli.training import setup
+from agile_cli.training.run_folder import check_writable
 
 VIDEO_SUFFIXES = (".mp4",)  # H.264, streamed to ffmpeg frame by frame
 DEFAULT_FPS = 30
@@ -58,6 +59,7 @@ def check_video_path(path: Path) -> None:
         raise UsageError(f"--video {path} is a folder", "name a file, e.g. elite.mp4")
     if not path.parent.is_dir():
         raise UsageError(f"--video {path}: folder {path.parent} does not exist")
+    check_writable(path, f"--video {path}")
 
 
 def check_display() -> None:
