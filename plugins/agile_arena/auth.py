@@ -21,18 +21,22 @@ from typing import Any, Protocol
 
 import httpx
 
-from agile_arena import credentials
+from agile_arena import credentials, wire
 from agile_arena.errors import (
     API_KEY_HINT,
     LOGIN_HINT,
     ArenaAuthError,
     ArenaConfigError,
     ArenaError,
+    ArenaNetworkError,
     ArenaTimeoutError,
     clip,
 )
+from agile_arena.parsing import TooDeep, load_json
+from agile_cli import printable
 
 REFRESH_MARGIN_S = 60.0  # refresh an access token that expires sooner than this
+MAX_POLL_INTERVAL_S = 30.0  # the login is polled at least this often, whatever the server asks
 KEYCLOAK_HINT = "check ARENA_KEYCLOAK_URL and your connection"
 
 _DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
@@ -265,25 +269,41 @@ class Authenticator:
     # -- the device flow -----------------------------------------------------------------------
 
     def _device_flow(self, timeout: float, notify: Callable[[str], None], browser: bool) -> None:
+        """Show the code, then poll until it is confirmed; never waits past ``timeout``, whatever
+        the polling interval the server asks for (it is taken up to MAX_POLL_INTERVAL_S)."""
         start = self._start_device_flow()
         url = str(start.get("verification_uri_complete") or start.get("verification_uri") or "")
         code = start.get("user_code")
-        notify(f"Open {url} and enter the code {code}" if code else f"Open {url} to log in")
+        notify(
+            printable(f"Open {url} and enter the code {code}" if code else f"Open {url} to log in")
+        )
         if browser and url:
             _open_browser(url)
-        interval = _seconds(start.get("interval"), 5.0)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._sleep(interval)
-            reply = self._poll_device(str(start["device_code"]))
+        interval = min(_seconds(start.get("interval"), 5.0), MAX_POLL_INTERVAL_S)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self._sleep(min(interval, max(0.0, end - time.monotonic())))
+            if time.monotonic() >= end:
+                break
+            reply = self._poll_until(str(start["device_code"]), end)
+            if reply is None:
+                break
             if isinstance(reply, dict):
                 self._store_tokens(reply)
                 return
             if reply == "slow_down":
-                interval += 5
-        raise ArenaTimeoutError(
-            f"Login timed out after {timeout:g} s without authorization", "run `agile login` again"
-        )
+                interval = min(interval + 5, MAX_POLL_INTERVAL_S)
+        raise _login_timed_out(timeout)
+
+    def _poll_until(self, device_code: str, end: float) -> dict[str, Any] | str | None:
+        """:meth:`_poll_device`, cut off at ``end`` (a :func:`time.monotonic` time): None then."""
+        try:
+            with wire.until(end):
+                return self._poll_device(device_code)
+        except ArenaNetworkError:
+            if time.monotonic() < end:
+                raise
+            return None
 
     def _start_device_flow(self) -> dict[str, Any]:
         form = {"client_id": self.client_id, "scope": "openid profile email"}
@@ -316,6 +336,13 @@ class Authenticator:
         raise ArenaAuthError(f"Arena login failed ({reason})", "run `agile login` again")
 
 
+def _login_timed_out(timeout: float) -> ArenaTimeoutError:
+    return ArenaTimeoutError(
+        f"Login timed out after {timeout:g} s without authorization",
+        "run `agile login` again (pass --timeout to wait longer)",
+    )
+
+
 def _token_reply(response: httpx.Response) -> dict[str, Any]:
     reply = _json_or_none(response)
     if isinstance(reply, dict) and isinstance(reply.get("access_token"), str):
@@ -333,14 +360,19 @@ def _oauth_reason(response: httpx.Response, reply: Any) -> str:
 
 def _json_or_none(response: httpx.Response) -> Any:
     try:
-        return response.json()
+        return load_json(response.content)
     except ValueError:
         return None
+    except TooDeep as error:
+        raise ArenaAuthError(
+            f"Arena's login server sent a reply that {error}", KEYCLOAK_HINT
+        ) from None
 
 
 def _open_browser(url: str) -> None:
-    """Open ``url`` when this machine has a browser to show it; never fails."""
-    if os.environ.get("AGILE_NO_BROWSER"):
+    """Open ``url`` when this machine has a browser to show it and it is a web address (the
+    login server's reply chooses it: never a file, or another program's scheme); never fails."""
+    if os.environ.get("AGILE_NO_BROWSER") or not url.lower().startswith(("https://", "http://")):
         return
     has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     if sys.platform.startswith("linux") and not has_display:

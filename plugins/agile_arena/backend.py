@@ -12,7 +12,7 @@ import click
 
 from agile_arena import llm
 from agile_arena.errors import ArenaConfigError, ArenaError
-from agile_arena.render import print_event
+from agile_arena.render import notice, print_event
 from agile_arena.spec import ARENA_ALGORITHMS, ArenaOptions
 from agile_cli import (
     Backend,
@@ -24,6 +24,7 @@ from agile_cli import (
     Spec,
     TrainingManifest,
     UsageError,
+    printable,
 )
 
 
@@ -36,6 +37,7 @@ def make_client(options: ArenaOptions) -> Any:
         base_url=options.base_url,
         request_timeout=options.request_timeout,
         upload_timeout=options.upload_timeout,
+        notify=notice,
     )
 
 
@@ -223,12 +225,16 @@ def _warn_unless_llm_project(client: Any, project: str) -> None:
         return
     warning = llm.project_warning(projects, project)
     if warning:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(printable(f"warning: {warning}"), err=True)
 
 
 def _submitted(result: dict[str, Any], options: ArenaOptions, project: str) -> RunResult:
-    name = str(
-        result.get("experiment_name") or options.experiment_name or result.get("experiment_id", "?")
+    name = printable(
+        str(
+            result.get("experiment_name")
+            or options.experiment_name
+            or result.get("experiment_id", "?")
+        )
     )
     metrics = f"agile arena experiments metrics {name}"
     click.echo(f"submitted experiment '{name}' to project '{project}'")

@@ -12,9 +12,16 @@ becoming two, refreshes tokens before they expire, and never shows a credential 
   nothing is resent.
 * A stored access token about to expire is refreshed before it is used, and once more after a
   401. The login (device flow) only runs when asked for.
-* Each attempt has one deadline (``request_timeout``; ``upload_timeout`` until a stream's
-  headers), however slowly the server sends. Replies are read up to a cap, and redirects are
-  followed only on the origin the request was sent to: a credential never leaves it.
+* Every wait is bounded, however slowly the server sends. Each attempt has one deadline, from
+  connecting to the last byte of the reply: ``request_timeout``, or ``upload_timeout`` for
+  uploads and streamed requests (to the last progress line). All attempts of one call, the
+  waits between them and what runs before a resend (a token refresh, the check for a
+  submission that went through) end within :data:`CALL_BUDGET_TIMEOUTS` times that timeout.
+  A ``Retry-After`` that does not end within what is left of it is not waited for: the error
+  says how long Arena asked to wait. A wait longer than :data:`NOTICE_AFTER_S` is announced.
+* Replies are read up to a cap, JSON nested deeper than ``parsing.MAX_JSON_DEPTH`` is refused,
+  and redirects are followed only on the origin the request was sent to: a credential never
+  leaves it.
 * Whatever is returned or shown has the credentials the client knows redacted, and fields that
   look like credentials (``api_key``, ``token``, ``secret``, ...) masked.
 
@@ -33,6 +40,7 @@ import logging
 import os
 import random
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -68,10 +76,12 @@ from agile_arena.parsing import (
     ErrorBody,
     ReplyShapeError,
     StreamEvent,
+    TooDeep,
     an_object,
     environment_catalogue,
     events,
     failure_body,
+    load_json,
     metric_names,
     object_rows,
     parse_error_body,
@@ -81,6 +91,7 @@ from agile_arena.parsing import (
 )
 from agile_arena.parsing import parse_event as parse_event
 from agile_arena.parsing import scrub_internal_urls as scrub_internal_urls
+from agile_cli import printable
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +99,8 @@ DEFAULT_BASE_URL = "https://arena.agilerl.com"
 DEFAULT_KEYCLOAK_URL = "https://auth.arena.agilerl.com"
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 120.0  # a server asking for a longer wait gets its error shown instead
+CALL_BUDGET_TIMEOUTS = 3  # all attempts of a call end within this many times its timeout
+NOTICE_AFTER_S = 2.0  # a longer wait before a retry is announced
 METRICS_DOWNLOAD_ROWS = 50_000
 MAX_REWARD_BYTES = 1024 * 1024  # of a reward file sent with a submission
 MAX_REDIRECTS = 5
@@ -135,6 +148,7 @@ class _Request:
     resend_ambiguous: bool | None = None  # resend when the server may have acted (GET, DELETE)
     before_resend: Callable[[], None] | None = None  # runs before resending after such a failure
     max_retries: int | None = None
+    body_deadline: float | None = None  # when the open stream's attempt ends (monotonic)
 
     @property
     def idempotent(self) -> bool:
@@ -168,14 +182,16 @@ class ArenaClient:
     :param realm: the Keycloak realm.
     :param client_id: the Keycloak client.
     :param request_timeout: seconds allowed per attempt of a request, from connecting to the
-        last byte of the reply.
-    :param upload_timeout: seconds allowed to send an upload or a streamed request and get the
-        reply's headers (the progress stream that follows may take any time).
+        last byte of the reply; all attempts of one request, with the waits between them, end
+        within :data:`CALL_BUDGET_TIMEOUTS` times this.
+    :param upload_timeout: the same for uploads and streamed requests (validation,
+        submission), up to the last line of their progress stream.
     :param credentials_dir: where tokens and config live (default ``~/.arena``).
-    :param max_retries: resends allowed per request.
+    :param max_retries: resends allowed per request (fewer when its time runs out first).
     :param backoff: base delay of the exponential backoff, in seconds.
     :param transport: an httpx transport (tests use ``httpx.MockTransport``).
     :param sleep: how to wait between retries and login polls.
+    :param notify: shows a line about a long wait (default: stderr).
     """
 
     def __init__(
@@ -193,6 +209,7 @@ class ArenaClient:
         backoff: float = 0.5,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         self.base_url = _url(base_url, "ARENA_BASE_URL", DEFAULT_BASE_URL)
         self.keycloak_url = _url(keycloak_url, "ARENA_KEYCLOAK_URL", DEFAULT_KEYCLOAK_URL)
@@ -201,6 +218,7 @@ class ArenaClient:
         self._max_retries = max(0, max_retries)
         self._backoff = backoff
         self._sleep = sleep
+        self._notify = notify or _to_stderr
         self._request_timeout = request_timeout
         self._upload_timeout = upload_timeout
         self._timeout = httpx.Timeout(request_timeout)
@@ -548,7 +566,8 @@ class ArenaClient:
         self, path: str, params: Any = None, *, shape: Callable[[Any], Any] | None = None
     ) -> Any:
         """A GET's reply, checked by ``shape`` (ArenaReplyError when it objects), then scrubbed."""
-        reply = _payload(self._call(_Request("GET", self._api(path), params=params)))
+        request = _Request("GET", self._api(path), params=params)
+        reply = _payload(request, self._call(request))
         if shape is not None:
             try:
                 reply = shape(reply)
@@ -559,7 +578,8 @@ class ArenaClient:
         return self._secrets.scrub(reply)
 
     def _json(self, method: str, path: str, body: Any) -> Any:
-        reply = _payload(self._call(_Request(method, self._api(path), json=body)))
+        request = _Request(method, self._api(path), json=body)
+        reply = _payload(request, self._call(request))
         return self._secrets.scrub(reply)
 
     def _streamed(self, path: str, error: type[ArenaAPIError], **body: Any) -> _Request:
@@ -568,42 +588,74 @@ class ArenaClient:
         )
 
     def _call(self, request: _Request) -> httpx.Response:
-        """Send an API request; a successful response (still open when ``stream``)."""
-        self._auth.refresh_if_expiring()
-        response = self._send(request)
-        if response.status_code == 401:
-            response.close()
-            self._auth.recover_from_401()
+        """Send an API request within its budget (refresh and resend after a 401 included); a
+        successful response (still open when ``stream``: read it by ``request.body_deadline``)."""
+        with wire.deadline(self._budget(request)):
+            self._auth.refresh_if_expiring()
             response = self._send(request)
             if response.status_code == 401:
                 response.close()
-                raise self._auth.unauthorized()
+                self._auth.recover_from_401()
+                response = self._send(request)
+                if response.status_code == 401:
+                    response.close()
+                    raise self._auth.unauthorized()
         if not response.is_success:
             raise self._http_error(request, response)
         return response
 
     def _send(self, request: _Request) -> httpx.Response:
-        """Send with retries; the last response, whatever its status."""
-        attempt = 0
-        while True:
-            outcome = self._attempt(request)
-            delay, ambiguous = self._retry_plan(request, outcome, attempt)
-            if delay is None:
+        """Send with retries, all within the call's budget; the last response, whatever its
+        status."""
+        with wire.deadline(self._budget(request)):
+            attempt = 0
+            while True:
+                outcome = self._attempt(request)
+                delay, ambiguous = self._retry_plan(request, outcome, attempt)
+                delay = self._within_budget(request, outcome, delay)
+                if delay is None:
+                    if isinstance(outcome, httpx.Response):
+                        return outcome
+                    raise self._network_error(request, outcome, attempt + 1)
                 if isinstance(outcome, httpx.Response):
-                    return outcome
-                raise self._network_error(request, outcome, attempt + 1)
-            if isinstance(outcome, httpx.Response):
-                outcome.close()
-            log.debug(
-                "%s failed (%s); retrying in %.2f s",
-                request.what,
-                self._redact(_reason(outcome)),
-                delay,
-            )
-            self._sleep(delay)
-            attempt += 1
-            if ambiguous and request.before_resend is not None:
-                request.before_resend()
+                    outcome.close()
+                self._wait(request, outcome, delay)
+                attempt += 1
+                if ambiguous and request.before_resend is not None:
+                    request.before_resend()
+
+    def _budget(self, request: _Request) -> float:
+        """Seconds that all attempts of ``request`` and the waits between them may take."""
+        return CALL_BUDGET_TIMEOUTS * self._seconds(request)
+
+    def _within_budget(
+        self, request: _Request, outcome: httpx.Response | httpx.RequestError, delay: float | None
+    ) -> float | None:
+        """``delay`` if waiting that long ends before the budget does, else None (give up);
+        when it is the server that asked for the wait, an error saying so is raised instead."""
+        left = wire.remaining()
+        if delay is None or left is None:
+            return delay
+        asked = isinstance(outcome, httpx.Response) and _retry_after(outcome) is not None
+        if delay < (min(left, MAX_RETRY_AFTER_S) if asked else left):
+            return delay
+        if asked and isinstance(outcome, httpx.Response):
+            raise self._wait_refused(request, outcome, delay, left)
+        return None
+
+    def _wait(
+        self, request: _Request, outcome: httpx.Response | httpx.RequestError, delay: float
+    ) -> None:
+        """Sleep before a resend, saying so when the wait is long."""
+        reason = self._redact(_reason(outcome))
+        log.debug("%s failed (%s); retrying in %.2f s", request.what, reason, delay)
+        if delay > NOTICE_AFTER_S:
+            if isinstance(outcome, httpx.Response) and _retry_after(outcome) is not None:
+                why = f"{self._server(request)} asked to retry {request.what} later ({reason})"
+            else:
+                why = f"retrying {request.what} after {reason}"
+            self._notify(f"waiting {_duration(delay)}: {why}")
+        self._sleep(delay)
 
     def _attempt(self, request: _Request) -> httpx.Response | httpx.RequestError:
         """One send within the attempt's deadline: the response (a successful stream still
@@ -619,16 +671,22 @@ class ArenaClient:
             timeout=request.timeout or self._timeout,
         )
         try:
-            with wire.deadline(self._seconds(request)):
+            with wire.deadline(self._seconds(request)) as end:
                 response = self._follow(request, built)
                 if request.stream and response.is_success:
+                    request.body_deadline = end
                     return response
                 return self._read(request, response)
         except httpx.RequestError as error:
             return error
 
     def _seconds(self, request: _Request) -> float:
+        """The deadline of one attempt of ``request``."""
         return self._upload_timeout if request.stream else self._request_timeout
+
+    def _option(self, request: _Request) -> str:
+        """The option that sets :meth:`_seconds`."""
+        return "--upload-timeout" if request.stream else "--request-timeout"
 
     def _follow(self, request: _Request, built: httpx.Request) -> httpx.Response:
         """Send ``built``, following redirects that stay on its origin and refusing the others."""
@@ -681,11 +739,10 @@ class ArenaClient:
     def _backoff_delay(self, attempt: int) -> float:
         return min(MAX_BACKOFF_S, self._backoff * 2**attempt) * random.random()
 
-    def _server_delay(self, response: httpx.Response, attempt: int) -> float | None:
+    def _server_delay(self, response: httpx.Response, attempt: int) -> float:
+        """The wait the server asked for, else the backoff (see :meth:`_within_budget`)."""
         wait = _retry_after(response)
-        if wait is None:
-            return self._backoff_delay(attempt)
-        return wait if wait <= MAX_RETRY_AFTER_S else None
+        return self._backoff_delay(attempt) if wait is None else wait
 
     def _headers(self, request: _Request) -> dict[str, str]:
         headers = dict(request.headers)
@@ -698,37 +755,63 @@ class ArenaClient:
     def _stream_result(
         self, request: _Request, on_event: Callable[[StreamEvent], None] | None
     ) -> dict[str, Any]:
-        """Read an NDJSON progress stream; the final report, or the first failure raised."""
+        """Read an NDJSON progress stream, by the deadline of the attempt that opened it; the
+        final report, or the first failure raised."""
         response = self._call(request)
         lines: list[str] = []
+        try:
+            with wire.until(request.body_deadline):
+                failure, result = self._read_events(response, lines, on_event)
+            if failure is not None:
+                raise self._api_error(request.error, failure_body(failure), 0)
+            return result if result is not None else self._secrets.scrub(whole_body(lines))
+        except (wire.TooLarge, TooDeep, httpx.RequestError) as error:
+            raise self._stream_error(request, error) from None
+        finally:
+            response.close()
+
+    def _read_events(
+        self,
+        response: httpx.Response,
+        lines: list[str],
+        on_event: Callable[[StreamEvent], None] | None,
+    ) -> tuple[StreamEvent | None, dict[str, Any] | None]:
+        """The first failed event and the last report of a stream, its lines kept in ``lines``."""
         failure: StreamEvent | None = None
         result: dict[str, Any] | None = None
         cap = wire.MAX_REPLY_BYTES
-        try:
-            for raw in events(wire.lines(response, min(wire.MAX_LINE_BYTES, cap)), lines, cap):
-                event = self._scrub_event(raw)
-                if on_event is not None:
-                    on_event(event)
-                if event.error:
-                    failure = failure or event
-                elif event.status == "completed" and event.kind != "check" and event.detail:
-                    result = event.detail
-        except wire.TooLarge as error:
-            raise ArenaReplyError(
+        for raw in events(wire.lines(response, min(wire.MAX_LINE_BYTES, cap)), lines, cap):
+            event = self._scrub_event(raw)
+            if on_event is not None:
+                on_event(event)
+            if event.error:
+                failure = failure or event
+            elif event.status == "completed" and event.kind != "check" and event.detail:
+                result = event.detail
+        return failure, result
+
+    def _stream_error(
+        self, request: _Request, error: wire.TooLarge | TooDeep | httpx.RequestError
+    ) -> ArenaAPIError:
+        """The error for a progress stream that could not be read to its end."""
+        if isinstance(error, wire.TooLarge):
+            return ArenaReplyError(
                 f"Arena's progress stream for {request.what} is too large ({error})"
-            ) from None
-        except httpx.RequestError as error:
-            host = wire.host_text(httpx.URL(request.url))
-            raise ArenaNetworkError(
-                f"the connection to {host} dropped before Arena finished replying "
-                f"({self._redact(_reason(error))})",
-                hint=DROPPED_HINT,
-            ) from None
-        finally:
-            response.close()
-        if failure is not None:
-            raise self._api_error(request.error, failure_body(failure), 0)
-        return result if result is not None else self._secrets.scrub(whole_body(lines))
+            )
+        if isinstance(error, TooDeep):
+            return ArenaReplyError(f"Arena's progress stream for {request.what} {error}")
+        host = wire.host_text(httpx.URL(request.url))
+        if isinstance(error, httpx.TimeoutException):
+            return ArenaNetworkError(
+                f"Arena did not finish replying to {request.what} within "
+                f"{self._seconds(request):g} s ({host}); it may still have processed the request",
+                hint=f"allow more time with {self._option(request)}",
+            )
+        return ArenaNetworkError(
+            f"the connection to {host} dropped before Arena finished replying "
+            f"({self._redact(_reason(error))})",
+            hint=DROPPED_HINT,
+        )
 
     def _scrub_event(self, event: StreamEvent) -> StreamEvent:
         """``event`` with what it shows scrubbed of credentials."""
@@ -773,11 +856,27 @@ class ArenaClient:
                 f"{self._server(request)} did not answer within {self._seconds(request):g} s "
                 f"({host}, {request.what}{tries}; {reason})"
             )
-            option = "--upload-timeout" if request.stream else "--request-timeout"
-            hint = hint or f"try again later, or allow more time with {option}"
+            hint = hint or f"try again later, or allow more time with {self._option(request)}"
         else:
             what = f"the connection to {host} failed{tries} ({reason})"
         return ArenaNetworkError(what, hint=hint)
+
+    def _wait_refused(
+        self, request: _Request, response: httpx.Response, wait: float, left: float
+    ) -> ArenaAPIError:
+        """The error for a reply asking for a wait that would outlast the call's budget."""
+        error = self._http_error(request, response)
+        advice = "try again later"
+        if wait <= MAX_RETRY_AFTER_S:
+            advice += (
+                f", or allow more time with {self._option(request)}: a request and its retries "
+                f"may take {CALL_BUDGET_TIMEOUTS} times it"
+            )
+        error.hint = (
+            f"{self._server(request)} asked to wait {_duration(wait)} before retrying, longer "
+            f"than the {_duration(left)} this request has left; {advice}"
+        )
+        return error
 
     def _redirect_error(self, request: _Request, target: httpx.URL) -> ArenaRedirectError:
         here, there = wire.host_text(httpx.URL(request.url)), wire.host_text(target)
@@ -824,17 +923,28 @@ class ArenaClient:
 # -- wire format ---------------------------------------------------------------------------------
 
 
-def _payload(response: httpx.Response) -> Any:
+def _payload(request: _Request, response: httpx.Response) -> Any:
     """A 2xx reply's content: JSON (unwrapped from ``{"ok": true, "data": ...}``) or text."""
     if not response.headers.get("content-type", "").lower().startswith("application/json"):
         return response.text
     try:
-        value = response.json()
+        value = load_json(response.content)
     except ValueError:
         return response.text
+    except TooDeep as error:
+        raise ArenaReplyError(f"Arena's reply to {request.what} {error}") from None
     if isinstance(value, dict) and value.get("ok") is True and "data" in value:
         return value["data"]
     return value
+
+
+def _to_stderr(text: str) -> None:
+    print(printable(text), file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as ``1.5 s`` or ``119 s``."""
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
 def _status_hint(status: int) -> str | None:

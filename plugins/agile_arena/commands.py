@@ -14,12 +14,14 @@ from typing import Any
 import click
 
 from agile_arena.render import (
+    notice,
     print_event,
     print_json,
     print_mapping,
     print_table,
     union_columns,
 )
+from agile_cli import printable
 
 _OPTIONS = "agile.arena.options"
 _SECONDS = click.FloatRange(min=0, min_open=True)
@@ -35,14 +37,16 @@ def client_options(command: Callable[..., Any]) -> Callable[..., Any]:
             type=_SECONDS,
             default=30.0,
             show_default=True,
-            help="Seconds allowed per attempt of a request, until its reply is read whole.",
+            help="Seconds allowed per attempt of a request, until its reply is read whole; "
+            "all attempts and waits of one request end within 3 times this.",
         ),
         click.option(
             "--upload-timeout",
             type=_SECONDS,
             default=300.0,
             show_default=True,
-            help="Seconds allowed to send an upload or streamed request and get its reply started.",
+            help="Seconds allowed per attempt of an upload or streamed request, until its last "
+            "progress line; all attempts and waits end within 3 times this.",
         ),
     ]
     return functools.reduce(lambda f, decorate: decorate(f), reversed(decorators), command)
@@ -55,7 +59,7 @@ def _remember(ctx: click.Context, options: dict[str, Any]) -> None:
 def _client(ctx: click.Context) -> Any:
     from agile_arena.client import ArenaClient
 
-    return ArenaClient(**ctx.meta.get(_OPTIONS, {}))
+    return ArenaClient(**ctx.meta.get(_OPTIONS, {}), notify=notice)
 
 
 def _call(ctx: click.Context, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -76,7 +80,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
     type=float,
     default=300.0,
     show_default=True,
-    help="Seconds to wait for the browser sign-in.",
+    help="Seconds to wait for the browser sign-in, whatever polling interval the server asks for.",
 )
 @client_options
 @click.pass_context
@@ -334,7 +338,11 @@ def projects_set_default(ctx: click.Context, name: str) -> None:
 def projects_get_default(ctx: click.Context) -> None:
     """Show the default project (no request is sent)."""
     name = _call(ctx, "get_default_project")
-    click.echo(name or "no default project; set one with `agile arena projects set-default NAME`")
+    click.echo(
+        printable(name)
+        if name
+        else "no default project; set one with `agile arena projects set-default NAME`"
+    )
 
 
 @arena.group()
@@ -440,8 +448,9 @@ def user_profile(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(profile)
         return
-    click.echo(f"user:  {profile.get('first_name', '')} {profile.get('last_name', '')}".rstrip())
-    click.echo(f"email: {profile.get('email', '-')}")
+    name = f"{profile.get('first_name', '')} {profile.get('last_name', '')}".strip()
+    click.echo(printable(f"user:  {name}".rstrip()))
+    click.echo(printable(f"email: {profile.get('email', '-')}"))
 
 
 @user.command("credits")
@@ -455,4 +464,4 @@ def user_credits(ctx: click.Context, as_json: bool) -> None:
     elif isinstance(credits, dict):
         print_mapping(credits)
     else:
-        click.echo(str(credits))
+        click.echo(printable(str(credits)))

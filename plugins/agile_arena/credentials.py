@@ -83,7 +83,7 @@ def jwt_expiry(token: str | None) -> float | None:
     payload = parts[1] + "=" * (-len(parts[1]) % 4)
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload.encode("ascii")))
-    except (ValueError, binascii.Error, UnicodeError):
+    except (ValueError, binascii.Error, UnicodeError, RecursionError):  # nested too deeply
         return None
     expiry = claims.get("exp") if isinstance(claims, dict) else None
     if isinstance(expiry, bool) or not isinstance(expiry, int | float):
@@ -134,5 +134,5 @@ def _fsync_dir(directory: Path) -> None:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested too deeply
         return None

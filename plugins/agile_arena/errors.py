@@ -2,6 +2,8 @@
 
 They are :class:`~agile_cli.errors.AgileError` subclasses, so the CLI prints them as
 ``error: <message> (<hint>)`` followed by one ``Key: value`` line per extra the server sent.
+Whatever a server sent reaches them through :func:`one_line` or :func:`clip`, and every line
+they print goes through :func:`agile_cli.printable`: escape sequences are shown, not obeyed.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from agile_cli import EXIT_RUNTIME, AgileError
+from agile_cli import EXIT_RUNTIME, AgileError, printable
 
 LOGIN_HINT = "run `agile login`"
 API_KEY_HINT = "check --api-key or ARENA_API_KEY"
@@ -23,8 +25,9 @@ SHOWN_CHARS = 300  # of anything a server sent, shown in an error
 
 
 def one_line(text: str) -> str:
-    """``text`` with every run of whitespace (newlines included) turned into one space."""
-    return " ".join(str(text).split())
+    """``text`` with every run of whitespace (newlines included) turned into one space, and
+    other control characters (an escape sequence's ESC, a bell) shown as escapes."""
+    return printable(" ".join(str(text).split()))
 
 
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:
@@ -37,6 +40,9 @@ class ArenaError(AgileError):
     """Base class of every error the Arena client raises on purpose."""
 
     exit_code = EXIT_RUNTIME
+
+    def lines(self) -> list[str]:
+        return [printable(line) for line in super().lines()]
 
 
 class ArenaAuthError(ArenaError):
@@ -142,7 +148,7 @@ class ArenaCreditsError(ArenaAPIError):
 
 
 def _extra_line(key: str, value: Any) -> str:
-    label = key.replace("_", " ").strip()
+    label = one_line(str(key).replace("_", " "))
     label = label[:1].upper() + label[1:]
     if isinstance(value, list | tuple):
         text = ", ".join(str(item) for item in value)

@@ -3,7 +3,9 @@ a reply has the shape its endpoint documents (§2.7 of the reference).
 
 Nothing here sends a request. Messages that would show an internal service URL are replaced
 by :data:`GENERIC_FAILURE`. A reply of the wrong shape raises :class:`ReplyShapeError`, whose
-message says what was wrong without quoting values.
+message says what was wrong without quoting values. JSON is read with :func:`load_json`, which
+refuses what nests deeper than :data:`MAX_JSON_DEPTH` (:class:`TooDeep`) instead of letting it
+reach code that recurses.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 GENERIC_FAILURE = "Something went wrong. Please try again later."
+MAX_JSON_DEPTH = 64  # levels of arrays and objects; Arena's replies use fewer than ten
 
 _INTERNAL_URL = re.compile(r"https?://[^\s/.:]+(?::\d+)?/api/v\d+/", re.IGNORECASE)
 _TEXT_KEYS = ("description", "message", "detail", "error")
@@ -57,11 +60,47 @@ class ErrorBody:
     environment_missing: bool = False
 
 
+class TooDeep(Exception):
+    """JSON text whose arrays and objects nest deeper than :data:`MAX_JSON_DEPTH` levels."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nests too deeply (more than {MAX_JSON_DEPTH} levels)")
+
+
+def load_json(text: str | bytes) -> Any:
+    """``json.loads`` for what a server sent: ValueError when it is not JSON, TooDeep when it
+    nests too deeply (Python's decoder would raise RecursionError, and so would code that
+    walks the value)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep() from None
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise TooDeep()
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has more than ``limit`` levels of lists and dicts (walked without
+    recursion)."""
+    pending = [(value, 0)] if isinstance(value, dict | list) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth >= limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def parse_error_body(text: str) -> ErrorBody:
     """What an error reply says (§5.3 of the reference): detail, extras, hint."""
     if not text.strip():
         return ErrorBody("No error details", {})
-    body = _error_object(text)
+    try:
+        body = _error_object(text)
+    except TooDeep as error:
+        return ErrorBody(f"Arena's reply {error}", {})
     if body is None:
         return ErrorBody(scrub_internal_urls(text[:500]), {})
     body = _unnest(body)
@@ -76,9 +115,12 @@ def parse_error_body(text: str) -> ErrorBody:
 
 
 def parse_event(line: str) -> StreamEvent:
-    """One NDJSON line as an event; anything that is not an event object is a ``log`` line."""
+    """One NDJSON line as an event; anything that is not an event object is a ``log`` line.
+
+    :raises TooDeep: the line is JSON that nests too deeply.
+    """
     try:
-        value = json.loads(line)
+        value = load_json(line)
     except ValueError:
         value = None
     if not isinstance(value, dict) or value.get("kind") not in ("status", "warning", "check"):
@@ -121,9 +163,12 @@ def events(raw_lines: Iterable[str], seen: list[str], keep: int) -> Iterable[Str
 
 
 def whole_body(lines: list[str]) -> dict[str, Any]:
-    """The result of a stream without a completed event: the body, if it is one JSON object."""
+    """The result of a stream without a completed event: the body, if it is one JSON object.
+
+    :raises TooDeep: the body is JSON that nests too deeply.
+    """
     try:
-        value = json.loads("\n".join(lines))
+        value = load_json("\n".join(lines))
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -180,7 +225,7 @@ def _mentions_missing_environment(text: str) -> bool:
 
 def _json_value(text: str) -> Any:
     try:
-        return json.loads(text)
+        return load_json(text)
     except ValueError:
         return None
 

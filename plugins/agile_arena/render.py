@@ -1,4 +1,8 @@
-"""Showing Arena's progress events and results to a person (tables, or JSON for scripts)."""
+"""Showing Arena's progress events and results to a person (tables, or JSON for scripts).
+
+Every text a server sent is shown through :func:`agile_cli.printable` (JSON output escapes it
+already), so an escape sequence in a name or a message cannot clear the screen or retitle it.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,25 @@ from typing import Any
 import click
 
 from agile_arena.errors import clip
+from agile_cli import printable
 
 
 def print_event(event: Any) -> None:
     """One line per progress event of a streamed request (submission, validation)."""
     if event.error:
         message = clip(event.message)
-        click.secho(f"  [{event.stage or 'arena'}] failed: {message}", fg="red", err=True)
+        line = printable(f"  [{event.stage or 'arena'}] failed: {message}")
+        click.secho(line, fg="red", err=True)
         return
     check = event.detail.get("check") if isinstance(event.detail, Mapping) else None
     label = f"{event.stage or 'arena'}{': ' + str(check) if check else ''}"
     dim = event.level == "secondary-info"
-    click.secho(f"  [{label}] {event.message or event.status}", dim=dim)
+    click.secho(printable(f"  [{label}] {event.message or event.status}"), dim=dim)
+
+
+def notice(text: str) -> None:
+    """A line on stderr about what the client is doing, e.g. waiting before it retries."""
+    click.echo(printable(text), err=True)
 
 
 def print_json(value: Any) -> None:
@@ -29,7 +40,7 @@ def print_json(value: Any) -> None:
 
 def print_table(rows: Iterable[Mapping[str, Any]], columns: list[tuple[str, str]]) -> None:
     """A plain aligned table: ``columns`` is ``[(key, header), ...]``."""
-    table = [[header for _, header in columns]]
+    table = [[printable(header) for _, header in columns]]
     for row in rows:
         table.append([_cell(row.get(key)) for key, _ in columns])
     if len(table) == 1:
@@ -63,5 +74,5 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
+        return json.dumps(value)  # escapes control characters itself
+    return printable(str(value))

@@ -34,10 +34,16 @@ class ArenaOptions(Spec):
     )
     base_url: str | None = Field(None, description="Arena API URL (else ARENA_BASE_URL).")
     request_timeout: float = Field(
-        30.0, gt=0, description="Seconds allowed per attempt of a request, until its reply is read."
+        30.0,
+        gt=0,
+        description="Seconds allowed per attempt of a request, until its reply is read; all "
+        "attempts and waits of one request end within 3 times this.",
     )
     upload_timeout: float = Field(
-        300.0, gt=0, description="Seconds allowed to send an upload and get its reply started."
+        300.0,
+        gt=0,
+        description="Seconds allowed per attempt of an upload or a submission, until its last "
+        "progress line; all attempts and waits end within 3 times this.",
     )
 
 

@@ -1,10 +1,11 @@
-"""How Arena's replies are received: one deadline per attempt, caps on what is read, origins.
+"""How Arena's replies are received: deadlines, caps on what is read, origins.
 
 httpx's timeouts bound each network operation, not a whole request, so a server that sends one
 byte a second keeps a request alive for ever. :func:`bound_by_deadlines` makes every socket
 operation of a client's connections (connect, TLS, each write, each read) wait no longer than
 what is left of the deadline set with :func:`deadline`; :func:`read_body` and :func:`lines` also
-check it between chunks, for transports without sockets.
+check it between chunks, for transports without sockets. Deadlines nest: one for all attempts
+of a call, and inside it one per attempt, which never ends later than the call's.
 
 Nothing here raises the plugin's errors: :class:`TooLarge` and the timeouts of httpx are turned
 into them by :mod:`agile_arena.client`, which knows which request it was.
@@ -55,13 +56,33 @@ def size_text(count: int) -> str:
 
 
 @contextlib.contextmanager
-def deadline(seconds: float | None) -> Iterator[None]:
-    """Within this block, network operations end at most ``seconds`` from now (None: no limit)."""
-    token = _DEADLINE.set(None if seconds is None else time.monotonic() + seconds)
+def deadline(seconds: float | None) -> Iterator[float | None]:
+    """Within this block, network operations end at most ``seconds`` from now (None: no new
+    limit), and never after the deadline of an enclosing block.
+
+    :returns: (as the block's value) the deadline in :func:`time.monotonic` seconds, if any.
+    """
+    with until(None if seconds is None else time.monotonic() + seconds) as end:
+        yield end
+
+
+@contextlib.contextmanager
+def until(end: float | None) -> Iterator[float | None]:
+    """Like :func:`deadline`, for a deadline given as a :func:`time.monotonic` time."""
+    outer = _DEADLINE.get()
+    if outer is not None and (end is None or outer < end):
+        end = outer
+    token = _DEADLINE.set(end)
     try:
-        yield
+        yield end
     finally:
         _DEADLINE.reset(token)
+
+
+def remaining() -> float | None:
+    """Seconds left before the deadline of the enclosing block (None: there is none)."""
+    end = _DEADLINE.get()
+    return None if end is None else max(0.0, end - time.monotonic())
 
 
 def time_left(timeout: float | None, expired: Callable[[str], Exception]) -> float | None:

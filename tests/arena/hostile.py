@@ -2,6 +2,10 @@
 
 * ``drip``: a normal status line and headers, then the body one byte every ``seconds``.
 * ``drip_headers``: the status line, then the headers themselves one byte every ``seconds``.
+* ``silent``: status ``status``, headers of a chunked ``content_type`` reply and ``body`` as its
+  first chunk, then nothing more until the server stops.
+* ``raw``: status ``status`` and ``body`` exactly as given, as ``content_type`` (e.g. JSON
+  nested ten thousand levels deep, which the stand-in could not encode itself).
 * ``redirect``: answer ``status`` (e.g. 307) with ``Location: <location><the request's path>``.
 * ``huge``: a body of ``size`` bytes that never ends as JSON, chunked or with its
   ``Content-Length`` declared up front; ``fault.sent`` counts the body bytes the socket took.
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .server import Fault
 
-HOSTILE_KINDS = ("drip", "drip_headers", "redirect", "huge")
+HOSTILE_KINDS = ("drip", "drip_headers", "silent", "raw", "redirect", "huge")
 _CHUNK = 64 * 1024
 _PREFIXES = {
     "application/json": b'{"ok": true, "data": "',
@@ -32,6 +36,8 @@ def write_hostile(handler: BaseHTTPRequestHandler, fault: Fault) -> None:
     writers: dict[str, Callable[[BaseHTTPRequestHandler, Fault], None]] = {
         "drip": _drip_body,
         "drip_headers": _drip_headers,
+        "silent": _silent,
+        "raw": _raw,
         "redirect": _redirect,
         "huge": _huge,
     }
@@ -78,6 +84,27 @@ def _drip_headers(handler: BaseHTTPRequestHandler, fault: Fault) -> None:
     )
     if _drip(handler, head, fault.seconds):
         handler.wfile.write(body)
+
+
+def _silent(handler: BaseHTTPRequestHandler, fault: Fault) -> None:
+    handler.send_response(fault.status)
+    handler.send_header("Content-Type", fault.content_type)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    body = _body(fault) if fault.body is not None else b""
+    if body:
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
+    handler.wfile.flush()
+    _stopping(handler).wait()
+
+
+def _raw(handler: BaseHTTPRequestHandler, fault: Fault) -> None:
+    body = _body(fault)
+    handler.send_response(fault.status)
+    handler.send_header("Content-Type", fault.content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 def _redirect(handler: BaseHTTPRequestHandler, fault: Fault) -> None:

@@ -165,9 +165,10 @@ class Fault:
     ``drop`` (close the connection without a response), ``delay`` (wait ``seconds``, then answer),
     ``truncate_stream`` (send ``after_lines`` NDJSON lines, or half of a plain body, then close).
     With ``after_processing`` the request is handled (its side effects happen) before the fault.
-    The hostile kinds (``drip``, ``drip_headers``, ``redirect``, ``huge``) are described in
-    :mod:`tests.arena.hostile`; they use ``seconds``, ``body``, ``status``, ``location``,
-    ``size``, ``chunked`` and ``content_type``, and ``huge`` counts what it sent in ``sent``.
+    The hostile kinds (``drip``, ``drip_headers``, ``silent``, ``raw``, ``redirect``, ``huge``)
+    are described in :mod:`tests.arena.hostile`; they use ``seconds``, ``body``, ``status``,
+    ``location``, ``size``, ``chunked`` and ``content_type``, and ``huge`` counts what it sent
+    in ``sent``.
     """
 
     kind: str

@@ -1,4 +1,5 @@
-"""The Arena client against a hostile server: drip-fed, redirecting, huge and malformed replies.
+"""The Arena client against a hostile server: drip-fed, silent, redirecting, huge and malformed
+replies, and waits it asks for.
 
 The hostile faults are in :mod:`tests.arena.hostile`. A second stand-in on another port plays the
 foreign origin of a redirect: it must never receive a request.
@@ -19,7 +20,7 @@ from agile_arena.client import ArenaClient
 from agile_arena.errors import ArenaNetworkError
 
 from ..conftest import CONFIGS, ROOT
-from .server import DEVICE_AUTH_PATH, LOGOUT_PATH, TOKEN_PATH, ArenaServer
+from .server import DEVICE_AUTH_PATH, LOGOUT_PATH, SUBMIT_PATH, TOKEN_PATH, ArenaServer
 
 KEY = "arena_pat_test_key"
 ECHOED = "arena_pat_9f8e-ECHOED-SECRET-7d6c"
@@ -77,9 +78,11 @@ def timed(run: Any, *args: str) -> tuple[Any, float]:
     return result, time.monotonic() - started
 
 
-# -- an overall deadline per attempt -----------------------------------------------------------
+# -- an overall deadline per attempt, and one per call ----------------------------------------
 
 SLOW_JSON = json.dumps({"ok": True, "data": []}).ljust(80).encode()  # 80 bytes: 20 s of drip
+RUNNING = b'{"kind": "status", "stage": "submission", "status": "running", "message": "queued"}\n'
+SUBMIT_ARGS = ("train", str(DQN), "--backend", "arena", "--project", "demo")
 
 
 def test_a_drip_fed_reply_is_cut_off_at_the_request_timeout(run, keyed, no_backoff) -> None:
@@ -87,9 +90,10 @@ def test_a_drip_fed_reply_is_cut_off_at_the_request_timeout(run, keyed, no_backo
     result, elapsed = timed(run, "arena", "--request-timeout", "0.5", "projects", "list")
     output = failed_cleanly(result)
     assert "did not answer within 0.5 s" in output and "--request-timeout" in output
-    attempts = keyed.count("GET", PROJECTS)
-    assert attempts == 5  # a GET is retried after a deadline like after any timeout
-    assert elapsed < 3 * 0.5 * attempts
+    # a GET is retried after a deadline like after any timeout, while its budget lasts:
+    # all attempts of a call end within 3 timeouts
+    assert keyed.count("GET", PROJECTS) == 3
+    assert elapsed < 3 * 0.5 + 1
 
 
 def test_a_post_cut_off_by_its_deadline_is_not_resent(run, keyed) -> None:
@@ -117,6 +121,76 @@ def test_a_streamed_request_gets_its_headers_within_the_upload_timeout(run, keye
     )
     assert "did not answer within 1 s" in failed_cleanly(result)
     assert elapsed < 3
+
+
+STALLED_STREAMS = [
+    ("drip", {"seconds": 0.2, "body": RUNNING * 4}),  # one byte every 0.2 s: a minute of events
+    ("silent", {"status": 200, "body": RUNNING}),  # one event, then nothing
+]
+
+
+@pytest.mark.parametrize(("kind", "options"), STALLED_STREAMS, ids=["drip", "silent"])
+def test_a_progress_stream_ends_by_the_upload_timeout(run, keyed, kind, options) -> None:
+    keyed.inject(kind, path=SUBMIT_PATH, **options)
+    args = (*SUBMIT_ARGS, "--upload-timeout", "1", "--request-timeout", "1")
+    result, elapsed = timed(run, *args)
+    output = failed_cleanly(result)
+    assert "did not finish replying to POST /api/cli/v1/experiments/jobs/submit within 1 s" in (
+        output
+    )
+    assert "may still have processed" in output and "--upload-timeout" in output
+    assert elapsed < 2.5
+    assert keyed.count("POST", SUBMIT_PATH) == 1  # a stream that started is never resent
+
+
+def test_the_attempts_of_a_submission_share_one_budget(run, keyed, no_backoff) -> None:
+    """The probe's case: headers dripped on every attempt took 172.9 s and 30 requests for
+    limits of 5 s; all attempts, and the checks before resending, now end within 3 timeouts."""
+    keyed.inject("drip_headers", path=SUBMIT_PATH, times=50, seconds=0.05, body=b"{}")
+    args = (*SUBMIT_ARGS, "--experiment-name", "slow", "--upload-timeout", "0.5")
+    result, elapsed = timed(run, *args)
+    assert "did not answer within 0.5 s" in failed_cleanly(result)
+    assert elapsed < 3 * 0.5 + 1.5
+    assert keyed.count("POST", SUBMIT_PATH) <= 3
+    assert [e.name for e in keyed.state.experiments].count("slow") == 0
+
+
+def test_a_retry_after_longer_than_the_budget_is_refused_at_once(run, keyed) -> None:
+    keyed.inject("429", path=PROJECTS, retry_after=119)
+    result, elapsed = timed(run, "arena", "--request-timeout", "5", "projects", "list")
+    output = failed_cleanly(result)
+    assert "(429)" in output and "asked to wait 119 s before retrying" in output
+    assert "this request has left" in output and "--request-timeout" in output
+    assert elapsed < 2 and keyed.count("GET", PROJECTS) == 1
+
+
+def test_a_retry_after_within_the_budget_is_waited_for_and_announced(
+    run, keyed, monkeypatch
+) -> None:
+    monkeypatch.setattr(client_module, "NOTICE_AFTER_S", 0.1)  # announce waits over 0.1 s
+    keyed.inject("429", path=PROJECTS, retry_after=0.3)
+    result, elapsed = timed(run, "arena", "--request-timeout", "1", "projects", "list")
+    assert result.exit_code == 0, result.output
+    assert "waiting 0.3 s: Arena asked to retry GET /api/cli/v1/projects later (HTTP 429)" in (
+        result.stderr
+    )
+    assert 0.3 <= elapsed < 2 and keyed.count("GET", PROJECTS) == 2
+
+
+def test_login_never_waits_longer_than_its_timeout(run, arena_env) -> None:
+    arena_env.settings.device_interval = 100_000  # the server asks to poll once a day
+    arena_env.settings.auto_approve_after = None
+    result, elapsed = timed(run, "login", "--timeout", "0.5")
+    assert "Login timed out after 0.5 s" in failed_cleanly(result)
+    assert elapsed < 2
+
+
+def test_a_login_poll_is_cut_off_at_the_login_timeout(run, arena_env) -> None:
+    arena_env.settings.auto_approve_after = None
+    arena_env.inject("drip_headers", path=TOKEN_PATH, times=50, seconds=0.05, body=b"{}")
+    result, elapsed = timed(run, "login", "--timeout", "0.7", "--request-timeout", "10")
+    assert "Login timed out after 0.7 s" in failed_cleanly(result)
+    assert elapsed < 2
 
 
 # -- redirects stay on the configured origin ---------------------------------------------------
