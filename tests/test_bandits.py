@@ -10,7 +10,7 @@ import yaml
 from agile_bandits.environment import BanditEnv, load_table
 from agile_bandits.runner import BanditRunner
 from agile_bandits.spec import BanditEnvSpec
-from agile_cli import EnvironmentNotFoundError, ManifestError, TrainingManifest
+from agile_cli import EnvironmentNotFoundError, ManifestError, TrainingManifest, UsageError
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
 
 FEATURES = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]] * 16)
@@ -108,6 +108,42 @@ def test_csv_loader_skips_headers_and_maps_string_labels(tmp_path) -> None:
     env = BanditBuilder().build(spec, seed=0)
     assert env.labels.tolist() == [0, 1, 0] and env.single_action_space.n == 2
     assert load_table("n.csv", tmp_path, "f").ravel().tolist() == [2, 0, 2]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a,b\n1,2\n3\n5,6\n", "line 3 has 1 cell but line 2 has 2 cells"),
+        (b"1,2\n3,4\n5,6,7\n", "line 3 has 3 cells but line 1 has 2 cells"),
+        (b"a,b\n1,2\n3,x\x1b[2J\n", "line 3 holds 'x\\x1b[2J', not a number"),
+        (b'1,2\n3,4\n5,"6\n7"\n', "line 4 holds '6\\n7', not a number"),
+        (b"a,b\n1,2\n\xff,3\n", "line 3 is not UTF-8 text"),
+    ],
+    ids=["short-row", "long-row", "text", "quoted-lines", "latin-1"],
+)
+def test_a_malformed_features_csv_names_the_file_and_line(
+    run, write, tmp_path, content, message
+) -> None:
+    (tmp_path / "x.csv").write_bytes(content)
+    (tmp_path / "y.csv").write_text("0\n1\n0\n")
+    where = f"environment.features: {tmp_path / 'x.csv'}, "
+    with pytest.raises(UsageError) as error:
+        load_table("x.csv", tmp_path, "environment.features")
+    assert error.value.message == where + message
+    environment = f"{{features: x.csv, targets: y.csv, path: '{tmp_path}'}}"
+    manifest = write("m.yaml", f"algorithm: {{name: NeuralUCB}}\nenvironment: {environment}\n")
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 2, result.output
+    assert where + message in result.output and "\x1b" not in result.output
+
+
+def test_a_ragged_labels_csv_is_refused_but_text_labels_are_not(tmp_path) -> None:
+    (tmp_path / "y.csv").write_text("setosa\nvirginica,2\nsetosa\n")
+    with pytest.raises(UsageError, match="line 2 has 2 cells but line 1 has 1 cell"):
+        load_table("y.csv", tmp_path, "environment.targets", labels=True)
+    (tmp_path / "y.csv").write_text("setosa\nvirginica\nsetosa\n")
+    labels = load_table("y.csv", tmp_path, "t", labels=True).ravel().tolist()
+    assert labels == ["setosa", "virginica", "setosa"]
 
 
 def test_environment_pays_one_for_the_right_class() -> None:

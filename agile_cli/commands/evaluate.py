@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from agile_cli.manifest import TrainingManifest
     from agile_cli.runtime.agent import Algorithm
 
+#: The most characters ``agile evaluate`` shows of one line a paradigm adds under its score.
+DETAIL_WIDTH = 400
+
 
 @dataclass(frozen=True)
 class EvaluateOptions:
@@ -89,8 +92,9 @@ def _score(agent: Algorithm, manifest: TrainingManifest, registry: Registry,
         family = manifest.family
         how = f"({family})" if result.details else f"over {options.episodes} rounds ({family})"
         click.echo(printable(f"{who}: fitness {result.fitness:.4g} {how}"))
-        for line in result.details:  # e.g. a language model's sample answers
-            click.echo(printable(line))
+        for line in result.details:  # e.g. a language model's sample answers, cut short
+            shown = printable(line)
+            click.echo(shown if len(shown) <= DETAIL_WIDTH else shown[: DETAIL_WIDTH - 3] + "...")
         return
     _print_returns(who, result.returns)
 

@@ -10,6 +10,7 @@ differs per arm, which is all NeuralUCB's and NeuralTS's exploration needs).
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from agile_bandits.spec import BanditEnvSpec, is_in_memory
 from agile_cli import (
     EnvironmentBuilder,
     EnvironmentNotFoundError,
+    UsageError,
     not_an_environment,
+    printable,
     resolve_reference,
 )
 
@@ -76,7 +79,7 @@ class BanditBuilder(EnvironmentBuilder):
             env.reset(seed=seed)
             return env
         features = load_table(spec.features, base, "environment.features")
-        targets = load_table(spec.targets, base, "environment.targets")
+        targets = load_table(spec.targets, base, "environment.targets", labels=True)
         if features.ndim == 1:
             features = features[:, None]
         labels = encode_labels(targets.reshape(len(targets), -1)[:, 0])
@@ -101,8 +104,11 @@ def encode_labels(values: np.ndarray) -> np.ndarray:
     return codes.reshape(-1)
 
 
-def load_table(source: Any, base: Path, where: str) -> np.ndarray:
-    """A table as an array: in-memory tables as they are, files by suffix."""
+def load_table(source: Any, base: Path, where: str, *, labels: bool = False) -> np.ndarray:
+    """A table as an array: in-memory tables as they are, files by suffix.
+
+    :param labels: a CSV file may hold text (class labels), not only numbers.
+    """
     if is_in_memory(source):
         return np.asarray(getattr(source, "to_numpy", lambda: source)())
     path = base / source
@@ -113,7 +119,7 @@ def load_table(source: Any, base: Path, where: str) -> np.ndarray:
         )
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _read_csv(path)
+        return _read_csv(path, where, labels=labels)
     if suffix in (".parquet", ".pq"):
         return _read_parquet(path, where)
     return _read_hdf5(path, where)
@@ -163,20 +169,69 @@ def _read_parquet(path: Path, where: str) -> np.ndarray:
     return np.column_stack([column.to_numpy() for column in table.columns])
 
 
-def _read_csv(path: Path) -> np.ndarray:
-    """A CSV of numbers or labels, with or without a header row.
+def _read_csv(path: Path, where: str, *, labels: bool) -> np.ndarray:
+    """A CSV of numbers (or, with ``labels``, of labels), with or without a header row.
 
     The first row is a header when it is not all numbers and the rows below are, or, for a
     table of labels, when its values appear nowhere below (a class seen once in the whole
     table would be taken for a header: give such a file a header).
+
+    :raises UsageError: the file is not UTF-8 CSV, its rows differ in length, or a cell of a
+        table of numbers is not one; the message names the line.
     """
-    with path.open(newline="") as file:
-        rows = [row for row in csv.reader(file) if row]
+    numbered = _csv_rows(path, where)
+    rows = [row for _, row in numbered]
     if rows and _is_header(rows[0], rows[1:]):
-        rows = rows[1:]
+        numbered, rows = numbered[1:], rows[1:]
+    _check_widths(numbered, where, path)
     if all(_is_number(cell) for row in rows for cell in row):
         return np.array(rows, dtype=np.float64)
+    if not labels:
+        line, cell = next((n, c) for n, row in numbered for c in row if not _is_number(c))
+        shown = printable(repr(cell if len(cell) <= 40 else cell[:37] + "..."))
+        raise _bad_csv(
+            where, path, line, f"holds {shown}, not a number",
+            "features must be numbers: encode a category as numbers",
+        )  # fmt: skip
     return np.array(rows, dtype=str)
+
+
+def _check_widths(numbered: list[tuple[int, list[str]]], where: str, path: Path) -> None:
+    """Refuse rows with another number of cells than the first."""
+    if not numbered:
+        return
+    first, width = numbered[0][0], len(numbered[0][1])
+    for line, row in numbered:
+        if len(row) != width:
+            raise _bad_csv(
+                where, path, line, f"has {_cells(len(row))} but line {first} has {_cells(width)}",
+                "give every row the same number of cells",
+            )  # fmt: skip
+
+
+def _csv_rows(path: Path, where: str) -> list[tuple[int, list[str]]]:
+    """The file's non-empty rows, each with the number of the line it ends on."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is no cell's text
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise _bad_csv(where, path, line, "is not UTF-8 text", "save it as UTF-8") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        rows.extend((reader.line_num, row) for row in reader if row)
+    except csv.Error as error:
+        raise _bad_csv(where, path, reader.line_num, f"is not CSV ({error})", None) from None
+    return rows
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell{'' if count == 1 else 's'}"
+
+
+def _bad_csv(where: str, path: Path, line: int, what: str, hint: str | None) -> UsageError:
+    return UsageError(f"{where}: {path}, line {line} {what}", hint)
 
 
 def _is_header(first: list[str], rest: list[list[str]]) -> bool:

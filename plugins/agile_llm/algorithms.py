@@ -50,13 +50,23 @@ class SFT(LLMMember):
     """Supervised fine-tuning on (prompt, response) rows; the prompt tokens are masked."""
 
     def _sequences(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
-        prompts = [text.encode(self.tokenizer, p) for p in self.render_prompts(rows, data)]
+        prompts = self._prompts(rows, data)
         end = [self.tokenizer.eos_token_id]
-        responses = [text.encode(self.tokenizer, data.response(r)) + end for r in rows]
+        responses = [self._response(data.response(r)) + end for r in rows]
         return text.sequence_batch(
             self.tokenizer, list(zip(prompts, responses, strict=True)),
             self.shared.context_length, self.device,
         )  # fmt: skip
+
+    def _prompts(self, rows: list[dict[str, Any]], data: Any) -> list[list[int]]:
+        """Each row's prompt tokens, as many of its last ones as a training row can hold."""
+        limit = self.shared.context_length
+        return [text.encode(self.tokenizer, p, limit, keep_end=True)
+                for p in self.render_prompts(rows, data)]  # fmt: skip
+
+    def _response(self, target: str) -> list[int]:
+        """A target's tokens, as many of its first ones as a training row can hold."""
+        return text.encode(self.tokenizer, target, self.shared.context_length)
 
     def _loss(self, model: Any, batch: text.Sequences, rows: slice) -> torch.Tensor:
         ids, mask = batch.ids[rows], batch.mask[rows]
@@ -104,10 +114,10 @@ class DPO(SFT):
 
     def _pairs(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
         """Chosen rows then rejected rows, one batch."""
-        prompts = [text.encode(self.tokenizer, p) for p in self.render_prompts(rows, data)]
+        prompts = self._prompts(rows, data)
         end = [self.tokenizer.eos_token_id]
-        chosen = [text.encode(self.tokenizer, data.chosen(r)) + end for r in rows]
-        rejected = [text.encode(self.tokenizer, data.rejected(r)) + end for r in rows]
+        chosen = [self._response(data.chosen(r)) + end for r in rows]
+        rejected = [self._response(data.rejected(r)) + end for r in rows]
         pairs = list(zip(prompts + prompts, chosen + rejected, strict=True))
         return text.sequence_batch(self.tokenizer, pairs, self.shared.context_length, self.device)
 

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agile_cli import TrainingError, UsageError, available_memory, format_bytes
+from agile_cli import TrainingError, UsageError, available_memory, format_bytes, printable
 
 #: Set before transformers or huggingface_hub is imported: the run never reaches the network.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -66,10 +66,12 @@ def load_model(path: str, *, device: Any, attn_implementation: str | None = None
     :raises UsageError: its weight files alone exceed the memory available for them.
     """
     require_stack()
+    refuse_pickles(path)
     check_fits(path, device)
     from transformers import AutoModelForCausalLM
 
-    options: dict[str, Any] = {"local_files_only": True}
+    # safetensors only: transformers would otherwise fall back to unpickling pytorch_model.bin.
+    options: dict[str, Any] = {"local_files_only": True, "use_safetensors": True}
     if attn_implementation not in (None, "auto"):
         options["attn_implementation"] = attn_implementation
     try:
@@ -82,21 +84,50 @@ def load_model(path: str, *, device: Any, attn_implementation: str | None = None
 
 #: Files that hold a model's weights.
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+#: Weight files that are pickles, which can run any code they hold when unpickled.
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.ckpt")
+
+
+def model_folder(path: str) -> Path | None:
+    """The folder of the model's files: a local folder, or its snapshot in the local Hugging
+    Face cache; None when there is none (loading then says why)."""
+    folder = Path(path)
+    if folder.is_dir():
+        return folder
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(path, local_files_only=True))
+    except Exception:  # not cached, or not a hub id: loading reports it
+        return None
 
 
 def weight_bytes(path: str) -> int | None:
-    """The size of the model's weight files: a local folder's, or those of its snapshot in the
-    local Hugging Face cache; None when they cannot be found (loading then says why)."""
-    folder = Path(path)
-    if not folder.is_dir():
-        try:
-            from huggingface_hub import snapshot_download
-
-            folder = Path(snapshot_download(path, local_files_only=True))
-        except Exception:  # not cached, or not a hub id: loading reports it
-            return None
+    """The size of the model's weight files; None when they cannot be found."""
+    folder = model_folder(path)
+    if folder is None:
+        return None
     files = {file for pattern in WEIGHT_FILES for file in folder.glob(pattern)}
     return sum(file.stat().st_size for file in files) or None
+
+
+def refuse_pickles(path: str) -> None:
+    """Refuse a model whose weights are only pickles (``pytorch_model.bin``): agile loads
+    safetensors alone, which hold data and nothing that runs."""
+    folder = model_folder(path)
+    if folder is None or any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted({file.name for pattern in PICKLED_WEIGHTS for file in folder.glob(pattern)})
+    if pickles:
+        names = printable(", ".join(pickles[:3])) + (", ..." if len(pickles) > 3 else "")
+        what = "a pickle" if len(pickles) == 1 else "pickles"
+        raise UsageError(
+            f"{path} holds only {names}, {what} agile does not load (unpickling a file can run "
+            "any code it holds)",
+            "convert it to safetensors where you trust it, e.g. "
+            "AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(DIR), or use a release "
+            "of the model with model.safetensors",
+        )
 
 
 def check_fits(path: str, device: Any) -> None:
@@ -122,11 +153,17 @@ def _free_on_device(device: Any) -> int:
     return int(free)
 
 
+def error_detail(error: BaseException, limit: int = 300) -> str:
+    """A library's error message for one of agile's: on one line, printable, at most ``limit``
+    characters (it may quote a file's text)."""
+    text = printable(" ".join(str(error).split()))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _not_here(path: str, exc: Exception) -> TrainingError:
     if Path(path).exists():
-        detail = " ".join(str(exc).split())[:300]
         return TrainingError(
-            f"{path} is not a model folder transformers can load: {detail}",
+            f"{path} is not a model folder transformers can load: {error_detail(exc)}",
             "point network.pretrained_model_name_or_path at a folder written by "
             "save_pretrained (config.json, weights and tokenizer files)",
         )

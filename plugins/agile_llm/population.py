@@ -17,10 +17,19 @@ from typing import Any, ClassVar
 
 import torch
 
-from agile_cli import AgentContext, Algorithm, MemberRecord, TrainingError, TrainingManifest
+from agile_cli import (
+    AgentContext,
+    Algorithm,
+    MemberRecord,
+    TrainingError,
+    TrainingManifest,
+    UsageError,
+    printable,
+)
 from agile_llm import text
 from agile_llm.adapters import AdapterPopulation
-from agile_llm.model import load_model, load_tokenizer
+from agile_llm.environment import PromptData
+from agile_llm.model import error_detail, load_model, load_tokenizer
 from agile_llm.spec import LLMSpec, LoraSpec
 
 
@@ -58,15 +67,27 @@ class SharedModel:
         name = f"member_{self._made}"
         self._made += 1
         if self.adapters is None:
-            lora = self.start.config if self.start else self.lora.peft_kwargs()
-            self.adapters = AdapterPopulation(self.base, lora, [name])
+            self.adapters = self._first_adapter(name)
         else:
             self.adapters.add(name, source)
         if source is None and self.start is not None:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(self.adapters.model, self.start.weights, adapter_name=name)
+            self.start.load_into(self.adapters.model, name)
         return name
+
+    def _first_adapter(self, name: str) -> AdapterPopulation:
+        """The population, made with its first adapter (which wraps the base model)."""
+        lora = self.start.config if self.start else self.lora.peft_kwargs()
+        try:
+            return AdapterPopulation(self.base, lora, [name])
+        except (ValueError, TypeError) as exc:  # peft refuses the settings
+            if self.start is not None:
+                raise self.start.unusable(f"peft cannot apply it: {error_detail(exc)}") from None
+            raise UsageError(
+                f"network.lora_config: peft cannot make these adapters of {self.path}: "
+                f"{error_detail(exc)}",
+                f"the model's linear layers are named {_linear_layers(self.base)}; name some "
+                "of them in target_modules",
+            ) from None
 
     @property
     def rank(self) -> int:
@@ -162,8 +183,7 @@ class LLMMember(Algorithm):
 
     def act(self, obs: Any, *, explore: bool) -> list[str]:
         """Completions of prompt texts: sampled when exploring, else greedy."""
-        ids = [text.encode(self.tokenizer, prompt) for prompt in obs]
-        return self.complete(ids, explore=explore).texts
+        return self.complete(self.prompt_ids(list(obs)), explore=explore).texts
 
     def render_prompts(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
         """Each row's prompt turns as the text the model continues."""
@@ -172,7 +192,7 @@ class LLMMember(Algorithm):
     def prompt_ids(self, prompts: list[str]) -> list[list[int]]:
         """Prompt texts as token ids, each cut to leave room for a completion."""
         room = max(self.shared.context_length - self.output_tokens(), 1)
-        return [text.encode(self.tokenizer, prompt)[-room:] for prompt in prompts]
+        return [text.encode(self.tokenizer, prompt, room, keep_end=True) for prompt in prompts]
 
     def output_tokens(self) -> int:
         """The most tokens a completion may have."""
@@ -307,10 +327,36 @@ class LLMMember(Algorithm):
 
 @dataclass
 class StartingAdapter:
-    """A saved adapter every new member starts from."""
+    """A saved adapter every new member starts from, read from ``folder``."""
 
     config: Any  # peft.LoraConfig
     weights: dict[str, torch.Tensor]
+    folder: Path
+
+    def load_into(self, model: Any, name: str) -> None:
+        """Set adapter ``name`` of the PEFT ``model`` to these weights.
+
+        :raises TrainingError: a weight has no layer of that name or shape in the model (an
+            adapter of another base model).
+        """
+        from peft import set_peft_model_state_dict
+
+        try:
+            result = set_peft_model_state_dict(model, self.weights, adapter_name=name)
+        except RuntimeError as exc:  # torch's size mismatch
+            raise self.unusable(error_detail(exc)) from None
+        unknown = list(getattr(result, "unexpected_keys", []))
+        if unknown:
+            raise self.unusable(
+                f"{len(unknown)} of its weights ({printable(unknown[0])}, ...) match no layer"
+            )
+
+    def unusable(self, why: str) -> TrainingError:
+        return TrainingError(
+            f"network.adapter_path: the adapter in {self.folder} does not fit this model: {why}",
+            "start from an adapter trained on this base model (its adapter_config.json names "
+            "base_model_name_or_path)",
+        )
 
 
 def _starting_adapter(path: str | None) -> StartingAdapter | None:
@@ -318,6 +364,7 @@ def _starting_adapter(path: str | None) -> StartingAdapter | None:
     if path is None:
         return None
     from peft import LoraConfig
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Path(path)
@@ -330,9 +377,14 @@ def _starting_adapter(path: str | None) -> StartingAdapter | None:
         )
     try:
         config = LoraConfig.from_pretrained(str(folder))
-        return StartingAdapter(config, load_file(str(weights)))  # safetensors: data only
-    except (OSError, ValueError, TypeError) as exc:
-        raise TrainingError(f"network.adapter_path: {folder} cannot be read ({exc})") from None
+        return StartingAdapter(config, load_file(str(weights)), folder)  # safetensors: data only
+    except (OSError, ValueError, TypeError, SafetensorError) as exc:
+        raise TrainingError(
+            f"network.adapter_path: {folder} cannot be read "
+            f"({type(exc).__name__}: {error_detail(exc)})",
+            "point it at a PEFT adapter folder that save_pretrained wrote whole, e.g. an "
+            "earlier run's elite/",
+        ) from None
 
 
 def build_population(
@@ -348,4 +400,14 @@ def build_population(
     assert isinstance(spec, LLMSpec)
     torch.manual_seed(spec.seed)  # LoRA's initial weights
     shared = SharedModel(manifest, context.device)
+    if isinstance(env, PromptData) and env.train:
+        # A chat template that cannot render the prompts fails now, before any run folder.
+        text.render(shared.tokenizer, env.messages(env.train[0]))
     return [cls(spec, shared=shared, context=context, index=i) for i in range(size)]
+
+
+def _linear_layers(model: Any) -> str:
+    """The names of ``model``'s linear layers, once each (what LoRA's target_modules name)."""
+    names = sorted({key.rsplit(".", 1)[-1] for key, module in model.named_modules()
+                    if isinstance(module, torch.nn.Linear)})  # fmt: skip
+    return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") or "none"

@@ -24,9 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from agile_cli import TrainingError, UsageError
+from agile_cli import TrainingError, UsageError, printable
+from agile_llm.model import error_detail
 
 _WHERE = "environment.reward_file_path"
+#: Characters of a value the function returned shown in a message.
+_SHOWN = 200
 
 
 class RewardFunction:
@@ -63,19 +66,27 @@ class RewardFunction:
         try:
             value = self.function(completion, answer, question)
         except Exception as error:
-            raise TrainingError(
-                f"reward function {self.label} raised on row {index}: "
-                f"{type(error).__name__}: {error}{_user_line(error, None)}",
-                "fix the reward function; it is called as fn(completion, answer, question)",
-            ) from None
+            what = f"raised on row {index}: {type(error).__name__}: {error_detail(error)}"
+            raise self._failed(what, error) from None
+        except SystemExit as error:  # sys.exit() in the function must not end the run unsaid
+            what = f"raised SystemExit({error_detail(error)}) while scoring row {index}"
+            raise self._failed(what, error) from None
         number = as_number(value)
         if number is None:
+            shown = repr(value)
+            shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
             raise TrainingError(
-                f"reward function {self.label} returned {value!r} for row {index}, "
+                f"reward function {self.label} returned {shown} for row {index}, "
                 "not a finite number",
                 "return a float (or an int or bool) for every completion",
             )
         return number
+
+    def _failed(self, what: str, error: BaseException) -> TrainingError:
+        return TrainingError(
+            f"reward function {self.label} {what}{_user_line(error, None)}",
+            "fix the reward function; it is called as fn(completion, answer, question)",
+        )
 
 
 def as_number(value: Any) -> float | None:
@@ -135,7 +146,7 @@ def _import(file: Path) -> ModuleType:
     except (Exception, SystemExit) as error:
         del sys.modules[module_name]
         raise UsageError(
-            f"{_WHERE}: importing {file} raised {type(error).__name__}: {error}"
+            f"{_WHERE}: importing {file} raised {type(error).__name__}: {error_detail(error)}"
             f"{_user_line(error, file)}",
             "fix the reward file; agile imports it as a module when training starts",
         ) from None
@@ -146,7 +157,7 @@ def _user_line(error: BaseException, file: Path | None) -> str:
     """Where in the user's file ``error`` happened (`` at line N: code``), as far as known:
     the innermost frame in ``file`` (any file but this one when None)."""
     if isinstance(error, SyntaxError) and error.lineno is not None:
-        return f" at line {error.lineno}: {(error.text or '').strip()}"
+        return f" at line {error.lineno}: {printable((error.text or '').strip())[:_SHOWN]}"
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
@@ -155,7 +166,8 @@ def _user_line(error: BaseException, file: Path | None) -> str:
     if not frames:
         return ""
     frame = frames[-1]
-    return f" at {Path(frame.filename).name} line {frame.lineno}: {(frame.line or '').strip()}"
+    code = printable((frame.line or "").strip())[:_SHOWN]
+    return f" at {printable(Path(frame.filename).name)} line {frame.lineno}: {code}"
 
 
 def _article(noun: str) -> str:

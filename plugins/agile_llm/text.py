@@ -7,12 +7,27 @@ the tokenizer explicitly; none holds state.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from agile_cli import UsageError, printable
+from agile_llm.model import error_detail
 from agile_llm.objectives import IGNORE
+
+#: Characters tokenised per token a text may contribute. A text longer than ``limit`` times
+#: this is cut to that many characters at the end the model reads before it is tokenised, so
+#: memory follows the context length, not the row. Common tokenizers average about four
+#: characters a token, so the cut text still holds more tokens than are kept.
+CHARS_PER_TOKEN = 32
+#: Shown once per process (the warnings module shows a message once per place).
+CUT_NOTICE = (
+    f"environment.dataset: a text of more than {CHARS_PER_TOKEN} characters for each token "
+    "it can take of max_context_length was cut before tokenising, keeping the end the model "
+    "reads (a prompt's last characters, a response's first), where the token limit cuts it"
+)
 
 
 def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -20,20 +35,50 @@ def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 
     With a chat template, the template renders them (continuing a final assistant turn, else
     opening the assistant's); without one, the turns' texts are joined by newlines.
+
+    :raises UsageError: the template fails: Jinja's sandbox refuses it (SecurityError), it is
+        not valid Jinja (TemplateSyntaxError), or it raises on these turns.
     """
-    if getattr(tokenizer, "chat_template", None):
-        prefilled = bool(messages) and messages[-1]["role"] == "assistant"
+    if not getattr(tokenizer, "chat_template", None):
+        return "\n".join(message["content"] for message in messages)
+    prefilled = bool(messages) and messages[-1]["role"] == "assistant"
+    try:
         text = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=not prefilled,
             continue_final_message=prefilled,
         )  # fmt: skip
-        return str(text)
-    return "\n".join(message["content"] for message in messages)
+    except Exception as error:  # the template is the model folder's code: all it raises is its own
+        raise _template_failed(tokenizer, error) from None
+    return str(text)
 
 
-def encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text``, without special tokens added (a template writes its own)."""
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
+def _template_failed(tokenizer: Any, error: Exception) -> UsageError:
+    """What a chat template that cannot render the prompt turns did (transformers renders it
+    in Jinja's sandbox, which refuses unsafe calls with a SecurityError)."""
+    folder = printable(str(getattr(tokenizer, "name_or_path", "") or "the model folder"))
+    return UsageError(
+        f"the chat template of the tokenizer in {folder} cannot render the prompt turns: "
+        f"{type(error).__name__}: {error_detail(error)}",
+        "fix chat_template in its tokenizer_config.json (or chat_template.jinja), or remove it "
+        "to join the turns' texts by newlines",
+    )
+
+
+def encode(tokenizer: Any, text: str, limit: int, *, keep_end: bool = False) -> list[int]:
+    """The first ``limit`` token ids of ``text`` (the last ones with ``keep_end``), without
+    special tokens added (a template writes its own).
+
+    Only the ``limit * CHARS_PER_TOKEN`` characters at that end are tokenised (with a notice
+    when a text is longer): a row of any size costs memory for ``limit`` tokens, not for all
+    of its own.
+    """
+    budget = max(limit, 1) * CHARS_PER_TOKEN
+    if len(text) > budget:
+        # Warned from here for every caller, so shown once.
+        warnings.warn(CUT_NOTICE, stacklevel=1)
+        text = text[-budget:] if keep_end else text[:budget]
+    ids = list(tokenizer(text, add_special_tokens=False).input_ids)
+    return ids[max(len(ids) - limit, 0) :] if keep_end else ids[:limit]
 
 
 @dataclass
