@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 import os
+import secrets
 import socket
 import sys
 import tempfile
@@ -19,9 +20,12 @@ from agile_cli import TrainingError, UsageError, slot_sizes
 #: own client retries for minutes).
 CONNECT_TIMEOUT = 5.0
 
-#: Where the Ray instance a run starts for itself listens, on Linux: a loopback address (Ray
-#: replaces 127.0.0.1 with the machine's network address, and would listen there).
-PRIVATE_ADDRESS = "127.0.0.2"
+#: What Ray reads from the environment, once per process when it is imported, for the Ray
+#: instance a run starts for itself. Multi-node mode off (on every platform, despite the name):
+#: the node's address is the loopback one, not the machine's network address, and Ray's servers
+#: then listen there only instead of on every interface. Token authentication: every request
+#: needs the token as well, so other users of the machine cannot submit work either.
+PRIVATE_SETTINGS = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
 
 
 @dataclass(frozen=True)
@@ -91,30 +95,46 @@ def _reachable(address: str) -> None:
         ) from None
 
 
+def _private_instance() -> dict[str, Any]:
+    """``ray.init``'s options for a Ray instance of the run's own, once the environment Ray
+    reads is set for it (see ``PRIVATE_SETTINGS``)."""
+    if "ray" in sys.modules and any(os.environ.get(k) != v for k, v in PRIVATE_SETTINGS.items()):
+        raise TrainingError(
+            "Ray was imported before the run, without the settings that keep a Ray instance of "
+            "the run's own on loopback, with token authentication",
+            "import ray after the run starts, or set "
+            + " ".join(f"{k}={v}" for k, v in PRIVATE_SETTINGS.items())
+            + " before importing it, or give --address",
+        )
+    os.environ.update(PRIVATE_SETTINGS)
+    # Ray loads the token once per process: a later instance keeps it, or the user's.
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    os.environ.pop("RAY_ADDRESS", None)  # Ray would join that cluster instead
+    if "RAY_TMPDIR" not in os.environ:  # kept afterwards: it holds the workers' logs
+        # A short folder of its own: Ray's socket paths must stay short.
+        os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="agile-ray-")
+    return {"address": "local", "include_dashboard": False, "_temp_dir": os.environ["RAY_TMPDIR"]}
+
+
 @contextlib.contextmanager
 def connected(address: str | None) -> Iterator[Any]:
-    """Ray, joined to the cluster at ``address`` (or to a Ray instance started on this machine
-    for the run, without it), until the block ends."""
+    """Ray, joined to the cluster at ``address`` (with Ray's own settings), or without it to a
+    Ray instance started on this machine for the run (listening on loopback only, with token
+    authentication), until the block ends."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is None:
-        # A private instance: no token from another cluster applies, and a short temporary
-        # folder of its own (Ray's socket paths must stay short).
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        if "RAY_TMPDIR" not in os.environ:  # kept afterwards: it holds the workers' logs
-            os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="agile-ray-")
-    elif address != "auto":
-        _reachable(address)
+        options = _private_instance()
+    else:
+        if address != "auto":
+            _reachable(address)
+        options = {"address": address}
     import ray
 
     # Workers' own output stays in their log files (the Ray session folder's logs/), out of
     # the progress display; their errors come back as the run's.
-    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
-    if address is None:
-        options.update(include_dashboard=False, _temp_dir=os.environ["RAY_TMPDIR"])
-        if sys.platform.startswith("linux"):  # every 127.x address is loopback there
-            options["_node_ip_address"] = PRIVATE_ADDRESS
+    options.update(logging_level=logging.WARNING, log_to_driver=False)
     try:
-        ray.init(address=address, **options)
+        ray.init(**options)
     except ConnectionError as exc:
         raise TrainingError(
             f"cannot join the Ray cluster at {address}: {exc}",
