@@ -27,7 +27,8 @@ CORE_COMMANDS = (
 member_option = click.option("--member", type=int, help="Member index (population checkpoints).")
 trust_code_option = click.option(
     "--trust-code", is_flag=True,
-    help="Build an environment whose code the run names, though your agile did not write the run.",
+    help="Import the code the run names (environment file, wrappers, reward file) though your "
+    "agile did not seal it, or a file it names changed since.",
 )  # fmt: skip
 
 

@@ -80,7 +80,8 @@ def resolve_reference(reference: str, base: Path, where: str) -> Any:
     :raises EnvironmentNotFoundError: the module, the attribute or the callable is missing.
     """
     module_part, _, attribute = reference.rpartition(":")
-    module = _import_file(module_part, base) or _import_module(module_part, where)
+    file = reference_file(reference, base)
+    module = _import_file(file) if file is not None else _import_module(module_part, where)
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -126,11 +127,29 @@ def resolve_wrapper(
 ) -> tuple[Any, dict[str, Any]]:
     """A wrapper and its keyword arguments from one ``environment.wrappers`` entry:
     ``module:Wrapper``, ``package.module.Wrapper`` or ``(target, {kwargs})``."""
-    target, kwargs = (item, {}) if isinstance(item, str) else item
+    kwargs = {} if isinstance(item, str) else item[1]
+    return resolve_reference(wrapper_reference(item), base, "environment.wrappers"), dict(kwargs)
+
+
+def wrapper_reference(item: str | tuple[str, dict[str, Any]] | list[Any]) -> str:
+    """The ``module:Wrapper`` reference one ``environment.wrappers`` entry names."""
+    target = item if isinstance(item, str) else str(item[0])
     if ":" not in target:
         module_name, _, attribute = target.rpartition(".")
         target = f"{module_name}:{attribute}"
-    return resolve_reference(target, base, "environment.wrappers"), dict(kwargs)
+    return target
+
+
+def reference_file(reference: str, base: Path) -> Path | None:
+    """The Python file :func:`resolve_reference` imports for ``reference`` (``base / module``
+    or ``base / module.py``, dots as folders too), or None when it imports an installed module
+    by name instead. Imports nothing."""
+    module_part = reference.rpartition(":")[0]
+    for candidate in (module_part, module_part.replace(".", "/")):
+        for path in (base / candidate, base / f"{candidate}.py"):
+            if path.is_file() and path.suffix == ".py":
+                return path
+    return None
 
 
 def can_fork() -> bool:
@@ -140,21 +159,16 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def _import_file(module_part: str, base: Path) -> Any:
-    candidates = [module_part, module_part.replace(".", "/")]
-    for candidate in candidates:
-        for path in (base / candidate, base / f"{candidate}.py"):
-            if path.is_file() and path.suffix == ".py":
-                name = f"agile_user_env_{abs(hash(str(path.resolve())))}"
-                if name in sys.modules:
-                    return sys.modules[name]
-                spec = importlib.util.spec_from_file_location(name, path)
-                assert spec is not None and spec.loader is not None
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[name] = module
-                spec.loader.exec_module(module)
-                return module
-    return None
+def _import_file(path: Path) -> Any:
+    name = f"agile_user_env_{abs(hash(str(path.resolve())))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _import_module(name: str, where: str) -> Any:

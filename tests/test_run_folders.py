@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -87,6 +89,118 @@ def test_a_non_empty_folder_that_is_no_run_is_never_touched(run, finished, tmp_p
                      *extra)  # fmt: skip
         assert result.exit_code == 2 and "holds no run" in result.output
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+_HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from agile_cli.training import run_lock
+run_lock.acquire(Path(sys.argv[1]))
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def holder():
+    """Start a process that takes a folder's lock as a training run does, and holds it."""
+    processes: list[subprocess.Popen[str]] = []
+
+    def start(folder: Path) -> subprocess.Popen[str]:
+        process = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(folder)],
+                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
+        processes.append(process)
+        assert process.stdout is not None and process.stdout.readline() == "holding\n"
+        return process
+
+    yield start
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def test_a_folder_in_training_is_never_overwritten_nor_resumed_twice(run, finished, copy,
+                                                                     holder) -> None:  # fmt: skip
+    target = copy()
+    live = holder(target)
+    files = sorted(path.name for path in target.rglob("*"))
+    for args in (("train", str(finished / "m.yaml"), "--run-dir", str(target), "--overwrite"),
+                 ("train", "--resume", str(target))):  # fmt: skip
+        refused = run(*args, "--quiet", "--device", "cpu")
+        assert refused.exit_code == 2, refused.output
+        assert f"{target} is in use: agile (pid {live.pid} on " in refused.output
+        assert f"kill {live.pid}" in refused.output
+    assert sorted(path.name for path in target.rglob("*")) == files
+
+
+def test_the_lock_of_a_killed_run_is_taken_over(run, finished, copy, holder) -> None:
+    target = copy()
+    (target / "manifest.yaml").write_text(
+        (target / "manifest.yaml").read_text().replace("max_steps: 192", "max_steps: 256")
+    )
+    dead = holder(target)
+    dead.kill()  # as kill -9 would: the lock file stays, naming a process that is gone
+    dead.wait()
+    assert str(dead.pid) in (target / ".agile.lock").read_text()
+    resumed = run("train", "--resume", str(target), "--quiet", "--device", "cpu")
+    assert resumed.exit_code == 0, resumed.output
+    assert _generations(target) == [1, 2, 3, 4]
+
+
+@pytest.fixture
+def read_only(monkeypatch, tmp_path):
+    """A folder that behaves as if on a read-only file system, as agile's checks see it."""
+    import os
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real_access, real_statvfs = os.access, os.statvfs
+
+    def inside(path) -> bool:
+        return Path(path).resolve().is_relative_to(folder.resolve())
+
+    def access(path, mode: int) -> bool:
+        return not (mode & os.W_OK and inside(path)) and real_access(path, mode)
+
+    monkeypatch.setattr(os, "access", access)
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "statvfs", lambda p: ReadOnly() if inside(p) else real_statvfs(p))
+    return folder
+
+
+def test_read_only_places_are_refused_before_any_work(run, finished, read_only) -> None:
+    stored = Path(shutil.copytree(finished / "run", read_only / "run"))
+    commands = [
+        ("train", str(finished / "m.yaml"), "--run-dir", str(read_only / "new")),
+        ("train", "--resume", str(stored)),
+        ("export", str(stored), "--format", "torchscript"),
+        ("evaluate", str(stored), "--video", str(read_only / "elite.mp4")),
+    ]
+    for command in commands:
+        refused = run(*command)
+        assert refused.exit_code == 2, refused.output
+        assert "is on a read-only file system" in refused.output
+        assert "building" not in refused.output
+    assert sorted(p.name for p in stored.iterdir()) == sorted(
+        p.name for p in (finished / "run").iterdir()
+    )
+
+
+def test_a_full_disk_ends_the_run_with_a_sentence(run, finished, tmp_path, monkeypatch) -> None:
+    def full(self, record) -> None:
+        raise OSError(28, "No space left on device", str(self.metrics))
+
+    monkeypatch.setattr(RunFolder, "append_metrics", full)
+    ended = run("train", str(finished / "m.yaml"), "--quiet", "--device", "cpu", "--run-dir",
+                str(tmp_path / "run"))  # fmt: skip
+    assert ended.exit_code == 1
+    assert f"error: {tmp_path / 'run' / 'metrics.jsonl'}: No space left on device (free some" in (
+        ended.output
+    )
+    assert "Traceback" not in ended.output
 
 
 def test_runs_started_at_once_get_distinct_folders(monkeypatch, tmp_path) -> None:

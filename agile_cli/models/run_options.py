@@ -28,8 +28,9 @@ class LocalRunOptions(Spec):
     )
     trust_code: bool = Field(
         False,
-        description="With --resume: build an environment whose code the run names, though "
-        "your agile did not write the run.",
+        description="With --resume: import the code the run names (environment file, "
+        "wrappers, reward file) though your agile did not seal it, or a file it names changed "
+        "since.",
     )
     checkpoint_buffer: bool = Field(
         False, description="Include the replay buffer in checkpoints (exact resume, larger files)."

@@ -6,7 +6,7 @@ The format (``FORMAT_VERSION`` 2) is a PyTorch zip archive (``torch.save``) hold
 back as an array. :func:`load` reads with ``torch.load(weights_only=True)``, whose unpickler
 builds only those types: a file naming any other class or function is refused, not run. It
 also refuses compressed archive entries, so that reading takes no more memory than the file
-itself holds.
+itself holds, and an entry that fails its CRC-32 (a file damaged on disk or in a copy).
 
 Every checkpoint carries ``format``, ``kind`` (``population`` for ``checkpoints/*.pt``,
 ``member`` for ``elite.pt``), ``agile_version``, ``algorithm``, ``environment``, ``spaces``
@@ -16,6 +16,8 @@ loop's counters, every member, the elite, the evolution generators and optionall
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import tempfile
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agile_cli.errors import TrainingError
+from agile_cli.errors import TrainingError, printable
 from agile_cli.training import budget
 
 FORMAT_VERSION = 2
@@ -42,17 +44,25 @@ _LAYOUT: dict[str, dict[str, type | tuple[type, ...]]] = {
     MEMBER: {"manifest": dict, "member": dict},
 }
 _ARRAY_TAG = "__agile_ndarray__"
+_CHUNK = 1 << 20  # bytes read at a time when checking an entry's checksum
 _PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.Size)
 
 
 def save_atomically(state: dict[str, Any], path: Path) -> None:
     """Write ``state`` to ``path`` so that a crash leaves either the old file or the new one.
 
-    :raises TrainingError: when ``state`` holds something other than plain data.
+    :raises TrainingError: when ``state`` holds something other than plain data, or when the
+        file cannot be written (a full disk, a read-only folder): the previous file is kept,
+        the temporary one removed.
     """
     encoded = _encode(state, "checkpoint")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+        )
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
     with _interrupt_held():
         try:
             with os.fdopen(handle, "wb") as stream:
@@ -60,9 +70,32 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
                 stream.flush()
                 os.fsync(stream.fileno())
             os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                Path(temporary).unlink(missing_ok=True)
+            failure = _os_error(exc)
+            if failure is None:
+                raise
+            raise _unwritable(path, failure) from None
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``: itself, or the one torch's zip writer was handling when it
+    raised its own RuntimeError (it turns a failed write into one)."""
+    seen: BaseException | None = exc
+    while isinstance(seen, RuntimeError):
+        seen = seen.__cause__ or seen.__context__
+    return seen if isinstance(seen, OSError) else None
+
+
+def _unwritable(path: Path, exc: OSError) -> TrainingError:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    kept = " (the previous one is kept)" if path.is_file() else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = f"free space on the disk that holds {path.parent}, or train on another (--run-dir)"
+    else:
+        hint = f"make {path.parent} writable, or train into a writable folder with --run-dir"
+    return TrainingError(f"could not write the checkpoint {path}: {reason}{kept}", hint)
 
 
 @contextmanager
@@ -111,12 +144,17 @@ def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any
 
 
 def _check_archive(path: Path) -> None:
-    """A torch zip archive whose entries are stored uncompressed (memory bounded by size)."""
+    """A torch zip archive whose entries are stored uncompressed (memory bounded by size) and
+    hold what their checksums say."""
     try:
         with zipfile.ZipFile(path) as archive:
-            entries = archive.infolist()
+            _check_entries(path, archive.infolist())
+            _check_checksums(path, archive)
     except (zipfile.BadZipFile, OSError) as exc:
         raise TrainingError(f"{path} is not an agile checkpoint ({exc})") from None
+
+
+def _check_entries(path: Path, entries: list[zipfile.ZipInfo]) -> None:
     if any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
         raise TrainingError(f"{path} is not an agile checkpoint (it has compressed entries)")
     if sum(entry.file_size for entry in entries) > path.stat().st_size:
@@ -127,6 +165,39 @@ def _check_archive(path: Path) -> None:
             f"{path} is {budget.format_bytes(size)}, more than the "
             f"{budget.format_bytes(available)} of memory this machine has available to read it"
         )
+
+
+def _check_checksums(path: Path, archive: zipfile.ZipFile) -> None:
+    """Read every entry, a chunk at a time: zipfile compares its CRC-32 at the end. A bit
+    flipped on disk or in a copy would otherwise load as a slightly different tensor."""
+    for entry in archive.infolist():
+        try:
+            with archive.open(entry) as stream:
+                while stream.read(_CHUNK):
+                    pass
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            name = printable(entry.filename)
+            problem = "fails its checksum" if "CRC" in str(exc) else f"cannot be read: {exc}"
+            raise TrainingError(
+                f"{path} is damaged (entry {name} {problem})", _damaged_hint(path)
+            ) from None
+
+
+def _damaged_hint(path: Path) -> str:
+    folder = path.parent if path.parent.name == "checkpoints" else path.parent / "checkpoints"
+    snapshots = sorted((p for p in folder.glob("step_*.pt") if p != path), key=_step)
+    if not snapshots:
+        return "it changed after agile wrote it (a disk or copy fault); train the run again"
+    return (
+        f"it changed after agile wrote it; resume from {snapshots[-1]} (copy it over "
+        f"{folder / 'latest.pt'}, then agile train --resume) or an earlier snapshot, or train "
+        "the run again"
+    )
+
+
+def _step(snapshot: Path) -> int:
+    number = snapshot.stem.removeprefix("step_")
+    return int(number) if number.isdigit() else -1
 
 
 def _check_header(state: Any, path: Path, kind: str | tuple[str, ...] | None) -> None:

@@ -28,14 +28,15 @@ def load_agent(
 ) -> tuple[Algorithm, TrainingManifest]:
     """The saved agent and its manifest. ``path``: a run folder, elite.pt or a checkpoint.
 
-    :param trust_code: build the environment even when the checkpoint names code and this
-        user's agile did not write it (see :mod:`.trust`).
+    :param trust_code: build the environment even when the checkpoint names code that this
+        user's agile did not seal as it is now (see :mod:`.trust`). The relative names of a
+        run this user sealed resolve where it was trained, not in the current directory.
     """
     if path.is_dir():
         path = path / "elite.pt"
     state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
-    trust.check(state, path, trusted=trust_code)
-    manifest = TrainingManifest.get_validated(state["manifest"], registry=registry)
+    recorded = TrainingManifest.get_validated(state["manifest"], registry=registry)
+    manifest = trust.checked(state, recorded, path, trusted=trust_code)
     with explain_mismatch():
         saved = _member_state(state, member, path)
     env = setup.build_environment(manifest, registry, seed=0)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from agile_cli.errors import TrainingError, UsageError
 from agile_cli.manifest import TrainingManifest
+from agile_cli.training import trust
 
 #: Manifest fields a resumed run honours when ``manifest.yaml`` was edited since the checkpoint
 #: (to train longer, or to stop at another score). Everything else is fixed by the checkpoint.
@@ -60,6 +62,31 @@ def explain_mismatch() -> Iterator[None]:
         ) from None
 
 
+def checked_manifest(
+    state: Mapping[str, Any], manifest: TrainingManifest, source: Path, *, trusted: bool
+) -> tuple[TrainingManifest, list[str]]:
+    """The manifest a resumed run trains with, and notes of the edits it applies.
+
+    It is ``manifest.yaml``, the code it names found where the checkpoint's is (the run's
+    sealed origin, never the current directory), and it must name the code the checkpoint
+    names: that code is what runs, so it is what the trust check inspects.
+
+    :param state: the checkpoint resumed from.
+    :param manifest: the run folder's ``manifest.yaml``, resolved.
+    :param source: the checkpoint's file, for messages.
+    :param trusted: the user passed ``--trust-code``.
+    :raises UsageError: edits resuming cannot apply (no field naming code may change), or code
+        this user's seal does not cover (without ``trusted``).
+    """
+    origin = trust.origin(state)
+    saved = trust.located(state["manifest"], origin)
+    current = trust.located(manifest.to_dict(), origin, like=saved)
+    notes = manifest_edits(saved, current)
+    resumed = trust.checked(state, manifest, source, trusted=trusted, like=saved,
+                            named_by="manifest.yaml")  # fmt: skip
+    return resumed, notes
+
+
 def manifest_edits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Describe the edits resume applies; refuse the edits it cannot.
 
@@ -68,10 +95,7 @@ def manifest_edits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
     :raises UsageError: for edits the saved population cannot follow.
     """
     old, new = _flatten(saved), _flatten(current)
-    changed = sorted(
-        key for key in old.keys() | new.keys()
-        if old.get(key) != new.get(key) and not _field_of_another_version(key, old, new)
-    )  # fmt: skip
+    changed = sorted(key for key in old.keys() | new.keys() if _edited(key, old, new))
     refused = [key for key in changed if key not in EDITABLE_ON_RESUME]
     if refused:
         shown = ", ".join(f"{key} ({old.get(key)!r} -> {new.get(key)!r})" for key in refused[:6])
@@ -82,6 +106,14 @@ def manifest_edits(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list
             + ", ".join(sorted(EDITABLE_ON_RESUME)),
         )
     return [f"resuming with {key} {new.get(key)!r} (was {old.get(key)!r})" for key in changed]
+
+
+def _edited(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether ``key`` differs. A field naming code differs whenever what it names does (one
+    side lacking it is no field of another version: code added or removed is an edit)."""
+    if key in trust.CODE_FIELDS:
+        return (old.get(key) or None) != (new.get(key) or None)
+    return old.get(key) != new.get(key) and not _field_of_another_version(key, old, new)
 
 
 def _field_of_another_version(key: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
-from agile_cli.training import checkpoint, trust
+from agile_cli.training import checkpoint
 from agile_cli.training.loop import (
     RUN_SHAPING_OPTIONS,
     EvolutionLoop,
@@ -21,8 +21,8 @@ from agile_cli.training.loop import (
 )
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
-from agile_cli.training.resume import check_compatible, explain_mismatch, manifest_edits
-from agile_cli.training.run_folder import RunFolder
+from agile_cli.training.resume import check_compatible, checked_manifest, explain_mismatch
+from agile_cli.training.run_folder import RunFolder, check_writable
 
 
 def _section(value: Spec | Mapping[str, Any] | None) -> Any:
@@ -146,6 +146,12 @@ def run_local(
     return loop.run()
 
 
+_RESUME_ELSEWHERE = (
+    "a resumed run writes checkpoints and metrics in its folder: copy the folder somewhere "
+    "writable and resume the copy"
+)
+
+
 def resume_local(
     run_dir: Path,
     registry: Registry,
@@ -160,6 +166,23 @@ def resume_local(
     folder = RunFolder(run_dir)
     if not folder.manifest.is_file():
         raise UsageError(f"{run_dir} is not a run folder (no manifest.yaml)")
+    check_writable(run_dir, f"--resume {run_dir}", _RESUME_ELSEWHERE)
+    folder.lock()
+    try:
+        return _resume(folder, registry, options, verbose=verbose, runner=runner)
+    finally:
+        folder.unlock()
+
+
+def _resume(
+    folder: RunFolder,
+    registry: Registry,
+    options: RunOptions,
+    *,
+    verbose: bool,
+    runner: RunnerFactory | None,
+) -> TrainResult:
+    run_dir = folder.path
     if not folder.latest.is_file():
         raise TrainingError(
             f"no generation of {run_dir} finished: it has no checkpoint to resume from",
@@ -168,8 +191,7 @@ def resume_local(
     state = checkpoint.load(folder.latest, kind=checkpoint.POPULATION)
     manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
     check_compatible(state, manifest)
-    notes = manifest_edits(state["manifest"], manifest.to_dict())
-    trust.check(state, folder.latest, trusted=options.trust_code)
+    manifest, notes = checked_manifest(state, manifest, folder.latest, trusted=options.trust_code)
     with explain_mismatch():
         _refuse_finished(state, manifest, run_dir)
         options.seed = int(state["state"]["seed"])

@@ -33,8 +33,9 @@ def dataset() -> None:
 )  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Seed of the episodes.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
-@click.option("--trust-code", is_flag=True, help="Build an environment whose code the run names, "
-              "though your agile did not write the run.")  # fmt: skip
+@click.option("--trust-code", is_flag=True, help="Import the code the run names (environment "
+              "file, wrappers, reward file) though your agile did not seal it, or a file it "
+              "names changed since.")  # fmt: skip
 @click.pass_context
 def collect(ctx: click.Context, run_dir: Path, episodes: int, out: Path, overwrite: bool,
             member: int | None, epsilon: float, seed: int, device: str,
