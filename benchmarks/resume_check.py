@@ -69,15 +69,23 @@ def agile(*args: str) -> list[str]:
     return [sys.executable, "-m", "agile_cli", *args]
 
 
-def train(case: Case, run_dir: Path, seed: int) -> subprocess.Popen[bytes]:
+@dataclass(frozen=True)
+class Setting:
+    """What every run of a check shares: its ``--seed`` and ``--device``."""
+
+    seed: int
+    device: str
+
+
+def train(case: Case, run_dir: Path, setting: Setting) -> subprocess.Popen[bytes]:
     sets = [part for item in case.sets for part in ("--set", item)]
-    command = agile("train", str(ROOT / case.manifest), "--quiet", "--device", "cpu",
-                    "--seed", str(seed), "--run-dir", str(run_dir), *case.flags, *sets)  # fmt: skip
+    options = ["--device", setting.device, "--seed", str(setting.seed), "--run-dir", str(run_dir)]
+    command = agile("train", str(ROOT / case.manifest), "--quiet", *options, *case.flags, *sets)
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def resume(run_dir: Path) -> subprocess.Popen[bytes]:
-    command = agile("train", "--resume", str(run_dir), "--quiet")
+def resume(run_dir: Path, setting: Setting) -> subprocess.Popen[bytes]:
+    command = agile("train", "--resume", str(run_dir), "--quiet", "--device", setting.device)
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -132,20 +140,20 @@ def final_members(run_dir: Path) -> Any:
     return checkpoint.load(run_dir / "checkpoints" / "latest.pt")["members"]
 
 
-def trial(case: Case, base: Path, seed: int, span: float, twice: bool) -> tuple[str, Path]:
+def trial(case: Case, base: Path, setting: Setting, span: float, twice: bool) -> tuple[str, Path]:
     run_dir = base / f"trial-{random.getrandbits(32):08x}"
-    moments = [kill_at_random(train(case, run_dir, seed), run_dir, span)]
+    moments = [kill_at_random(train(case, run_dir, setting), run_dir, span)]
     if twice and not moments[0].startswith("finished"):
-        moments.append(kill_at_random(resume(run_dir), run_dir, span / 2))
+        moments.append(kill_at_random(resume(run_dir, setting), run_dir, span / 2))
     if not moments[-1].startswith("finished"):
-        finish(resume(run_dir))
+        finish(resume(run_dir, setting))
     return ", then ".join(moments), run_dir
 
 
-def timed_reference(case: Case, run_dir: Path, seed: int) -> float:
+def timed_reference(case: Case, run_dir: Path, setting: Setting) -> float:
     """Train the uninterrupted run; returns the seconds it trained after its first generation
     (the span in which the trials are killed)."""
-    process = train(case, run_dir, seed)
+    process = train(case, run_dir, setting)
     while generations(run_dir) < 1 and process.poll() is None:
         time.sleep(0.02)
     first = time.perf_counter()
@@ -153,16 +161,16 @@ def timed_reference(case: Case, run_dir: Path, seed: int) -> float:
     return time.perf_counter() - first
 
 
-def check(name: str, kills: int, seed: int, base: Path) -> int:
+def check(name: str, kills: int, setting: Setting, base: Path) -> int:
     case = CASES[name]
     reference = base / f"{name}-whole"
-    span = timed_reference(case, reference, seed)
+    span = timed_reference(case, reference, setting)
     expected, members = records(reference), final_members(reference)
     print(f"{name}: uninterrupted run, {len(expected)} generations, {span:.1f} s after the "
           "first", flush=True)  # fmt: skip
     failures = 0
     for number in range(kills):
-        moment, run_dir = trial(case, base, seed, span=0.9 * span, twice=number % 2 == 1)
+        moment, run_dir = trial(case, base, setting, span=0.9 * span, twice=number % 2 == 1)
         equal = records(run_dir) == expected and same_state(final_members(run_dir), members)
         failures += not equal
         print(f"  trial {number + 1}: {moment}: {'identical' if equal else 'DIFFERS'}", flush=True)
@@ -176,11 +184,14 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=5, help="killed runs per manifest")
     parser.add_argument("--seed", type=int, default=1, help="the runs' --seed")
     parser.add_argument("--random-seed", type=int, default=0, help="seed of the kill moments")
+    parser.add_argument("--device", default="cpu", help="--device of every run (e.g. cuda)")
     args = parser.parse_args()
     random.seed(args.random_seed)
     base = Path(tempfile.mkdtemp(prefix="agile-resume-check-"))
     try:
-        failures = sum(check(name, args.kills, args.seed, base) for name in args.only)
+        failures = sum(
+            check(name, args.kills, Setting(args.seed, args.device), base) for name in args.only
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print("all identical" if not failures else f"{failures} trial(s) differ")
