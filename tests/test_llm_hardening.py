@@ -263,7 +263,8 @@ def test_target_modules_naming_no_layer_are_a_usage_error(
     run, tiny: Path, data: Path, tmp_path: Path
 ) -> None:
     content = manifest("SFT", tiny, data)
-    content["network"]["lora_config"]["target_modules"] = ["query", "value"]
+    lora = {**content["network"]["lora_config"], "target_modules": ["query", "value"]}
+    content["network"]["lora_config"] = lora  # a copy: the shared LORA stays as it is
     result = run("train", str(write_manifest(tmp_path / "m.yaml", content)), "--run-dir",
                  str(tmp_path / "run"))  # fmt: skip
     assert result.exit_code == 2, result.output
