@@ -274,6 +274,27 @@ def test_resume_says_which_run_options_it_sets_anew(tmp_path, capsys) -> None:
     assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["buffer"] is not None
 
 
+def test_a_target_raised_on_resume_is_not_reported_as_reached(tmp_path, run) -> None:
+    manifest = MANIFEST.replace("pop_size: 2}", "pop_size: 2, target_score: 5}").replace(
+        "max_steps: 192", "max_steps: 320"
+    )
+    (tmp_path / "m.yaml").write_text(manifest, encoding="utf-8")
+    args = ["--quiet", "--device", "cpu"]
+    assert (
+        run("train", str(tmp_path / "m.yaml"), *args, "--run-dir", str(tmp_path / "run")).exit_code
+        == 0
+    )
+    summary = _strict((tmp_path / "run" / "summary.json").read_text())
+    assert summary["target_reached"] and summary["stopped_early"]  # CartPole scores 8 or more
+    saved = tmp_path / "run" / "manifest.yaml"
+    saved.write_text(saved.read_text().replace("target_score: 5", "target_score: 501"))
+    resumed = run("train", "--resume", str(tmp_path / "run"), *args)
+    assert resumed.exit_code == 0, resumed.output
+    summary = _strict((tmp_path / "run" / "summary.json").read_text())
+    assert summary["target_score"] == 501 and not summary["target_reached"]
+    assert summary["target_reached_at"] is None and "reached at" not in resumed.output
+
+
 def test_resume_removes_the_temporary_files_of_interrupted_writes(tmp_path) -> None:
     run_dir = _interrupted(tmp_path, members_trained=2)
     stale = [run_dir / "checkpoints" / ".latest.pt.a1b2c3.tmp", run_dir / "checkpoints" /

@@ -462,6 +462,20 @@ class EvolutionLoop:
                 self.buffer.load_state_dict(state["buffer"])
             self.state = LoopState(**state["state"])
 
+    def recheck_target(self, records: list[dict[str, Any]]) -> None:
+        """Find again when the target was first reached, from the generations' ``records``
+        (the run folder's metrics): a resumed run whose ``training.target_score`` was edited
+        reports the moment its new target was reached, or that it was not."""
+        target = self.manifest.training.target_score
+        reached = next(
+            (r for r in records if target is not None and _number(r.get("best_fitness")) >= target),
+            None,
+        )
+        moment = ("generation", "global_steps", "wall_seconds")
+        self.state.target_reached_at = (
+            None if reached is None else {k: reached.get(k) for k in moment}
+        )
+
     def _restore_members(self, state: dict[str, Any]) -> None:
         members = []
         for saved in state["members"]:
@@ -509,6 +523,11 @@ class EvolutionLoop:
             "seed": state.seed,
             "run_dir": str(self.folder.path),
         }
+
+
+def _number(value: Any) -> float:
+    """A record's number; minus infinity for anything else (null, a string)."""
+    return float(value) if isinstance(value, int | float) else float("-inf")
 
 
 def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:

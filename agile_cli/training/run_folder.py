@@ -14,6 +14,7 @@ runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -163,6 +164,18 @@ class RunFolder:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         _write_atomically(self.summary, strict_json(summary, indent=2) + "\n")
+
+    def records(self) -> list[dict[str, Any]]:
+        """The generations' metrics records, in order (a torn or foreign line is skipped)."""
+        if not self.metrics.is_file():
+            return []
+        records = []
+        for line in self.metrics.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                record = json.loads(line)
+                if isinstance(record, dict):
+                    records.append(record)
+        return records
 
     def keep_metrics_until(self, generation: int) -> int:
         """Drop the records of generations after ``generation`` (written before a crash that

@@ -201,6 +201,8 @@ def _resume(
     loop.restore(state)
     folder.remove_temporary_files()
     folder.keep_metrics_until(loop.state.generation)
+    if manifest.training.target_score != state["manifest"].get("training", {}).get("target_score"):
+        loop.recheck_target(folder.records())
     folder.record_command()
     for note in notes:
         reporter.note(note)
