@@ -104,3 +104,23 @@ def test_mutation_draws_are_seeded() -> None:
         Mutator(MutationSpec(), population[0].spec, np.random.default_rng(7)).mutate(population)
         labels.append([m.record.mutation for m in population])
     assert labels[0] == labels[1]
+
+
+def test_architecture_labels_say_what_happened() -> None:
+    """A layer mutation of a network at its fewest or most layers adds nodes instead: its label
+    must say add_node, never that a layer was removed while the network grew."""
+    member = tiny_population(tiny_manifest("DQN"), size=1)[0]
+    mutator = Mutator(MutationSpec(), member.spec, np.random.default_rng(0))
+    seen = set()
+    for _ in range(200):
+        depth = len(member.arch.head.hidden_size)
+        label = mutator.apply(member, "architecture")
+        change = len(member.arch.head.hidden_size) - depth
+        seen.add((label.split("(")[0], change))
+        if label.startswith("head.remove_layer"):
+            assert change == -1, label
+        if label.startswith("head.add_layer"):
+            assert change == 1, label
+        if label.startswith("head.add_node"):
+            assert change == 0, label
+    assert ("head.add_node", 0) in seen and ("head.remove_layer", -1) in seen

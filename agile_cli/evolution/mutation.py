@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -117,10 +118,12 @@ class Mutator:
         else:
             p = [1 / len(methods)] * len(methods)
         method = methods[int(self.rng.choice(len(methods), p=np.array(p) / sum(p)))]
-        arch, args = member.arch.apply(method.name, self.rng)
+        before = member.arch
+        arch, args = before.apply(method.name, self.rng)
         member.set_architecture(arch)
+        name = _performed(method.name, before, arch)
         described = ",".join(f"{k}={v}" for k, v in args.items())
-        return f"{method.name}({described})" if described else method.name
+        return f"{name}({described})" if described else name
 
     def _parameters(self, member: Algorithm) -> str:
         for network in member.policies:
@@ -184,3 +187,17 @@ def perturb_weights(network: torch.nn.Module, sd: float, rng: np.random.Generato
             updated = np.where((roll >= 0.05) & (roll < 0.10), noise, current + noise * scale)
             values = torch.as_tensor(np.clip(updated, -1e6, 1e6), dtype=flat.dtype)
             flat[torch.as_tensor(picks)] = values.to(flat.device)
+
+
+def _performed(method: str, before: Any, after: Any) -> str:
+    """The mutation ``method`` really made: a layer mutation of a network already at its
+    most (or fewest) layers adds nodes instead, and is labelled so."""
+    part, _, operation = method.partition(".")
+    depths = [getattr(getattr(arch, part, None), "depth", None) for arch in (before, after)]
+    if (
+        operation in ("add_layer", "remove_layer")
+        and depths[0] is not None
+        and depths[0] == depths[1]
+    ):
+        return f"{part}.add_node"
+    return method

@@ -102,6 +102,11 @@ class MLPArch:
     min_mlp_nodes: int = 8
     max_mlp_nodes: int = 500
 
+    @property
+    def depth(self) -> int:
+        """How many hidden layers: what the layer mutations change."""
+        return len(self.hidden_size)
+
     def add_layer(self, rng: np.random.Generator) -> tuple[MLPArch, Args]:
         """Append a copy of the last layer; at the most layers allowed, add nodes instead."""
         if len(self.hidden_size) >= self.max_hidden_layers:

@@ -63,6 +63,11 @@ class LSTMArch:
         hidden = _moved(self.hidden_state_size, amount if grow else -amount, *bounds)
         return replace(self, hidden_state_size=hidden), {"nodes": amount}
 
+    @property
+    def depth(self) -> int:
+        """How many stacked LSTM layers: what the layer mutations change."""
+        return self.num_layers
+
     def add_layer(self, rng: np.random.Generator) -> tuple[LSTMArch, dict[str, int]]:
         """Stack one more LSTM layer; at the most layers allowed, add nodes instead."""
         if self.num_layers >= self.max_layers:
