@@ -321,6 +321,27 @@ def test_ctrl_c_before_the_first_generation_ends(tmp_path, capsys) -> None:
     assert _generations(run_dir) == [1, 2, 3]
 
 
+def test_a_start_that_failed_leaves_nothing_to_step_over(run, finished, tmp_path, monkeypatch):
+    from agile_cli.errors import TrainingError
+    from agile_cli.training import loggers
+
+    def no_login(*args: object) -> None:
+        raise TrainingError("Weights & Biases could not start: no API key")
+
+    monkeypatch.setattr(loggers.WandbSink, "__init__", no_login)
+    target, args = tmp_path / "run", ("--quiet", "--device", "cpu")
+    failed = run("train", str(finished / "m.yaml"), *args, "--run-dir", str(target), "--wb")
+    assert failed.exit_code == 1 and "no API key" in failed.output
+    assert not target.exists()
+    # A start killed during set-up leaves its manifest and an empty checkpoints folder:
+    (target / "checkpoints").mkdir(parents=True)
+    (target / "manifest.yaml").write_text(MANIFEST)
+    (target / "command.txt").write_text("agile train m.yaml\n")
+    retried = run("train", str(finished / "m.yaml"), *args, "--run-dir", str(target))
+    assert retried.exit_code == 0, retried.output
+    assert _generations(target) == [1, 2, 3]
+
+
 def test_a_run_that_died_before_its_first_checkpoint_says_so(run, copy) -> None:
     target = copy()
     (target / "checkpoints" / "latest.pt").unlink()

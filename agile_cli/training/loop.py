@@ -231,6 +231,10 @@ class EvolutionLoop:
         """
         try:
             return self._train(fresh)
+        except BaseException:
+            if fresh and not self.folder.started():  # nothing to resume: leave nothing behind
+                self.folder.discard()
+            raise
         finally:
             self.folder.unlock()
 

@@ -92,7 +92,7 @@ class RunFolder:
             return
         if not run_lock.holds(self.path):
             run_lock.check_free(self.path)
-        if self.holds_run() and not overwrite:
+        if self.holds_run() and self.started() and not overwrite:
             raise UsageError(
                 f"{self.path} already holds a run",
                 f"continue it with agile train --resume {self.path}, replace it with "
@@ -120,6 +120,22 @@ class RunFolder:
 
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in (*RUN_FILES, "checkpoints"))
+
+    def started(self) -> bool:
+        """Whether the run here ever wrote a checkpoint or a generation's metrics (one that
+        never did, e.g. that stopped at a missing W&B login, holds nothing to keep: a new run
+        may take its folder)."""
+        checkpoints = self.checkpoints.is_dir() and any(self.checkpoints.glob("*.pt"))
+        return checkpoints or self.metrics.is_file()
+
+    def discard(self) -> None:
+        """Remove what a run that never started wrote: its files, and the folder itself when
+        it is then empty (as a new default folder is)."""
+        self._remove_run()
+        self.unlock()
+        (self.path / run_lock.LOCK_NAME).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty: the user's folder, kept
+            self.path.rmdir()
 
     def _remove_run(self) -> None:
         for name in RUN_FILES:

@@ -186,7 +186,8 @@ def _resume(
     if not folder.latest.is_file():
         raise TrainingError(
             f"no generation of {run_dir} finished: it has no checkpoint to resume from",
-            f"start it again with agile train {folder.manifest} --run-dir {run_dir} --overwrite",
+            f"start it again with agile train {folder.manifest} --run-dir {run_dir}"
+            + (" --overwrite" if folder.started() else ""),
         )
     state = checkpoint.load(folder.latest, kind=checkpoint.POPULATION)
     manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
