@@ -394,6 +394,30 @@ def test_a_batched_population_of_small_networks_shares_its_operations_over_two_t
         torch.set_num_threads(before)
 
 
+def test_threads_follow_the_cpus_this_process_may_use_and_the_threads_option(
+    tmp_path, monkeypatch
+) -> None:
+    from agile_cli.training import loop
+
+    quota = tmp_path / "cpu.max"
+    monkeypatch.setattr(loop.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert loop.available_cpus(tmp_path / "absent") == 4
+    quota.write_text("max 100000\n")
+    assert loop.available_cpus(quota) == 4
+    quota.write_text("150000 100000\n")  # docker --cpus 1.5
+    assert loop.available_cpus(quota) == 2
+    monkeypatch.setattr(loop.os, "sched_getaffinity", lambda pid: {3})  # taskset -c 3
+    assert loop.available_cpus(quota) == 1
+    before = torch.get_num_threads()
+    try:
+        loop.torch_threads(tiny_manifest("DQN"), batched=True)
+        assert torch.get_num_threads() == 1
+        loop.torch_threads(tiny_manifest("DQN"), batched=False, requested=3)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_subclass_that_changes_learning_trains_one_by_one_unless_it_names_a_learner() -> None:
     from agile_cli.runtime.group import group_learner_of
     from agile_dqn.algorithm import DQN, DQNGroup

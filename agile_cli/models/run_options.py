@@ -35,6 +35,12 @@ class LocalRunOptions(Spec):
     checkpoint_buffer: bool = Field(
         False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
     )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of the training process; default: 1 for members trained "
+        "one by one, 2 for a batched population (at most the CPUs this process may use).",
+    )
     per_member: bool = Field(
         False,
         description="Train the members one after the other, each in its own num_envs "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class RunOptions:
     overwrite: bool = False
     trust_code: bool = False
     per_member: bool = False
+    threads: int | None = None
 
     @classmethod
     def from_spec(cls, spec: LocalRunOptions) -> RunOptions:
@@ -65,12 +67,13 @@ class RunOptions:
             overwrite=spec.overwrite,
             trust_code=spec.trust_code,
             per_member=spec.per_member,
+            threads=spec.threads,
         )
 
 
 #: Run options that shape what the run writes or how it trains: a resumed run keeps them
 #: (``--resume`` may add to them, never silently drop them).
-RUN_SHAPING_OPTIONS = ("checkpoint_steps", "checkpoint_buffer", "per_member")
+RUN_SHAPING_OPTIONS = ("checkpoint_steps", "checkpoint_buffer", "per_member", "threads")
 
 
 @dataclass
@@ -137,7 +140,7 @@ class EvolutionLoop:
         self.cls = setup.algorithm_class(manifest, registry)
         remote = runner is not None
         self.batched = not (remote or options.per_member) and batched.applies(manifest, self.cls)
-        torch_threads(manifest, batched=self.batched)
+        torch_threads(manifest, batched=self.batched, requested=options.threads)
         self.env = self._environment(registry)
         try:
             if not remote:  # remote workers hold the environments and buffers
@@ -553,12 +556,37 @@ def network_size(member: Algorithm) -> int | None:
     return sum(p.numel() for network in networks.values() for p in network.parameters())
 
 
-def torch_threads(manifest: TrainingManifest, *, batched: bool = False) -> None:
-    """Small networks trained one by one run faster on one thread than on many competing
-    ones, and a batched population's on up to :data:`BATCHED_THREADS`; members that are not
-    evolvable networks (e.g. a pretrained language model's adapters) keep torch's threads."""
-    if not isinstance(manifest.network, NetworkSpec):
+def torch_threads(
+    manifest: TrainingManifest, *, batched: bool = False, requested: int | None = None
+) -> None:
+    """Set torch's threads for training: ``requested`` (``--threads``) when given. Otherwise
+    small networks trained one by one run faster on one thread than on several competing
+    ones, and a batched population's on up to :data:`BATCHED_THREADS`, never more than the
+    CPUs this process may use; members that are not evolvable networks (e.g. a pretrained
+    language model's adapters) keep torch's own choice."""
+    if requested is not None:
+        wanted = requested
+    elif isinstance(manifest.network, NetworkSpec):
+        wanted = min(BATCHED_THREADS, available_cpus()) if batched else 1
+    else:
         return
-    wanted = min(BATCHED_THREADS, os.cpu_count() or 1) if batched else 1
     if torch.get_num_threads() != wanted:
         torch.set_num_threads(wanted)
+
+
+#: Where cgroup v2 says how much CPU time this process's group may use: "QUOTA PERIOD" or "max".
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def available_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The CPUs this process may use: those of its affinity mask (``taskset``, a container's
+    cpuset), and no more than a cgroup CPU quota allows (``docker --cpus``)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        count = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()
+        return max(1, min(count, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 quota ("max"), or not Linux
+        return count
