@@ -76,7 +76,8 @@ def _write_onnx(policy: ExportedPolicy, example: tuple[object, ...], path: Path)
     if importlib.util.find_spec("onnx") is None:
         raise AgileError(
             "writing ONNX needs the onnx package",
-            'install it with `pip install "agile-cli[export]"`, or use --format torchscript',
+            "install it with `pip install onnx onnxruntime` or, in agile's folder, "
+            '`pip install -e ".[export]"`; or use --format torchscript',
         )
     import torch
 

@@ -251,4 +251,4 @@ def test_onnx_without_the_onnx_package_names_the_extra(
     )
     with pytest.raises(AgileError, match="needs the onnx package") as raised:
         write(exported_policy(agent, "DQN"), "onnx", tmp_path / "p.onnx")
-    assert raised.value.exit_code == 1 and "agile-cli[export]" in str(raised.value.hint)
+    assert raised.value.exit_code == 1 and 'pip install -e ".[export]"' in str(raised.value.hint)

@@ -278,7 +278,7 @@ def test_a_missing_mpe2_suggests_installing_it(monkeypatch) -> None:
     with pytest.raises(EnvironmentNotFoundError) as caught:
         PettingZooBuilder().check(PettingZooEnvSpec(name="mpe2.simple_spread_v3"))
     assert caught.value.hint == (
-        'install it with `pip install mpe2` or `pip install "agile-cli[mpe]"`'
+        'install it with `pip install mpe2` or, in agile\'s folder, `pip install -e ".[mpe]"`'
     )
 
 

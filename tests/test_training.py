@@ -256,7 +256,8 @@ def test_tensorboard_writes_events_or_names_the_extra(run, write, tmp_path) -> N
         import tensorboard  # noqa: F401
     except ImportError:
         assert result.exit_code == 2
-        assert 'pip install "agile-cli[tensorboard]"' in result.output
+        assert "`pip install tensorboard`" in result.output
+        assert 'pip install -e ".[tensorboard]"' in result.output
     else:
         assert result.exit_code == 0, result.output
         assert any((tmp_path / "tb-run" / "tensorboard").glob("events.out.tfevents.*"))

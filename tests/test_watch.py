@@ -209,4 +209,5 @@ def test_without_imageio_ffmpeg_the_extra_is_named(
     result = _cli("evaluate", str(trained("dqn")), "--video", str(tmp_path / "x.mp4"))
     assert result.exit_code == 1
     assert "needs the imageio_ffmpeg package" in result.output
-    assert "agile-cli[video]" in result.output
+    assert "`pip install imageio imageio-ffmpeg`" in result.output
+    assert 'pip install -e ".[video]"' in result.output

@@ -118,7 +118,7 @@ def _call(make_env: Callable[..., gym.Env], config: dict[str, Any], name: str) -
 def _install_hint(message: str) -> str:
     for package, extra in _EXTRAS.items():
         if package.lower() in message.lower():
-            return f'install it with `pip install "{extra}"` or `pip install "agile-cli[box2d]"`'
+            return f'install it with `pip install "{extra}"`'
     return "install the package named above"
 
 

@@ -50,7 +50,8 @@ class TensorBoardSink:
         except ImportError:
             raise UsageError(
                 "--tensorboard needs the tensorboard package",
-                'install it with `pip install "agile-cli[tensorboard]"`',
+                "install it with `pip install tensorboard` or, in agile's folder, "
+                '`pip install -e ".[tensorboard]"`',
             ) from None
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 

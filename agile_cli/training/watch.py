@@ -27,7 +27,10 @@ from agile_cli.training.run_folder import check_writable
 
 VIDEO_SUFFIXES = (".mp4",)  # H.264, streamed to ffmpeg frame by frame
 DEFAULT_FPS = 30
-_VIDEO_HINT = 'install it with `pip install "agile-cli[video]"`'
+_VIDEO_HINT = (
+    "install it with `pip install imageio imageio-ffmpeg` or, in agile's folder, "
+    '`pip install -e ".[video]"`'
+)
 
 
 @dataclass

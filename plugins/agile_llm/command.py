@@ -33,7 +33,8 @@ def tiny_model(out: Path, steps: int, seed: int, overwrite: bool) -> None:
     except ImportError as exc:
         raise UsageError(
             f"the LLM stack is not installed ({exc.name} is missing)",
-            'pip install -e ".[llm]" (transformers, peft, tokenizers)',
+            "install it with `pip install transformers peft tokenizers datasets` or, in agile's "
+            'folder, `pip install -e ".[llm]"`',
         ) from None
     report = make_tiny_model(out, steps=steps, seed=seed)
     click.echo(

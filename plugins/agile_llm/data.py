@@ -30,7 +30,10 @@ FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq")
 _EXPANSION = 4
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _WHERE = "environment.dataset"
-_INSTALL_HINT = 'install the LLM extra with `pip install -e ".[llm]"`'
+_INSTALL_HINT = (
+    "install it with `pip install datasets pyarrow` or, in agile's folder, "
+    '`pip install -e ".[llm]"`'
+)
 
 
 def load_rows(dataset: str) -> list[Row]:

@@ -35,7 +35,8 @@ def require_stack() -> None:
     except ImportError as exc:
         raise TrainingError(
             f"LLM fine-tuning needs {exc.name}, which is not installed",
-            'pip install -e ".[llm]" (transformers, peft, tokenizers, datasets)',
+            "install it with `pip install transformers peft tokenizers datasets` or, in agile's "
+            'folder, `pip install -e ".[llm]"`',
         ) from None
     # agile shows its own progress; the libraries' bars and deprecation notes are noise here.
     transformers.logging.set_verbosity_error()

@@ -28,7 +28,9 @@ from gymnasium import spaces
 from agile_cli import EnvironmentNotFoundError
 
 REQUIRED = ("observations", "actions", "rewards", "terminals")
-H5PY_HINT = 'install it with `pip install h5py` or `pip install "agile-cli[offline]"`'
+H5PY_HINT = (
+    'install it with `pip install h5py` or, in agile\'s folder, `pip install -e ".[offline]"`'
+)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from agile_pettingzoo.vector import SubprocessParallelVectorEnv, SyncParallelVec
 log = logging.getLogger(__name__)
 
 _MODULE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_MPE_HINT = 'install it with `pip install mpe2` or `pip install "agile-cli[mpe]"`'
+_MPE_HINT = 'install it with `pip install mpe2` or, in agile\'s folder, `pip install -e ".[mpe]"`'
 # PettingZoo families whose dependencies come with an extra of the same name.
 _PETTINGZOO_EXTRAS = ("atari", "butterfly", "classic", "sisl")
 _noticed: set[str] = set()
