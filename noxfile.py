@@ -7,7 +7,8 @@ import nox
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-# The CPU build of torch; an unpinned torch would download a multi-GB CUDA build.
+# The torch the tests run with, installed first (as the README's commands do): where pip is
+# set up with a local CPU wheel of it, that build; elsewhere, PyPI's (CUDA on x86-64 Linux).
 TORCH = "torch==2.13.0"
 
 

@@ -1,8 +1,8 @@
 """Cold-start cost of `agile validate`: whole-process wall time and peak memory.
 
 Runs the real command in fresh processes and prints the median wall time, the peak resident
-memory, and both as ratios against the reference implementation's figures on this kind of
-machine (3.2 s and 329 MiB to validate the brief's dqn.yaml, measured when issue 2 was filed).
+memory, and both as ratios against AgileRL's figures on this kind of machine (3.2 s and
+329 MiB to validate its LunarLander dqn.yaml, measured on a 2-core machine of this kind).
 
     python benchmarks/validate_cold_start.py [MANIFEST] [--runs 9]
 """

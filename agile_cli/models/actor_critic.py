@@ -65,7 +65,7 @@ class DeterministicActorCriticSpec(ExplorationNoiseSpec):
         ge=0,
         le=1,
         description="Soft update rate of the target networks (1 copies them). 5e-3 for DDPG "
-        "as for TD3 (the reference's DDPG default, 1e-3, left Pendulum unlearnt at 150,000 "
+        "as for TD3 (AgileRL's DDPG default, 1e-3, left Pendulum unlearnt at 150,000 "
         "steps).",
     )
     policy_freq: int = Field(
@@ -98,9 +98,9 @@ class DeterministicActorCriticSpec(ExplorationNoiseSpec):
 
 
 # Why MADDPG's and MATD3's batch size, critic learning rate and learn step differ from the
-# reference's defaults (64, 1e-2, 5), measured on MPE's speaker-listener (#19).
+# defaults of AgileRL (64, 1e-2, 5), measured on MPE's speaker-listener.
 _CRITIC_NOTE = (
-    "The reference's defaults (batch 64, critic rate 1e-2, a step every 5) collapsed the "
+    "AgileRL's defaults (batch 64, critic rate 1e-2, a step every 5) collapsed the "
     "Discrete actors of MPE's speaker-listener early, and the team never got above -37."
 )
 

@@ -11,7 +11,7 @@ from agile_cli import UsageError
 
 @click.group(name="llm")
 def llm() -> None:
-    """Tools for LLM fine-tuning (needs pip install -e ".[llm]")."""
+    """Tools for LLM fine-tuning (the llm extra: pip install -e ".[llm]" in agile's folder)."""
 
 
 @llm.command(name="tiny-model")

@@ -20,12 +20,12 @@ class TD3Spec(DeterministicActorCriticSpec):
     policy_noise: float = Field(
         0.2,
         ge=0,
-        description="New in agile (not in the reference schema): standard deviation of the "
+        description="New in agile (not in AgileRL's schema): standard deviation of the "
         "target-policy smoothing noise added to target actions, in [-1, 1] action units.",
     )
     noise_clip: float = Field(
         0.5,
         ge=0,
-        description="New in agile (not in the reference schema): the smoothing noise is "
+        description="New in agile (not in AgileRL's schema): the smoothing noise is "
         "clipped to [-noise_clip, noise_clip].",
     )

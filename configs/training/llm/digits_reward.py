@@ -1,7 +1,7 @@
 """The reward of the digits task: the share of digits in the right place.
 
 agile calls ``digits_reward(completion, answer, question)`` once per completion, as the
-reference's reasoning environment does: the generated text, the row's ``answer`` and its
+AgileRL's reasoning environment does: the generated text, the row's ``answer`` and its
 ``question``. Partial credit gives GRPO a signal before a completion is wholly right.
 """
 
