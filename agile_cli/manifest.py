@@ -125,11 +125,16 @@ class TrainingManifest(BaseModel):
             }
         return spelled
 
+    @property
+    def step_unit(self) -> str:
+        """What ``training.max_steps`` counts (env steps, or the paradigm's own unit)."""
+        return self.paradigm.step_unit if self.paradigm is not None else "steps"
+
     def summary(self) -> str:
         """One line: algorithm, environment, population and budget."""
         return (
-            f"{self.algorithm_name} on {self.environment.name}, "
-            f"pop {self.training.pop_size}, {self.training.max_steps:,} steps"
+            f"{self.algorithm_name} on {self.environment.name}, pop {self.training.pop_size}, "
+            f"{self.training.max_steps:,} {self.step_unit} per member"
             + (f", evolves every {self.generation_steps:,}" if self.evolves else ", no evolution")
         )
 

@@ -57,6 +57,9 @@ class ParadigmEntry:
         adapters sharing one model); None: each member is built alone from the network section
         and the environment's spaces. A paradigm that builds its own population also sizes its
         own memory.
+    :param step_unit: what the paradigm's ``training.max_steps`` and ``evo_steps`` count, as
+        progress and summaries name it (``env steps``; an LLM's ``prompts``; an offline
+        learner's ``updates``).
     """
 
     name: str
@@ -69,6 +72,7 @@ class ParadigmEntry:
     description: str
     plugin: str
     population: str | None = None
+    step_unit: str = "env steps"
 
     @property
     def uses_replay_buffer(self) -> bool:
@@ -200,6 +204,7 @@ class RegisterParadigm(Protocol):
         algorithm_fields: Mapping[str, type] | None = None,
         description: str = "",
         population: str | None = None,
+        step_unit: str = "env steps",
     ) -> None: ...
 
 
@@ -311,6 +316,7 @@ class Registry:
             algorithm_fields: Mapping[str, type] | None = None,
             description: str = "",
             population: str | None = None,
+            step_unit: str = "env steps",
         ) -> None:
             name = _plain(name)
             _require_subclass(name, training, TrainingSpec)
@@ -318,7 +324,8 @@ class Registry:
                 _check_reference(name, reference)
             fields = tuple((algorithm_fields or {}).items())
             entry = ParadigmEntry(name, runner, buffer, environment, bool(multi_agent), training,
-                                  fields, description, plugin, population)  # fmt: skip
+                                  fields, description, plugin, population,
+                                  str(step_unit))  # fmt: skip
             _add(self.paradigms, "paradigm", entry)
 
         return register

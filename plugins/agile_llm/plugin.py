@@ -36,6 +36,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         population="agile_llm.population:build_population",
         training=spec.LLMTraining,
         description="fine-tune LoRA adapters of one frozen language model on prompts",
+        step_unit="prompts",
     )
 
 

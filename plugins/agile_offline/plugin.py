@@ -16,6 +16,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         buffer="agile_offline.runner:replay_buffer",
         algorithm_fields={"gamma": float},
         description="learn from a fixed dataset copied into a replay buffer, without acting",
+        step_unit="updates",
     )
 
 
