@@ -1,7 +1,8 @@
 """The ``agile`` command line: a small click core plus commands contributed by plugins.
 
 Errors raised as :class:`~agile_cli.errors.AgileError` are rendered here, in one place: one line
-per problem, exit code 2 for a user's mistake (invalid manifest or usage), 1 at run time.
+per problem, exit code 2 for a user's mistake (invalid manifest or usage), 1 at run time. Ctrl-C
+(SIGINT) ends every command with one line and exit code 130, whatever it was doing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from typing import Any
 import click
 
 from agile_cli import __version__
-from agile_cli.errors import AgileError, ManifestError, TrainingError, printable
+from agile_cli.errors import (
+    EXIT_INTERRUPTED,
+    AgileError,
+    ManifestError,
+    TrainingError,
+    printable,
+)
 from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = (
@@ -30,6 +37,21 @@ trust_code_option = click.option(
     help="Import the code the run names (environment file, wrappers, reward file) though your "
     "agile did not seal it, or a file it names changed since.",
 )  # fmt: skip
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C on its way out through click: one line (the interruption's own words, else
+    "interrupted") and exit status 130, in place of click's ``Aborted!`` and status 1."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, interrupt: KeyboardInterrupt) -> None:
+        super().__init__(str(interrupt) or "interrupted")
+
+    def show(self, file: Any = None) -> None:
+        if sys.stderr.isatty():
+            click.echo(err=True)  # off the line where the terminal echoed ^C
+        click.echo(printable(self.message), err=True)
 
 
 class ReportedError(click.ClickException):
@@ -70,6 +92,9 @@ def file_system_error(error: OSError) -> TrainingError | None:
     return TrainingError(f"{where}{error.strerror or 'cannot be written'}", hint)
 
 
+_INTERRUPTED_LOADING = "interrupted while plugins were loading; nothing was written"
+
+
 def loaded_host(ctx: click.Context) -> PluginHost:
     """The plugin host of this invocation, built on first use (tests pass one as ``obj``).
 
@@ -84,7 +109,10 @@ def loaded_host(ctx: click.Context) -> PluginHost:
     if host is None:
         disabled = root.params.get("disable_plugin") or ()
         controls = LoadingControls.from_environment(disabled=disabled)
-        host = build_host(reserved_commands=CORE_COMMANDS, controls=controls)
+        try:
+            host = build_host(reserved_commands=CORE_COMMANDS, controls=controls)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(_INTERRUPTED_LOADING) from None
         root.meta["agile.host"] = host
         if not host.strict:
             _warn(host)
@@ -138,9 +166,23 @@ class AgileGroup(click.Group):
             plugin_host(ctx)  # a plugin's command runs only on a registry strict loading accepts
         return name, command, rest
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:  # --help lists plugins' commands here, loading them
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt as interrupt:
+            raise Interrupted(interrupt) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as interrupt:
+            raise Interrupted(interrupt) from None
         except AgileError as error:
             raise ReportedError(error) from None
         except OSError as error:  # the machine's situation, where no command foresaw it

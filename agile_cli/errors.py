@@ -13,6 +13,8 @@ from typing import Any
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+#: Ctrl-C (SIGINT), as shells report a program it stopped: 128 + 2.
+EXIT_INTERRUPTED = 130
 
 # C0 and C1 control characters, DEL, and the Unicode marks that reorder or hide text on a
 # terminal (bidirectional overrides and isolates, zero-width characters, the BOM).

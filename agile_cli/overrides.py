@@ -85,7 +85,8 @@ def _check_section(text: str, section: str) -> None:
     if section in known:
         return
     close = suggest(section, known)
-    hint = f"did you mean '{close}'?" if close else "valid sections: " + ", ".join(SECTIONS)
+    listing = ", ".join(SECTIONS) + f", {SELECTION_ALIAS} (alias of tournament_selection)"
+    hint = f"did you mean '{close}'?" if close else "valid sections: " + listing
     raise UsageError(f"--set {text}: unknown section '{section}'", hint)
 
 

@@ -5,7 +5,8 @@ Nothing here imports torch or an environment package: the specs are pydantic mod
 written manifest is checked the way ``agile validate`` checks a file. Fields that validation
 warns about (written at their default, they may still mean "set on purpose") and fields
 accepted only for compatibility are written commented out, so the manifest validates without
-warnings.
+warnings. The training budget is one a first run finishes, from a small table of well-known
+environments (:data:`KNOWN_ENVIRONMENTS`), which also gives their kind of actions.
 """
 
 from __future__ import annotations
@@ -43,6 +44,71 @@ MULTI_AGENT_ENVIRONMENT = "mpe2.simple_speaker_listener_v4"
 _PLACEHOLDER = "Placeholder, replace it: "
 
 
+@dataclass(frozen=True)
+class KnownEnvironment:
+    """What a starter knows of an environment id without building it.
+
+    :param actions: the kind of its action space (``Discrete``, ``Box``); None for several
+        agents, each with its own.
+    :param max_steps: steps per member a first run trains for.
+    :param target_score: a good score, where a first run may stop early; None: none known.
+    """
+
+    actions: str | None
+    max_steps: int
+    target_score: float | None = None
+
+
+#: Well-known environments, known without importing their package (Gymnasium costs seconds
+#: and builds the environment to tell its spaces). Targets are Gymnasium's reward thresholds;
+#: Pendulum has none, so -200, as configs/training/td3/pendulum.yaml. Budgets are the shipped
+#: configs' (CartPole, Pendulum, speaker-listener; LunarLander reached 200 at 250,000 steps
+#: per member), else a first guess.
+KNOWN_ENVIRONMENTS = {
+    "CartPole-v1": KnownEnvironment("Discrete", 100_000, 475),
+    "Acrobot-v1": KnownEnvironment("Discrete", 100_000, -100),
+    "MountainCar-v0": KnownEnvironment("Discrete", 200_000, -110),
+    "LunarLander-v3": KnownEnvironment("Discrete", 300_000, 200),
+    "Pendulum-v1": KnownEnvironment("Box", 50_000, -200),
+    "MountainCarContinuous-v0": KnownEnvironment("Box", 100_000, 90),
+    "LunarLanderContinuous-v3": KnownEnvironment("Box", 300_000, 200),
+    MULTI_AGENT_ENVIRONMENT: KnownEnvironment(None, 100_000),
+}
+#: Steps per member of a first run on an environment not in the table.
+MODEST_STEPS = 100_000
+#: Paradigms whose steps are not an environment's: a first run's budget, as their shipped
+#: configs (configs/training/cqn, neural_ucb, dpo), and what it counts.
+_FAMILY_BUDGETS = {
+    "offline": (20_000, "budget"),
+    "bandit": (2_000, "budget"),
+    "llm": (3_200, "budget of prompts (200 iterations of 16)"),
+}
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """An environment named for an algorithm whose own starter environment acts in another
+    kind of action space: only building a member tells whether the algorithm takes both
+    (``agile init`` builds one before writing the starter).
+
+    :param actions: the kind of the named environment's actions.
+    :param usual: the algorithm's own starter environment, and ``usual_actions`` its kind.
+    """
+
+    environment: str
+    actions: str
+    usual: str
+    usual_actions: str
+
+    def fitting(self) -> list[str]:
+        """The known environments with the usual kind of actions, the usual one first."""
+        return [self.usual] + [
+            name
+            for name, known in KNOWN_ENVIRONMENTS.items()
+            if known.actions == self.usual_actions and name != self.usual
+        ]
+
+
 @dataclass
 class Entry:
     """One key of the written manifest: a value (or child keys) and the comment above it.
@@ -67,6 +133,7 @@ class Starter:
     sections: list[Entry]
     header: list[str]
     notes: list[str] = field(default_factory=list)
+    doubt: Doubt | None = None
 
     def text(self) -> str:
         lines = [f"# {line}" if line else "#" for line in self.header]
@@ -104,8 +171,21 @@ def starter_manifest(registry: Registry, algorithm: str, environment: str | None
         sections.append(_section("replay_buffer", entry.spec.replay_buffer_spec, values, notes))
     name = values["environment"]["name"]
     starter = Starter(sections, _header(entry, name, builder.name, environment is None))
+    starter.doubt = _doubt(_default_name(registry, entry, builder.name), environment)
     _settle(starter, registry)
     return starter
+
+
+def _doubt(usual: str, environment: str | None) -> Doubt | None:
+    """A :class:`Doubt` when ``environment`` and the algorithm's ``usual`` one are both known
+    and act in different kinds of action spaces."""
+    named = KNOWN_ENVIRONMENTS.get(environment or "")
+    own = KNOWN_ENVIRONMENTS.get(usual)
+    if environment is None or named is None or own is None:
+        return None
+    if named.actions is None or own.actions is None or named.actions == own.actions:
+        return None
+    return Doubt(environment, named.actions, usual, own.actions)
 
 
 def _algorithm(registry: Registry, name: str) -> AlgorithmEntry:
@@ -131,8 +211,8 @@ def _header(entry: AlgorithmEntry, environment: str, builder: str, chosen: bool)
     paragraphs = [
         f"Starter manifest of {entry.name} ({entry.family} algorithm of the plugin "
         f"'{entry.plugin}'), written by `agile init`. Every field is at its default (pop_size "
-        "aside) under its description; commented-out lines are alternatives, or fields "
-        "accepted only for compatibility.",
+        "and the training budget aside) under its description; commented-out lines are "
+        "alternatives, or fields accepted only for compatibility.",
         where,
         "Values marked 'Placeholder' stand for your own files or model: replace them.",
         "Check: agile validate FILE (add --check-env to build the environment); then agile "
@@ -178,7 +258,36 @@ def _family_values(
         env["name"] = _default_name(registry, entry, builder)
         if env["name"] == builder and builder not in _GYM_BUILDERS:
             notes["environment.name"] = _PLACEHOLDER + "an environment the builder knows"
+    _budget(family, env["name"], values["training"], notes)
     return values, notes
+
+
+def _budget(family: str, environment: str, training: dict[str, Any], notes: dict[str, str]) -> None:
+    """A budget a first run finishes (the default, 1,000,000 steps per member, takes hours):
+    the paradigm's or the known environment's, else a modest one to raise; and the
+    environment's target score where it has one."""
+    known = KNOWN_ENVIRONMENTS.get(environment)
+    default = "(default 1,000,000; "
+    if family in _FAMILY_BUDGETS:
+        training["max_steps"], what = _FAMILY_BUDGETS[family]
+        notes["training.max_steps"] = f"{default}a first run's {what}: raise it for a full run)"
+    elif known is not None:
+        training["max_steps"] = known.max_steps
+        notes["training.max_steps"] = (
+            f"{default}a first run's budget on {environment}: raise it for a longer run)"
+        )
+    else:
+        training["max_steps"] = MODEST_STEPS
+        notes["training.max_steps"] = (
+            f"{default}a modest first budget: agile has no figures for {environment}, so "
+            "raise it, and set target_score, once a first run shows what it needs)"
+        )
+    if known is not None and known.target_score is not None:
+        training["target_score"] = known.target_score
+        notes["training.target_score"] = (
+            f"(default null; a good score on {environment}: the run stops early once the best "
+            "member reaches it)"
+        )
 
 
 #: Builders that take Gymnasium ids (the offline one, to evaluate on).

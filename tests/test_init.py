@@ -32,6 +32,11 @@ def _starter(run: Run, *args: str, host: Any = None) -> str:
     return result.output
 
 
+def _read(text: str) -> str:
+    """A starter's lines as one line, without comment marks: what a reader reads."""
+    return " ".join(line.strip().lstrip("#").strip() for line in text.splitlines())
+
+
 def _validated(text: str, tmp_path: Path) -> TrainingManifest:
     path = tmp_path / "starter.yaml"
     path.write_text(text, encoding="utf-8")
@@ -141,6 +146,83 @@ def test_an_explicit_environment_lands_in_the_section(run: Run, tmp_path: Path) 
     assert _validated(text, tmp_path).environment.name == "Acrobot-v1"
 
 
+@pytest.mark.parametrize(
+    ("algorithm", "environment", "needed", "fitting"),
+    [("TD3", "CartPole-v1", "Box", "Pendulum-v1, MountainCarContinuous-v0"),
+     ("DQN", "Pendulum-v1", "Discrete", "CartPole-v1, Acrobot-v1")],
+)  # fmt: skip
+def test_an_environment_whose_actions_the_algorithm_refuses_is_a_usage_error(
+    run: Run, tmp_path: Path, algorithm: str, environment: str, needed: str, fitting: str
+) -> None:
+    out = tmp_path / "starter.yaml"
+    result = run("init", algorithm, environment, "--out", str(out))
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert said.startswith(f"error: {algorithm} cannot train on {environment} (")
+    assert f"{needed} action" in said  # the algorithm's own words say what it needs
+    assert f"give it an environment with {needed} actions, e.g. {fitting}" in said
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_an_algorithm_that_takes_both_kinds_of_actions_gets_its_starter(
+    run: Run, tmp_path: Path
+) -> None:
+    manifest = _validated(_starter(run, "PPO", "Pendulum-v1"), tmp_path)  # PPO's own: CartPole
+    assert manifest.environment.name == "Pendulum-v1"
+    assert manifest.warnings == ()
+
+
+def test_an_environment_that_cannot_be_built_to_check_leaves_a_note(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agile_cli.errors import EnvironmentNotFoundError
+    from agile_cli.training import setup
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise EnvironmentNotFoundError("Box2D is not installed", "pip install box2d")
+
+    monkeypatch.setattr(setup, "build_environment", missing)
+    result = run("init", "DDPG", "LunarLander-v3")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["environment"]["name"] == "LunarLander-v3"
+    assert result.stderr.startswith(
+        "note: LunarLander-v3 could not be built here to check that DDPG takes its Discrete "
+        "actions (its starter environment, Pendulum-v1, has Box ones): Box2D is not installed"
+    )
+    assert "agile validate --check-env" in result.stderr
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_starter_has_a_budget_a_first_run_finishes(run: Run, algorithm: str) -> None:
+    training = yaml.safe_load(_starter(run, algorithm))["training"]
+    assert training["max_steps"] <= 300_000  # not the default 1,000,000 per member
+
+
+@pytest.mark.parametrize(
+    ("args", "max_steps", "target_score"),
+    [(["DQN"], 100_000, 475), (["TD3"], 50_000, -200), (["PPO", "Acrobot-v1"], 100_000, -100),
+     (["MADDPG"], 100_000, None), (["GRPO"], 3_200, None), (["NeuralUCB"], 2_000, None)],
+)  # fmt: skip
+def test_budgets_fit_the_environment(
+    run: Run, args: list[str], max_steps: int, target_score: float | None
+) -> None:
+    text = _starter(run, *args)
+    training = yaml.safe_load(text)["training"]
+    assert (training["max_steps"], training["target_score"]) == (max_steps, target_score)
+    assert "(default 1,000,000; a first run's budget" in _read(text)
+
+
+def test_an_unknown_environment_gets_a_modest_budget_to_raise(run: Run) -> None:
+    text = _starter(run, "PPO", "MyEnv-v0")
+    training = yaml.safe_load(text)["training"]
+    assert (training["max_steps"], training["target_score"]) == (100_000, None)
+    assert (
+        "a modest first budget: agile has no figures for MyEnv-v0, so raise it, and set "
+        "target_score" in _read(text)
+    )
+
+
 def test_a_misspelled_algorithm_is_a_usage_error(run: Run) -> None:
     result = run("init", "ppo")
     assert result.exit_code == 2
@@ -180,11 +262,13 @@ def test_init_is_a_core_command() -> None:
     assert "init" in CORE_COMMANDS
 
 
-def test_init_imports_neither_torch_nor_gymnasium() -> None:
+@pytest.mark.parametrize("args", [["PPO"], ["DQN", "Acrobot-v1"], ["PPO", "MyEnv-v0"]])
+def test_init_imports_neither_torch_nor_gymnasium(args: list[str]) -> None:
+    # an environment with the actions of the algorithm's own starter's, or an unknown one
     probe = (
         "import sys\n"
         "from agile_cli.cli import main\n"
-        "try:\n    main(['init', 'PPO'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main(['init', *{args!r}])\nexcept SystemExit:\n    pass\n"
         "print('HEAVY:', sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'gymnasium'}))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

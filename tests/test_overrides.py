@@ -129,6 +129,14 @@ def test_malformed_overrides_are_usage_errors(run, write, given: str, expected: 
         assert lines[0].startswith("error: " + expected), lines
 
 
+def test_an_unknown_section_lists_every_accepted_one(run, write) -> None:
+    lines = _refused(run("validate", str(write("m.yaml", MINIMAL)), "--set", "bogus=3"))
+    listed = lines[0].split("valid sections: ")[1]
+    for section in ("algorithm", "tournament_selection", "replay_buffer"):
+        assert section in listed
+    assert "selection_strategy (alias of tournament_selection)" in listed
+
+
 def test_a_path_deeper_than_any_manifest_is_refused_at_once(run, write) -> None:
     path = "training." + ".".join(["a"] * 20_000)
     started = time.perf_counter()

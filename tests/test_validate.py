@@ -153,7 +153,8 @@ def test_several_files_one_line_each_and_exit_two_if_any_is_bad(run, write) -> N
     bad = write("bad.yaml", MINIMAL + "training: {max_steps: 0}\n")
     result = run("validate", str(good), str(bad), str(bad.with_name("missing.yaml")))
     assert result.exit_code == 2
-    assert f"{good}: ok (DQN on CartPole-v1, pop 1, 1,000,000 env steps per member, no evolution)" in result.output
+    summary = "DQN on CartPole-v1, pop 1, 1,000,000 env steps per member, no evolution"
+    assert f"{good}: ok ({summary})" in result.output
     assert f"{bad}: invalid, 1 error" in result.output
     assert "missing.yaml: invalid, 1 error" in result.output
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,14 @@ import click
 from pydantic import ValidationError
 
 from agile_cli.backend import Backend, RunResult
-from agile_cli.errors import UsageError, printable
+from agile_cli.errors import EXIT_INTERRUPTED, UsageError, printable
 from agile_cli.host.plugins import PluginHost
 from agile_cli.host.registry import BackendEntry, Registry
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.overrides import load_manifest, parse_overrides
 
-EXIT_INTERRUPTED = 130
+#: What Ctrl-C says before the backend has the run.
+INTERRUPTED_BEFORE = "interrupted before training started; nothing was written"
 
 
 def run_train(
@@ -32,7 +34,11 @@ def run_train(
     overrides: Sequence[str] = (),
 ) -> int:
     """Validate (after the ``--set`` ``overrides``), then hand the run to the backend; return
-    the exit status."""
+    the exit status.
+
+    :raises KeyboardInterrupt: at Ctrl-C outside the backend's training loop (which handles
+        its own), saying in its text what was left behind.
+    """
     if manifest_path is None and resume is None:
         raise UsageError(
             "nothing to train: give a MANIFEST, or --resume RUN_DIR to continue a run",
@@ -49,19 +55,41 @@ def run_train(
             "edit that file instead; resume honours edits of training.max_steps, target_score, "
             "checkpoint_steps and overwrite_checkpoints",
         )
-    changes = parse_overrides(overrides)
-    entry = _backend(host, backend_name)
-    options = _options(entry, flags)
-    backend: Backend = entry.load()()
-    if resume is not None:
-        result = backend.resume(resume, options, host.registry, verbose=verbose)
-    else:
-        assert manifest_path is not None
-        manifest = load_manifest(manifest_path, changes, host.registry)
-        for warning in manifest.warnings:
-            click.echo(printable(f"warning: {warning}"), err=True)
-        result = backend.train(manifest, options, host.registry, verbose=verbose)
+    with _interrupted(INTERRUPTED_BEFORE):
+        changes = parse_overrides(overrides)
+        entry = _backend(host, backend_name)
+        options = _options(entry, flags)
+        backend: Backend = entry.load()()
+        if resume is None:
+            assert manifest_path is not None
+            manifest = load_manifest(manifest_path, changes, host.registry)
+            for warning in manifest.warnings:
+                click.echo(printable(f"warning: {warning}"), err=True)
+    with _interrupted(_interrupted_in_backend(resume)):
+        if resume is not None:
+            result = backend.resume(resume, options, host.registry, verbose=verbose)
+        else:
+            result = backend.train(manifest, options, host.registry, verbose=verbose)
     return _exit_status(result)
+
+
+@contextlib.contextmanager
+def _interrupted(said: str) -> Iterator[None]:
+    """Ctrl-C in the block comes out as a KeyboardInterrupt saying ``said`` (unless the code
+    it interrupted gave it words of its own)."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        raise KeyboardInterrupt(str(interrupt) or said) from None
+
+
+def _interrupted_in_backend(resume: Path | None) -> str:
+    """What Ctrl-C that escapes the backend says: the training loop handles Ctrl-C itself, so
+    it struck while the run was being set up (environments, members) or closed."""
+    where = "interrupted while the run was set up or closed"
+    if resume is not None:
+        return f"{where}; its last checkpoint is kept: agile train --resume {resume}"
+    return f"{where}; agile keeps a run folder only once it holds a checkpoint"
 
 
 def _backend(host: PluginHost, name: str) -> BackendEntry:

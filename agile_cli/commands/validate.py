@@ -100,21 +100,13 @@ def _check_member(host: PluginHost, manifest: TrainingManifest) -> None:
 
     :raises ManifestError: under ``algorithm``, when the member cannot be built.
     """
-    import torch  # only --check-env pays for torch
-
-    from agile_cli.runtime.agent import AgentContext
-    from agile_cli.training import setup
+    from agile_cli.training import setup  # only --check-env pays for torch
 
     env = setup.build_environment(manifest, host.registry, seed=0)
     try:
         spaces = setup.member_spaces(manifest, env)
-        context = AgentContext(
-            torch.device("cpu"), env.num_envs, manifest.training,
-            network=manifest.network, replay_buffer=manifest.replay_buffer,
-        )  # fmt: skip
         try:
-            cls = setup.algorithm_class(manifest, host.registry)
-            setup.build_population(manifest, cls, env, context, size=1)
+            setup.build_one_member(manifest, host.registry, env)
         except AgileError as error:
             problem = FieldError("algorithm", _own_words(manifest, error.message), error.hint)
             raise ManifestError([problem]) from None

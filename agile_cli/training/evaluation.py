@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from agile_cli.errors import UsageError
+from agile_cli.errors import AgileError, UsageError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch
@@ -67,7 +67,7 @@ def load_agent(
 def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[str, Any]:
     if "member" in state:
         if member is not None and state["member"]["index"] != member:
-            raise UsageError(f"{path} holds member {state['member']['index']} only")
+            raise _only_one_member(path, state["member"]["index"], member)
         return state["member"]
     members = {saved["index"]: saved for saved in state["members"]}
     if member is None:  # the best of the population by its latest fitness
@@ -77,6 +77,28 @@ def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict
             f"no member {member} in {path}", "members: " + ", ".join(map(str, sorted(members)))
         )
     return members[member]
+
+
+def _only_one_member(path: Path, held: int, member: int) -> UsageError:
+    """The error for ``--member`` on an elite.pt, which holds one member: the run's population
+    checkpoint holds every member, so name it (or the members it holds, without ``member``)."""
+    said = f"{path} holds member {held} only"
+    latest = path.parent / "checkpoints" / "latest.pt"
+    if not latest.is_file():
+        hint = f"give a population checkpoint (checkpoints/*.pt) with --member {member}"
+        return UsageError(f"{said}; a population checkpoint holds every member", hint)
+    try:
+        population = checkpoint.load(latest, kind=checkpoint.POPULATION)
+        indices = sorted(saved["index"] for saved in population["members"])
+    except (AgileError, KeyError, TypeError):  # damaged: loading it will say so
+        indices = [member]
+    if member not in indices:
+        listing = ", ".join(map(str, indices))
+        return UsageError(f"{said}, and {latest} has no member {member}", f"members: {listing}")
+    return UsageError(
+        f"{said}; the population checkpoint holds every member",
+        f"give it instead: {latest} --member {member}",
+    )
 
 
 @dataclass

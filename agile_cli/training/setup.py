@@ -87,6 +87,22 @@ def build_population(
     return members
 
 
+def build_one_member(manifest: TrainingManifest, registry: Registry, env: Any) -> Algorithm:
+    """One member of the manifest's algorithm, built on the CPU for ``env``'s spaces as
+    training would build it: how ``agile validate --check-env`` and ``agile init`` ask whether
+    an algorithm takes an environment.
+
+    :raises AgileError: the algorithm refuses the spaces (``NotImplementedError`` in its
+        ``build()`` arrives as a :class:`TrainingError`); anything else is its plugin's bug.
+    """
+    context = AgentContext(
+        torch.device("cpu"), env.num_envs, manifest.training,
+        network=manifest.network, replay_buffer=manifest.replay_buffer,
+    )  # fmt: skip
+    cls = algorithm_class(manifest, registry)
+    return build_population(manifest, cls, env, context, size=1)[0]
+
+
 def _paradigm_population(
     manifest: TrainingManifest,
     paradigm: ParadigmEntry,
