@@ -150,6 +150,7 @@ _LAZY = {
     "slot_sizes": "agile_cli.training.members:slot_sizes",
     "Progress": "agile_cli.training.runners:Progress",
     "Runner": "agile_cli.training.runners:Runner",
+    "EpisodeProgress": "agile_cli.training.runners:EpisodeProgress",
     "reset_seed": "agile_cli.training.runners:reset_seed",
     "TrainResult": "agile_cli.training.loop:TrainResult",
     "run_local": "agile_cli.training.trainer:run_local",
@@ -228,6 +229,7 @@ if TYPE_CHECKING:
     from agile_cli.training.members import MemberOutcome, MemberTrainer, RunnerFactory, slot_sizes
     from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
     from agile_cli.training.runners import (
+        EpisodeProgress,
         GenerationStats,
         MultiAgentOffPolicyRunner,
         OffPolicyRunner,
@@ -257,6 +259,7 @@ __all__ = [
     "EnvironmentBuilder",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
+    "EpisodeProgress",
     "EpsilonGreedyTraining",
     "EvolvableNetwork",
     "ExplorationNoiseSpec",

@@ -4,6 +4,8 @@ the summary's next commands."""
 from __future__ import annotations
 
 import io
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,9 @@ from agile_cli.training.progress import (
     GenerationReport,
     LogReporter,
     MemberRow,
+    RecentReturns,
     RichReporter,
+    RunnerProgress,
     generation_table,
     next_steps,
 )
@@ -73,7 +77,8 @@ def test_hyperparameters_are_compact() -> None:
     assert "lr=8.12e-5 batch_size=204 learn_step=1024 ent_coef=0.0123" in row
 
 
-def _bar(width: int) -> tuple[list[str], RichReporter]:
+def _bar(width: int, returns: Sequence[float] = ()) -> tuple[list[str], RichReporter]:
+    """What the reporter printed, then what its live display shows (after ``returns``)."""
     console = Console(width=width, file=io.StringIO(), color_system=None)
     reporter = RichReporter(console)
     reporter.phase("building 4 members")
@@ -81,6 +86,8 @@ def _bar(width: int) -> tuple[list[str], RichReporter]:
     reporter.phase("generation 12: evaluating")
     for _ in range(3):
         reporter.advance(123_456)
+    RunnerProgress(reporter).episodes(returns)  # as a runner's progress callback does
+    console.print(reporter.progress.get_renderable())
     reporter.progress.stop()
     assert isinstance(console.file, io.StringIO)
     return console.file.getvalue().splitlines(), reporter
@@ -90,9 +97,57 @@ def _bar(width: int) -> tuple[list[str], RichReporter]:
 def test_the_bar_says_what_happens_from_the_start(width: int) -> None:
     lines, reporter = _bar(width)
     assert lines[:2] == ["building 4 members", "PPO on CartPole-v1: 4,096,000 env steps"]
-    assert lines[-1].startswith("generation 12: evaluating")
+    assert len(lines) == 3 and lines[-1].startswith("generation 12: evaluating")
     assert "370,368/4,096,000" in lines[-1] and max(len(line) for line in lines) <= width
     assert reporter.progress.tasks[0].completed == 3 * 123_456
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_recent_episode_returns_show_under_the_bar(width: int) -> None:
+    returns = [-5000.0] * 5 + [float(n) for n in range(100, 120)] + [math.nan]
+    lines, _ = _bar(width, returns)
+    assert lines[-2].startswith("generation 12: evaluating") and len(lines) == 4
+    # The last 20 finished episodes (a NaN return is left out), to a readable precision.
+    assert lines[-1] == "training episodes, last 20: return mean 109.5 (min 100.0, max 119.0)"
+    assert max(len(line) for line in lines) <= width
+
+
+def test_recent_returns_read_at_any_scale() -> None:
+    recent = RecentReturns()
+    recent.add([0.25, 0.5])
+    assert recent.text == "training episodes, last 2: return mean 0.375 (min 0.25, max 0.5)"
+    recent.add([9.0, 44.0])
+    assert recent.text.endswith("last 4: return mean 13.4 (min 0.25, max 44.0)")
+    recent.add([-12_345.67] * 20)
+    assert recent.text.endswith("mean -12,345.7 (min -12,345.7, max -12,345.7)")
+
+
+def _finished(console: Console) -> str:
+    """What ``console`` holds once a run with a live bar has ended."""
+    reporter = RichReporter(console)
+    reporter.start(1_000, 0, "DQN on CartPole-v1")
+    reporter.phase("generation 5: evaluating")
+    reporter.advance(1_000)
+    reporter.episodes([20.0, 30.0])
+    reporter.progress.refresh()
+    reporter.finish(_summary())
+    assert isinstance(console.file, io.StringIO)
+    return console.file.getvalue()
+
+
+def test_no_progress_line_is_left_in_a_log() -> None:
+    text = _finished(Console(width=100, file=io.StringIO(), color_system=None))
+    assert text.splitlines()[0] == "DQN on CartPole-v1: 1,000 env steps"
+    assert text.splitlines()[1] == "summary" and "evaluating" not in text and "ETA" not in text
+    assert "training episodes" not in text
+
+
+def test_in_a_terminal_the_bar_is_erased_before_the_summary() -> None:
+    console = Console(width=100, file=io.StringIO(), force_terminal=True, color_system=None)
+    text = _finished(console)
+    bar = text.rindex("generation 5: evaluating")
+    between = text[bar : text.index("summary")]
+    assert between.count("\x1b[2K") >= 2  # both lines of the live display are erased
 
 
 def _quiet(heartbeat: float) -> tuple[io.StringIO, LogReporter]:
@@ -125,6 +180,17 @@ def test_quiet_counts_steps_during_a_generation() -> None:
     lines = stream.getvalue().splitlines()
     assert lines[-2].startswith("  generation 1: training: 100/1,000 env steps, ")
     assert lines[-1].startswith("  generation 1: training: 250/1,000 env steps, ")
+    assert lines[-1].endswith(" steps/s")  # no episode has finished yet
+
+
+def test_quiet_heartbeat_says_what_recent_episodes_returned() -> None:
+    stream, reporter = _quiet(heartbeat=0)
+    RunnerProgress(reporter).episodes([9.5, 10.5, 500.0])
+    reporter.advance(150)
+    line = stream.getvalue().splitlines()[-1]
+    assert line.startswith("  generation 1: training: 250/1,000 env steps, ")
+    assert line.endswith(" steps/s; training episodes, last 3: return mean 173.3 "
+                         "(min 9.5, max 500.0)")  # fmt: skip
 
 
 def _summary(**changes: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -22,8 +22,12 @@ _T975 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 class Curve:
     """One group's learning curve: best and mean fitness of the population against ``x``.
 
-    With several seeds, ``best`` and ``mean`` are averages over them on a common grid, and
-    ``low``/``high`` bound the 95% confidence interval of the best fitness's average.
+    With several seeds, ``best`` and ``mean`` are averages over them on a grid of the ``x``
+    where every seed has data (up to the shortest seed's end: an average of fewer seeds
+    would jump where one stops), and ``low``/``high`` bound the 95% confidence interval
+    of the best fitness's average, clipped to the seeds' own best fitnesses (a t-interval
+    of a few seeds reaches past what any of them scored). ``runs`` holds each seed's own
+    ``(x, best)`` series, to its end.
     """
 
     label: str
@@ -33,6 +37,7 @@ class Curve:
     low: np.ndarray | None
     high: np.ndarray | None
     seeds: int
+    runs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 def run_series(run: Run, axis: Axis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -46,9 +51,10 @@ def group_curve(group: Group, axis: Axis) -> Curve:
     """The group's curve; several seeds are interpolated onto the ``x`` values they share
     (between the latest first point and the earliest last point)."""
     series = [run_series(run, axis) for run in group.runs]
+    runs = [(x, best) for x, best, _ in series]
     if len(series) == 1:
         x, best, mean = series[0]
-        return Curve(group.label, x, best, mean, None, None, seeds=1)
+        return Curve(group.label, x, best, mean, None, None, seeds=1, runs=runs)
     start = max(s[0][0] for s in series)
     stop = min(s[0][-1] for s in series)
     grid = np.unique(np.concatenate([s[0] for s in series]))
@@ -57,10 +63,18 @@ def group_curve(group: Group, axis: Axis) -> Curve:
         grid = min((s[0] for s in series), key=len)
     bests = np.array([np.interp(grid, x, best) for x, best, _ in series])
     means = np.array([np.interp(grid, x, mean) for x, _, mean in series])
-    centre = bests.mean(axis=0)
-    spread = confidence(bests)
-    return Curve(group.label, grid, centre, means.mean(axis=0), centre - spread,
-                 centre + spread, seeds=len(series))  # fmt: skip
+    centre, low, high = seeds_interval(bests)
+    return Curve(group.label, grid, centre, means.mean(axis=0), low, high,
+                 seeds=len(series), runs=runs)  # fmt: skip
+
+
+def seeds_interval(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mean over axis 0 (the seeds) and its 95% confidence interval, clipped to the
+    range the samples span: ``(mean, low, high)``."""
+    centre = samples.mean(axis=0)
+    spread = confidence(samples)
+    low = np.maximum(centre - spread, samples.min(axis=0))
+    return centre, low, np.minimum(centre + spread, samples.max(axis=0))
 
 
 def confidence(samples: np.ndarray) -> np.ndarray:

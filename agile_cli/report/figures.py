@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 #: Lineage charts drawn at most (one per run); the others are named under the last one.
 MAX_LINEAGES = 4
+#: What the band around a setup's mean best fitness is (see :func:`~.curves.group_curve`).
+BAND = "95% confidence interval of the seeds' mean best, within their range"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 
@@ -31,8 +33,8 @@ def require_matplotlib() -> None:
     except ImportError:
         raise AgileError(
             "drawing a report needs matplotlib",
-            'install it with `pip install "agile-cli[plot]"`, or leave out --out for the '
-            "terminal view",
+            "install it with `pip install matplotlib` or, in agile's folder, "
+            '`pip install -e ".[plot]"`; or leave out --out for the terminal view',
         ) from None
 
 
@@ -49,41 +51,102 @@ def _figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _steps_axis(axes: Axes) -> None:
+def _steps_axis(axes: Axes, groups: list[Group]) -> None:
+    """Env steps on the x axis, from 0 to the longest run's end: every steps panel of the
+    report spans the same range."""
     from matplotlib.ticker import EngFormatter
 
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes.set_xlabel("global env steps")
+    end = max(run.generations[-1].global_steps for group in groups for run in group.runs)
+    axes.set_xlim(0, end * 1.03 or 1)
 
 
 def curves_figure(groups: list[Group]) -> Figure:
-    """Best (solid) and mean (dashed) fitness against env steps and wall time; a band for
-    the 95% confidence interval of the best fitness where a setup has several seeds."""
-    figure = _figure(12, 4.4)
+    """Best (solid) and population-mean (dashed) fitness against env steps and wall time.
+
+    A setup with several seeds is drawn as their average over the range where every seed has
+    data, with a band for the 95% confidence interval of the average best (clipped to the
+    range the seeds' best fitnesses span), and each seed's own best fitness as a thin line
+    to its end (a seed that stopped early at the target ends there). The legend, under the
+    panels, names each setup by what sets it apart.
+    """
+    common, labels = legend_labels(groups)
+    rows = max(len(groups), 5)  # the legend's
+    figure = _figure(12, 4.2 + 0.22 * rows)
     by_steps, by_time = figure.subplots(1, 2, sharey=True)
+    target = next((g.target for g in groups if g.target is not None), None)
     axis: Axis
     for axes, axis in ((by_steps, "steps"), (by_time, "seconds")):
         for number, group in enumerate(groups):
             _draw_curve(axes, group, axis, COLOURS[number % len(COLOURS)])
-        target = next((g.target for g in groups if g.target is not None), None)
         if target is not None:
-            axes.axhline(target, color="black", linestyle=":", linewidth=1, label="target")
+            axes.axhline(target, color="black", linestyle=":", linewidth=1)
         axes.grid(alpha=0.3)
-    _steps_axis(by_steps)
+    _steps_axis(by_steps, groups)
+    by_time.set_xlim(left=0)
     by_time.set_xlabel("wall time (s)")
     by_steps.set_ylabel("fitness")
     by_steps.set_title("Learning curve by env steps")
     by_time.set_title("Learning curve by wall time")
-    by_steps.legend(loc="best", fontsize=9)
+    if common:
+        figure.suptitle(common)
+    _curves_legend(figure, groups, labels, target)
     return figure
+
+
+def legend_labels(groups: list[Group]) -> tuple[str, list[str]]:
+    """What the setups have in common (their algorithm and environment, when they share
+    them; else ""), and each setup's label without it, with its number of seeds."""
+    titles = {run.title for group in groups for run in group.runs}
+    common = titles.pop() if len(titles) == 1 else ""
+    labels = []
+    for group in groups:
+        label = group.label
+        rest = label.removeprefix(common)
+        if common and rest.startswith(" (") and rest.endswith(")"):
+            label = rest[2:-1]
+        seeds = len(group.runs)
+        labels.append(label + (f", {seeds} seeds" if seeds > 1 else ""))
+    return common, labels
+
+
+def _curves_legend(
+    figure: Figure, groups: list[Group], labels: list[str], target: float | None
+) -> None:
+    """Two columns: the setups (their colours), and what each kind of line means."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    grey = "#555555"
+    setups = [Line2D([], [], color=COLOURS[n % len(COLOURS)], linewidth=2)
+              for n in range(len(groups))]  # fmt: skip
+    kinds: list[Any] = [Line2D([], [], color=grey, linewidth=2),
+                        Line2D([], [], color=grey, linewidth=1.2, linestyle="--")]  # fmt: skip
+    meanings = ["best fitness", "the population's mean fitness"]
+    if any(len(group.runs) > 1 for group in groups):
+        meanings = [f"{meaning} (several seeds: their mean)" for meaning in meanings]
+        kinds += [Line2D([], [], color=grey, linewidth=0.8, alpha=0.6),
+                  Patch(color=grey, alpha=0.2, linewidth=0)]  # fmt: skip
+        meanings += ["each seed's best fitness", BAND]
+    if target is not None:
+        kinds.append(Line2D([], [], color="black", linestyle=":", linewidth=1))
+        meanings.append(f"target {target:g}")
+    rows = max(len(setups), len(kinds))
+    blank = Line2D([], [], alpha=0)  # the legend fills a column before the next
+    handles = setups + [blank] * (rows - len(setups)) + kinds + [blank] * (rows - len(kinds))
+    names = labels + [""] * (rows - len(labels)) + meanings + [""] * (rows - len(meanings))
+    figure.legend(handles, names, loc="outside lower center", ncols=2, fontsize=9,
+                  frameon=False, columnspacing=3)  # fmt: skip
 
 
 def _draw_curve(axes: Axes, group: Group, axis: Axis, colour: str) -> None:
     curve = group_curve(group, axis)
-    seeds = f" ({curve.seeds} seeds, 95% CI)" if curve.seeds > 1 else ""
-    axes.plot(curve.x, curve.best, color=colour, linewidth=2, label=f"{curve.label}: best{seeds}")
-    axes.plot(curve.x, curve.mean, color=colour, linewidth=1.2, linestyle="--",
-              label=f"{curve.label}: population mean")  # fmt: skip
+    if curve.seeds > 1:
+        for x, best in curve.runs:
+            axes.plot(x, best, color=colour, linewidth=0.8, alpha=0.6)
+    axes.plot(curve.x, curve.best, color=colour, linewidth=2)
+    axes.plot(curve.x, curve.mean, color=colour, linewidth=1.2, linestyle="--")
     if curve.low is not None and curve.high is not None:
         axes.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=0.2, linewidth=0)
 
@@ -160,12 +223,16 @@ def hyperparameter_figure(groups: list[Group]) -> Figure | None:
     grid = figure.subplots(rows, columns, squeeze=False)
     for axes, (name, drawn) in zip(grid.flat, panels.items(), strict=False):
         _draw_trajectories(axes, name, drawn)
+        _steps_axis(axes, groups)
     for axes in list(grid.flat)[len(panels) :]:
         axes.set_visible(False)
     from matplotlib.lines import Line2D
 
+    common, labels = legend_labels(groups)
+    if common:
+        figure.suptitle(common)
     handles = [Line2D([], [], color=colour, linewidth=2) for colour in colours.values()]
-    figure.legend(handles, list(colours), loc="outside lower center", ncols=min(3, len(colours)),
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(3, len(colours)),
                   fontsize=9, title="dots: every member; line: the best member of each "
                   "generation (one per seed)", title_fontsize=9)  # fmt: skip
     return figure
@@ -185,5 +252,4 @@ def _draw_trajectories(axes: Axes, name: str, drawn: list[tuple[Any, str, str]])
     elif values.max() >= 10_000:
         axes.yaxis.set_major_formatter(EngFormatter(sep=""))
     axes.set_title(name)
-    _steps_axis(axes)
     axes.grid(alpha=0.3)

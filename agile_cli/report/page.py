@@ -10,43 +10,71 @@ from pathlib import Path
 
 import numpy as np
 
-from agile_cli.report.curves import confidence
+from agile_cli.report.curves import seeds_interval
 from agile_cli.report.runs import Group, Run
 
 SPARKS = "▁▂▃▄▅▆▇█"
+#: A sparkline scale spans at least this fraction of the largest magnitude it shows, so that
+#: a change of a percent or two never fills its height (and never reads as a collapse).
+MIN_SPAN = 0.1
+
+Scale = tuple[float, float]
 
 
-def sparkline(values: list[float], width: int = 40) -> str:
-    """``values`` as a line of block characters, at most ``width`` of them (resampled)."""
+def spark_scale(series: list[list[float]]) -> Scale:
+    """One scale for sparklines of all ``series``: their lowest to their highest value, its
+    low end lowered (the highest stays on top) to span at least :data:`MIN_SPAN` of the
+    largest magnitude."""
+    values = np.concatenate([np.asarray(values, float) for values in series])
+    low, high = float(values.min()), float(values.max())
+    span = max(high - low, MIN_SPAN * max(abs(low), abs(high)))
+    return high - span, high
+
+
+def sparkline(values: list[float], width: int = 40, scale: Scale | None = None) -> str:
+    """``values`` as a line of block characters, at most ``width`` of them (resampled), ``▁``
+    at the low end of ``scale`` and ``█`` at its high end (default: :func:`spark_scale` of
+    ``values``)."""
     if not values:
         return ""
     series = np.asarray(values, float)
     if series.size > width:
         series = series[np.linspace(0, series.size - 1, width).round().astype(int)]
-    low, high = float(series.min()), float(series.max())
+    low, high = scale if scale is not None else spark_scale([values])
     if high - low < 1e-12:
         return SPARKS[len(SPARKS) // 2] * series.size
-    levels = ((series - low) / (high - low) * (len(SPARKS) - 1)).round().astype(int)
+    fraction = np.clip((series - low) / (high - low), 0.0, 1.0)
+    levels = (fraction * (len(SPARKS) - 1)).round().astype(int)
     return "".join(SPARKS[level] for level in levels)
 
 
 def terminal_view(groups: list[Group]) -> list[str]:
-    """A few lines per run, and a line across the seeds of each setup that has several."""
-    lines: list[str] = []
+    """A few lines per run, and a line across the seeds of each setup that has several.
+
+    The sparklines of every run share one scale for the best fitness and one for the mean
+    (:func:`spark_scale`), which the first line states: runs compare at a glance, and a run
+    that only wavers near its best does not look like it collapsed."""
+    runs = [run for group in groups for run in group.runs]
+    scales = (spark_scale([[g.best for g in run.generations] for run in runs]),
+              spark_scale([[g.mean for g in run.generations] for run in runs]))  # fmt: skip
+    (best_low, best_high), (mean_low, mean_high) = scales
+    lines = [f"sparklines, one scale for every run: best {SPARKS[0]} {best_low:.4g} to "
+             f"{SPARKS[-1]} {best_high:.4g}; mean {SPARKS[0]} {mean_low:.4g} to "
+             f"{SPARKS[-1]} {mean_high:.4g}", ""]  # fmt: skip
     for group in groups:
         lines.append(group.label + (f"  ({len(group.runs)} seeds)" if len(group.runs) > 1 else ""))
         for run in group.runs:
-            lines += ["", *_run_lines(run)]
+            lines += ["", *_run_lines(run, scales)]
         if len(group.runs) > 1:
-            finals = np.array([[run.generations[-1].best] for run in group.runs])
-            half = float(confidence(finals)[0])
-            lines += ["", f"  final best over {len(group.runs)} seeds: "
-                      f"{finals.mean():.4g} +/- {half:.3g} (95% CI)"]  # fmt: skip
+            finals = np.array([run.generations[-1].best for run in group.runs])
+            mean, low, high = (float(value) for value in seeds_interval(finals))
+            lines += ["", f"  final best over {len(group.runs)} seeds: mean {mean:.4g}, "
+                      f"95% CI {low:.4g} to {high:.4g} (within the seeds' range)"]  # fmt: skip
         lines.append("")
     return lines
 
 
-def _run_lines(run: Run) -> list[str]:
+def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
     gens = run.generations
     last = gens[-1]
     peak = max(gens, key=lambda g: g.best)
@@ -63,8 +91,10 @@ def _run_lines(run: Run) -> list[str]:
         f"  {run.path}{seed}",
         f"  {len(gens)} generations, {last.global_steps:,} steps, {last.wall_seconds:.1f} s; "
         f"best {peak.best:.4g} (generation {peak.number}){target}",
-        f"  best  {sparkline([g.best for g in gens])}  {gens[0].best:.4g} -> {last.best:.4g}",
-        f"  mean  {sparkline([g.mean for g in gens])}  {gens[0].mean:.4g} -> {last.mean:.4g}",
+        f"  best  {sparkline([g.best for g in gens], scale=scales[0])}  "
+        f"{gens[0].best:.4g} -> {last.best:.4g}",
+        f"  mean  {sparkline([g.mean for g in gens], scale=scales[1])}  "
+        f"{gens[0].mean:.4g} -> {last.mean:.4g}",
         f"  best member now: {elite.index}: {values or 'no hyperparameters'}; {elite.arch}{size}",
     ]
     if run.skipped:

@@ -158,10 +158,12 @@ class BatchedRunner(Runner[Any]):
         valid: np.ndarray,
         done: np.ndarray,
         returns: np.ndarray,
+        progress: Progress | None = None,
     ) -> None:
-        """Hand each member its finished episodes and the rows whose episodes start anew."""
+        """Hand each member its finished episodes (telling ``progress`` of them) and the rows
+        whose episodes start anew."""
         for row, value in zip(np.flatnonzero(done), returns, strict=True):
-            stats[row // self.num_envs].episode_returns.append(float(value))
+            stats[row // self.num_envs].add_episodes([value], progress)
         if not valid.all():
             starts = ~valid.reshape(len(members), self.num_envs)
             for member, rows in zip(members, starts, strict=True):
@@ -268,7 +270,7 @@ class BatchedOffPolicyRunner(BatchedRunner):
             actions = self._act(slots, obs, explore=True)
             next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
             valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
-            self._episodes(members, stats, valid, done, returns)
+            self._episodes(members, stats, valid, done, returns, progress)
             self.inner.store(obs, actions, rewards, next_obs, terminated, truncated, valid, infos)
             obs = next_obs
             for slot in slots:

@@ -96,7 +96,7 @@ class BatchedOnPolicyRunner(BatchedRunner):
             step = self._policy_steps(members, slots, obs)
             obs, rewards, terminated, truncated, _ = self.env.step(step.actions)
             valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
-            self._episodes(members, stats, valid, done, returns)
+            self._episodes(members, stats, valid, done, returns, progress)
             for position, member in enumerate(members):
                 rows = slice(position * self.num_envs, (position + 1) * self.num_envs)
                 collecting[position].rollout.add(

@@ -28,7 +28,7 @@ from agile_cli.training import batched, budget, checkpoint, setup, trust
 from agile_cli.training.batched_on_policy import batched_runner
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.members import RunnerFactory
-from agile_cli.training.progress import GenerationReport, MemberRow, Reporter
+from agile_cli.training.progress import GenerationReport, MemberRow, Reporter, RunnerProgress
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
 from agile_cli.training.runners import Runner
@@ -284,7 +284,8 @@ class EvolutionLoop:
         trained = global_steps = 0
         exhausted = True
         self.reporter.phase(f"generation {self.state.generation + 1}: training")
-        generation = self.runner.train_population(self.population, steps, self.reporter.advance)
+        progress = RunnerProgress(self.reporter)  # steps and finished episodes, for the display
+        generation = self.runner.train_population(self.population, steps, progress)
         for member, stats in zip(self.population, generation, strict=True):
             exhausted = exhausted and stats.exhausted
             trained = stats.steps

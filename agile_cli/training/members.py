@@ -124,7 +124,12 @@ class MemberTrainer:
         progress: Progress | None = None,
     ) -> list[MemberOutcome]:
         """Train the members ``states`` describe for about ``steps`` steps each, then score
-        them (``rounds`` evaluation rounds of at most ``eval_steps`` steps)."""
+        them (``rounds`` evaluation rounds of at most ``eval_steps`` steps).
+
+        :param progress: called as the runner's is (``progress(n)`` as steps are done); an
+            :class:`~agile_cli.training.runners.EpisodeProgress` also hears of each finished
+            training episode's return, for a backend that shows them while the members train.
+        """
         if len(states) != self.members:
             raise ValueError(f"this slot holds {self.members} members, not {len(states)}")
         members = [self.member(state) for state in states]

@@ -152,7 +152,7 @@ class MultiAgentOnPolicyRunner(Runner[MultiAgentOnPolicyAlgorithm]):
                 team_obs = cast("Mapping[str, Observation]", obs_tensor)
                 team_records = cast("Mapping[str, PolicyRecord]", records)
                 rollout.add(team_obs, team_records, agents.step(infos, valid))
-                stats.episode_returns += finished
+                stats.add_episodes(finished, progress)
                 stats.steps += self.num_envs
                 member.record.steps += self.num_envs
                 progress(self.num_envs)

@@ -1,25 +1,29 @@
 """What a person sees while a population trains: a live bar, a table per generation, a summary.
 
 ``RichReporter`` draws with rich (a live progress bar with steps/s and ETA, saying what the run
-is doing); ``LogReporter`` prints plain lines, for logs and ``--quiet``: what the run is doing
-until the first generation ends, then one line per generation, and a line at most every
-:attr:`LogReporter.heartbeat` seconds of how far the generation has come.
+is doing, and under it the returns of the latest training episodes); ``LogReporter`` prints
+plain lines, for logs and ``--quiet``: what the run is doing until the first generation ends,
+then one line per generation, and a line at most every :attr:`LogReporter.heartbeat` seconds
+of how far the generation has come and what the latest training episodes returned.
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime
+import math
 import shlex
 import sys
 import time
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import click
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.progress import (
     BarColumn,
     Progress,
@@ -40,6 +44,9 @@ WIDE = 100
 
 #: What the member numbers shown are.
 MEMBER_IDS = "member: an id; copies made by selection get new ids"
+
+#: How many of the latest finished training episodes the live display sums up.
+RECENT_EPISODES = 20
 
 
 @dataclass
@@ -80,9 +87,69 @@ class Reporter(Protocol):
 
     def start(self, total: int, done: int, title: str) -> None: ...
     def advance(self, steps: int) -> None: ...
+    def episodes(self, returns: Sequence[float]) -> None:
+        """Training episodes (of any member) just finished with these returns."""
+
     def generation(self, report: GenerationReport) -> None: ...
     def note(self, message: str) -> None: ...
     def finish(self, summary: dict[str, Any]) -> None: ...
+
+
+class RecentReturns:
+    """The returns of the latest :data:`RECENT_EPISODES` finished training episodes, and a
+    line saying what they were (kept as text, which the live display's thread reads)."""
+
+    def __init__(self) -> None:
+        self.returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+        self.text = ""
+
+    def add(self, returns: Iterable[float]) -> None:
+        self.returns.extend(value for value in map(float, returns) if math.isfinite(value))
+        if self.returns:
+            values = list(self.returns)
+            mean = sum(values) / len(values)
+            self.text = (
+                f"training episodes, last {len(values)}: return mean {_amount(mean)} "
+                f"(min {_amount(min(values))}, max {_amount(max(values))})"
+            )
+
+
+def _amount(value: float) -> str:
+    """``1,234.5``, ``9.0``, ``0.0123``: a return to a readable precision."""
+    return f"{value:,.1f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+class RunnerProgress:
+    """What the loop hands its runner as the progress callback: ``progress(n)`` advances the
+    reporter by ``n`` steps, and, as an :class:`~agile_cli.training.runners.EpisodeProgress`,
+    ``progress.episodes(returns)`` tells it of finished training episodes."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+
+    def __call__(self, steps: int, /) -> None:
+        self.reporter.advance(steps)
+
+    def episodes(self, returns: Sequence[float], /) -> None:
+        self.reporter.episodes(returns)
+
+
+class _LiveProgress(Progress):
+    """rich's progress display, with the latest training episodes' returns under the bar."""
+
+    def __init__(self, *columns: ProgressColumn, recent: RecentReturns, **options: Any) -> None:
+        self.recent = recent  # before rich's set-up, which draws the display once
+        super().__init__(*columns, **options)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        if self.recent.text:
+            yield Text(self.recent.text, style="dim", no_wrap=True, overflow="ellipsis")
+
+    def stop(self) -> None:
+        """Stop, leaving nothing behind: the display is transient, and (unlike rich's own
+        ``stop``) no blank line is printed in its place in a log."""
+        self.live.stop()
 
 
 class _StepsPerSecond(TextColumn):
@@ -126,12 +193,16 @@ def _bar_columns(width: int) -> list[ProgressColumn]:
 
 
 class RichReporter:
-    """A live progress bar saying what the run does, plus a table after each generation."""
+    """A live progress bar saying what the run does, with the latest training episodes'
+    returns under it, plus a table after each generation. The bar is live only: it is gone
+    once the run ends (or fails), before the summary, and never written to a file or pipe."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=False)
-        self.progress = Progress(
-            *_bar_columns(self.console.width), console=self.console, expand=True
+        self.recent = RecentReturns()
+        columns = _bar_columns(self.console.width)
+        self.progress = _LiveProgress(
+            *columns, recent=self.recent, console=self.console, expand=True, transient=True
         )
         self.task: TaskID | None = None
         self.doing = "starting"
@@ -152,6 +223,9 @@ class RichReporter:
     def advance(self, steps: int) -> None:
         if self.task is not None:
             self.progress.advance(self.task, steps)
+
+    def episodes(self, returns: Sequence[float]) -> None:
+        self.recent.add(returns)
 
     def note(self, message: str) -> None:
         self.console.print(Text(printable(message, keep_newlines=True)))
@@ -204,6 +278,7 @@ class LogReporter:
         self.doing = "starting"
         self.total = self.done = 0
         self.reported = False  # a generation's line has been printed
+        self.recent = RecentReturns()
         self._since = (time.monotonic(), 0)  # when the last line was printed, steps done then
 
     def _print(self, line: str) -> None:
@@ -225,8 +300,12 @@ class LogReporter:
         seconds = time.monotonic() - when
         if seconds >= self.heartbeat:
             speed = (self.done - done) / seconds
+            returns = f"; {self.recent.text}" if self.recent.text else ""
             self._print(f"  {self.doing}: {self.done:,}/{self.total:,} env steps, "
-                        f"{speed:,.0f} steps/s")  # fmt: skip
+                        f"{speed:,.0f} steps/s{returns}")  # fmt: skip
+
+    def episodes(self, returns: Sequence[float]) -> None:
+        self.recent.add(returns)
 
     def note(self, message: str) -> None:
         self._print(message)

@@ -12,7 +12,7 @@ import abc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -22,7 +22,29 @@ from agile_cli.runtime.rollout import Rollout
 
 A = TypeVar("A", bound=Algorithm)
 
+#: What a runner calls as it trains: ``progress(n)`` each time ``n`` more steps are done. The
+#: loop's callback is also an :class:`EpisodeProgress`, which hears of finished episodes (a
+#: runner tells it through :meth:`GenerationStats.add_episodes`); a runner that only calls
+#: ``progress(n)`` still works, and the live display then shows no episode returns.
 Progress = Callable[[int], None]
+
+
+@runtime_checkable
+class EpisodeProgress(Protocol):
+    """A :data:`Progress` callback that also hears of episodes as they finish, so that the
+    live display shows recent episode returns between evaluations.
+
+    The evolution loop hands runners one; a caller of ``Runner.train`` may hand a plain
+    ``progress(n)`` function instead. Runners need not check which:
+    :meth:`GenerationStats.add_episodes` tells the callback only when it is one of these.
+    """
+
+    def __call__(self, steps: int, /) -> None:
+        """``steps`` more steps are done."""
+
+    def episodes(self, returns: Sequence[float], /) -> None:
+        """Episodes just finished with these returns (any member's, in the order they
+        finished)."""
 
 
 def learned_loss(result: LearnResult | float) -> float:
@@ -70,6 +92,16 @@ class GenerationStats:
     losses: list[float] = field(default_factory=list)
     exhausted: bool = False
 
+    def add_episodes(self, returns: Sequence[float], progress: Progress | None = None) -> None:
+        """Record episodes that just finished with ``returns``, and tell ``progress`` of them
+        when it listens for episodes (an :class:`EpisodeProgress`)."""
+        if not len(returns):
+            return
+        values = [float(value) for value in returns]
+        self.episode_returns += values
+        if isinstance(progress, EpisodeProgress):
+            progress.episodes(values)
+
 
 class EpisodeTracker:
     """Sums rewards per sub-environment and reports finished episodes."""
@@ -112,7 +144,8 @@ class Runner(abc.ABC, Generic[A]):
     @abc.abstractmethod
     def train(self, member: A, steps: int, progress: Progress) -> GenerationStats:
         """Train ``member`` for about ``steps`` steps, calling ``progress(n)`` as ``n`` more are
-        done and adding them to ``member.record.steps``."""
+        done and adding them to ``member.record.steps``; episodes that finish go to the stats
+        with :meth:`GenerationStats.add_episodes` (``progress`` included, for the display)."""
 
     def evaluate(self, member: A, rounds: int, max_steps: int | None) -> float:
         """The member's fitness: the mean return of each sub-environment's first greedy
@@ -178,7 +211,7 @@ class OffPolicyRunner(Runner[OffPolicyAlgorithm]):
             if not valid.all():  # those steps only reset: next_obs starts new episodes
                 member.reset_state(~valid)
             self.store(obs, actions, rewards, next_obs, terminated, truncated, valid, infos)
-            stats.episode_returns += finished
+            stats.add_episodes(finished, progress)
             obs = next_obs
             if (t + 1) % every == 0 and self._ready(member):
                 for _ in range(repeats):
@@ -302,7 +335,7 @@ class OnPolicyRunner(Runner[OnPolicyAlgorithm]):
                 if not valid.all():  # those steps only reset: obs starts new episodes
                     member.reset_state(~valid)
                 rollout.add(obs_tensor, record, rewards, terminated, truncated, valid)
-                stats.episode_returns += finished
+                stats.add_episodes(finished, progress)
                 stats.steps += self.num_envs
                 member.record.steps += self.num_envs
                 progress(self.num_envs)

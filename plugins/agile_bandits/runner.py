@@ -50,7 +50,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         done = 0
         while done < steps:
             length = min(self.episode_steps, steps - done)
-            stats.episode_returns.append(self._episode(member, length, stats, progress))
+            stats.add_episodes([self._episode(member, length, stats, progress)], progress)
             done += length
         return stats
 

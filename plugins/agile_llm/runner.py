@@ -48,7 +48,7 @@ class LLMRunner(Runner[LLMMember]):
             member.last_rewards = None
             stats.losses.append(member.train_step(rows, self.env))
             if member.last_rewards is not None:  # the mean reward of what it sampled
-                stats.episode_returns.append(float(member.last_rewards.mean()))
+                stats.add_episodes([float(member.last_rewards.mean())], progress)
             stats.steps += size
             done += size
             member.record.steps += size
