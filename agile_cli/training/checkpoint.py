@@ -19,12 +19,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
 import tempfile
-import threading
 import zipfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ import numpy as np
 import torch
 
 from agile_cli.errors import TrainingError, printable
+from agile_cli.signals import interrupt_held
 from agile_cli.training import budget
 
 FORMAT_VERSION = 2
@@ -63,7 +61,7 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
         )
     except OSError as exc:
         raise _unwritable(path, exc) from None
-    with _interrupt_held():
+    with interrupt_held():
         try:
             with os.fdopen(handle, "wb") as stream:
                 torch.save(encoded, stream)
@@ -96,29 +94,6 @@ def _unwritable(path: Path, exc: OSError) -> TrainingError:
     else:
         hint = f"make {path.parent} writable, or train into a writable folder with --run-dir"
     return TrainingError(f"could not write the checkpoint {path}: {reason}{kept}", hint)
-
-
-@contextmanager
-def _interrupt_held() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until the block ends, then deliver it.
-
-    A ``KeyboardInterrupt`` raised inside ``torch.save`` leaves its zip writer half done, and
-    the writer's own clean-up then fails with a ``RuntimeError`` that hides the interrupt: the
-    run would crash instead of stopping with its last checkpoint. The user's Ctrl-C waits for
-    the write (longer when the checkpoint holds the replay buffer).
-    """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield  # signals reach only the main thread; an ignored or foreign handler stays
-        return
-    caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        previous(signal.SIGINT, None)
 
 
 def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any]:

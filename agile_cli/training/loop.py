@@ -24,6 +24,7 @@ from agile_cli.manifest import TrainingManifest
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runtime.agent import AgentContext, Algorithm
+from agile_cli.signals import interrupt_held
 from agile_cli.training import batched, budget, checkpoint, setup, trust
 from agile_cli.training.batched_on_policy import batched_runner
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
@@ -297,24 +298,27 @@ class EvolutionLoop:
         fitnesses = self.runner.evaluate_population(
             self.population, training.eval_loop, training.eval_steps
         )
-        for member, fitness in zip(self.population, fitnesses, strict=True):
-            member.record.fitness.append(float(fitness))
-        elapsed = time.perf_counter() - started
-        self.state = dataclasses.replace(
-            self.state,
-            generation=self.state.generation + 1,
-            global_steps=self.state.global_steps + global_steps,
-            steps_per_member=self.state.steps_per_member + trained,
-            wall_seconds=self.state.wall_seconds + elapsed,
-        )
-        self._report(global_steps / max(elapsed, 1e-9))
-        if exhausted:
-            self.reporter.note("every member has trained on all the data it may: stopping")
-        stop = self._target_met() or exhausted
-        self.state.stopped_early = stop
-        if not stop and self.state.steps_per_member < training.max_steps:
-            self._evolve()
-        self._save_checkpoint()
+        # Trained and scored: the generation is kept whole. Ctrl-C from here waits for its
+        # checkpoint, so that the counters, its metrics line and the checkpoint agree.
+        with interrupt_held():
+            for member, fitness in zip(self.population, fitnesses, strict=True):
+                member.record.fitness.append(float(fitness))
+            elapsed = time.perf_counter() - started
+            self.state = dataclasses.replace(
+                self.state,
+                generation=self.state.generation + 1,
+                global_steps=self.state.global_steps + global_steps,
+                steps_per_member=self.state.steps_per_member + trained,
+                wall_seconds=self.state.wall_seconds + elapsed,
+            )
+            self._report(global_steps / max(elapsed, 1e-9))
+            if exhausted:
+                self.reporter.note("every member has trained on all the data it may: stopping")
+            stop = self._target_met() or exhausted
+            self.state.stopped_early = stop
+            if not stop and self.state.steps_per_member < training.max_steps:
+                self._evolve()
+            self._save_checkpoint()
         return stop
 
     def _evolve(self) -> None:

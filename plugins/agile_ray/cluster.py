@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agile_cli import TrainingError, UsageError, slot_sizes
+from agile_cli import TrainingError, UsageError, interrupt_held, slot_sizes
 
 #: Seconds to wait for a HOST:PORT to accept a connection before calling it unreachable (Ray's
 #: own client retries for minutes).
@@ -110,6 +110,9 @@ def _private_instance() -> dict[str, Any]:
     # Ray loads the token once per process: a later instance keeps it, or the user's.
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     os.environ.pop("RAY_ADDRESS", None)  # Ray would join that cluster instead
+    # Ray starts workers at nice 15; the run's own workers are its training, and compete as
+    # the local backend's process does (with other work running, nice 15 starved them 20x).
+    os.environ.setdefault("RAY_worker_niceness", "0")
     if "RAY_TMPDIR" not in os.environ:  # kept afterwards: it holds the workers' logs
         # A short folder of its own: Ray's socket paths must stay short.
         os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="agile-ray-")
@@ -134,16 +137,22 @@ def connected(address: str | None) -> Iterator[Any]:
     # the progress display; their errors come back as the run's.
     options.update(logging_level=logging.WARNING, log_to_driver=False)
     try:
+        with interrupt_held():
+            _start(ray, options, address)
+        yield ray
+    finally:
+        with interrupt_held():
+            ray.shutdown()
+
+
+def _start(ray: Any, options: dict[str, Any], address: str | None) -> None:
+    try:
         ray.init(**options)
     except ConnectionError as exc:
         raise TrainingError(
             f"cannot join the Ray cluster at {address}: {exc}",
             "start one with `ray start --head`, or give --address HOST:PORT",
         ) from None
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 def cluster_cpus(ray: Any) -> float:
