@@ -7,7 +7,6 @@ the per-member path on the same inputs and random streams: equal within float to
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -380,18 +379,28 @@ def test_per_member_switch_trains_one_by_one(tmp_path: Path) -> None:
         loop.env.close()
 
 
-def test_a_batched_population_of_small_networks_shares_its_operations_over_two_threads() -> None:
+def test_evolvable_networks_train_on_one_thread_whatever_the_machine_has() -> None:
     from agile_cli.training.loop import torch_threads
 
     before = torch.get_num_threads()
-    manifest = tiny_manifest("DQN")
     try:
-        torch_threads(manifest, batched=True)
-        assert torch.get_num_threads() == min(2, os.cpu_count() or 1)
-        torch_threads(manifest, batched=False)
+        torch.set_num_threads(2)
+        assert torch_threads(tiny_manifest("DQN")) == 1
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_busy_machine_is_named_when_more_than_one_thread_would_compete(monkeypatch) -> None:
+    from agile_cli.training import loop
+
+    monkeypatch.setattr(loop, "available_cpus", lambda: 2)
+    monkeypatch.setattr(loop.os, "getloadavg", lambda: (3.7, 2.0, 1.0))
+    note = loop.busy_machine_note(2)
+    assert note is not None and "load 3.7 on 2 CPUs" in note and "--threads 1" in note
+    assert loop.busy_machine_note(1) is None  # one thread has nobody to wait for
+    monkeypatch.setattr(loop.os, "getloadavg", lambda: (0.2, 0.1, 0.0))
+    assert loop.busy_machine_note(2) is None
 
 
 def test_threads_follow_the_cpus_this_process_may_use_and_the_threads_option(
@@ -410,10 +419,11 @@ def test_threads_follow_the_cpus_this_process_may_use_and_the_threads_option(
     assert loop.available_cpus(quota) == 1
     before = torch.get_num_threads()
     try:
-        loop.torch_threads(tiny_manifest("DQN"), batched=True)
-        assert torch.get_num_threads() == 1
-        loop.torch_threads(tiny_manifest("DQN"), batched=False, requested=3)
+        loop.torch_threads(tiny_manifest("DQN"), requested=3)
         assert torch.get_num_threads() == 3
+        torch.set_num_threads(2)  # a language model keeps torch's count, capped by the CPUs
+        no_network = tiny_manifest("DQN").model_copy(update={"network": None})
+        assert loop.torch_threads(no_network) == 1
     finally:
         torch.set_num_threads(before)
 

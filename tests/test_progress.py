@@ -82,7 +82,7 @@ def _bar(width: int, returns: Sequence[float] = ()) -> tuple[list[str], RichRepo
     console = Console(width=width, file=io.StringIO(), color_system=None)
     reporter = RichReporter(console)
     reporter.phase("building 4 members")
-    reporter.start(4_096_000, 0, "PPO on CartPole-v1")
+    reporter.start(4_096_000, 0, "PPO on CartPole-v1", "env steps", 4)
     reporter.phase("generation 12: evaluating")
     for _ in range(3):
         reporter.advance(123_456)
@@ -96,7 +96,10 @@ def _bar(width: int, returns: Sequence[float] = ()) -> tuple[list[str], RichRepo
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_bar_says_what_happens_from_the_start(width: int) -> None:
     lines, reporter = _bar(width)
-    assert lines[:2] == ["building 4 members", "PPO on CartPole-v1: 4,096,000 env steps"]
+    assert lines[:2] == [
+        "building 4 members",
+        "PPO on CartPole-v1: 4,096,000 env steps in all (1,024,000 per member)",
+    ]
     assert len(lines) == 3 and lines[-1].startswith("generation 12: evaluating")
     assert "370,368/4,096,000" in lines[-1] and max(len(line) for line in lines) <= width
     assert reporter.progress.tasks[0].completed == 3 * 123_456
@@ -137,7 +140,7 @@ def _finished(console: Console) -> str:
 
 def test_no_progress_line_is_left_in_a_log() -> None:
     text = _finished(Console(width=100, file=io.StringIO(), color_system=None))
-    assert text.splitlines()[0] == "DQN on CartPole-v1: 1,000 env steps"
+    assert text.splitlines()[0] == "DQN on CartPole-v1: 1,000 env steps in all"
     assert text.splitlines()[1] == "summary" and "evaluating" not in text and "ETA" not in text
     assert "training episodes" not in text
 
@@ -168,9 +171,11 @@ def test_quiet_says_what_happens_until_the_first_generation_ends() -> None:
     reporter.advance(100)
     lines = stream.getvalue().splitlines()
     assert lines[0] == "building 2 members"
-    assert lines[1].startswith("DQN on CartPole-v1: 0/1,000 env steps (member: an id; copies")
+    assert lines[1].startswith("DQN on CartPole-v1: 0/1,000 env steps in all; member: an id;")
     assert lines[2:4] == ["generation 1: training", "generation 1: evaluating"]
-    assert lines[4].startswith("generation 1: steps 200, best fitness 486.0 (member 6)")
+    assert lines[4] == (
+        "generation 1: 200 env steps in all, best fitness 486.0 (member 6), 50 steps/s"
+    )
     assert len(lines) == 5
 
 
@@ -191,6 +196,26 @@ def test_quiet_heartbeat_says_what_recent_episodes_returned() -> None:
     assert line.startswith("  generation 1: training: 250/1,000 env steps, ")
     assert line.endswith(" steps/s; training episodes, last 3: return mean 173.3 "
                          "(min 9.5, max 500.0)")  # fmt: skip
+
+
+def test_every_count_says_what_it_counts_and_over_whom() -> None:
+    stream = io.StringIO()
+    reporter = LogReporter(stream, heartbeat=0)
+    reporter.start(640, 0, "GRPO on digits", "prompts", 2)
+    reporter.phase("generation 1: training")
+    reporter.advance(64)
+    reporter.generation(GenerationReport(1, 128, 4.0, TYPICAL))
+    reporter.finish(_summary(global_steps=640, steps_per_member=320, step_unit="prompts",
+                             target_score=0.9, target_reached_at={"generation": 3,
+                             "global_steps": 384, "wall_seconds": 9.0}))  # fmt: skip
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("GRPO on digits: 0/640 prompts in all (320 per member); ")
+    assert lines[2].startswith("  generation 1: training: 64/640 prompts, ")
+    assert lines[2].endswith(" prompts/s")
+    assert lines[3].startswith("generation 1: 128 prompts in all, best fitness")
+    assert lines[3].endswith(", 4 prompts/s")
+    assert "  prompts          640 in all (320 per member), 2.0 s, 500 prompts/s" in lines
+    assert "  target 0.9     reached in generation 3, at 384 prompts in all" in lines
 
 
 def _summary(**changes: Any) -> dict[str, Any]:

@@ -86,6 +86,7 @@ def test_terminal_view_and_html_page(runs: Path, tmp_path: Path) -> None:
     shown = _invoke("report", str(runs))
     assert shown.exit_code == 0
     assert "(2 seeds)" in shown.output and "final best over 2 seeds" in shown.output
+    assert "generations, 2,304 env steps in all, " in shown.output  # what the run's steps count
     page = tmp_path / "out" / "report.html"
     written = _invoke("report", str(runs / "a"), str(runs / "b"), "--out", str(page))
     assert written.exit_code == 0, written.output

@@ -292,7 +292,7 @@ def test_a_target_raised_on_resume_is_not_reported_as_reached(tmp_path, run) -> 
     assert resumed.exit_code == 0, resumed.output
     summary = _strict((tmp_path / "run" / "summary.json").read_text())
     assert summary["target_score"] == 501 and not summary["target_reached"]
-    assert summary["target_reached_at"] is None and "reached at" not in resumed.output
+    assert summary["target_reached_at"] is None and "reached in" not in resumed.output
 
 
 def test_resume_removes_the_temporary_files_of_interrupted_writes(tmp_path) -> None:

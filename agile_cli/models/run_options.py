@@ -38,8 +38,10 @@ class LocalRunOptions(Spec):
     threads: int | None = Field(
         None,
         ge=1,
-        description="torch threads of the training process; default: 1 for members trained "
-        "one by one, 2 for a batched population (at most the CPUs this process may use).",
+        description="torch threads of the training process; default: 1 for evolvable networks "
+        "(their operations gain little from more, and lose much when other processes share "
+        "the CPUs), torch's own count for language models (at most the CPUs this process may "
+        "use). Results depend on it: repeat a run with the same number.",
     )
     per_member: bool = Field(
         False,

@@ -82,14 +82,15 @@ def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
     target = ""
     if run.target is not None:
         reached = next((g for g in gens if g.best >= run.target), None)
-        target = (f"; target {run.target:g} reached at {reached.global_steps:,} steps"
+        target = (f"; target {run.target:g} reached at {reached.global_steps:,} {run.unit}"
                   if reached else f"; target {run.target:g} not reached")  # fmt: skip
     elite = last.best_member
     values = ", ".join(f"{k} {v:.4g}" for k, v in elite.hyperparameters.items())
     size = f" ({elite.parameters:,} weights)" if elite.parameters is not None else ""
     lines = [
         f"  {run.path}{seed}",
-        f"  {len(gens)} generations, {last.global_steps:,} steps, {last.wall_seconds:.1f} s; "
+        f"  {len(gens)} generations, {last.global_steps:,} {run.unit} in all, "
+        f"{last.wall_seconds:.1f} s; "
         f"best {peak.best:.4g} (generation {peak.number}){target}",
         f"  best  {sparkline([g.best for g in gens], scale=scales[0])}  "
         f"{gens[0].best:.4g} -> {last.best:.4g}",

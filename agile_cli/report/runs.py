@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from agile_cli.errors import UsageError
+from agile_cli.errors import UsageError, printable
 
 #: The longest metrics line read (one generation; a population of thousands fits well).
 MAX_LINE = 16 * 1024 * 1024
@@ -73,6 +73,7 @@ class Run:
     settings: dict[str, str]  # the manifest without its seeds, flattened to dotted paths
     generations: list[Generation]
     skipped: int = 0  # metrics lines that could not be read
+    unit: str = "steps"  # what its steps count ("env steps", "prompts"; older runs did not say)
 
     @property
     def name(self) -> str:
@@ -156,6 +157,7 @@ def load_run(path: Path) -> Run:
     environment = manifest.get("environment", {}).get("name") or summary.get("environment", "?")
     seed = summary.get("seed")
     target = manifest.get("training", {}).get("target_score")
+    unit = summary.get("step_unit")
     return Run(
         path=path,
         algorithm=str(algorithm),
@@ -165,6 +167,7 @@ def load_run(path: Path) -> Run:
         settings=unseeded_settings(manifest),
         generations=generations,
         skipped=skipped,
+        unit=printable(unit) if isinstance(unit, str) and unit else "steps",
     )
 
 

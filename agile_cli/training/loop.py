@@ -141,7 +141,9 @@ class EvolutionLoop:
         self.cls = setup.algorithm_class(manifest, registry)
         remote = runner is not None
         self.batched = not (remote or options.per_member) and batched.applies(manifest, self.cls)
-        torch_threads(manifest, batched=self.batched, requested=options.threads)
+        self.threads = torch_threads(manifest, requested=options.threads)
+        if note := busy_machine_note(self.threads):
+            reporter.note(note)
         self.env = self._environment(registry)
         try:
             if not remote:  # remote workers hold the environments and buffers
@@ -245,7 +247,10 @@ class EvolutionLoop:
     def _train(self, fresh: bool) -> TrainResult:
         training = self.manifest.training
         total = training.max_steps * len(self.population)
-        self.reporter.start(total, self.state.global_steps, self._title())
+        self.reporter.start(
+            total, self.state.global_steps, self._title(), self.manifest.step_unit,
+            len(self.population),
+        )  # fmt: skip
         interrupted = False
         try:
             self._open_sinks()
@@ -523,6 +528,7 @@ class EvolutionLoop:
             "best_member": best.index if best is not None else None,
             "global_steps": state.global_steps,
             "steps_per_member": state.steps_per_member,
+            "step_unit": self.manifest.step_unit,
             "generations": state.generation,
             "wall_seconds": round(seconds, 3),
             "steps_per_second": round(state.global_steps / seconds, 1) if seconds > 0 else None,
@@ -532,6 +538,7 @@ class EvolutionLoop:
             "stopped_early": state.stopped_early,
             "interrupted": interrupted,
             "device": str(self.device),
+            "torch_threads": self.threads,
             "seed": state.seed,
             "run_dir": str(self.folder.path),
         }
@@ -548,11 +555,6 @@ def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:
     return manifest.mutation.rand_seed if manifest.mutation is not None else 0
 
 
-#: Threads of a batched population of small networks: its stacked operations are large enough
-#: to share (on a 2-core machine, DQN population 16 trained 1.5x faster on two than on one).
-BATCHED_THREADS = 2
-
-
 def network_size(member: Algorithm) -> int | None:
     """How many weights the member's networks hold; None where it has none of its own."""
     networks = getattr(member, "networks", None)
@@ -561,22 +563,40 @@ def network_size(member: Algorithm) -> int | None:
     return sum(p.numel() for network in networks.values() for p in network.parameters())
 
 
-def torch_threads(
-    manifest: TrainingManifest, *, batched: bool = False, requested: int | None = None
-) -> None:
-    """Set torch's threads for training: ``requested`` (``--threads``) when given. Otherwise
-    small networks trained one by one run faster on one thread than on several competing
-    ones, and a batched population's on up to :data:`BATCHED_THREADS`, never more than the
-    CPUs this process may use; members that are not evolvable networks (e.g. a pretrained
-    language model's adapters) keep torch's own choice."""
+def torch_threads(manifest: TrainingManifest, requested: int | None = None) -> int:
+    """Set torch's threads for training and return their number: ``requested``
+    (``--threads``) when given. Otherwise one for evolvable networks: their operations are too
+    small to gain from sharing (on two quiet cores, two threads trained PPO and DQN on
+    CartPole 5-7% faster), and threads that wait on each other collapse when other processes
+    hold the cores (with two CPU-bound processes beside it, two threads were 1.3-7x slower
+    than one). Members that are not evolvable networks (a language model's adapters) keep
+    torch's own choice, never more than the CPUs this process may use. The count is fixed,
+    never read from the machine's load: results depend on it, and a run must repeat."""
     if requested is not None:
         wanted = requested
     elif isinstance(manifest.network, NetworkSpec):
-        wanted = min(BATCHED_THREADS, available_cpus()) if batched else 1
+        wanted = 1
     else:
-        return
+        wanted = min(torch.get_num_threads(), available_cpus())
     if torch.get_num_threads() != wanted:
         torch.set_num_threads(wanted)
+    return wanted
+
+
+def busy_machine_note(threads: int) -> str | None:
+    """A hint when ``threads`` torch threads will compete with other processes for the
+    CPUs (the last minute's load average leaves fewer free than that); None otherwise."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+    free = available_cpus() - load
+    if threads <= 1 or free >= threads - 0.5:
+        return None
+    return (
+        f"the machine is busy (load {load:.1f} on {available_cpus()} CPUs): {threads} torch "
+        "threads will wait on each other; --threads 1 is often several times faster here"
+    )
 
 
 #: Where cgroup v2 says how much CPU time this process's group may use: "QUOTA PERIOD" or "max".

@@ -85,7 +85,12 @@ class Reporter(Protocol):
         """What the run does now ("building 4 members", "generation 2: evaluating"); it may
         come before :meth:`start`."""
 
-    def start(self, total: int, done: int, title: str) -> None: ...
+    def start(
+        self, total: int, done: int, title: str, unit: str = "env steps", members: int = 1
+    ) -> None:
+        """The run begins: ``total`` ``unit`` over all ``members`` (``done`` of them already,
+        when resumed)."""
+
     def advance(self, steps: int) -> None: ...
     def episodes(self, returns: Sequence[float]) -> None:
         """Training episodes (of any member) just finished with these returns."""
@@ -112,6 +117,19 @@ class RecentReturns:
                 f"training episodes, last {len(values)}: return mean {_amount(mean)} "
                 f"(min {_amount(min(values))}, max {_amount(max(values))})"
             )
+
+
+def headline(title: str, total: int, unit: str, members: int, done: int | None = None) -> str:
+    """``PPO on CartPole-v1: 400,000 env steps in all (100,000 per member)``; with ``done``,
+    ``0/400,000 env steps in all``."""
+    count = f"{total:,}" if done is None else f"{done:,}/{total:,}"
+    per_member = f" ({total // members:,} per member)" if members > 1 else ""
+    return f"{title}: {count} {unit} in all{per_member}"
+
+
+def rate(unit: str) -> str:
+    """How a speed in ``unit`` is written: ``steps/s`` for env steps, ``prompts/s``."""
+    return f"{unit.split()[-1]}/s"
 
 
 def _amount(value: float) -> str:
@@ -158,11 +176,12 @@ class _StepsPerSecond(TextColumn):
 
     def render(self, task: Any) -> Any:
         speed = task.finished_speed or task.speed
-        return super().render(task) if speed is None else f"{speed:,.0f} steps/s"
+        unit = rate(task.fields.get("unit", "env steps"))
+        return super().render(task) if speed is None else f"{speed:,.0f} {unit}"
 
 
 class _Steps(ProgressColumn):
-    """Env steps done of all: ``12,345/409,600``."""
+    """Steps done of all: ``12,345/409,600``."""
 
     def render(self, task: Task) -> Text:
         total = "?" if task.total is None else f"{task.total:,.0f}"
@@ -206,6 +225,7 @@ class RichReporter:
         )
         self.task: TaskID | None = None
         self.doing = "starting"
+        self.unit = "env steps"
 
     def phase(self, text: str) -> None:
         self.doing = text
@@ -214,11 +234,15 @@ class RichReporter:
         else:
             self.progress.update(self.task, description=text)
 
-    def start(self, total: int, done: int, title: str) -> None:
-        self.console.print(Text(printable(f"{title}: {total:,} env steps"), style="bold"))
+    def start(
+        self, total: int, done: int, title: str, unit: str = "env steps", members: int = 1
+    ) -> None:
+        self.unit = unit
+        line = headline(title, total, unit, members)
+        self.console.print(Text(printable(line), style="bold"))
         self.progress.start()
         atexit.register(self.progress.stop)  # an error must not leave the cursor hidden
-        self.task = self.progress.add_task(self.doing, total=total, completed=done)
+        self.task = self.progress.add_task(self.doing, total=total, completed=done, unit=unit)
 
     def advance(self, steps: int) -> None:
         if self.task is not None:
@@ -231,20 +255,20 @@ class RichReporter:
         self.console.print(Text(printable(message, keep_newlines=True)))
 
     def generation(self, report: GenerationReport) -> None:
-        self.console.print(generation_table(report, self.console.width))
+        self.console.print(generation_table(report, self.console.width, self.unit))
 
     def finish(self, summary: dict[str, Any]) -> None:
         self.progress.stop()
         self.console.print(Text(printable(_summary_lines(summary), keep_newlines=True)))
 
 
-def generation_table(report: GenerationReport, width: int) -> Group:
+def generation_table(report: GenerationReport, width: int, unit: str = "env steps") -> Group:
     """A generation's title, its table (one line per member: cells too long for ``width``
     columns end in an ellipsis; the network shows from :data:`WIDE` columns on) and what the
     member numbers mean."""
     title = (
-        f"generation {report.generation} | {report.global_steps:,} env steps | "
-        f"{report.steps_per_second:,.0f} steps/s"
+        f"generation {report.generation} | {report.global_steps:,} {unit} in all | "
+        f"{report.steps_per_second:,.0f} {rate(unit)}"
     )
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for name in ("member", "fitness", "last 3"):  # never narrowed
@@ -277,6 +301,7 @@ class LogReporter:
         self.heartbeat = heartbeat
         self.doing = "starting"
         self.total = self.done = 0
+        self.unit = "env steps"
         self.reported = False  # a generation's line has been printed
         self.recent = RecentReturns()
         self._since = (time.monotonic(), 0)  # when the last line was printed, steps done then
@@ -290,9 +315,11 @@ class LogReporter:
         if not self.reported:
             self._print(text)
 
-    def start(self, total: int, done: int, title: str) -> None:
-        self.total, self.done = total, done
-        self._print(f"{title}: {done:,}/{total:,} env steps ({MEMBER_IDS})")
+    def start(
+        self, total: int, done: int, title: str, unit: str = "env steps", members: int = 1
+    ) -> None:
+        self.total, self.done, self.unit = total, done, unit
+        self._print(f"{headline(title, total, unit, members, done)}; {MEMBER_IDS}")
 
     def advance(self, steps: int) -> None:
         self.done += steps
@@ -301,8 +328,8 @@ class LogReporter:
         if seconds >= self.heartbeat:
             speed = (self.done - done) / seconds
             returns = f"; {self.recent.text}" if self.recent.text else ""
-            self._print(f"  {self.doing}: {self.done:,}/{self.total:,} env steps, "
-                        f"{speed:,.0f} steps/s{returns}")  # fmt: skip
+            self._print(f"  {self.doing}: {self.done:,}/{self.total:,} {self.unit}, "
+                        f"{speed:,.0f} {rate(self.unit)}{returns}")  # fmt: skip
 
     def episodes(self, returns: Sequence[float]) -> None:
         self.recent.add(returns)
@@ -315,9 +342,9 @@ class LogReporter:
         self.reported = True
         self.done = report.global_steps
         self._print(
-            f"generation {report.generation}: steps {report.global_steps:,}, "
+            f"generation {report.generation}: {report.global_steps:,} {self.unit} in all, "
             f"best fitness {best.fitness:.1f} (member {best.index}), "
-            f"{report.steps_per_second:,.0f} steps/s"
+            f"{report.steps_per_second:,.0f} {rate(self.unit)}"
         )
 
     def finish(self, summary: dict[str, Any]) -> None:
@@ -337,20 +364,25 @@ def _number(value: float | int) -> str:
 
 def _summary_lines(summary: dict[str, Any]) -> str:
     best, speed = summary["best_fitness"], summary["steps_per_second"]
+    unit = summary.get("step_unit", "env steps")
+    per_member = summary.get("steps_per_member")
     lines = [
         "summary",
         f"  best fitness     {best:.2f} (member {summary['best_member']})"
         if best is not None
         else "  best fitness     none yet (no generation finished)",
-        f"  env steps        {summary['global_steps']:,} in {summary['wall_seconds']:.1f} s"
-        + (f" ({speed:,.0f} steps/s)" if speed is not None else ""),
+        f"  {unit:<17}{summary['global_steps']:,} in all"
+        + (f" ({per_member:,} per member)" if per_member is not None else "")
+        + f", {summary['wall_seconds']:.1f} s"
+        + (f", {speed:,.0f} {rate(unit)}" if speed is not None else ""),
         f"  generations      {summary['generations']}",
     ]
     target = summary.get("target_score")
     if target is not None:
         reached = summary.get("target_reached_at")
         where = (
-            f"reached at {reached['global_steps']:,} steps, generation {reached['generation']}"
+            f"reached in generation {reached['generation']}, at {reached['global_steps']:,} "
+            f"{unit} in all"
             if reached
             else "not reached"
         )

@@ -22,7 +22,7 @@ def llm() -> None:
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it holds files.")
 def tiny_model(out: Path, steps: int, seed: int, overwrite: bool) -> None:
     """Make a tiny local causal LM and character tokenizer in OUT, offline (about 80k
-    parameters, about 20 s on two CPU cores), for trying LLM fine-tuning on any machine."""
+    parameters, about 6 s on two CPU cores), for trying LLM fine-tuning on any machine."""
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UsageError(f"{out} is not empty", "choose another folder or pass --overwrite")
     from agile_llm.tiny import make_tiny_model
