@@ -42,6 +42,7 @@ def env_spec(**fields: Any) -> SimpleNamespace:
         "reward_file_path": None,
         "reward_fn_name": None,
         "response_column": "response",
+        "apply_chat_template": None,
     }
     return SimpleNamespace(**{**defaults, **fields})
 

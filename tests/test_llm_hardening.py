@@ -184,6 +184,7 @@ def test_a_sandboxed_chat_template_stops_training_with_the_folder_named(
 ) -> None:
     folder = with_chat_template(tiny, tmp_path / "templated", "{{ ''.__class__.__mro__ }}")
     content = manifest("SFT", tiny, data)
+    content["environment"]["apply_chat_template"] = True  # SFT prompts are otherwise as written
     content["network"]["pretrained_model_name_or_path"] = str(folder)
     result = run("train", str(write_manifest(tmp_path / "m.yaml", content)), "--run-dir",
                  str(tmp_path / "run"))  # fmt: skip

@@ -239,6 +239,10 @@ def left_out(manifest: TrainingManifest) -> list[str]:
         warnings.append("algorithm.max_output_tokens: never sent; Arena sets completion lengths")
     training = manifest.training.model_fields_set - set(TRAINING_FIELDS)
     warnings += [f"training.{key}: agile only, not sent to Arena" for key in sorted(training)]
+    if "apply_chat_template" in manifest.environment.model_fields_set:
+        warnings.append("environment.apply_chat_template: agile only, not sent to Arena, which "
+                        "renders reasoning prompts by the chat template and reads sft and "
+                        "preference prompts as written")  # fmt: skip
     if _lora(manifest).get("target_parameters"):
         warnings.append("network.lora_config.target_parameters: Arena's LoRA has none; not sent")
     return warnings

@@ -60,9 +60,7 @@ class SFT(LLMMember):
 
     def _prompts(self, rows: list[dict[str, Any]], data: Any) -> list[list[int]]:
         """Each row's prompt tokens, as many of its last ones as a training row can hold."""
-        limit = self.shared.context_length
-        return [text.encode(self.tokenizer, p, limit, keep_end=True)
-                for p in self.render_prompts(rows, data)]  # fmt: skip
+        return self.prompt_ids(self.render_prompts(rows, data), self.shared.context_length)
 
     def _response(self, target: str) -> list[int]:
         """A target's tokens, as many of its first ones as a training row can hold."""

@@ -55,6 +55,7 @@ class PromptData:
         self.env_type: str | None = None  # set by prepare()
         self.train, self.test, self.seed = train, test, seed
         self.turns = template_turns(spec.prompt_template)
+        self.declared_chat: bool | None = spec.apply_chat_template
         self.response_column = spec.response_column
         self.max_reward = spec.max_reward
         self.reward_file_path, self.reward_fn_name = spec.reward_file_path, spec.reward_fn_name
@@ -95,6 +96,15 @@ class PromptData:
         if not self.turns:
             return [{"role": "user", "content": str(row["prompt"])}]
         return [{"role": role, "content": fill(text, row, key)} for key, role, text in self.turns]
+
+    @property
+    def chat_prompts(self) -> bool:
+        """Whether prompts are rendered through the tokenizer's chat template (else read as
+        written): ``apply_chat_template``, by default yes for reasoning and for a prompt
+        template, no for sft and preference rows of a plain prompt column."""
+        if self.declared_chat is not None:
+            return self.declared_chat
+        return bool(self.turns) or self.env_type not in ("sft", "preference")
 
     def response(self, row: Row) -> str:
         """The target completion of an ``sft`` row."""

@@ -55,6 +55,9 @@ class SharedModel:
         self.device = device
         self.adapters: AdapterPopulation | None = None
         self._made = 0
+        #: Prompts are read as written (the tokenizer adds its own special tokens), not
+        #: rendered by the chat template: set from the environment by :func:`build_population`.
+        self.prompts_as_written = False
 
     @property
     def model(self) -> Any:
@@ -186,13 +189,19 @@ class LLMMember(Algorithm):
         return self.complete(self.prompt_ids(list(obs)), explore=explore).texts
 
     def render_prompts(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
-        """Each row's prompt turns as the text the model continues."""
+        """Each row's prompt as the text the model continues: its turns rendered by the chat
+        template, or, read as written, their texts joined by newlines."""
+        if not data.chat_prompts:
+            return ["\n".join(turn["content"] for turn in data.messages(row)) for row in rows]
         return [text.render(self.tokenizer, data.messages(row)) for row in rows]
 
-    def prompt_ids(self, prompts: list[str]) -> list[list[int]]:
-        """Prompt texts as token ids, each cut to leave room for a completion."""
-        room = max(self.shared.context_length - self.output_tokens(), 1)
-        return [text.encode(self.tokenizer, prompt, room, keep_end=True) for prompt in prompts]
+    def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]:
+        """Prompt texts as token ids, each cut to ``limit`` (by default, to leave room for a
+        completion), keeping its end."""
+        room = max(self.shared.context_length - self.output_tokens(), 1) if limit is None else limit
+        special = self.shared.prompts_as_written
+        return [text.encode(self.tokenizer, prompt, room, keep_end=True, special=special)
+                for prompt in prompts]  # fmt: skip
 
     def output_tokens(self) -> int:
         """The most tokens a completion may have."""
@@ -400,7 +409,9 @@ def build_population(
     assert isinstance(spec, LLMSpec)
     torch.manual_seed(spec.seed)  # LoRA's initial weights
     shared = SharedModel(manifest, context.device)
-    if isinstance(env, PromptData) and env.train:
+    if isinstance(env, PromptData):
+        shared.prompts_as_written = not env.chat_prompts
+    if isinstance(env, PromptData) and env.train and env.chat_prompts:
         # A chat template that cannot render the prompts fails now, before any run folder.
         text.render(shared.tokenizer, env.messages(env.train[0]))
     return [cls(spec, shared=shared, context=context, index=i) for i in range(size)]

@@ -247,6 +247,15 @@ class LLMEnvSpec(EnvironmentSpec):
             "may hold {column} placeholders filled from the row. Required for reasoning."
         ),
     )
+    apply_chat_template: bool | None = Field(
+        default=None,
+        description=(
+            "Render prompts through the tokenizer's chat template as chat turns. null: yes for "
+            "reasoning and with a prompt_template; no for sft and preference rows of a plain "
+            "prompt column, which are read as written (with the tokenizer's own special "
+            "tokens) and followed by the response, as AgileRL reads them."
+        ),
+    )
     max_reward: float | None = Field(
         default=None,
         description="The reward of a correct answer: the share reaching it is reported.",

@@ -64,9 +64,12 @@ def _template_failed(tokenizer: Any, error: Exception) -> UsageError:
     )
 
 
-def encode(tokenizer: Any, text: str, limit: int, *, keep_end: bool = False) -> list[int]:
+def encode(
+    tokenizer: Any, text: str, limit: int, *, keep_end: bool = False, special: bool = False
+) -> list[int]:
     """The first ``limit`` token ids of ``text`` (the last ones with ``keep_end``), without
-    special tokens added (a template writes its own).
+    special tokens added (a template writes its own) unless ``special`` (a prompt read as
+    written: the tokenizer adds its own, e.g. a beginning-of-text token, and keeps them).
 
     Only the ``limit * CHARS_PER_TOKEN`` characters at that end are tokenised (with a notice
     when a text is longer): a row of any size costs memory for ``limit`` tokens, not for all
@@ -78,7 +81,21 @@ def encode(tokenizer: Any, text: str, limit: int, *, keep_end: bool = False) -> 
         warnings.warn(CUT_NOTICE, stacklevel=1)
         text = text[-budget:] if keep_end else text[:budget]
     ids = list(tokenizer(text, add_special_tokens=False).input_ids)
-    return ids[max(len(ids) - limit, 0) :] if keep_end else ids[:limit]
+    before, after = framing(tokenizer) if special else ([], [])
+    room = max(limit - len(before) - len(after), 0)
+    ids = ids[max(len(ids) - room, 0) :] if keep_end else ids[:room]
+    return before + ids + after  # the tokenizer's own framing, kept whole however cut
+
+
+def framing(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text (a beginning-of-text
+    token, say); none where it adds none, or wraps a text some other way."""
+    plain = list(tokenizer("a", add_special_tokens=False).input_ids)
+    framed = list(tokenizer("a", add_special_tokens=True).input_ids)
+    for start in range(len(framed) - len(plain) + 1):
+        if framed[start : start + len(plain)] == plain:
+            return framed[:start], framed[start + len(plain) :]
+    return [], []
 
 
 @dataclass

@@ -310,10 +310,12 @@ def test_a_reward_file_for_a_job_without_rewards_is_refused(run, keyed, write, g
 def test_written_fields_arena_lacks_are_left_out_with_a_warning(run, keyed, grpo) -> None:
     text = GRPO.replace("  group_size: 4\n", "  group_size: 4\n  micro_batch_size_per_gpu: 2\n")
     text = text.replace("    lora_alpha: 16\n", "    lora_alpha: 16\n    lora_dropout: 0\n")
+    text = text.replace("environment:\n", "environment:\n  apply_chat_template: true\n", 1)
     grpo.write_text(text + "    target_parameters: [mlp.experts.gate_up_proj]\n")
     result = _train(run, grpo, "--project", "llm")
     assert result.exit_code == 0, result.output
     assert "algorithm.micro_batch_size_per_gpu: not sent to Arena" in result.output
+    assert "environment.apply_chat_template: agile only, not sent to Arena" in result.output
     assert "network.lora_config.target_parameters: Arena's LoRA has none" in result.output
     (request,) = keyed.requests_to("POST", SUBMIT)
     manifest = json.loads(request.form["manifest"])
