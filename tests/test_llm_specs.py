@@ -270,21 +270,26 @@ def test_defaults_paragraph_exists() -> None:
 # -- refusals --------------------------------------------------------------------------------
 
 
-def test_use_vllm_is_refused_naming_what_is_missing(monkeypatch) -> None:
+def _here(data: dict[str, Any]) -> dict[str, Any]:
+    """What keeps this machine from training a manifest that is valid: path -> error."""
+    manifest = TrainingManifest.get_validated(data)
+    return {e.path: e for e in manifest.algorithm.local_training_errors(manifest)}
+
+
+def test_use_vllm_is_valid_and_refused_here_naming_what_is_missing(monkeypatch) -> None:
     monkeypatch.setattr(spec, "_installed", lambda module: False)
     monkeypatch.setattr(spec, "_gpu_present", lambda: False)
-    error = _error(_manifest({"name": "GSPO", "use_vllm": True}), "algorithm.use_vllm")
-    assert "vLLM" in error.message and "not supported" in error.message
-    assert "vllm (not installed)" in error.message and "CUDA GPU" in error.message
-    assert "use_vllm: false" in error.hint
+    error = _here(_manifest({"name": "GSPO", "use_vllm": True}))["algorithm.use_vllm"]
+    assert "not vLLM" in error.message
+    assert "vllm (not installed)" in error.message and "CUDA GPU (none found)" in error.message
+    assert "--set algorithm.use_vllm=false" in error.hint and "--backend arena" in error.hint
 
 
-def test_use_vllm_refused_even_where_vllm_is_installed(monkeypatch) -> None:
+def test_use_vllm_is_refused_here_even_where_vllm_is_installed(monkeypatch) -> None:
     monkeypatch.setattr(spec, "_installed", lambda module: True)
     monkeypatch.setattr(spec, "_gpu_present", lambda: True)
-    error = _error(_manifest({"name": "GRPO", "use_vllm": True}), "algorithm.use_vllm")
-    assert "not supported by agile" in error.message
-    assert "lacks" not in error.message and "vllm package" in error.message
+    error = _here(_manifest({"name": "GRPO", "use_vllm": True}))["algorithm.use_vllm"]
+    assert "lacks" not in error.message and "Hugging Face transformers" in error.message
 
 
 def test_vllm_config_without_use_vllm_is_a_warning() -> None:
@@ -293,22 +298,53 @@ def test_vllm_config_without_use_vllm_is_a_warning() -> None:
     assert any(w.startswith("algorithm.vllm_config: ignored") for w in manifest.warnings)
 
 
-def test_quantization_is_refused_naming_bitsandbytes(monkeypatch) -> None:
+def test_quantization_presets_are_valid_and_refused_here(monkeypatch) -> None:
     monkeypatch.setattr(spec, "_installed", lambda module: False)
     monkeypatch.setattr(spec, "_gpu_present", lambda: False)
-    error = _error(_manifest({"name": "CISPO", "quantization": "nf4"}), "algorithm.quantization")
-    assert "bitsandbytes" in error.message and "CUDA GPU" in error.message
-    assert error.hint.startswith("remove it")
+    for preset in ("nf4", "INT8", "4 bit", "bnb-4bit", {"load_in_4bit": True}):
+        error = _here(_manifest({"name": "CISPO", "quantization": preset}))
+        assert "bitsandbytes (not installed)" in error["algorithm.quantization"].message
     for off in (None, "none", "None"):
-        TrainingManifest.get_validated(_manifest({"name": "GRPO", "quantization": off}))
+        assert _here(_manifest({"name": "GRPO", "quantization": off})) == {}
+    error = _error(_manifest({"name": "GRPO", "quantization": "3bit"}), "algorithm.quantization")
+    assert error.message == "unknown preset '3bit'" and "nf4" in error.hint
 
 
-def test_multiturn_is_refused() -> None:
-    environment = {"env_type": "multiturn", "env_name": "game:GuessTheNumber-v0", "max_turns": 5}
-    error = _error(_manifest({"name": "GRPO"}, environment), "environment.env_type")
-    assert "multi-turn training is not available in agile yet" in error.message
-    assert "gem-llm" in error.message
-    assert "env_type: reasoning" in error.hint
+def test_a_multiturn_environment_follows_agilerls_rules() -> None:
+    game = {"env_type": "multiturn", "env_name": "game:GuessTheNumber-v0", "max_turns": 5}
+    manifest = TrainingManifest.get_validated(_manifest({"name": "GRPO"}, game))
+    assert not manifest.warnings  # its fields are used, and it needs no dataset or reward file
+    assert "multi-turn" in _here(_manifest({"name": "GRPO"}, game))["environment.env_type"].message
+    both = {**game, "entrypoint": "my_env.py:make"}
+    error = _error(_manifest({"name": "GRPO"}, both), "environment.env_name")
+    assert "one of env_name and entrypoint, not both" in error.message
+    neither = {"env_type": "multiturn"}
+    assert (
+        "has neither"
+        in _error(_manifest({"name": "GRPO"}, neither), "environment.env_name").message
+    )
+    configured = {**game, "env_config": {"level": 2}}
+    assert _error(_manifest({"name": "GRPO"}, configured), "environment.env_config")
+    error = _error(_manifest({"name": "DPO"}, game), "environment.env_type")
+    assert "not from a multi-turn environment" in error.message
+
+
+def test_validate_says_what_this_machine_will_not_train_and_train_refuses_at_once(
+    run, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(spec, "_gpu_present", lambda: False)
+    data = _manifest({"name": "GRPO", "use_vllm": True})
+    path = tmp_path / "vllm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    checked = run("validate", str(path))
+    assert checked.exit_code == 0, checked.output
+    assert "not on this machine: algorithm.use_vllm: agile trains here with" in checked.output
+    trained = run("train", str(path), "--run-dir", str(tmp_path / "run"))
+    assert trained.exit_code == 2 and "training on this machine: 1 error" in trained.output
+    assert "--set algorithm.use_vllm=false" in trained.output and "Traceback" not in trained.output
+    assert not (tmp_path / "run").exists()  # refused before anything was made or loaded
+    deep = run("validate", str(path), "--check-env")
+    assert deep.exit_code == 2 and "algorithm.use_vllm" in deep.output
 
 
 def test_architecture_mutation_is_refused() -> None:
@@ -557,15 +593,15 @@ def test_reference_manifests_script(tmp_path, capsys) -> None:
     loader.loader.exec_module(script)
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "sft.yaml").write_text(yaml.safe_dump(SHAPES["sft"]))
-    refused = _manifest({"name": "GRPO", "use_vllm": True})
-    (tmp_path / "configs" / "vllm.yml").write_text(yaml.safe_dump(refused))
+    elsewhere = _manifest({"name": "GRPO", "use_vllm": True})
+    (tmp_path / "configs" / "vllm.yml").write_text(yaml.safe_dump(elsewhere))
     (tmp_path / "not_a_manifest.yaml").write_text("just: a mapping\n")
     (tmp_path / "dqn.yaml").write_text("algorithm: {name: DQN}\nenvironment: CartPole-v1\n")
     assert script.main([str(tmp_path), "--only", "llm"]) == 0
     out = capsys.readouterr().out
     assert "OK       configs/sft.yaml" in out
-    assert "REFUSED  configs/vllm.yml" in out and "algorithm.use_vllm" in out
+    assert "OK       configs/vllm.yml" in out  # valid: whether it trains here is train's say
     assert "not_a_manifest" not in out and "dqn.yaml" not in out
-    assert "2 manifests (2 files, 0 blocks in docs): 1 OK, 1 refused" in out
+    assert "2 manifests (2 files, 0 blocks in docs): 2 OK, 0 refused" in out
     assert script.main([str(tmp_path), "--only", "rl"]) == 0
     assert "1 manifests (1 files, 0 blocks in docs): 1 OK, 0 refused" in capsys.readouterr().out

@@ -59,6 +59,9 @@ def run_validate(
             click.echo(printable(f"{path}: ok ({manifest.summary()})"))
         for warning in manifest.warnings:
             click.echo(printable(f"  warning: {warning}"), err=as_json)
+        for error in manifest.algorithm.local_training_errors(manifest):
+            said = f"  not on this machine: {error.render()}"  # valid all the same (Arena)
+            click.echo(printable(said), err=as_json)
     if as_json and resolved:
         document = next(iter(resolved.values())) if len(files) == 1 else resolved
         click.echo(json.dumps(document, indent=2))
@@ -87,6 +90,8 @@ def _report_invalid(source: str, error: ManifestError, *, err: bool) -> None:
 def _check_environment(host: PluginHost, manifest: TrainingManifest) -> None:
     """Resolve the environment with its builder's ``check``, then build one member on it."""
     assert manifest.family is not None
+    if lacking := manifest.algorithm.local_training_errors(manifest):
+        raise ManifestError(lacking)  # this machine cannot train it: nothing to build
     entry = host.registry.environment_for(manifest.family, manifest.environment_builder)
     assert entry is not None  # validation found one
     entry.load()().check(manifest.environment)

@@ -87,6 +87,14 @@ class AlgorithmSpec(Spec):
         """
         return []
 
+    def local_training_errors(self, manifest: Any) -> list[FieldError]:
+        """What keeps this machine from training a valid manifest in this process (a feature
+        agile does not run locally, a package or GPU it lacks), each with how to train without
+        it. ``agile train`` on this machine and ``agile validate --check-env`` refuse before
+        loading anything; a backend that trains elsewhere (Arena) does not ask. None by
+        default."""
+        return []
+
     def resolve_replay_buffer(self, replay: ReplayBufferSpec) -> ReplayBufferSpec:
         """The replay section with what follows from this one filled in where the manifest
         leaves it out (``replay.model_fields_set`` says what was written); unchanged by

@@ -16,7 +16,7 @@ import torch
 
 from agile_cli import __version__
 from agile_cli.backend import RunResult
-from agile_cli.errors import TrainingError
+from agile_cli.errors import ManifestError, TrainingError
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
@@ -133,6 +133,8 @@ class EvolutionLoop:
         self.manifest = manifest
         self.options = options
         self.reporter = reporter
+        if runner is None and (lacking := manifest.algorithm.local_training_errors(manifest)):
+            raise ManifestError(lacking, "training on this machine")  # before loading anything
         size = manifest.training.pop_size
         reporter.phase(f"building {size} member" + ("s" if size != 1 else ""))
         self.state = LoopState(seed=_run_seed(manifest, options))

@@ -227,7 +227,8 @@ class LLMEnvSpec(EnvironmentSpec):
         default=None,
         description=(
             "reasoning (GRPO, GSPO, CISPO, LLMPPO, LLMREINFORCE), preference (DPO) or sft (SFT); "
-            "null: the algorithm's. multiturn is not available in agile yet."
+            "null: the algorithm's. multiturn (reward-based algorithms, with env_name or "
+            "entrypoint) is valid as in AgileRL; agile does not train it yet."
         ),
     )
     dataset: str | None = Field(
@@ -280,20 +281,21 @@ class LLMEnvSpec(EnvironmentSpec):
     )
     env_name: str | None = Field(
         default=None,
-        description="Multi-turn only (a GEM environment id): ignored by agile (reported).",
+        description="Multi-turn: a GEM environment id, e.g. game:GuessTheNumber-v0-easy.",
     )
     entrypoint: str | None = Field(
-        default=None, description="Multi-turn only (a callable returning an environment): ignored."
+        default=None, description="Multi-turn: FILE.py:FUNCTION returning your environment."
     )
     env_config: dict[str, Any] | None = Field(
-        default=None, description="Multi-turn only (keyword arguments of entrypoint): ignored."
+        default=None, description="Multi-turn: keyword arguments of entrypoint."
     )
     max_turns: int | None = Field(
-        default=None, ge=1, description="Multi-turn only (turns per episode at most): ignored."
+        default=None, ge=1, description="Multi-turn: turns per episode at most."
     )
     strict_chat_template_boundary: bool = Field(
         default=True,
-        description="Multi-turn only (fail when a chat template cannot mark turns): ignored.",
+        description="Multi-turn: fail (true) or warn (false) when the chat template cannot "
+        "mark where a turn ends.",
     )
 
     @model_validator(mode="before")
@@ -385,6 +387,15 @@ def _lacking(module: str) -> str:
     if not _gpu_present():
         absent.append("a CUDA GPU (none found)")
     return f"; this machine lacks {' and '.join(absent)}" if absent else ""
+
+
+#: AgileRL's quantisation presets, as :func:`_preset` spells them.
+QUANTIZATION_PRESETS = frozenset({"none", "int8", "nf4", "4bit", "4-bit", "bnb-4bit", "bnb_4bit"})
+
+
+def _preset(value: str | dict[str, Any]) -> str | None:
+    """A quantisation preset without case or spaces; None for a mapping of settings."""
+    return None if isinstance(value, dict) else "".join(value.split()).lower()
 
 
 def _installed(module: str) -> bool:
@@ -554,7 +565,6 @@ class LLMSpec(AlgorithmSpec):
         return [
             *self._model_errors(manifest),
             *self._environment_errors(manifest),
-            *self._generation_errors(),
             *self._quantization_errors(),
         ]
 
@@ -577,15 +587,7 @@ class LLMSpec(AlgorithmSpec):
         environment = manifest.environment
         written = getattr(environment, "env_type", None)
         if written == "multiturn":
-            return [
-                FieldError(
-                    "environment.env_type",
-                    "multi-turn training is not available in agile yet (it would need a GEM "
-                    "environment from the gem-llm package and a multi-turn rollout loop)",
-                    "use env_type: reasoning with a dataset, a prompt_template and a reward "
-                    "function",
-                )
-            ]
+            return self._multiturn_errors(manifest)
         if written is not None and written != self.env_type:
             return [
                 FieldError(
@@ -615,30 +617,87 @@ class LLMSpec(AlgorithmSpec):
             )
         return errors
 
-    def _generation_errors(self) -> list[FieldError]:
-        if not getattr(self, "use_vllm", False):
-            return []
-        return [
-            FieldError(
-                "algorithm.use_vllm",
-                "generation with vLLM is not supported by agile (it would need the vllm "
-                f"package and a CUDA GPU{_lacking('vllm')})",
-                "set use_vllm: false; agile generates with Hugging Face transformers",
-            )
-        ]
+    def _multiturn_errors(self, manifest: Any) -> list[FieldError]:
+        """AgileRL's rules for a multi-turn environment: reward-based algorithms only, exactly
+        one of ``env_name`` and ``entrypoint``, ``env_config`` only with ``entrypoint``."""
+        environment = manifest.environment
+        if self.env_type != "reasoning":
+            return [
+                FieldError(
+                    "environment.env_type",
+                    f"{manifest.algorithm_name} learns from {self.env_type} data, not from a "
+                    "multi-turn environment (GRPO, GSPO, CISPO, LLMREINFORCE and LLMPPO do)",
+                    f"set env_type: {self.env_type} or leave it out",
+                )
+            ]
+        name, entrypoint = environment.env_name, environment.entrypoint
+        if (name is None) == (entrypoint is None):
+            which = "not both" if name is not None else "and has neither"
+            return [
+                FieldError(
+                    "environment.env_name",
+                    f"a multi-turn environment takes one of env_name and entrypoint, {which}",
+                    "name a GEM game (env_name: game:GuessTheNumber-v0-easy) or your own "
+                    "factory (entrypoint: my_env.py:make)",
+                )
+            ]
+        if environment.env_config is not None and entrypoint is None:
+            return [
+                FieldError(
+                    "environment.env_config",
+                    "keyword arguments for entrypoint, which is not given",
+                    "remove env_config, or name the factory it configures with entrypoint",
+                )
+            ]
+        return []
 
     def _quantization_errors(self) -> list[FieldError]:
         value = self.quantization
-        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        if value is None or isinstance(value, dict) or _preset(value) in QUANTIZATION_PRESETS:
             return []
-        needs = f"it needs bitsandbytes and a CUDA GPU{_lacking('bitsandbytes')}"
         return [
             FieldError(
                 "algorithm.quantization",
-                f"quantised base models are not available in agile ({needs})",
-                "remove it; the base model is loaded in its own precision",
+                f"unknown preset {value!r}",
+                "use none, int8, nf4 (also 4bit, 4-bit, bnb-4bit), or a mapping of "
+                "bitsandbytes settings",
             )
         ]
+
+    def local_training_errors(self, manifest: Any) -> list[FieldError]:
+        """vLLM generation, a quantised base and multi-turn environments: valid in AgileRL's
+        format (Arena generates with vLLM on its GPUs), not trained by agile locally yet."""
+        errors = []
+        if getattr(self, "use_vllm", False):
+            errors.append(
+                FieldError(
+                    "algorithm.use_vllm",
+                    "agile trains here with Hugging Face transformers generation, not vLLM "
+                    f"(vLLM needs the vllm package and a CUDA GPU{_lacking('vllm')})",
+                    "train here with --set algorithm.use_vllm=false, or on Arena with "
+                    "--backend arena",
+                )
+            )
+        if self.quantization is not None and _preset(self.quantization) != "none":
+            errors.append(
+                FieldError(
+                    "algorithm.quantization",
+                    "agile loads the base model here in its own precision, not quantised "
+                    f"(bitsandbytes needs a CUDA GPU{_lacking('bitsandbytes')})",
+                    "train here with --set algorithm.quantization=null (Arena has no "
+                    "quantization field either)",
+                )
+            )
+        if getattr(manifest.environment, "env_type", None) == "multiturn":
+            errors.append(
+                FieldError(
+                    "environment.env_type",
+                    "agile does not train multi-turn environments here yet",
+                    "use env_type: reasoning with a dataset, a prompt_template and a reward "
+                    "function",
+                )
+            )
+        return errors
 
     def manifest_warnings(self, manifest: Any) -> list[str]:
         return [
@@ -651,8 +710,8 @@ class LLMSpec(AlgorithmSpec):
     def _local_reward_warnings(self, manifest: Any) -> list[str]:
         """Reasoning fields left out: an Arena job may leave them to the registered dataset
         and ``--reward-file``; local training refuses to start without them."""
-        if self.env_type != "reasoning":
-            return []
+        if self.env_type != "reasoning" or manifest.environment.env_type == "multiturn":
+            return []  # a multi-turn environment rewards the turns itself
         missing = [
             field
             for field in LOCAL_REASONING_FIELDS
@@ -702,7 +761,8 @@ class LLMSpec(AlgorithmSpec):
         environment = manifest.environment
         fields = type(environment).model_fields
         warnings = []
-        for name in _IGNORED_ENVIRONMENT_FIELDS:
+        multiturn = getattr(environment, "env_type", None) == "multiturn"
+        for name in () if multiturn else _IGNORED_ENVIRONMENT_FIELDS:
             if name in fields and getattr(environment, name) != fields[name].default:
                 warnings.append(f"environment.{name}: ignored, agile does not train multi-turn")
         if self.env_type != "sft" and "response_column" in environment.model_fields_set:
