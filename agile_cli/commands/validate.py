@@ -59,8 +59,8 @@ def run_validate(
             click.echo(printable(f"{path}: ok ({manifest.summary()})"))
         for warning in manifest.warnings:
             click.echo(printable(f"  warning: {warning}"), err=as_json)
-        for error in manifest.algorithm.local_training_errors(manifest):
-            said = f"  not on this machine: {error.render()}"  # valid all the same (Arena)
+        for lacking in manifest.algorithm.local_training_errors(manifest):
+            said = f"  not on this machine: {lacking.render()}"  # valid all the same
             click.echo(printable(said), err=as_json)
     if as_json and resolved:
         document = next(iter(resolved.values())) if len(files) == 1 else resolved
