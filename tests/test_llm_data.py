@@ -43,6 +43,7 @@ def env_spec(**fields: Any) -> SimpleNamespace:
         "reward_fn_name": None,
         "response_column": "response",
         "apply_chat_template": None,
+        "reward_timeout": 30.0,
     }
     return SimpleNamespace(**{**defaults, **fields})
 
@@ -408,9 +409,11 @@ def test_a_reward_that_is_not_a_number_or_raises_names_the_function_and_row(
 ) -> None:
     path = write_reward(tmp_path, "def f(c, a, q):\n    return {'yes': 1.0, 'no': 'x'}[c]\n")
     score = load_reward_function(str(path), "f")
-    with pytest.raises(TrainingError, match=r"reward.py:f returned 'x' for row 1"):
+    returned = r"reward.py:f returned 'x' for completion 1 of the batch \(question 'q'\)"
+    with pytest.raises(TrainingError, match=returned):
         score(["yes", "no"], [0, 0], ["q", "q"])
-    with pytest.raises(TrainingError, match=r"reward.py:f raised on row 0: KeyError: 'maybe'"):
+    raised = r"reward.py:f raised on completion 0 of the batch \(question 'q'\): KeyError"
+    with pytest.raises(TrainingError, match=raised):
         score(["maybe"], [0], ["q"])
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -287,8 +292,58 @@ def _interrupted(completion: str, answer: Any, question: str) -> float:
 def test_a_reward_function_that_exits_is_a_training_error_naming_it() -> None:
     score = RewardFunction(_exits, "reward.py:exits")
     with pytest.raises(TrainingError, match=r"reward.py:exits raised SystemExit\(3\) while "
-                       r"scoring row 0 at test_llm_hardening.py line \d+: raise Sys"):  # fmt: skip
+                       r"scoring completion 0 of the batch \(question 'q'\) at "
+                       r"test_llm_hardening.py line \d+: raise Sys"):  # fmt: skip
         score(["c"], ["a"], ["q"])
+
+
+def _slow(completion: str, answer: Any, question: str) -> float:
+    if completion == "fine":
+        return 1.0
+    if completion == "loop":
+        while True:  # a reward stuck in Python
+            pass
+    if completion == "regex":  # catastrophic backtracking, inside the regular-expression engine
+        return float(re.match(r"(a+)+$", "a" * 40 + "b") is not None)
+    time.sleep(60)
+    return 1.0
+
+
+@pytest.mark.parametrize("completion", ["sleep", "loop", "regex"])
+def test_a_reward_function_that_runs_too_long_stops_the_run_naming_it(completion: str) -> None:
+    score = RewardFunction(_slow, "reward.py:slow", timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(TrainingError) as caught:
+        score(["fine", completion], ["a", "a"], ["1+1", "2+2"])
+    assert time.monotonic() - started < 5
+    assert caught.value.message == (
+        "reward function reward.py:slow ran for more than 0.3 s on completion 1 of the batch "
+        "(question '2+2')"
+    )
+    assert "environment.reward_timeout" in (caught.value.hint or "")
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL  # nothing is left armed
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_reward_that_cannot_be_interrupted_ends_the_process_saying_why() -> None:
+    code = (
+        "import threading, time\n"
+        "from agile_llm import rewards\n"
+        "rewards._GRACE = 0.2\n"
+        "def stuck(c, a, q):\n"
+        "    time.sleep(30)\n"
+        "score = rewards.RewardFunction(stuck, 'reward.py:stuck', timeout=0.2)\n"
+        "worker = threading.Thread(target=score, args=(['c'], ['a'], ['q']))\n"
+        "worker.start()  # no alarm outside the main thread: only the watchdog bounds it\n"
+        "worker.join()\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and time.monotonic() - started < 20
+    assert "error: reward function reward.py:stuck, scoring completion 0 of the batch" in (
+        done.stderr
+    )
+    assert "cannot be interrupted" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_ctrl_c_in_a_reward_function_still_stops_the_run() -> None:

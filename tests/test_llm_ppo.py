@@ -44,6 +44,7 @@ def prompt_data(rows: int = 16) -> PromptData:
     spec = SimpleNamespace(
         name="prompts", env_type="reasoning", prompt_template=None, response_column="response",
         max_reward=1.0, reward_file_path=None, reward_fn_name=None, apply_chat_template=None,
+        reward_timeout=30.0,
     )  # fmt: skip
     table = [{"prompt": PROMPTS[i % len(PROMPTS)], "answer": "-"} for i in range(rows)]
     data = PromptData(spec, table, table[:4], seed=0)  # type: ignore[arg-type]

@@ -62,6 +62,12 @@ ENVIRONMENT_FIELDS = (
     "env_type", "columns", "prompt_template", "max_reward", "train_test_split",
     "reward_fn_name", "response_column",
 )  # fmt: skip
+#: Environment fields agile reads that Arena's LLM environment lacks, with what Arena does.
+AGILE_ENVIRONMENT_FIELDS = {
+    "apply_chat_template": "Arena renders reasoning prompts by the chat template and reads sft "
+    "and preference prompts as written",
+    "reward_timeout": "Arena's environment has no such field",
+}
 _LORA_FIELDS = ("lora_r", "lora_alpha", "target_modules", "task_type", "lora_dropout")
 _MODEL_COPIES = ("pretrained_model_name_or_path", "max_model_len", "lora_config")
 
@@ -239,10 +245,12 @@ def left_out(manifest: TrainingManifest) -> list[str]:
         warnings.append("algorithm.max_output_tokens: never sent; Arena sets completion lengths")
     training = manifest.training.model_fields_set - set(TRAINING_FIELDS)
     warnings += [f"training.{key}: agile only, not sent to Arena" for key in sorted(training)]
-    if "apply_chat_template" in manifest.environment.model_fields_set:
-        warnings.append("environment.apply_chat_template: agile only, not sent to Arena, which "
-                        "renders reasoning prompts by the chat template and reads sft and "
-                        "preference prompts as written")  # fmt: skip
+    environment = manifest.environment.model_fields_set
+    warnings += [
+        f"environment.{key}: agile only, not sent to Arena ({why})"
+        for key, why in AGILE_ENVIRONMENT_FIELDS.items()
+        if key in environment
+    ]
     if _lora(manifest).get("target_parameters"):
         warnings.append("network.lora_config.target_parameters: Arena's LoRA has none; not sent")
     return warnings

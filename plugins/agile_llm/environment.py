@@ -59,6 +59,7 @@ class PromptData:
         self.response_column = spec.response_column
         self.max_reward = spec.max_reward
         self.reward_file_path, self.reward_fn_name = spec.reward_file_path, spec.reward_fn_name
+        self.reward_timeout: float = spec.reward_timeout
         self.reward_function: RewardFunction | None = None
         self.single_observation_space = gym.spaces.Text(TEXT_SPACE_LENGTH, min_length=0)
         self.single_action_space = gym.spaces.Text(TEXT_SPACE_LENGTH, min_length=0)
@@ -244,6 +245,6 @@ def prepare(env: PromptData, manifest: Any) -> PromptData:
                 "name the Python file and the function that scores a completion",
             )
         path = str(Path.cwd() / env.reward_file_path)
-        env.reward_function = load_reward_function(path, env.reward_fn_name)
+        env.reward_function = load_reward_function(path, env.reward_fn_name, env.reward_timeout)
     env.env_type = env_type
     return env

@@ -11,13 +11,17 @@ model generated, ``answer`` the row's ``answer`` value and ``question`` the row'
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import numbers
+import os
+import signal
 import sys
+import threading
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,6 +34,15 @@ from agile_llm.model import error_detail
 _WHERE = "environment.reward_file_path"
 #: Characters of a value the function returned shown in a message.
 _SHOWN = 200
+#: Seconds one call may take by default (``environment.reward_timeout``).
+REWARD_TIMEOUT = 30.0
+#: Seconds past the bound after which a call that could not be interrupted (stuck inside C
+#: code, which holds off Python's signal handlers) ends the process.
+_GRACE = 10.0
+
+
+class RewardTimeout(Exception):
+    """A reward function's call ran past its bound."""
 
 
 class RewardFunction:
@@ -37,11 +50,15 @@ class RewardFunction:
 
     :param function: the user's callable, taking ``(completion, answer, question)``.
     :param label: how errors name it, e.g. ``reward.py:score``.
+    :param timeout: seconds one call may take (see :func:`bounded`).
     """
 
-    def __init__(self, function: Callable[..., Any], label: str) -> None:
+    def __init__(
+        self, function: Callable[..., Any], label: str, timeout: float = REWARD_TIMEOUT
+    ) -> None:
         self.function = function
         self.label = label
+        self.timeout = timeout
 
     def __call__(
         self, completions: Sequence[str], answers: Sequence[Any], questions: Sequence[str]
@@ -63,20 +80,25 @@ class RewardFunction:
         return np.array([self._one(i, *row) for i, row in enumerate(rows)], dtype=np.float64)
 
     def _one(self, index: int, completion: str, answer: Any, question: str) -> float:
+        row = f"completion {index} of the batch (question {_cut(question)})"
         try:
-            value = self.function(completion, answer, question)
+            with bounded(self.timeout, f"reward function {self.label}, scoring {row}"):
+                value = self.function(completion, answer, question)
+        except RewardTimeout:
+            raise TrainingError(
+                f"reward function {self.label} ran for more than {self.timeout:g} s on {row}",
+                "make it faster, or raise environment.reward_timeout",
+            ) from None
         except Exception as error:
-            what = f"raised on row {index}: {type(error).__name__}: {error_detail(error)}"
+            what = f"raised on {row}: {type(error).__name__}: {error_detail(error)}"
             raise self._failed(what, error) from None
         except SystemExit as error:  # sys.exit() in the function must not end the run unsaid
-            what = f"raised SystemExit({error_detail(error)}) while scoring row {index}"
+            what = f"raised SystemExit({error_detail(error)}) while scoring {row}"
             raise self._failed(what, error) from None
         number = as_number(value)
         if number is None:
-            shown = repr(value)
-            shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
             raise TrainingError(
-                f"reward function {self.label} returned {shown} for row {index}, "
+                f"reward function {self.label} returned {_cut(value)} for {row}, "
                 "not a finite number",
                 "return a float (or an int or bool) for every completion",
             )
@@ -87,6 +109,52 @@ class RewardFunction:
             f"reward function {self.label} {what}{_user_line(error, None)}",
             "fix the reward function; it is called as fn(completion, answer, question)",
         )
+
+
+def _cut(value: Any) -> str:
+    """``repr(value)``, printable and at most :data:`_SHOWN` characters."""
+    shown = printable(repr(value))
+    return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+
+
+@contextlib.contextmanager
+def bounded(seconds: float, doing: str) -> Iterator[None]:
+    """Run the block for at most ``seconds``: past them, :class:`RewardTimeout` is raised in
+    it (by SIGALRM, in the main thread of a Unix process). A block that cannot be interrupted
+    (stuck inside C code, or where no alarm can be set) is ended with the whole process
+    :data:`_GRACE` seconds later, saying ``doing``: a run never stalls in silence. The last
+    whole generation's checkpoint stays on disk."""
+    alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    watchdog = threading.Timer(seconds + (_GRACE if alarm else 0.0), _give_up, (seconds, doing))
+    watchdog.daemon = True
+    previous = None
+    if alarm:
+        previous = signal.signal(signal.SIGALRM, _expired)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _expired(signum: int, frame: Any) -> None:
+    raise RewardTimeout
+
+
+def _give_up(seconds: float, doing: str) -> None:
+    """The watchdog's last word: the call could not be interrupted."""
+    said = (
+        f"error: {doing} has run for more than {seconds:g} s and cannot be interrupted (it is "
+        "inside compiled code); agile stops. The last whole generation's checkpoint is kept: "
+        "agile train --resume RUN_DIR continues it once the function is fixed"
+    )
+    sys.stderr.write("\n" + printable(said) + "\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def as_number(value: Any) -> float | None:
@@ -103,11 +171,12 @@ def as_number(value: Any) -> float | None:
     return number if np.isfinite(number) else None
 
 
-def load_reward_function(path: str, name: str) -> RewardFunction:
+def load_reward_function(path: str, name: str, timeout: float = REWARD_TIMEOUT) -> RewardFunction:
     """The function ``name`` of the Python file at ``path``, ready to score completions.
 
     :param path: the reward file, relative to the working directory.
     :param name: the function's name in that file.
+    :param timeout: seconds one call may take.
     :raises UsageError: the file is missing or no ``.py`` file, raises when imported, has no
         callable ``name``, or that callable cannot take ``(completion, answer, question)``.
     """
@@ -130,7 +199,7 @@ def load_reward_function(path: str, name: str) -> RewardFunction:
             f"{_article(type(function).__name__)}, not a function"
         )
     _check_signature(function, f"{file.name}:{name}")
-    return RewardFunction(function, f"{file.name}:{name}")
+    return RewardFunction(function, f"{file.name}:{name}", timeout)
 
 
 def _import(file: Path) -> ModuleType:

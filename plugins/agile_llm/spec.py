@@ -279,6 +279,13 @@ class LLMEnvSpec(EnvironmentSpec):
     response_column: str = Field(
         default="response", min_length=1, description="SFT: the column holding the target response."
     )
+    reward_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=86_400,
+        description="Seconds one call of the reward function may take; a longer call stops "
+        "the run, naming the function and the completion it was scoring.",
+    )
     env_name: str | None = Field(
         default=None,
         description="Multi-turn: a GEM environment id, e.g. game:GuessTheNumber-v0-easy.",
