@@ -170,6 +170,7 @@ class EvolutionLoop:
         else:
             self.buffer = setup.build_buffer(manifest, self.env, self.device)
             self.runner = self._runner(setup.build_runner(manifest, self.env, self.buffer))
+            self.runner.together = not options.per_member
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])

@@ -138,6 +138,10 @@ class Runner(abc.ABC, Generic[A]):
     :param env: what the members act in (the environment the paradigm's builder made).
     """
 
+    #: Whether :meth:`train_population` may train the members together, where the runner
+    #: can (``--per-member`` clears it: one after the other, for debugging).
+    together: bool = True
+
     def __init__(self, env: Any) -> None:
         self.env = env
 

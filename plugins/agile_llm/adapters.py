@@ -8,6 +8,7 @@ for a KL penalty is the same base with every adapter disabled, not a second copy
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -38,6 +39,7 @@ class AdapterPopulation:
         self.model = get_peft_model(base, self.config, adapter_name=names[0])
         self.names = [names[0]]
         self._parameters: dict[str, dict[str, torch.nn.Parameter]] = {}
+        self._lora_layers: list[Any] | None = None
         for name in names[1:]:
             self.add(name)
         self.active = ""
@@ -123,7 +125,74 @@ class AdapterPopulation:
                 into[key.replace(f".{source}.", f".{target}.")].copy_(parameter)
 
     @contextmanager
+    def mixed(self, rows: list[str]) -> Iterator[None]:
+        """Forward passes inside give row ``i`` of their batch adapter ``rows[i]``, so one
+        pass of the base serves every member's rows, and gradients reach each adapter named;
+        afterwards only the active adapter learns again. A LoRA linear layer computes each
+        run of rows of one adapter on a slice of its input (no gather or scatter); other LoRA
+        layers (embeddings) use PEFT's mixed-adapter batches."""
+        from peft.tuners.lora import Linear, LoraLayer
+
+        runs = _runs(rows)
+        patched, hooks = [], []
+        if self._lora_layers is None:  # adapters come and go; the layers they live in stay
+            self._lora_layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
+        for module in self._lora_layers:
+            if isinstance(module, Linear) and not module.merged:
+                module.forward = functools.partial(_by_runs, module, runs)  # type: ignore[method-assign]
+                patched.append(module)
+            else:
+                hooks.append(module.register_forward_pre_hook(
+                    functools.partial(_with_adapter_names, rows), with_kwargs=True))  # fmt: skip
+        named = set(rows)
+        for name in named:
+            for parameter in self.adapter_parameters(name).values():
+                parameter.requires_grad_(True)
+        try:
+            yield
+        finally:
+            for module in patched:
+                del module.forward  # the class's own again
+            for hook in hooks:
+                hook.remove()
+            for name in named - {self.active}:
+                for parameter in self.adapter_parameters(name).values():
+                    parameter.requires_grad_(False)
+
+    @contextmanager
     def reference(self) -> Iterator[None]:
         """Forward passes inside use the base model alone (every adapter disabled)."""
         with self.model.disable_adapter():
             yield
+
+
+def _runs(rows: list[str]) -> list[tuple[str, int, int]]:
+    """``rows`` as runs of one adapter: ``(name, start, stop)``."""
+    runs: list[tuple[str, int, int]] = []
+    for index, name in enumerate(rows):
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1], index + 1)
+        else:
+            runs.append((name, index, index + 1))
+    return runs
+
+
+def _by_runs(
+    module: Any, runs: list[tuple[str, int, int]], x: torch.Tensor, *args: Any, **kwargs: Any
+) -> torch.Tensor:
+    """A LoRA linear layer's output with each run of rows through its own adapter."""
+    result = module.base_layer(x, *args, **kwargs)
+    parts = []
+    for name, start, stop in runs:
+        rows = x[start:stop]
+        if name not in module.lora_A:
+            parts.append(torch.zeros_like(result[start:stop]))
+            continue
+        down, up = module.lora_A[name], module.lora_B[name]
+        update = up(down(module.lora_dropout[name](rows.to(down.weight.dtype))))
+        parts.append(update * module.scaling[name])
+    return result + torch.cat(parts).to(result.dtype)
+
+
+def _with_adapter_names(rows: list[str], module: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    return args, {**kwargs, "adapter_names": rows}

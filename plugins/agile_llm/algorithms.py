@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agile_llm import objectives, text
+from agile_llm import objectives, text, together
 from agile_llm.objectives import IGNORE
 from agile_llm.population import LLMMember, Scores
 
@@ -71,6 +71,15 @@ class SFT(LLMMember):
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
         return objectives.sft_loss(logits, batch.labels[rows])
+
+    @classmethod
+    def train_together(
+        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
+    ) -> list[float] | None:
+        """Every member's :meth:`train_step` as one computation (see :mod:`.together`)."""
+        if cls is not SFT or not together.can_stack(members):
+            return None  # DPO inherits SFT's sequences, not its loss
+        return together.sft_step(members, rows, data)  # type: ignore[arg-type]
 
     def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
         batch = self._sequences(rows, data)

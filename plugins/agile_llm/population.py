@@ -170,6 +170,15 @@ class LLMMember(Algorithm):
         """One iteration on a batch of training rows; returns its loss."""
         raise NotImplementedError
 
+    @classmethod
+    def train_together(
+        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
+    ) -> list[float] | None:
+        """One :meth:`train_step` of each of ``members`` (``rows[i]`` member ``i``'s batch)
+        as one computation, returning each member's loss; None where this algorithm cannot
+        (the runner then steps them one by one). None by default."""
+        return None
+
     def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
         """The member on held-out rows."""
         raise NotImplementedError
@@ -229,7 +238,8 @@ class LLMMember(Algorithm):
 
     def _adapter_optimizer(self) -> torch.optim.Optimizer:
         lr = float(getattr(self.spec, self.lr_field))
-        return torch.optim.AdamW(self.trained_parameters(), lr=lr, weight_decay=0.0)
+        # foreach: one call over the adapter's many small tensors, not a Python loop of them
+        return torch.optim.AdamW(self.trained_parameters(), lr=lr, weight_decay=0.0, foreach=True)
 
     def step(self) -> None:
         """Clip the gradients already accumulated and take one optimizer step."""

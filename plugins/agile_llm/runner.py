@@ -34,28 +34,61 @@ class LLMRunner(Runner[LLMMember]):
 
     def train(self, member: LLMMember, steps: int, progress: Progress) -> GenerationStats:
         """Train ``member`` on about ``steps`` prompts, ``batch_size`` at a time."""
-        stats = GenerationStats()
+        return self.train_population([member], steps, progress)[0]
+
+    def train_population(
+        self, members: list[LLMMember], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """Train every member on about ``steps`` prompts, ``batch_size`` at a time: each
+        iteration's steps as one computation where the algorithm can
+        (:meth:`~agile_llm.population.LLMMember.train_together`), else one after the other.
+        Each member reads the data at its own position either way."""
+        stats = [GenerationStats() for _ in members]
+        done = [0] * len(members)
+        while True:
+            taking, rows = [], []
+            for i, member in enumerate(members):
+                size = self._batch(member, stats[i]) if done[i] < steps else 0
+                if size > 0:
+                    taking.append(i)
+                    rows.append(self.env.rows_at(member.record.steps, size))
+            if not taking:
+                break
+            losses = self._step([members[i] for i in taking], rows)
+            for i, batch, loss in zip(taking, rows, losses, strict=True):
+                member = members[i]
+                stats[i].losses.append(loss)
+                if member.last_rewards is not None:  # the mean reward of what it sampled
+                    stats[i].add_episodes([float(member.last_rewards.mean())], progress)
+                stats[i].steps += len(batch)
+                done[i] += len(batch)
+                member.record.steps += len(batch)
+                progress(len(batch))
         limit = self._sample_limit()
-        done = 0
-        while done < steps:
-            size = int(member.spec.batch_size)
-            if limit is not None:
-                size = min(size, limit - member.record.steps)
-                if size <= 0:
-                    stats.exhausted = True
-                    break
-            rows = self.env.rows_at(member.record.steps, size)
-            member.last_rewards = None
-            stats.losses.append(member.train_step(rows, self.env))
-            if member.last_rewards is not None:  # the mean reward of what it sampled
-                stats.add_episodes([float(member.last_rewards.mean())], progress)
-            stats.steps += size
-            done += size
-            member.record.steps += size
-            progress(size)
-        if limit is not None and member.record.steps >= limit:
-            stats.exhausted = True
+        for member, stat in zip(members, stats, strict=True):
+            if limit is not None and member.record.steps >= limit:
+                stat.exhausted = True
         return stats
+
+    def _batch(self, member: LLMMember, stats: GenerationStats) -> int:
+        """How many prompts ``member`` takes next (0: the epochs it may read are done)."""
+        size = int(member.spec.batch_size)
+        limit = self._sample_limit()
+        if limit is not None:
+            size = min(size, limit - member.record.steps)
+            if size <= 0:
+                stats.exhausted = True
+        return max(size, 0)
+
+    def _step(self, members: list[LLMMember], rows: list[list[dict[str, Any]]]) -> list[float]:
+        """One training step of each member on its rows: together, where it can."""
+        for member in members:
+            member.last_rewards = None
+        if self.together and len(members) > 1:
+            losses = type(members[0]).train_together(members, rows, self.env)
+            if losses is not None:
+                return losses
+        return [m.train_step(batch, self.env) for m, batch in zip(members, rows, strict=True)]
 
     def _sample_limit(self) -> int | None:
         if self.epochs is None:

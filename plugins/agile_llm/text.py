@@ -8,6 +8,7 @@ the tokenizer explicitly; none holds state.
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,13 +90,23 @@ def encode(
 
 def framing(tokenizer: Any) -> tuple[list[int], list[int]]:
     """The special tokens the tokenizer puts before and after a text (a beginning-of-text
-    token, say); none where it adds none, or wraps a text some other way."""
+    token, say); none where it adds none, or wraps a text some other way. Worked out once
+    per tokenizer."""
+    known = _FRAMINGS.get(tokenizer)
+    if known is not None:
+        return list(known[0]), list(known[1])
     plain = list(tokenizer("a", add_special_tokens=False).input_ids)
     framed = list(tokenizer("a", add_special_tokens=True).input_ids)
+    found: tuple[list[int], list[int]] = ([], [])
     for start in range(len(framed) - len(plain) + 1):
         if framed[start : start + len(plain)] == plain:
-            return framed[:start], framed[start + len(plain) :]
-    return [], []
+            found = framed[:start], framed[start + len(plain) :]
+            break
+    _FRAMINGS[tokenizer] = found
+    return list(found[0]), list(found[1])
+
+
+_FRAMINGS: weakref.WeakKeyDictionary[Any, tuple[list[int], list[int]]] = weakref.WeakKeyDictionary()
 
 
 @dataclass

@@ -1,0 +1,103 @@
+"""A population's SFT steps as one computation: the same losses and adapter updates as the
+members' steps one after the other (up to floating-point order), members of different
+hyperparameters included; --per-member trains them one by one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import torch
+
+from agile_cli import TrainingManifest, installed_registry
+from agile_llm.tiny import make_tiny_model
+
+from .test_llm_training import ROWS, manifest
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-llm")
+    make_tiny_model(path, steps=40, seed=0)
+    return path
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "digits.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
+    return path
+
+
+def _population(tiny: Path, data: Path, size: int, **algorithm: Any) -> tuple[list[Any], Any]:
+    from agile_cli.runtime.agent import AgentContext
+    from agile_cli.training import setup
+
+    registry = installed_registry()
+    content = manifest("SFT", tiny, data, **algorithm)
+    parsed = TrainingManifest.get_validated(content, registry=registry)
+    env = setup.build_environment(parsed, registry, seed=0)
+    context = AgentContext(torch.device("cpu"), 1, parsed.training)
+    cls = setup.algorithm_class(parsed, registry)
+    members = setup.build_population(parsed, cls, env, context, size=size)
+    for k, member in enumerate(members):  # members that differ, as evolution leaves them
+        member.set_hyperparameter("lr", 0.01 * (k + 1))
+        member.set_hyperparameter("update_epochs", 1 + k % 2)
+    return members, env
+
+
+def _weights(member: Any) -> dict[str, torch.Tensor]:
+    return member.shared.adapters.weights(member.adapter)
+
+
+def test_sft_steps_together_equal_the_steps_one_by_one(tiny: Path, data: Path) -> None:
+    members, env = _population(tiny, data, size=3)
+    start = [copy.deepcopy(member.state_dict()) for member in members]
+    rows = [env.rows_at(2 * k, 2 + k) for k in range(3)]  # batches of different sizes
+    together = type(members[0]).train_together(members, rows, env)
+    assert together is not None
+    stacked = [_weights(member) for member in members]
+    for member, state in zip(members, start, strict=True):
+        member.load_state_dict(state)
+    alone = [member.train_step(batch, env) for member, batch in zip(members, rows, strict=True)]
+    assert together == pytest.approx(alone, rel=1e-5)
+    for member, weights in zip(members, stacked, strict=True):
+        own = _weights(member)
+        assert own.keys() == weights.keys()
+        for key in own:
+            torch.testing.assert_close(weights[key], own[key], rtol=1e-4, atol=1e-6)
+        assert any(not torch.equal(own[k], start[0]["adapter"][k]) for k in own)  # it learned
+
+
+def test_members_that_cannot_share_a_pass_step_one_by_one(tiny: Path, data: Path) -> None:
+    members, env = _population(tiny, data, size=2, micro_batch_size_per_gpu=1)
+    rows = [env.rows_at(0, 2), env.rows_at(2, 2)]
+    assert type(members[0]).train_together(members, rows, env) is None
+
+
+def test_per_member_and_together_train_the_same_run(run, tiny: Path, data: Path, tmp_path) -> None:
+    import yaml
+
+    from agile_cli.training import checkpoint
+
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(manifest("SFT", tiny, data)), encoding="utf-8")
+    finals = []
+    for flags in ([], ["--per-member"]):
+        folder = tmp_path / ("alone" if flags else "together")
+        result = run("train", str(path), "--run-dir", str(folder), *flags)
+        assert result.exit_code == 0, result.output
+        state = checkpoint.load(folder / "checkpoints" / "latest.pt", kind=checkpoint.POPULATION)
+        finals.append({m["index"]: m["adapter"] for m in state["members"]})
+    together, alone = finals
+    assert together.keys() == alone.keys()
+    for index, weights in together.items():
+        for key, value in weights.items():
+            torch.testing.assert_close(value, alone[index][key], rtol=1e-3, atol=1e-5)
