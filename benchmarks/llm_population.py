@@ -1,8 +1,8 @@
-"""Training throughput of an SFT population of LoRA adapters: together (one forward and one
+"""Training throughput of an SFT or DPO population of LoRA adapters: together (one forward and one
 backward pass of the base for every member's batch) against one by one (``--per-member``).
 
-    python benchmarks/llm_population.py MODEL_DIR [--sizes 1 4 8] [--iterations 20]
-                                        [--batch 16] [--repeats 3]
+    python benchmarks/llm_population.py MODEL_DIR [--algorithm SFT|DPO] [--sizes 1 4 8]
+                                        [--iterations 20] [--batch 16] [--repeats 3]
 
 MODEL_DIR is a local causal LM (``agile llm tiny-model models/tiny-llm`` makes one). Each
 measurement runs in a fresh process: the population is built as ``agile train`` builds it on
@@ -27,12 +27,13 @@ import json, resource, sys, time, torch
 from agile_cli import TrainingManifest, installed_registry
 from agile_cli.runtime.agent import AgentContext
 from agile_cli.training import setup
-model, together = sys.argv[1], sys.argv[5] == "1"
+model, together, name = sys.argv[1], sys.argv[5] == "1", sys.argv[6]
 size, iterations, batch = (int(value) for value in sys.argv[2:5])
 torch.set_num_threads(1)
 content = {
-    "algorithm": {"name": "SFT", "batch_size": batch, "lr": 0.005, "gradient_checkpointing": False},
-    "environment": {"dataset": "configs/training/llm/digits.jsonl", "response_column": "answer"},
+    "algorithm": {"name": name, "batch_size": batch, "lr": 0.005, "gradient_checkpointing": False},
+    "environment": {"dataset": "configs/training/llm/digits.jsonl",
+                    **({"response_column": "answer"} if name == "SFT" else {})},
     "training": {"max_steps": 10**6, "evo_steps": 10, "pop_size": size},
     "network": {"pretrained_model_name_or_path": model, "max_context_length": 32,
                 "lora_config": {"lora_r": 8, "lora_alpha": 16, "target_modules": "all-linear",
@@ -54,9 +55,9 @@ print(json.dumps({"prompts_per_second": size * batch * iterations / seconds, "pe
 """
 
 
-def measure(model: str, size: int, iterations: int, batch: int, together: bool) -> dict:
+def measure(model: str, name: str, size: int, iterations: int, batch: int, together: bool) -> dict:
     args = [sys.executable, "-c", CHILD, model, str(size), str(iterations), str(batch),
-            "1" if together else "0"]  # fmt: skip
+            "1" if together else "0", name]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -64,6 +65,7 @@ def measure(model: str, size: int, iterations: int, batch: int, together: bool) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
+    parser.add_argument("--algorithm", choices=["SFT", "DPO"], default="SFT")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         row = {}
         for together in (False, True):
-            runs = [measure(args.model, size, args.iterations, args.batch, together)
+            runs = [measure(args.model, args.algorithm, size, args.iterations, args.batch, together)
                     for _ in range(args.repeats)]  # fmt: skip
             row[together] = (statistics.median(r["prompts_per_second"] for r in runs),
                              max(r["peak_mib"] for r in runs))  # fmt: skip

@@ -1,4 +1,4 @@
-"""A population's SFT steps as one computation: the same losses and adapter updates as the
+"""A population's SFT and DPO steps as one computation: the same losses and adapter updates as the
 members' steps one after the other (up to floating-point order), members of different
 hyperparameters included; --per-member trains them one by one."""
 
@@ -36,12 +36,14 @@ def data(tmp_path: Path) -> Path:
     return path
 
 
-def _population(tiny: Path, data: Path, size: int, **algorithm: Any) -> tuple[list[Any], Any]:
+def _population(
+    tiny: Path, data: Path, size: int, name: str = "SFT", **algorithm: Any
+) -> tuple[list[Any], Any]:
     from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
 
     registry = installed_registry()
-    content = manifest("SFT", tiny, data, **algorithm)
+    content = manifest(name, tiny, data, **algorithm)
     parsed = TrainingManifest.get_validated(content, registry=registry)
     env = setup.build_environment(parsed, registry, seed=0)
     context = AgentContext(torch.device("cpu"), 1, parsed.training)
@@ -57,8 +59,9 @@ def _weights(member: Any) -> dict[str, torch.Tensor]:
     return member.shared.adapters.weights(member.adapter)
 
 
-def test_sft_steps_together_equal_the_steps_one_by_one(tiny: Path, data: Path) -> None:
-    members, env = _population(tiny, data, size=3)
+@pytest.mark.parametrize("name", ["SFT", "DPO"])
+def test_steps_together_equal_the_steps_one_by_one(tiny: Path, data: Path, name: str) -> None:
+    members, env = _population(tiny, data, size=3, name=name)
     start = [copy.deepcopy(member.state_dict()) for member in members]
     rows = [env.rows_at(2 * k, 2 + k) for k in range(3)]  # batches of different sizes
     together = type(members[0]).train_together(members, rows, env)
@@ -68,12 +71,12 @@ def test_sft_steps_together_equal_the_steps_one_by_one(tiny: Path, data: Path) -
         member.load_state_dict(state)
     alone = [member.train_step(batch, env) for member, batch in zip(members, rows, strict=True)]
     assert together == pytest.approx(alone, rel=1e-5)
-    for member, weights in zip(members, stacked, strict=True):
+    for member, weights, before in zip(members, stacked, start, strict=True):
         own = _weights(member)
-        assert own.keys() == weights.keys()
+        assert own.keys() == weights.keys() == before["adapter"].keys()
         for key in own:
             torch.testing.assert_close(weights[key], own[key], rtol=1e-4, atol=1e-6)
-        assert any(not torch.equal(own[k], start[0]["adapter"][k]) for k in own)  # it learned
+        assert any(not torch.equal(own[k], before["adapter"][k]) for k in own)  # it learned
 
 
 def test_members_that_cannot_share_a_pass_step_one_by_one(tiny: Path, data: Path) -> None:

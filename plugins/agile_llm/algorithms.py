@@ -138,15 +138,29 @@ class DPO(SFT):
         with torch.no_grad(), self.shared.reference():
             reference = self._summed(model, batch, both)
         policy = self._summed(model, batch, both)
-        half = len(rows)
+        return self.pair_loss(policy, reference, batch.labels[rows])
+
+    def pair_loss(self, policy: torch.Tensor, reference: torch.Tensor, chosen: torch.Tensor) -> Any:
+        """DPO on ``[2B]`` summed log-probabilities (chosen rows, then rejected) under the
+        policy and the reference; ``chosen`` is the chosen rows' labels (for ``nll_alpha``)."""
+        half = len(policy) // 2
         beta = float(self.spec.beta)
         result = objectives.dpo_loss(policy[:half], policy[half:], reference[:half],
                                      reference[half:], beta)  # fmt: skip
         nll_alpha = float(getattr(self.spec, "nll_alpha", 0.0) or 0.0)
         if nll_alpha:
-            tokens = batch.labels[rows][:, 1:].ne(IGNORE).sum().clamp(min=1)
+            tokens = chosen[:, 1:].ne(IGNORE).sum().clamp(min=1)
             result = result._replace(loss=result.loss - nll_alpha * policy[:half].sum() / tokens)
         return result
+
+    @classmethod
+    def train_together(
+        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
+    ) -> list[float] | None:
+        """Every member's :meth:`train_step` as one computation (see :mod:`.together`)."""
+        if not together.can_stack(members):
+            return None
+        return together.dpo_step(members, rows, data)  # type: ignore[arg-type]
 
     def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
         batch = self._pairs(rows, data)

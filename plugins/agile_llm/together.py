@@ -19,7 +19,7 @@ from agile_llm import objectives, text
 from agile_llm.objectives import IGNORE
 
 if TYPE_CHECKING:
-    from agile_llm.algorithms import SFT
+    from agile_llm.algorithms import DPO, SFT
 
 Row = dict[str, Any]
 
@@ -84,6 +84,43 @@ def sft_step(members: list[SFT], rows: list[list[Row]], data: Any) -> list[float
                 loss = objectives.sft_loss(logits[at : at + size], labels[at : at + size])
                 losses[i] = float(loss.detach())
                 total = total + loss
+                at += size
+            total.backward()
+        for i in taking:
+            members[i].step()
+    return losses
+
+
+def dpo_step(members: list[DPO], rows: list[list[Row]], data: Any) -> list[float]:
+    """One :meth:`~agile_llm.algorithms.DPO.train_step` of every member, together: one
+    reference pass (adapters off) for every member's pairs, then per epoch one policy pass.
+
+    :returns: each member's loss, as its own step returns it.
+    """
+    shared = members[0].shared
+    assert shared.adapters is not None
+    batch, spans = side_by_side(
+        [m._pairs(r, data) for m, r in zip(members, rows, strict=True)],
+        int(shared.tokenizer.pad_token_id),
+    )
+    with torch.no_grad(), shared.reference():
+        reference = members[0]._summed(shared.model, batch, torch.arange(batch.ids.shape[0]))
+    losses = [0.0] * len(members)
+    epochs = [int(m.spec.update_epochs) for m in members]
+    for epoch in range(max(epochs)):
+        taking = [i for i, count in enumerate(epochs) if count > epoch]
+        index = torch.cat([torch.arange(spans[i].start, spans[i].stop) for i in taking])
+        names = [members[i].adapter for i in taking for _ in range(spans[i].stop - spans[i].start)]
+        with shared.adapters.mixed(names):
+            policy = members[0]._summed(shared.model.train(), batch, index)
+            total = policy.new_zeros(())
+            at = 0
+            for i in taking:
+                size, span = spans[i].stop - spans[i].start, spans[i]
+                chosen = batch.labels[span.start : span.start + size // 2]
+                result = members[i].pair_loss(policy[at : at + size], reference[span], chosen)
+                losses[i] = float(result.loss.detach())
+                total = total + result.loss
                 at += size
             total.backward()
         for i in taking:
