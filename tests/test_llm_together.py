@@ -19,7 +19,7 @@ import torch
 from agile_cli import TrainingManifest, installed_registry
 from agile_llm.tiny import make_tiny_model
 
-from .test_llm_training import ROWS, manifest
+from .test_llm_training import REWARD, ROWS, manifest
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def data(tmp_path: Path) -> Path:
     path = tmp_path / "digits.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
+    (tmp_path / "reward.py").write_text(REWARD, encoding="utf-8")
     return path
 
 
@@ -49,9 +50,13 @@ def _population(
     context = AgentContext(torch.device("cpu"), 1, parsed.training)
     cls = setup.algorithm_class(parsed, registry)
     members = setup.build_population(parsed, cls, env, context, size=size)
-    for k, member in enumerate(members):  # members that differ, as evolution leaves them
+    noise = torch.Generator().manual_seed(7)
+    for k, member in enumerate(members):  # members that differ, as training leaves them
         member.set_hyperparameter("lr", 0.01 * (k + 1))
         member.set_hyperparameter("update_epochs", 1 + k % 2)
+        with torch.no_grad():
+            for weight in member.trained_parameters():
+                weight.add_(0.05 * torch.randn(weight.shape, generator=noise))
     return members, env
 
 
@@ -104,3 +109,73 @@ def test_per_member_and_together_train_the_same_run(run, tiny: Path, data: Path,
     for index, weights in together.items():
         for key, value in weights.items():
             torch.testing.assert_close(value, alone[index][key], rtol=1e-3, atol=1e-5)
+
+
+def _fake_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling that gives the k-th copy of a prompt (within its group of 2) the same
+    completion however the prompts are batched: a stand-in for seeds, which cannot match
+    between one call for all members and one call each."""
+    from agile_llm import text
+
+    def generate(model: Any, tokenizer: Any, prompts: Any, **options: Any) -> Any:
+        seen: dict[tuple[int, ...], int] = {}
+        rows = []
+        for ids, mask in zip(prompts.ids, prompts.mask, strict=True):
+            key = tuple(ids[mask.bool()].tolist())
+            copy = seen[key] = seen.get(key, -1) + 1
+            question = tokenizer.decode(list(key)).split("=")[0][-2:]  # the task's "12="
+            right = "".join(str((int(c) + 1) % 10) for c in question)  # rewarded
+            said = right if (copy + int(question[0])) % 2 == 0 else question
+            digits = [tokenizer.convert_tokens_to_ids(c) for c in said]
+            rows.append(torch.tensor([*digits, tokenizer.eos_token_id]))
+        return text._completions(
+            tokenizer, prompts, torch.cat([prompts.ids, torch.stack(rows)], dim=1)
+        )
+
+    monkeypatch.setattr(text, "generate", generate)
+
+
+@pytest.mark.parametrize("name", ["GRPO", "LLMREINFORCE"])
+def test_sampled_steps_together_equal_the_steps_one_by_one(
+    tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    _fake_sampling(monkeypatch)
+    extra = {"beta": 0.1} if name == "GRPO" else {}
+    members, env = _population(tiny, data, 3, name, **extra)
+    start = [copy.deepcopy(member.state_dict()) for member in members]
+    rows = [env.rows_at(2 * k, 2) for k in range(3)]  # no prompt twice: the stand-in counts
+    together = type(members[0]).train_together(members, rows, env)
+    assert together is not None
+    stacked = [_weights(member) for member in members]
+    for member, state in zip(members, start, strict=True):
+        member.load_state_dict(state)
+    alone = [member.train_step(batch, env) for member, batch in zip(members, rows, strict=True)]
+    assert together == pytest.approx(alone, rel=1e-4, abs=1e-7)
+    learned = []
+    for member, weights, before in zip(members, stacked, start, strict=True):
+        own = _weights(member)
+        for key in own:
+            torch.testing.assert_close(weights[key], own[key], rtol=1e-4, atol=1e-6)
+        learned.append(any(not torch.equal(own[k], before["adapter"][k]) for k in own))
+    assert any(learned)  # rewards that differ within a batch moved an adapter
+
+
+def test_one_generation_call_continues_each_row_with_its_own_adapter(
+    tiny: Path, data: Path
+) -> None:
+    from agile_llm import text
+
+    members, env = _population(tiny, data, 3, "GRPO")
+    rows = env.rows_at(0, 3)
+    prompts = members[0].prompt_ids(members[0].render_prompts(rows, env))
+    alone = [member.complete(prompts, explore=False).texts for member in members]
+    assert len({tuple(texts) for texts in alone}) > 1  # the adapters answer differently
+    shared = members[0].shared
+    names = [member.adapter for member in members for _ in prompts]
+    batch = text.prompt_batch(shared.tokenizer, [p for _ in members for p in prompts], "cpu")
+    with shared.adapters.mixed(names):
+        done = text.generate(shared.model.eval(), shared.tokenizer, batch,
+                             max_new_tokens=members[0].output_tokens())  # fmt: skip
+    assert [done.texts[k : k + len(prompts)] for k in range(0, len(done.texts), len(prompts))] == (
+        alone
+    )

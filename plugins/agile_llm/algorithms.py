@@ -257,6 +257,15 @@ class GRPO(LLMMember):
             self.step()
         return loss
 
+    @classmethod
+    def train_together(
+        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
+    ) -> list[float] | None:
+        """Every member's :meth:`train_step` as one computation (see :mod:`.together`)."""
+        if not together.can_sample_together(members):
+            return None
+        return together.grpo_step(members, rows, data)  # type: ignore[arg-type]
+
     def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
         """Sample, score and log-prob ``group_size`` completions of every prompt."""
         group = self.group()
@@ -264,6 +273,25 @@ class GRPO(LLMMember):
         prompts = self.prompt_ids(rendered)
         self.model().eval()
         done = self.complete([p for p in prompts for _ in range(group)], explore=True)
+        rollout = self._rollout_of(done, rows, rendered, data)
+        if rollout is None:
+            return None
+        model = self.model()
+        ids, mask, labels = rollout["ids"], rollout["mask"], rollout["labels"]
+        with torch.no_grad():
+            rollout["old"] = rollout["reference"] = log_probs(model, ids, mask, labels)[0]
+            if float(getattr(self.spec, "beta", 0.0)) > 0:
+                with self.shared.reference():
+                    rollout["reference"] = log_probs(model, ids, mask, labels)[0]
+        return rollout
+
+    def _rollout_of(
+        self, done: text.Completions, rows: list[dict[str, Any]], rendered: list[str], data: Any
+    ) -> dict[str, Any] | None:
+        """The sampled completions of ``rows`` (``group_size`` each, in order) scored, with
+        their advantages: a rollout without its log-probabilities yet; None when every
+        advantage is zero and ``filter_zero_adv`` drops them all."""
+        group = self.group()
         repeated = [r for r in rows for _ in range(group)]
         prompt_texts = [p for p in rendered for _ in range(group)]
         rewards = torch.as_tensor(data.reward(done.texts, repeated, prompt_texts),
@@ -275,21 +303,20 @@ class GRPO(LLMMember):
             keep = advantage != 0
             if not bool(keep.any()):
                 return None
-        labels = done.ids.masked_fill(~done.completion, IGNORE)
-        ids, mask, labels = done.ids[keep], done.mask[keep], labels[keep]
-        model = self.model()
-        with torch.no_grad():
-            old, counted = log_probs(model, ids, mask, labels)
-            reference = old
-            if float(getattr(self.spec, "beta", 0.0)) > 0:
-                with self.shared.reference():
-                    reference, _ = log_probs(model, ids, mask, labels)
-        return {"ids": ids, "mask": mask, "labels": labels, "old": old, "reference": reference,
-                "advantage": advantage[keep], "counted": counted.float()}  # fmt: skip
+        labels = done.ids.masked_fill(~done.completion, IGNORE)[keep]
+        counted = labels[:, 1:].ne(IGNORE).float()
+        return {"ids": done.ids[keep], "mask": done.mask[keep], "labels": labels,
+                "advantage": advantage[keep], "counted": counted}  # fmt: skip
 
     def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
         current, _ = log_probs(model, rollout["ids"][part], rollout["mask"][part],
                                rollout["labels"][part])  # fmt: skip
+        return self._policy_loss(rollout, current, part)
+
+    def _policy_loss(
+        self, rollout: dict[str, Any], current: torch.Tensor, part: slice = slice(None)
+    ) -> torch.Tensor:
+        """The loss of the rollout's rows ``part``, given their log-probabilities now."""
         counted = rollout["counted"][part]
         advantage = self.token_advantages(rollout["advantage"][part], counted)
         return self.policy_loss(current, rollout["old"][part], rollout["reference"][part],

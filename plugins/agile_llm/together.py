@@ -19,7 +19,7 @@ from agile_llm import objectives, text
 from agile_llm.objectives import IGNORE
 
 if TYPE_CHECKING:
-    from agile_llm.algorithms import DPO, SFT
+    from agile_llm.algorithms import DPO, GRPO, SFT
 
 Row = dict[str, Any]
 
@@ -126,3 +126,127 @@ def dpo_step(members: list[DPO], rows: list[list[Row]], data: Any) -> list[float
         for i in taking:
             members[i].step()
     return losses
+
+
+#: Settings every member of a GRPO-family population must share to sample together.
+_SAMPLING = ("temperature", "max_output_tokens", "min_output_tokens")
+
+
+def can_sample_together(members: list[Any]) -> bool:
+    """Whether ``members`` can also generate in one call: :func:`can_stack`, and the same
+    sampling settings."""
+    return can_stack(members) and all(
+        len({getattr(m.spec, name, None) for m in members}) == 1 for name in _SAMPLING
+    )
+
+
+def grpo_step(members: list[GRPO], rows: list[list[Row]], data: Any) -> list[float]:
+    """One :meth:`~agile_llm.algorithms.GRPO.train_step` of every member, together: one
+    generation call samples every member's groups (each row through its own adapter), then
+    one pass for the log-probabilities at sampling, one under the reference, and one policy
+    pass per epoch. Each member's generator is drawn from as alone; the call samples with the
+    first member's draw, so completions are those of another seed, not of each member's own.
+
+    :returns: each member's loss, as its own step returns it.
+    """
+    shared = members[0].shared
+    assert shared.adapters is not None
+    sampled = _sample(members, rows, data)
+    rollouts = {i: rollout for i, rollout in enumerate(sampled) if rollout is not None}
+    losses = [0.0] * len(members)
+    epochs = {i: int(members[i].spec.update_epochs) for i in rollouts}
+    for epoch in range(max(epochs.values(), default=0)):
+        taking = [i for i in rollouts if epochs[i] > epoch]
+        ids, mask, labels, names = _joined([rollouts[i] for i in taking],
+                                           [members[i].adapter for i in taking])  # fmt: skip
+        with shared.adapters.mixed(names):
+            current = _log_probs(shared.model.train(), ids, mask, labels)
+            total, at = current.new_zeros(()), 0
+            for i in taking:
+                size, width = rollouts[i]["ids"].shape
+                own = current[at : at + size, : width - 1]
+                loss = members[i]._policy_loss(rollouts[i], own)
+                losses[i] = float(loss.detach())
+                total, at = total + loss, at + size
+            total.backward()
+        for i in taking:
+            members[i].step()
+    return losses
+
+
+def _sample(members: list[GRPO], rows: list[list[Row]], data: Any) -> list[dict[str, Any] | None]:
+    """Every member's rollout (as :meth:`GRPO._rollout` makes it), sampled in one call."""
+    shared = members[0].shared
+    assert shared.adapters is not None
+    rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
+    prompts, names = [], []
+    for member, texts in zip(members, rendered, strict=True):
+        for ids in member.prompt_ids(texts):
+            prompts += [ids] * member.group()
+            names += [member.adapter] * member.group()
+    seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator)) for m in members]
+    first = members[0]
+    batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
+    with shared.adapters.mixed(names):
+        done = text.generate(
+            shared.model.eval(), shared.tokenizer, batch,
+            max_new_tokens=min(first.output_tokens(), shared.context_length - batch.ids.shape[1]),
+            min_new_tokens=getattr(first.spec, "min_output_tokens", None),
+            temperature=getattr(first.spec, "temperature", 1.0), seed=seeds[0],
+        )  # fmt: skip
+    rollouts, at = [], 0
+    for member, batch_rows, texts in zip(members, rows, rendered, strict=True):
+        size = len(batch_rows) * member.group()
+        part = slice(at, at + size)
+        completions = text.Completions(done.ids[part], done.mask[part], done.completion[part],
+                                       done.texts[part])  # fmt: skip
+        rollouts.append(member._rollout_of(completions, batch_rows, texts, data))
+        at += size
+    _old_and_reference(members, rollouts)
+    return rollouts
+
+
+def _joined(
+    rollouts: list[dict[str, Any]], adapters: list[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    """The rollouts' ids, masks and labels in one right-padded batch, and each row's adapter."""
+    batches = [text.Sequences(r["ids"], r["mask"], r["labels"]) for r in rollouts]
+    joined, _ = side_by_side(batches, pad=0)  # padding is masked and ignored
+    names = [name for r, name in zip(rollouts, adapters, strict=True)
+             for _ in range(r["ids"].shape[0])]  # fmt: skip
+    return joined.ids, joined.mask, joined.labels, names
+
+
+def _log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> Any:
+    from agile_llm.algorithms import log_probs  # the algorithms module imports this one
+
+    return log_probs(model, ids, mask, labels)[0]
+
+
+def _old_and_reference(members: list[GRPO], rollouts: list[dict[str, Any] | None]) -> None:
+    """Fill each rollout's log-probabilities at sampling (its adapter) and under the reference
+    (adapters off, for members with a KL penalty), each in one pass for every member."""
+    shared = members[0].shared
+    assert shared.adapters is not None
+    live = [i for i, rollout in enumerate(rollouts) if rollout is not None]
+    if not live:
+        return
+    ids, mask, labels, names = _joined([rollouts[i] for i in live],  # type: ignore[misc]
+                                       [members[i].adapter for i in live])  # fmt: skip
+    with torch.no_grad():
+        with shared.adapters.mixed(names):
+            old = _log_probs(shared.model.eval(), ids, mask, labels)
+        penalised = any(float(getattr(members[i].spec, "beta", 0.0)) > 0 for i in live)
+        reference = old
+        if penalised:
+            with shared.reference():
+                reference = _log_probs(shared.model, ids, mask, labels)
+    at = 0
+    for i in live:
+        rollout = rollouts[i]
+        assert rollout is not None
+        size, width = rollout["ids"].shape
+        rollout["old"] = old[at : at + size, : width - 1]
+        own = float(getattr(members[i].spec, "beta", 0.0)) > 0
+        rollout["reference"] = (reference if own else old)[at : at + size, : width - 1]
+        at += size
