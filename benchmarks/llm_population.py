@@ -1,14 +1,16 @@
-"""Training throughput of an SFT or DPO population of LoRA adapters: together (one forward and one
-backward pass of the base for every member's batch) against one by one (``--per-member``).
+"""Training throughput of an SFT, DPO or GRPO population of LoRA adapters: together (one
+generation call, one forward and one backward pass of the base for every member's batch)
+against one by one (``--per-member``).
 
-    python benchmarks/llm_population.py MODEL_DIR [--algorithm SFT|DPO] [--sizes 1 4 8]
+    python benchmarks/llm_population.py MODEL_DIR [--algorithm SFT|DPO|GRPO] [--sizes 1 4 8]
                                         [--iterations 20] [--batch 16] [--repeats 3]
 
 MODEL_DIR is a local causal LM (``agile llm tiny-model models/tiny-llm`` makes one). Each
 measurement runs in a fresh process: the population is built as ``agile train`` builds it on
 ``configs/training/llm/digits.jsonl``, one warm-up iteration is taken, then ``--iterations``
 iterations of ``--batch`` prompts per member are timed; the line gives prompts per second
-(the whole population's), the median of ``--repeats`` processes, and the peak resident memory.
+(the whole population's; GRPO samples 4 completions of each), the median of ``--repeats``
+processes, and the peak resident memory.
 """
 
 from __future__ import annotations
@@ -30,10 +32,18 @@ from agile_cli.training import setup
 model, together, name = sys.argv[1], sys.argv[5] == "1", sys.argv[6]
 size, iterations, batch = (int(value) for value in sys.argv[2:5])
 torch.set_num_threads(1)
+algorithm = {"name": name, "batch_size": batch, "lr": 0.005, "gradient_checkpointing": False}
+environment = {"dataset": "configs/training/llm/digits.jsonl"}
+if name == "SFT":
+    environment["response_column"] = "answer"
+if name == "GRPO":
+    algorithm.update(group_size=4, max_output_tokens=6, temperature=1.0)
+    environment.update(prompt_template={"user_0": "{question}="}, max_reward=1.0,
+                       reward_file_path="configs/training/llm/digits_reward.py",
+                       reward_fn_name="digits_reward")
 content = {
-    "algorithm": {"name": name, "batch_size": batch, "lr": 0.005, "gradient_checkpointing": False},
-    "environment": {"dataset": "configs/training/llm/digits.jsonl",
-                    **({"response_column": "answer"} if name == "SFT" else {})},
+    "algorithm": algorithm,
+    "environment": environment,
     "training": {"max_steps": 10**6, "evo_steps": 10, "pop_size": size},
     "network": {"pretrained_model_name_or_path": model, "max_context_length": 32,
                 "lora_config": {"lora_r": 8, "lora_alpha": 16, "target_modules": "all-linear",
@@ -65,7 +75,7 @@ def measure(model: str, name: str, size: int, iterations: int, batch: int, toget
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
-    parser.add_argument("--algorithm", choices=["SFT", "DPO"], default="SFT")
+    parser.add_argument("--algorithm", choices=["SFT", "DPO", "GRPO"], default="SFT")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)

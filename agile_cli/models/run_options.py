@@ -45,6 +45,7 @@ class LocalRunOptions(Spec):
     )
     per_member: bool = Field(
         False,
-        description="Train the members one after the other, each in its own num_envs "
-        "environments, instead of as one batched population (for debugging).",
+        description="Train the members one after the other (RL: each in its own num_envs "
+        "environments; LLM: each its own passes of the base) instead of together, for "
+        "debugging.",
     )
