@@ -11,6 +11,7 @@ to the order of floating-point sums.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -54,6 +55,19 @@ def side_by_side(batches: list[text.Sequences], pad: int) -> tuple[text.Sequence
     return joined, spans
 
 
+def _epochs(
+    members: list[Any], spans: list[slice]
+) -> Iterator[tuple[list[int], torch.Tensor, list[str]]]:
+    """For each epoch of the longest ``update_epochs``: the members taking it, their rows of
+    the joined batch (``spans[i]`` member ``i``'s) and each row's adapter."""
+    epochs = [int(m.spec.update_epochs) for m in members]
+    for epoch in range(max(epochs)):
+        taking = [i for i, count in enumerate(epochs) if count > epoch]
+        index = torch.cat([torch.arange(spans[i].start, spans[i].stop) for i in taking])
+        names = [members[i].adapter for i in taking for _ in range(spans[i].stop - spans[i].start)]
+        yield taking, index, names
+
+
 def sft_step(members: list[SFT], rows: list[list[Row]], data: Any) -> list[float]:
     """One :meth:`~agile_llm.algorithms.SFT.train_step` of every member, together.
 
@@ -66,11 +80,7 @@ def sft_step(members: list[SFT], rows: list[list[Row]], data: Any) -> list[float
         int(shared.tokenizer.pad_token_id),
     )
     losses = [0.0] * len(members)
-    epochs = [int(m.spec.update_epochs) for m in members]
-    for epoch in range(max(epochs)):
-        taking = [i for i, count in enumerate(epochs) if count > epoch]
-        index = torch.cat([torch.arange(spans[i].start, spans[i].stop) for i in taking])
-        names = [members[i].adapter for i in taking for _ in range(spans[i].stop - spans[i].start)]
+    for taking, index, names in _epochs(members, spans):
         ids, mask, labels = batch.ids[index], batch.mask[index], batch.labels[index]
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
         assert shared.adapters is not None
@@ -106,11 +116,7 @@ def dpo_step(members: list[DPO], rows: list[list[Row]], data: Any) -> list[float
     with torch.no_grad(), shared.reference():
         reference = members[0]._summed(shared.model, batch, torch.arange(batch.ids.shape[0]))
     losses = [0.0] * len(members)
-    epochs = [int(m.spec.update_epochs) for m in members]
-    for epoch in range(max(epochs)):
-        taking = [i for i, count in enumerate(epochs) if count > epoch]
-        index = torch.cat([torch.arange(spans[i].start, spans[i].stop) for i in taking])
-        names = [members[i].adapter for i in taking for _ in range(spans[i].stop - spans[i].start)]
+    for taking, index, names in _epochs(members, spans):
         with shared.adapters.mixed(names):
             policy = members[0]._summed(shared.model.train(), batch, index)
             total = policy.new_zeros(())
