@@ -177,3 +177,17 @@ def test_one_generation_call_continues_each_row_with_its_own_adapter(
     assert [done.texts[k : k + len(prompts)] for k in range(0, len(done.texts), len(prompts))] == (
         alone
     )
+
+
+def test_adapted_raw_parameters_cannot_mix_so_they_step_one_by_one(tiny: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from agile_llm.adapters import AdapterPopulation
+
+    lora = {"r": 2, "lora_alpha": 4, "lora_dropout": 0.0}
+    plain = AdapterPopulation(AutoModelForCausalLM.from_pretrained(tiny),
+                              {**lora, "target_modules": ["q_proj"]}, ["a", "b"])  # fmt: skip
+    assert plain.mixable
+    raw = {**lora, "target_modules": [], "target_parameters": ["mlp.gate_proj.weight"]}
+    wrapped = AdapterPopulation(AutoModelForCausalLM.from_pretrained(tiny), raw, ["a", "b"])
+    assert not wrapped.mixable  # PEFT refuses mixed batches there: train_together says None

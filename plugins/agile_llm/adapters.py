@@ -124,6 +124,25 @@ class AdapterPopulation:
             for key, parameter in self.adapter_parameters(source).items():
                 into[key.replace(f".{source}.", f".{target}.")].copy_(parameter)
 
+    @property
+    def mixable(self) -> bool:
+        """Whether :meth:`mixed` can serve this model: its LoRA layers are plain linear or
+        embedding ones (no DoRA or other variant, no adapted raw parameters)."""
+        from peft.tuners.lora import Embedding, Linear
+
+        return all(
+            type(layer) in (Linear, Embedding) and not getattr(layer, "lora_variant", None)
+            for layer in self._layers()
+        )
+
+    def _layers(self) -> list[Any]:
+        """The model's LoRA layers (adapters come and go; the layers they live in stay)."""
+        from peft.tuners.lora import LoraLayer
+
+        if self._lora_layers is None:
+            self._lora_layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
+        return self._lora_layers
+
     @contextmanager
     def mixed(self, rows: list[str]) -> Iterator[None]:
         """Forward passes inside give row ``i`` of their batch adapter ``rows[i]``, so one
@@ -131,13 +150,11 @@ class AdapterPopulation:
         afterwards only the active adapter learns again. A LoRA linear layer computes each
         run of rows of one adapter on a slice of its input (no gather or scatter); other LoRA
         layers (embeddings) use PEFT's mixed-adapter batches."""
-        from peft.tuners.lora import Linear, LoraLayer
+        from peft.tuners.lora import Linear
 
         runs = _runs(rows)
         patched, hooks = [], []
-        if self._lora_layers is None:  # adapters come and go; the layers they live in stay
-            self._lora_layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)]
-        for module in self._lora_layers:
+        for module in self._layers():
             if isinstance(module, Linear) and not module.merged:
                 module.forward = functools.partial(_by_runs, module, runs)  # type: ignore[method-assign]
                 patched.append(module)

@@ -27,10 +27,14 @@ Row = dict[str, Any]
 
 def can_stack(members: list[Any]) -> bool:
     """Whether ``members`` can take one step together: two or more, of one class, over one
-    base, each taking its whole batch at once (no micro-batches)."""
+    base whose LoRA layers can mix adapters in a batch, each taking its whole batch at once
+    (no micro-batches)."""
     if len(members) < 2 or len({type(m) for m in members}) != 1:
         return False
     if len({id(m.shared) for m in members}) != 1:
+        return False
+    adapters = members[0].shared.adapters
+    if adapters is None or not adapters.mixable:
         return False
     return all(getattr(m.spec, "micro_batch_size_per_gpu", None) is None for m in members)
 
