@@ -191,3 +191,26 @@ def test_adapted_raw_parameters_cannot_mix_so_they_step_one_by_one(tiny: Path) -
     raw = {**lora, "target_modules": [], "target_parameters": ["mlp.gate_proj.weight"]}
     wrapped = AdapterPopulation(AutoModelForCausalLM.from_pretrained(tiny), raw, ["a", "b"])
     assert not wrapped.mixable  # PEFT refuses mixed batches there: train_together says None
+
+
+def test_members_that_sample_differently_stack_in_groups(
+    tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agile_llm import together
+    from agile_llm.runner import LLMRunner
+
+    members, env = _population(tiny, data, 3, "GRPO", temperature=1.0)
+    members[1].set_hyperparameter("temperature", 0.7)  # evolution mutated one
+    assert together.compatible(members) == [[0, 2], [1]]
+    calls = []
+    real = type(members[0]).train_together.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: Any, group: list[Any], rows: list[Any], data: Any) -> Any:
+        calls.append([m.index for m in group])
+        return real(cls, group, rows, data)
+
+    monkeypatch.setattr(type(members[0]), "train_together", classmethod(spy))
+    runner = LLMRunner(env, epochs=None, eval_rows=None)
+    stats = runner.train_population(members, 4, lambda n: None)
+    assert [s.steps for s in stats] == [4, 4, 4]
+    assert calls and all(call == [members[0].index, members[2].index] for call in calls)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agile_cli import GenerationStats, Runner, TrainingManifest
+from agile_llm import together
 from agile_llm.population import LLMMember, Scores
 
 Progress = Callable[[int], None]
@@ -84,11 +85,22 @@ class LLMRunner(Runner[LLMMember]):
         """One training step of each member on its rows: together, where it can."""
         for member in members:
             member.last_rewards = None
-        if self.together and len(members) > 1:
-            losses = type(members[0]).train_together(members, rows, self.env)
-            if losses is not None:
-                return losses
-        return [m.train_step(batch, self.env) for m, batch in zip(members, rows, strict=True)]
+        losses: list[float | None] = [None] * len(members)
+        groups = (
+            together.compatible(members) if self.together else [[i] for i in range(len(members))]
+        )
+        for group in groups:
+            if len(group) > 1:
+                joint = type(members[group[0]]).train_together(
+                    [members[i] for i in group], [rows[i] for i in group], self.env
+                )
+                if joint is not None:
+                    for i, loss in zip(group, joint, strict=True):
+                        losses[i] = loss
+                    continue
+            for i in group:
+                losses[i] = members[i].train_step(rows[i], self.env)
+        return [float(loss) for loss in losses if loss is not None]
 
     def _sample_limit(self) -> int | None:
         if self.epochs is None:

@@ -142,6 +142,18 @@ def dpo_step(members: list[DPO], rows: list[list[Row]], data: Any) -> list[float
 _SAMPLING = ("temperature", "max_output_tokens", "min_output_tokens")
 
 
+def compatible(members: list[Any]) -> list[list[int]]:
+    """``members``' positions grouped by what a step together needs them to share (class,
+    micro-batch size, sampling settings), in order of first appearance: a population whose
+    evolution gave members different temperatures still stacks in groups."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for index, member in enumerate(members):
+        names = ("micro_batch_size_per_gpu", *_SAMPLING)
+        key = (type(member), *(repr(getattr(member.spec, name, None)) for name in names))
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
 def can_sample_together(members: list[Any]) -> bool:
     """Whether ``members`` can also generate in one call: :func:`can_stack`, and the same
     sampling settings."""
