@@ -214,3 +214,29 @@ def test_members_that_sample_differently_stack_in_groups(
     stats = runner.train_population(members, 4, lambda n: None)
     assert [s.steps for s in stats] == [4, 4, 4]
     assert calls and all(call == [members[0].index, members[2].index] for call in calls)
+
+
+@pytest.mark.parametrize("name", ["SFT", "GRPO"])
+def test_scores_together_equal_the_scores_one_by_one(tiny: Path, data: Path, name: str) -> None:
+    members, env = _population(tiny, data, 3, name)
+    members[2].set_hyperparameter("batch_size", 3)  # chunks its held-out rows its own way
+    noise = torch.Generator().manual_seed(11)
+    with torch.no_grad():  # adapters far enough apart to answer differently
+        for k, member in enumerate(members):
+            for weight in member.trained_parameters():
+                weight.add_(0.5 * k * torch.randn(weight.shape, generator=noise))
+    rows = env.test + env.train[:4]
+    joint = type(members[0]).score_together(members, rows, env)
+    assert joint is not None
+    for member, scores in zip(members, joint, strict=True):
+        alone = member.score(rows, env)
+        assert scores.metrics == pytest.approx(alone.metrics, rel=1e-5)
+        assert scores.fitness == pytest.approx(alone.fitness, rel=1e-5)
+        assert scores.samples == alone.samples
+    assert len({tuple(s.samples) for s in joint}) > 1  # the members answer differently
+
+
+def test_llmppo_trains_its_critic_one_by_one(tiny: Path, data: Path) -> None:
+    members, env = _population(tiny, data, 2, "LLMPPO")
+    rows = [env.rows_at(0, 2), env.rows_at(2, 2)]
+    assert type(members[0]).train_together(members, rows, env) is None

@@ -101,7 +101,24 @@ class SFT(LLMMember):
         with torch.no_grad():
             for chunk in _chunks(rows, self.spec.batch_size):
                 losses.append(float(self._loss(model, self._sequences(chunk, data), slice(None))))
-        outputs = self._greedy(rows, data)
+        return self._scores(losses, self._greedy(rows, data), rows, data)
+
+    @classmethod
+    def score_together(
+        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
+    ) -> list[Scores] | None:
+        """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
+        if cls is not SFT or not together.can_stack(members):
+            return None
+        losses = together.sft_losses(members, rows, data)  # type: ignore[arg-type]
+        outputs = together.greedy(members, rows, data)
+        return [m._scores(loss, out, rows, data)  # type: ignore[attr-defined]
+                for m, loss, out in zip(members, losses, outputs, strict=True)]  # fmt: skip
+
+    def _scores(
+        self, losses: list[float], outputs: list[str], rows: list[dict[str, Any]], data: Any
+    ) -> Scores:
+        """The held-out scores of chunk ``losses`` and greedy ``outputs`` of ``rows``."""
         targets = [data.response(r).strip() for r in rows]
         exact = float(np.mean([o.strip() == t for o, t in zip(outputs, targets, strict=True)]))
         loss = float(np.mean(losses))
@@ -261,8 +278,10 @@ class GRPO(LLMMember):
     def train_together(
         cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
     ) -> list[float] | None:
-        """Every member's :meth:`train_step` as one computation (see :mod:`.together`)."""
-        if not together.can_sample_together(members):
+        """Every member's :meth:`train_step` as one computation (see :mod:`.together`), for
+        the algorithms that sample, score and learn as GRPO does (not LLMPPO's critic)."""
+        own_rollout = cls._rollout is not GRPO._rollout or cls._loss is not GRPO._loss
+        if own_rollout or not together.can_sample_together(members):
             return None
         return together.grpo_step(members, rows, data)  # type: ignore[arg-type]
 
@@ -325,12 +344,26 @@ class GRPO(LLMMember):
     def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
         self.model().eval()
         outputs: list[str] = []
-        rewards: list[float] = []
         for chunk in _chunks(rows, self.spec.batch_size):
             rendered = self.render_prompts(chunk, data)
-            done = self.complete(self.prompt_ids(rendered), explore=False)
-            rewards += [float(r) for r in data.reward(done.texts, chunk, rendered)]
-            outputs += done.texts
+            outputs += self.complete(self.prompt_ids(rendered), explore=False).texts
+        return self._scores(outputs, rows, data)
+
+    @classmethod
+    def score_together(
+        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
+    ) -> list[Scores] | None:
+        """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
+        if not together.can_sample_together(members):
+            return None
+        outputs = together.greedy(members, rows, data)
+        return [m._scores(out, rows, data)  # type: ignore[attr-defined]
+                for m, out in zip(members, outputs, strict=True)]  # fmt: skip
+
+    def _scores(self, outputs: list[str], rows: list[dict[str, Any]], data: Any) -> Scores:
+        """The held-out scores of the greedy ``outputs`` of ``rows``."""
+        rendered = self.render_prompts(rows, data)
+        rewards = [float(r) for r in data.reward(outputs, rows, rendered)]
         metrics = {"mean reward": float(np.mean(rewards))}
         accuracy = data.accuracy(np.asarray(rewards))
         if accuracy is not None:

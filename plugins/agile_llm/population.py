@@ -179,6 +179,14 @@ class LLMMember(Algorithm):
         (the runner then steps them one by one). None by default."""
         return None
 
+    @classmethod
+    def score_together(
+        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
+    ) -> list[Scores] | None:
+        """Each of ``members``' :meth:`score` on ``rows`` as one computation; None where this
+        algorithm cannot (the runner then scores them one by one). None by default."""
+        return None
+
     def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
         """The member on held-out rows."""
         raise NotImplementedError

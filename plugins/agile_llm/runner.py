@@ -107,6 +107,23 @@ class LLMRunner(Runner[LLMMember]):
             return None
         return self.epochs * len(self.env.train)
 
+    def evaluate_population(
+        self, members: list[LLMMember], rounds: int, max_steps: int | None
+    ) -> list[float]:
+        """Every member's score on the held-out rows: together where the algorithm can
+        (:meth:`~agile_llm.population.LLMMember.score_together`), else one by one."""
+        rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
+        alone = [[i] for i in range(len(members))]
+        for group in together.compatible(members) if self.together else alone:
+            scored = None
+            if len(group) > 1:
+                cls = type(members[group[0]])
+                scored = cls.score_together([members[i] for i in group], rows, self.env)
+            for position, i in enumerate(group):
+                scores = members[i].score(rows, self.env) if scored is None else scored[position]
+                self.last[members[i].index] = scores
+        return [self.last[member.index].fitness for member in members]
+
     def evaluate(self, member: LLMMember, rounds: int, max_steps: int | None) -> float:
         """The member's score on the held-out rows (``rounds`` and ``max_steps`` are RL's)."""
         rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]

@@ -272,3 +272,69 @@ def _old_and_reference(members: list[GRPO], rollouts: list[dict[str, Any] | None
         own = float(getattr(members[i].spec, "beta", 0.0)) > 0
         rollout["reference"] = (reference if own else old)[at : at + size, : width - 1]
         at += size
+
+
+def _chunks(rows: list[Row], size: int) -> list[list[Row]]:
+    return [rows[start : start + size] for start in range(0, len(rows), max(1, size))]
+
+
+def _chunked(members: list[Any], rows: list[Row]) -> Iterator[tuple[list[int], list[list[Row]]]]:
+    """For each chunk position: the members that have one (each cuts ``rows`` by its own
+    ``batch_size``, as it scores alone) and their chunks."""
+    chunks = [_chunks(rows, int(m.spec.batch_size)) for m in members]
+    for position in range(max(len(own) for own in chunks)):
+        taking = [i for i, own in enumerate(chunks) if position < len(own)]
+        yield taking, [chunks[i][position] for i in taking]
+
+
+def sft_losses(members: list[SFT], rows: list[Row], data: Any) -> list[list[float]]:
+    """Each member's held-out loss of each of its chunks of ``rows``, one pass per chunk
+    position for every member."""
+    shared = members[0].shared
+    assert shared.adapters is not None
+    losses: list[list[float]] = [[] for _ in members]
+    with torch.no_grad():
+        for taking, chunks in _chunked(members, rows):
+            batch, spans = side_by_side(
+                [members[i]._sequences(c, data) for i, c in zip(taking, chunks, strict=True)],
+                int(shared.tokenizer.pad_token_id),
+            )
+            names = [members[i].adapter for i, span in zip(taking, spans, strict=True)
+                     for _ in range(span.stop - span.start)]  # fmt: skip
+            positions = (batch.mask.cumsum(dim=-1) - 1).clamp(min=0)
+            with shared.adapters.mixed(names):
+                logits = shared.model.eval()(input_ids=batch.ids, attention_mask=batch.mask,
+                                             position_ids=positions).logits  # fmt: skip
+            for i, span in zip(taking, spans, strict=True):
+                loss = objectives.sft_loss(logits[span], batch.labels[span])
+                losses[i].append(float(loss))
+    return losses
+
+
+def greedy(members: list[Any], rows: list[Row], data: Any) -> list[list[str]]:
+    """Each member's greedy completion of each of ``rows``: one generation call per chunk
+    position for every member, each row continued through its member's adapter."""
+    shared = members[0].shared
+    assert shared.adapters is not None
+    first = members[0]
+    outputs: list[list[str]] = [[] for _ in members]
+    for taking, chunks in _chunked(members, rows):
+        prompts, names, sizes = [], [], []
+        for i, chunk in zip(taking, chunks, strict=True):
+            ids = members[i].prompt_ids(members[i].render_prompts(chunk, data))
+            prompts += ids
+            names += [members[i].adapter] * len(ids)
+            sizes.append(len(ids))
+        batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
+        room = shared.context_length - batch.ids.shape[1]
+        with shared.adapters.mixed(names):
+            done = text.generate(
+                shared.model.eval(), shared.tokenizer, batch,
+                max_new_tokens=min(first.output_tokens(), room),
+                min_new_tokens=getattr(first.spec, "min_output_tokens", None),
+            )  # fmt: skip
+        at = 0
+        for i, size in zip(taking, sizes, strict=True):
+            outputs[i] += done.texts[at : at + size]
+            at += size
+    return outputs
