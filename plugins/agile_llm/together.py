@@ -1,12 +1,13 @@
-"""A population's training step as one computation.
+"""A population's steps and scores as one computation.
 
-One by one, each member's step is its own forward and backward pass of the shared base model.
-Together, the members' batches go side by side through one forward pass, each row through its
-own member's adapter (PEFT's mixed-adapter batches, which it offers for inference, used here
-for training: the LoRA path is differentiable), and one backward pass of the sum of the
-members' losses, whose gradient reaches each adapter from its own loss only. Each member then
-clips and steps its own optimizer. The updates are the ones each member would make alone, up
-to the order of floating-point sums.
+One by one, each member's step is its own forward and backward pass of the shared base model,
+and its own generation call. Together, the members' batches go side by side through one pass,
+each row through its own member's adapter (:meth:`~agile_llm.adapters.AdapterPopulation.mixed`:
+a LoRA layer computes each member's run of rows with that member's weights). The loss is the
+sum of the members' own losses, so each adapter's gradient comes from its own loss only, and
+each member then clips and steps its own optimizer: the updates are those each member would
+make alone, up to the order of floating-point sums (tests hold them to it). Sampling draws
+from one seed for the whole call, not one per member.
 """
 
 from __future__ import annotations
