@@ -153,11 +153,13 @@ class AdapterPopulation:
         from peft.tuners.lora import Linear
 
         runs = _runs(rows)
-        patched, hooks = [], []
+        patched: list[tuple[Any, Any]] = []
+        hooks = []
         for module in self._layers():
             if isinstance(module, Linear) and not module.merged:
+                # an instance's own forward (an accelerate hook's, say) comes back afterwards
+                patched.append((module, module.__dict__.get("forward")))
                 module.forward = functools.partial(_by_runs, module, runs)  # type: ignore[method-assign]
-                patched.append(module)
             else:
                 hooks.append(module.register_forward_pre_hook(
                     functools.partial(_with_adapter_names, rows), with_kwargs=True))  # fmt: skip
@@ -168,8 +170,11 @@ class AdapterPopulation:
         try:
             yield
         finally:
-            for module in patched:
-                del module.forward  # the class's own again
+            for module, own in patched:
+                if own is None:
+                    del module.forward  # the class's own again
+                else:
+                    module.forward = own
             for hook in hooks:
                 hook.remove()
             for name in named - {self.active}:
