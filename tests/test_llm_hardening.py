@@ -56,8 +56,8 @@ class Spy:
         self.tokenizer = tokenizer
         self.lengths: list[int] = []
 
-    def __call__(self, text: str, **options: Any) -> Any:
-        self.lengths.append(len(text))
+    def __call__(self, text: str | list[str], **options: Any) -> Any:
+        self.lengths += [len(one) for one in ([text] if isinstance(text, str) else text)]
         return self.tokenizer(text, **options)
 
     def __getattr__(self, name: str) -> Any:

@@ -52,7 +52,7 @@ class SFT(LLMMember):
     def _sequences(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
         prompts = self._prompts(rows, data)
         end = [self.tokenizer.eos_token_id]
-        responses = [self._response(data.response(r)) + end for r in rows]
+        responses = [ids + end for ids in self._responses([data.response(r) for r in rows])]
         return text.sequence_batch(
             self.tokenizer, list(zip(prompts, responses, strict=True)),
             self.shared.context_length, self.device,
@@ -62,9 +62,9 @@ class SFT(LLMMember):
         """Each row's prompt tokens, as many of its last ones as a training row can hold."""
         return self.prompt_ids(self.render_prompts(rows, data), self.shared.context_length)
 
-    def _response(self, target: str) -> list[int]:
-        """A target's tokens, as many of its first ones as a training row can hold."""
-        return text.encode(self.tokenizer, target, self.shared.context_length)
+    def _responses(self, targets: list[str]) -> list[list[int]]:
+        """Each target's tokens, as many of its first ones as a training row can hold."""
+        return text.encode_all(self.tokenizer, targets, self.shared.context_length)
 
     def _loss(self, model: Any, batch: text.Sequences, rows: slice) -> torch.Tensor:
         ids, mask = batch.ids[rows], batch.mask[rows]
@@ -140,8 +140,8 @@ class DPO(SFT):
         """Chosen rows then rejected rows, one batch."""
         prompts = self._prompts(rows, data)
         end = [self.tokenizer.eos_token_id]
-        chosen = [self._response(data.chosen(r)) + end for r in rows]
-        rejected = [self._response(data.rejected(r)) + end for r in rows]
+        chosen = [ids + end for ids in self._responses([data.chosen(r) for r in rows])]
+        rejected = [ids + end for ids in self._responses([data.rejected(r) for r in rows])]
         pairs = list(zip(prompts + prompts, chosen + rejected, strict=True))
         return text.sequence_batch(self.tokenizer, pairs, self.shared.context_length, self.device)
 

@@ -217,8 +217,7 @@ class LLMMember(Algorithm):
         completion), keeping its end."""
         room = max(self.shared.context_length - self.output_tokens(), 1) if limit is None else limit
         special = self.shared.prompts_as_written
-        return [text.encode(self.tokenizer, prompt, room, keep_end=True, special=special)
-                for prompt in prompts]  # fmt: skip
+        return text.encode_all(self.tokenizer, prompts, room, keep_end=True, special=special)
 
     def output_tokens(self) -> int:
         """The most tokens a completion may have."""

@@ -65,6 +65,26 @@ def _template_failed(tokenizer: Any, error: Exception) -> UsageError:
     )
 
 
+def encode_all(
+    tokenizer: Any, texts: list[str], limit: int, *, keep_end: bool = False, special: bool = False
+) -> list[list[int]]:
+    """:func:`encode` of each of ``texts``, tokenised in one call."""
+    if not texts:
+        return []
+    budget = max(limit, 1) * CHARS_PER_TOKEN
+    if any(len(text) > budget for text in texts):
+        warnings.warn(CUT_NOTICE, stacklevel=1)
+        texts = [(t[-budget:] if keep_end else t[:budget]) if len(t) > budget else t for t in texts]
+    before, after = framing(tokenizer) if special else ([], [])
+    room = max(limit - len(before) - len(after), 0)
+    cut = []
+    for ids in tokenizer(texts, add_special_tokens=False).input_ids:
+        ids = list(ids)
+        ids = ids[max(len(ids) - room, 0) :] if keep_end else ids[:room]
+        cut.append(before + ids + after)
+    return cut
+
+
 def encode(
     tokenizer: Any, text: str, limit: int, *, keep_end: bool = False, special: bool = False
 ) -> list[int]:
@@ -76,16 +96,7 @@ def encode(
     when a text is longer): a row of any size costs memory for ``limit`` tokens, not for all
     of its own.
     """
-    budget = max(limit, 1) * CHARS_PER_TOKEN
-    if len(text) > budget:
-        # Warned from here for every caller, so shown once.
-        warnings.warn(CUT_NOTICE, stacklevel=1)
-        text = text[-budget:] if keep_end else text[:budget]
-    ids = list(tokenizer(text, add_special_tokens=False).input_ids)
-    before, after = framing(tokenizer) if special else ([], [])
-    room = max(limit - len(before) - len(after), 0)
-    ids = ids[max(len(ids) - room, 0) :] if keep_end else ids[:room]
-    return before + ids + after  # the tokenizer's own framing, kept whole however cut
+    return encode_all(tokenizer, [text], limit, keep_end=keep_end, special=special)[0]
 
 
 def framing(tokenizer: Any) -> tuple[list[int], list[int]]:
