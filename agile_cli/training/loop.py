@@ -133,7 +133,7 @@ class EvolutionLoop:
         self.manifest = manifest
         self.options = options
         self.reporter = reporter
-        if runner is None and (lacking := manifest.algorithm.local_training_errors(manifest)):
+        if lacking := manifest.algorithm.local_training_errors(manifest):  # agile's own code
             raise ManifestError(lacking, "training on this machine")  # before loading anything
         size = manifest.training.pop_size
         reporter.phase(f"building {size} member" + ("s" if size != 1 else ""))

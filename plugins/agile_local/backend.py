@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from agile_cli import (
     Backend,
     LocalRunOptions,
+    ManifestError,
     Registry,
-    RunOptions,
     RunResult,
     Spec,
     TrainingManifest,
-    resume_local,
-    run_local,
 )
+
+if TYPE_CHECKING:  # the training stack (torch) is imported only to train
+    from agile_cli import RunOptions
 
 
 def _run_options(spec: Spec) -> RunOptions:
+    from agile_cli import RunOptions
+
     return RunOptions.from_spec(cast(LocalRunOptions, spec))  # the CLI validated them
 
 
@@ -33,10 +36,17 @@ class LocalBackend(Backend):
         *,
         verbose: bool,
     ) -> RunResult:
+        if lacking := manifest.algorithm.local_training_errors(manifest):
+            # said before the training stack (torch) is even imported
+            raise ManifestError(lacking, "training on this machine")
+        from agile_cli import run_local  # the training stack (torch), imported to train
+
         return run_local(manifest, registry, _run_options(options), verbose=verbose).run_result()
 
     def resume(
         self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
     ) -> RunResult:
+        from agile_cli import resume_local
+
         run_options = _run_options(options)
         return resume_local(run_dir, registry, run_options, verbose=verbose).run_result()
