@@ -219,7 +219,7 @@ def test_members_that_sample_differently_stack_in_groups(
     assert calls and all(call == [members[0].index, members[2].index] for call in calls)
 
 
-@pytest.mark.parametrize("name", ["SFT", "GRPO"])
+@pytest.mark.parametrize("name", ["SFT", "DPO", "GRPO"])
 def test_scores_together_equal_the_scores_one_by_one(tiny: Path, data: Path, name: str) -> None:
     members, env = _population(tiny, data, 3, name)
     members[2].set_hyperparameter("batch_size", 3)  # chunks its held-out rows its own way

@@ -195,18 +195,38 @@ class DPO(SFT):
 
     def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
         model = self.model().eval()
-        accuracy, margin, loss = [], [], []
+        results = []
         with torch.no_grad():
             for chunk in _chunks(rows, self.spec.batch_size):
                 result = self._preference(model, self._pairs(chunk, data), slice(0, len(chunk)),
                                           len(chunk))  # fmt: skip
-                accuracy.append(float(result.accuracy) * len(chunk))
-                margin.append(float(result.margin) * len(chunk))
-                loss.append(float(result.loss) * len(chunk))
+                results.append((result, len(chunk)))
+        return self._preference_scores(results, self._greedy(rows[:SAMPLES], data), rows, data)
+
+    @classmethod
+    def score_together(
+        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
+    ) -> list[Scores] | None:
+        """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
+        if not together.can_stack(members):
+            return None
+        results = together.dpo_results(members, rows, data)  # type: ignore[arg-type]
+        outputs = together.greedy(members, rows[:SAMPLES], data)
+        return [m._preference_scores(r, out, rows, data)  # type: ignore[attr-defined]
+                for m, r, out in zip(members, results, outputs, strict=True)]  # fmt: skip
+
+    def _preference_scores(
+        self, results: list[tuple[Any, int]], outputs: list[str], rows: list[dict[str, Any]],
+        data: Any,
+    ) -> Scores:  # fmt: skip
+        """The held-out scores of each chunk's preference result (with its size) and the
+        greedy ``outputs`` of the first rows."""
         n = len(rows)
-        metrics = {"preference accuracy": sum(accuracy) / n, "reward margin": sum(margin) / n,
-                   "held-out loss": sum(loss) / n}  # fmt: skip
-        outputs = self._greedy(rows[:SAMPLES], data)
+        metrics = {
+            "preference accuracy": sum(float(r.accuracy) * k for r, k in results) / n,
+            "reward margin": sum(float(r.margin) * k for r, k in results) / n,
+            "held-out loss": sum(float(r.loss) * k for r, k in results) / n,
+        }
         targets = [data.chosen(r).strip() for r in rows[:SAMPLES]]
         return Scores(metrics["preference accuracy"], metrics,
                       _samples(rows, data, outputs, targets))  # fmt: skip

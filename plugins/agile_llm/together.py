@@ -312,6 +312,32 @@ def sft_losses(members: list[SFT], rows: list[Row], data: Any) -> list[list[floa
     return losses
 
 
+def dpo_results(members: list[DPO], rows: list[Row], data: Any) -> list[list[tuple[Any, int]]]:
+    """Each member's preference result on each of its chunks of ``rows``, with the chunk's
+    size: per chunk position one reference pass and one policy pass for every member."""
+    shared = members[0].shared
+    assert shared.adapters is not None
+    results: list[list[tuple[Any, int]]] = [[] for _ in members]
+    with torch.no_grad():
+        for taking, chunks in _chunked(members, rows):
+            batch, spans = side_by_side(
+                [members[i]._pairs(c, data) for i, c in zip(taking, chunks, strict=True)],
+                int(shared.tokenizer.pad_token_id),
+            )
+            every = torch.arange(batch.ids.shape[0])
+            with shared.reference():
+                reference = members[0]._summed(shared.model.eval(), batch, every)
+            names = [members[i].adapter for i, span in zip(taking, spans, strict=True)
+                     for _ in range(span.stop - span.start)]  # fmt: skip
+            with shared.adapters.mixed(names):
+                policy = members[0]._summed(shared.model.eval(), batch, every)
+            for i, chunk, span in zip(taking, chunks, spans, strict=True):
+                chosen = batch.labels[span.start : span.start + len(chunk)]
+                result = members[i].pair_loss(policy[span], reference[span], chosen)
+                results[i].append((result, len(chunk)))
+    return results
+
+
 def greedy(members: list[Any], rows: list[Row], data: Any) -> list[list[str]]:
     """Each member's greedy completion of each of ``rows``: one generation call per chunk
     position for every member, each row continued through its member's adapter."""
