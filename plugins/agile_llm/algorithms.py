@@ -23,22 +23,12 @@ import torch
 from agile_llm import objectives, text, together
 from agile_llm.objectives import IGNORE
 from agile_llm.population import LLMMember, Scores
+from agile_llm.text import log_probs
 
 #: Held-out outputs shown by ``agile evaluate``.
 SAMPLES = 3
 #: ``importance_sampling_level`` values that take one ratio per completion.
 SEQUENCE_LEVELS = ("sequence", "trajectory", "turn")
-
-
-def log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> Any:
-    """``(log p, counted)``, both ``[N, T - 1]``: each labelled next token's log-probability.
-
-    Positions follow the attention mask, so a left-padded prompt is read exactly as it was
-    during generation.
-    """
-    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    return objectives.token_log_probs(logits, labels)
 
 
 def _scaled(loss: torch.Tensor, rows: slice, total: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from agile_cli import UsageError, printable
+from agile_llm import objectives
 from agile_llm.model import error_detail
 from agile_llm.objectives import IGNORE
 
@@ -232,3 +233,14 @@ def _completions(tokenizer: Any, prompts: Prompts, ids: torch.Tensor) -> Complet
         for row, keep in zip(generated, before_end, strict=True)
     ]
     return Completions(ids, mask, completion, texts)
+
+
+def log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> Any:
+    """``(log p, counted)``, both ``[N, T - 1]``: each labelled next token's log-probability.
+
+    Positions follow the attention mask, so a left-padded prompt is read exactly as it was
+    during generation.
+    """
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    return objectives.token_log_probs(logits, labels)

@@ -241,9 +241,7 @@ def _joined(
 
 
 def _log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> Any:
-    from agile_llm.algorithms import log_probs  # the algorithms module imports this one
-
-    return log_probs(model, ids, mask, labels)[0]
+    return text.log_probs(model, ids, mask, labels)[0]
 
 
 def _old_and_reference(members: list[GRPO], rollouts: list[dict[str, Any] | None]) -> None:
