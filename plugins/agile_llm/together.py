@@ -7,21 +7,19 @@ a LoRA layer computes each member's run of rows with that member's weights). The
 sum of the members' own losses, so each adapter's gradient comes from its own loss only, and
 each member then clips and steps its own optimizer: the updates are those each member would
 make alone, up to the order of floating-point sums (tests hold them to it). Sampling draws
-from one seed for the whole call, not one per member.
+from one seed for the whole call, not one per member. Members are typed loosely: the
+algorithms (:mod:`.algorithms`) call this module, never the other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from agile_llm import objectives, text
 from agile_llm.objectives import IGNORE
-
-if TYPE_CHECKING:
-    from agile_llm.algorithms import DPO, GRPO, SFT
 
 Row = dict[str, Any]
 
@@ -73,7 +71,7 @@ def _epochs(
         yield taking, index, names
 
 
-def sft_step(members: list[SFT], rows: list[list[Row]], data: Any) -> list[float]:
+def sft_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float]:
     """One :meth:`~agile_llm.algorithms.SFT.train_step` of every member, together.
 
     :param rows: each member's batch of rows.
@@ -106,7 +104,7 @@ def sft_step(members: list[SFT], rows: list[list[Row]], data: Any) -> list[float
     return losses
 
 
-def dpo_step(members: list[DPO], rows: list[list[Row]], data: Any) -> list[float]:
+def dpo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float]:
     """One :meth:`~agile_llm.algorithms.DPO.train_step` of every member, together: one
     reference pass (adapters off) for every member's pairs, then per epoch one policy pass.
 
@@ -163,7 +161,7 @@ def can_sample_together(members: list[Any]) -> bool:
     )
 
 
-def grpo_step(members: list[GRPO], rows: list[list[Row]], data: Any) -> list[float]:
+def grpo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float]:
     """One :meth:`~agile_llm.algorithms.GRPO.train_step` of every member, together: one
     generation call samples every member's groups (each row through its own adapter), then
     one pass for the log-probabilities at sampling, one under the reference, and one policy
@@ -197,7 +195,7 @@ def grpo_step(members: list[GRPO], rows: list[list[Row]], data: Any) -> list[flo
     return losses
 
 
-def _sample(members: list[GRPO], rows: list[list[Row]], data: Any) -> list[dict[str, Any] | None]:
+def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[str, Any] | None]:
     """Every member's rollout (as :meth:`GRPO._rollout` makes it), sampled in one call."""
     shared = members[0].shared
     assert shared.adapters is not None
@@ -244,7 +242,7 @@ def _log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.
     return text.log_probs(model, ids, mask, labels)[0]
 
 
-def _old_and_reference(members: list[GRPO], rollouts: list[dict[str, Any] | None]) -> None:
+def _old_and_reference(members: list[Any], rollouts: list[dict[str, Any] | None]) -> None:
     """Fill each rollout's log-probabilities at sampling (its adapter) and under the reference
     (adapters off, for members with a KL penalty), each in one pass for every member."""
     shared = members[0].shared
@@ -286,7 +284,7 @@ def _chunked(members: list[Any], rows: list[Row]) -> Iterator[tuple[list[int], l
         yield taking, [chunks[i][position] for i in taking]
 
 
-def sft_losses(members: list[SFT], rows: list[Row], data: Any) -> list[list[float]]:
+def sft_losses(members: list[Any], rows: list[Row], data: Any) -> list[list[float]]:
     """Each member's held-out loss of each of its chunks of ``rows``, one pass per chunk
     position for every member."""
     shared = members[0].shared
@@ -310,7 +308,7 @@ def sft_losses(members: list[SFT], rows: list[Row], data: Any) -> list[list[floa
     return losses
 
 
-def dpo_results(members: list[DPO], rows: list[Row], data: Any) -> list[list[tuple[Any, int]]]:
+def dpo_results(members: list[Any], rows: list[Row], data: Any) -> list[list[tuple[Any, int]]]:
     """Each member's preference result on each of its chunks of ``rows``, with the chunk's
     size: per chunk position one reference pass and one policy pass for every member."""
     shared = members[0].shared
