@@ -53,6 +53,7 @@ def nodes() -> Iterator[Any]:
 
     head = {"num_cpus": 2, "node_ip_address": "127.0.0.2", "include_dashboard": False}
     nodes = Cluster(initialize_head=True, head_node_args=head)
+    nodes.tmpdir = folder  # type: ignore[attr-defined]  # its processes carry it: _training_worker
     nodes.add_node(num_cpus=2, node_ip_address="127.0.0.3")
     nodes.wait_for_nodes()
     try:
@@ -116,7 +117,7 @@ def test_a_population_trains_across_both_nodes_from_python(cluster: str, tmp_pat
 
 
 def test_a_worker_killed_mid_generation_costs_only_that_generation(
-    cluster: str, tmp_path: Path
+    nodes: Any, cluster: str, tmp_path: Path
 ) -> None:
     manifest = _manifest(tmp_path, max_steps=4_000, evo_steps=2_000)
     run_dir = tmp_path / "run"
@@ -124,7 +125,7 @@ def test_a_worker_killed_mid_generation_costs_only_that_generation(
                "--run-dir", str(run_dir), "--quiet", "--members-per-worker", "1"]  # fmt: skip
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        victim = _training_worker(driver, deadline=time.monotonic() + 240)
+        victim = _training_worker(driver, time.monotonic() + 240, nodes)
         os.kill(victim, signal.SIGKILL)
         output, _ = driver.communicate(timeout=300)
     finally:
@@ -136,17 +137,29 @@ def test_a_worker_killed_mid_generation_costs_only_that_generation(
     assert all(len(g["members"]) == 4 for g in _generations(run_dir))
 
 
-def _training_worker(driver: subprocess.Popen[str], deadline: float) -> int:
-    """The process id of a Ray worker in the middle of training its members; fails with the
-    driver's output if the driver ends first or no worker trains before ``deadline``."""
+def _training_worker(driver: subprocess.Popen[str], deadline: float, nodes: Any) -> int:
+    """The process id of a Ray worker of ``nodes`` in the middle of training its members (not
+    one of another test's cluster, which the other pytest worker may be running); fails with
+    the driver's output if the driver ends first or no worker trains before ``deadline``."""
     while time.monotonic() < deadline and driver.poll() is None:
-        found = subprocess.run(["pgrep", "-f", "ray::MemberWorker.train"], capture_output=True,
-                               text=True).stdout.split()  # fmt: skip
+        found = [pid for pid in subprocess.run(["pgrep", "-f", "ray::MemberWorker.train"],
+                                               capture_output=True, text=True).stdout.split()
+                 if _of_cluster(int(pid), nodes.tmpdir)]  # fmt: skip
         if found:
             time.sleep(0.5)  # well inside the generation
             return int(found[0])
         time.sleep(0.1)
     _fail(driver, "no Ray worker was seen training")
+
+
+def _of_cluster(pid: int, folder: str) -> bool:
+    """Whether process ``pid`` belongs to the test cluster whose Ray folder is ``folder``
+    (its processes inherit RAY_TMPDIR from the fixture)."""
+    try:
+        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # ended meanwhile
+        return False
+    return f"RAY_TMPDIR={folder}".encode() in environment
 
 
 def _fail(driver: subprocess.Popen[str], what: str) -> NoReturn:
@@ -318,7 +331,7 @@ def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
                     "--run-dir", run_dir, "--quiet", "--members-per-worker", "1",
                     "--worker-timeout", "3")  # fmt: skip
     try:
-        _training_worker(driver, deadline=time.monotonic() + 240)
+        _training_worker(driver, time.monotonic() + 240, nodes)
         second = next(node for node in nodes.list_all_nodes() if node is not nodes.head_node)
         nodes.remove_node(second)
         time.sleep(8)  # the restarts find no room: the run waits and says so
