@@ -7,7 +7,10 @@ Builds, at random (nothing is downloaded), a causal LM with the shapes of Qwen2.
 adapters the way agile's population does (rank 16 on q, k, v and o, AdamW over each), takes
 one gradient step with each (so gradients and both AdamW moments exist), and reports, in a
 fresh process per N, the resident memory with the base model alone (after one forward pass),
-with the N trained adapters, and the peak (which model construction sets).
+with the N trained adapters, and the peak (which model construction sets); then the time of
+one population step (a batch of 2 x 32 tokens per member; the mean of 2 after a warm-up) one
+adapter after another, and together (every member's rows in one forward and backward pass,
+each through its adapter).
 """
 
 from __future__ import annotations
@@ -48,8 +51,38 @@ for name in names:
     optimizer.step()
     population.__dict__.setdefault("_keep", []).append(optimizer)
 adapter = sum(p.numel() for p in population.adapter_parameters(names[0]).values())
+trained = resident()
+import time
+optimizers = population.__dict__["_keep"]
+def one_by_one():
+    for name, optimizer in zip(names, optimizers):
+        population.activate(name)
+        population.model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+def together():
+    rows = [name for name in names for _ in range(ids.shape[0])]
+    with population.mixed(rows):
+        logits = population.model(input_ids=ids.repeat(size, 1)).logits
+        total = 0
+        for k in range(size):
+            part = logits[k * ids.shape[0] : (k + 1) * ids.shape[0], :-1]
+            total = total + torch.nn.functional.cross_entropy(
+                part.reshape(-1, part.shape[-1]), ids[:, 1:].reshape(-1))
+        total.backward()
+    for optimizer in optimizers:
+        optimizer.step()
+        optimizer.zero_grad()
+seconds = []
+for step in (one_by_one, together):
+    step()  # warm-up: the allocator and the pages of a batch this size
+    started = time.perf_counter()
+    for _ in range(2):
+        step()
+    seconds.append((time.perf_counter() - started) / 2)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{size} {base} {adapter} {alone:.0f} {resident():.0f} {peak:.0f}")
+print(size, base, adapter, round(alone), round(trained), round(peak),
+      *(round(t, 3) for t in seconds))
 """
 
 
@@ -62,10 +95,11 @@ def main() -> None:
     for size in args.sizes:
         out = subprocess.run([sys.executable, "-c", CHILD, str(size), str(args.layers)],
                              capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-        _, base, adapter, alone, trained, peak = out[-6:]
+        _, base, adapter, alone, trained, peak, one_by_one, together = out[-8:]
         rows[size] = {"base_parameters": int(base), "adapter_parameters": int(adapter),
                       "base_alone_mib": float(alone), "with_adapters_mib": float(trained),
-                      "peak_mib": float(peak)}  # fmt: skip
+                      "peak_mib": float(peak), "step_one_by_one_s": float(one_by_one),
+                      "step_together_s": float(together)}  # fmt: skip
         print(size, rows[size], flush=True)
     first, last = min(rows), max(rows)
     ratio = rows[last]["with_adapters_mib"] / rows[first]["with_adapters_mib"]
