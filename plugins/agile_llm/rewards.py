@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -50,7 +51,7 @@ class RewardFunction:
 
     :param function: the user's callable, taking ``(completion, answer, question)``.
     :param label: how errors name it, e.g. ``reward.py:score``.
-    :param timeout: seconds one call may take (see :func:`bounded`).
+    :param timeout: seconds one call may take (see :class:`Bound`).
     """
 
     def __init__(
@@ -77,12 +78,14 @@ class RewardFunction:
                 f"and {len(questions)} questions"
             )
         rows = zip(completions, answers, questions, strict=True)
-        return np.array([self._one(i, *row) for i, row in enumerate(rows)], dtype=np.float64)
+        with Bound(self.timeout) as bound:
+            scores = [self._one(bound, i, *row) for i, row in enumerate(rows)]
+        return np.array(scores, dtype=np.float64)
 
-    def _one(self, index: int, completion: str, answer: Any, question: str) -> float:
+    def _one(self, bound: Bound, index: int, completion: str, answer: Any, question: str) -> float:
         row = f"completion {index} of the batch (question {_cut(question)})"
         try:
-            with bounded(self.timeout, f"reward function {self.label}, scoring {row}"):
+            with bound.call(f"reward function {self.label}, scoring {row}"):
                 value = self.function(completion, answer, question)
         except RewardTimeout:
             raise TrainingError(
@@ -117,28 +120,57 @@ def _cut(value: Any) -> str:
     return shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
 
 
-@contextlib.contextmanager
-def bounded(seconds: float, doing: str) -> Iterator[None]:
-    """Run the block for at most ``seconds``: past them, :class:`RewardTimeout` is raised in
-    it (by SIGALRM, in the main thread of a Unix process). A block that cannot be interrupted
-    (stuck inside C code, or where no alarm can be set) is ended with the whole process
-    :data:`_GRACE` seconds later, saying ``doing``: a run never stalls in silence. The last
-    whole generation's checkpoint stays on disk."""
-    alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    watchdog = threading.Timer(seconds + (_GRACE if alarm else 0.0), _give_up, (seconds, doing))
-    watchdog.daemon = True
-    previous = None
-    if alarm:
-        previous = signal.signal(signal.SIGALRM, _expired)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-    watchdog.start()
-    try:
-        yield
-    finally:
-        watchdog.cancel()
-        if alarm:
+class Bound:
+    """At most ``seconds`` for each call made in :meth:`call`, for a batch of calls (enter it
+    once per batch: its watchdog thread and alarm handler cost more than a call).
+
+    Past the bound, :class:`RewardTimeout` is raised in the call (by SIGALRM, in the main
+    thread of a Unix process). A call that cannot be interrupted (stuck inside C code, or
+    where no alarm can be set) ends the whole process :data:`_GRACE` seconds later, saying
+    what it was doing: a run never stalls in silence. The last whole generation's checkpoint
+    stays on disk.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.alarm = hasattr(signal, "setitimer") and (
+            threading.current_thread() is threading.main_thread()
+        )
+        self.running: tuple[float, str] | None = None  # (when the call began, what it does)
+        self._done = threading.Event()
+        self._previous: Any = None
+
+    def __enter__(self) -> Bound:
+        if self.alarm:
+            self._previous = signal.signal(signal.SIGALRM, _expired)
+        threading.Thread(target=self._watch, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self.alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            signal.signal(signal.SIGALRM, self._previous)
+
+    @contextlib.contextmanager
+    def call(self, doing: str) -> Iterator[None]:
+        """One bounded call; ``doing`` says what it is, should the process have to end."""
+        self.running = (time.monotonic(), doing)
+        if self.alarm:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        try:
+            yield
+        finally:
+            if self.alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            self.running = None
+
+    def _watch(self) -> None:
+        limit = self.seconds + (_GRACE if self.alarm else 0.0)
+        while not self._done.wait(min(0.5, limit / 4)):
+            running = self.running
+            if running is not None and time.monotonic() - running[0] > limit:
+                _give_up(self.seconds, running[1])
 
 
 def _expired(signum: int, frame: Any) -> None:
