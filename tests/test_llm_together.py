@@ -193,7 +193,7 @@ def test_adapted_raw_parameters_cannot_mix_so_they_step_one_by_one(tiny: Path) -
     assert plain.mixable
     raw = {**lora, "target_modules": [], "target_parameters": ["mlp.gate_proj.weight"]}
     wrapped = AdapterPopulation(AutoModelForCausalLM.from_pretrained(tiny), raw, ["a", "b"])
-    assert not wrapped.mixable  # PEFT refuses mixed batches there: train_together says None
+    assert not wrapped.mixable  # PEFT refuses mixed batches there; can_stack asks this
 
 
 def test_members_that_sample_differently_stack_in_groups(

@@ -570,7 +570,7 @@ def torch_threads(manifest: TrainingManifest, requested: int | None = None) -> i
     """Set torch's threads for training and return their number: ``requested``
     (``--threads``) when given. Otherwise one for evolvable networks: their operations are too
     small to gain from sharing (on two quiet cores, two threads trained PPO and DQN on
-    CartPole 5-7% faster), and threads that wait on each other collapse when other processes
+    CartPole 6-7% faster), and threads that wait on each other collapse when other processes
     hold the cores (with two CPU-bound processes beside it, two threads were 1.3-7x slower
     than one). Members that are not evolvable networks (a language model's adapters) keep
     torch's own choice, never more than the CPUs this process may use. The count is fixed,
@@ -593,11 +593,11 @@ def busy_machine_note(threads: int) -> str | None:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # Windows
         return None
-    free = available_cpus() - load
-    if threads <= 1 or free >= threads - 0.5:
+    cpus = available_cpus()
+    if threads <= 1 or cpus - load >= threads - 0.5:
         return None
     return (
-        f"the machine is busy (load {load:.1f} on {available_cpus()} CPUs): {threads} torch "
+        f"the machine is busy (load {load:.1f} on {cpus} CPUs): {threads} torch "
         "threads will wait on each other; --threads 1 is often several times faster here"
     )
 

@@ -48,6 +48,9 @@ MEMBER_IDS = "member: an id; copies made by selection get new ids"
 #: How many of the latest finished training episodes the live display sums up.
 RECENT_EPISODES = 20
 
+#: What a step counts unless the paradigm says otherwise (its ``step_unit``).
+ENV_STEPS = "env steps"
+
 
 @dataclass
 class MemberRow:
@@ -86,7 +89,7 @@ class Reporter(Protocol):
         come before :meth:`start`."""
 
     def start(
-        self, total: int, done: int, title: str, unit: str = "env steps", members: int = 1
+        self, total: int, done: int, title: str, unit: str = ENV_STEPS, members: int = 1
     ) -> None:
         """The run begins: ``total`` ``unit`` over all ``members`` (``done`` of them already,
         when resumed)."""
@@ -176,7 +179,7 @@ class _StepsPerSecond(TextColumn):
 
     def render(self, task: Any) -> Any:
         speed = task.finished_speed or task.speed
-        unit = rate(task.fields.get("unit", "env steps"))
+        unit = rate(task.fields.get("unit", ENV_STEPS))
         return super().render(task) if speed is None else f"{speed:,.0f} {unit}"
 
 
@@ -225,7 +228,7 @@ class RichReporter:
         )
         self.task: TaskID | None = None
         self.doing = "starting"
-        self.unit = "env steps"
+        self.unit = ENV_STEPS
 
     def phase(self, text: str) -> None:
         self.doing = text
@@ -235,7 +238,7 @@ class RichReporter:
             self.progress.update(self.task, description=text)
 
     def start(
-        self, total: int, done: int, title: str, unit: str = "env steps", members: int = 1
+        self, total: int, done: int, title: str, unit: str = ENV_STEPS, members: int = 1
     ) -> None:
         self.unit = unit
         line = headline(title, total, unit, members)
@@ -262,7 +265,7 @@ class RichReporter:
         self.console.print(Text(printable(_summary_lines(summary), keep_newlines=True)))
 
 
-def generation_table(report: GenerationReport, width: int, unit: str = "env steps") -> Group:
+def generation_table(report: GenerationReport, width: int, unit: str = ENV_STEPS) -> Group:
     """A generation's title, its table (one line per member: cells too long for ``width``
     columns end in an ellipsis; the network shows from :data:`WIDE` columns on) and what the
     member numbers mean."""
@@ -301,7 +304,7 @@ class LogReporter:
         self.heartbeat = heartbeat
         self.doing = "starting"
         self.total = self.done = 0
-        self.unit = "env steps"
+        self.unit = ENV_STEPS
         self.reported = False  # a generation's line has been printed
         self.recent = RecentReturns()
         self._since = (time.monotonic(), 0)  # when the last line was printed, steps done then
@@ -316,7 +319,7 @@ class LogReporter:
             self._print(text)
 
     def start(
-        self, total: int, done: int, title: str, unit: str = "env steps", members: int = 1
+        self, total: int, done: int, title: str, unit: str = ENV_STEPS, members: int = 1
     ) -> None:
         self.total, self.done, self.unit = total, done, unit
         self._print(f"{headline(title, total, unit, members, done)}; {MEMBER_IDS}")
@@ -364,7 +367,7 @@ def _number(value: float | int) -> str:
 
 def _summary_lines(summary: dict[str, Any]) -> str:
     best, speed = summary["best_fitness"], summary["steps_per_second"]
-    unit = summary.get("step_unit", "env steps")
+    unit = summary.get("step_unit", ENV_STEPS)
     per_member = summary.get("steps_per_member")
     lines = [
         "summary",

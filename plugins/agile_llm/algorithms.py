@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +24,8 @@ from agile_llm import objectives, text, together
 from agile_llm.objectives import IGNORE
 from agile_llm.population import LLMMember, Scores
 from agile_llm.text import log_probs
+
+T = TypeVar("T")
 
 #: Held-out outputs shown by ``agile evaluate``.
 SAMPLES = 3
@@ -354,10 +356,10 @@ class GRPO(LLMMember):
     def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
         self.model().eval()
         outputs: list[str] = []
-        for chunk in _chunks(rows, self.spec.batch_size):
-            rendered = self.render_prompts(chunk, data)
-            outputs += self.complete(self.prompt_ids(rendered), explore=False).texts
-        return self._scores(outputs, rows, data)
+        rendered = self.render_prompts(rows, data)
+        for chunk in _chunks(rendered, self.spec.batch_size):
+            outputs += self.complete(self.prompt_ids(chunk), explore=False).texts
+        return self._scores(outputs, rows, rendered, data)
 
     @classmethod
     def score_together(
@@ -366,13 +368,15 @@ class GRPO(LLMMember):
         """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
         if not together.can_sample_together(members):
             return None
-        outputs = together.greedy(members, rows, data)
-        return [m._scores(out, rows, data)  # type: ignore[attr-defined]
+        rendered = members[0].render_prompts(rows, data)
+        outputs = together.greedy(members, rows, data, rendered)
+        return [m._scores(out, rows, rendered, data)  # type: ignore[attr-defined]
                 for m, out in zip(members, outputs, strict=True)]  # fmt: skip
 
-    def _scores(self, outputs: list[str], rows: list[dict[str, Any]], data: Any) -> Scores:
-        """The held-out scores of the greedy ``outputs`` of ``rows``."""
-        rendered = self.render_prompts(rows, data)
+    def _scores(
+        self, outputs: list[str], rows: list[dict[str, Any]], rendered: list[str], data: Any
+    ) -> Scores:
+        """The held-out scores of the greedy ``outputs`` of ``rows`` (prompts ``rendered``)."""
         rewards = [float(r) for r in data.reward(outputs, rows, rendered)]
         metrics = {"mean reward": float(np.mean(rewards))}
         accuracy = data.accuracy(np.asarray(rewards))
@@ -414,8 +418,8 @@ class LLMREINFORCE(GRPO):
         return advantage.unsqueeze(1) * gamma**remaining
 
 
-def _chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    return [rows[start : start + size] for start in range(0, len(rows), max(1, size))]
+def _chunks(items: list[T], size: int) -> list[list[T]]:
+    return [items[start : start + size] for start in range(0, len(items), max(1, size))]
 
 
 def _samples(

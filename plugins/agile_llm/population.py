@@ -208,9 +208,8 @@ class LLMMember(Algorithm):
     def render_prompts(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
         """Each row's prompt as the text the model continues: its turns rendered by the chat
         template, or, read as written, their texts joined by newlines."""
-        if not data.chat_prompts:
-            return ["\n".join(turn["content"] for turn in data.messages(row)) for row in rows]
-        return [text.render(self.tokenizer, data.messages(row)) for row in rows]
+        chat = data.chat_prompts
+        return [text.render(self.tokenizer, data.messages(row), chat=chat) for row in rows]
 
     def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]:
         """Prompt texts as token ids, each cut to ``limit`` (by default, to leave room for a

@@ -85,11 +85,8 @@ class LLMRunner(Runner[LLMMember]):
         """One training step of each member on its rows: together, where it can."""
         for member in members:
             member.last_rewards = None
-        losses: list[float | None] = [None] * len(members)
-        groups = (
-            together.compatible(members) if self.together else [[i] for i in range(len(members))]
-        )
-        for group in groups:
+        losses = [0.0] * len(members)  # every group below sets its members' own
+        for group in self._groups(members):
             if len(group) > 1:
                 joint = type(members[group[0]]).train_together(
                     [members[i] for i in group], [rows[i] for i in group], self.env
@@ -100,7 +97,14 @@ class LLMRunner(Runner[LLMMember]):
                     continue
             for i in group:
                 losses[i] = members[i].train_step(rows[i], self.env)
-        return [float(loss) for loss in losses if loss is not None]
+        return losses
+
+    def _groups(self, members: list[LLMMember]) -> list[list[int]]:
+        """The members' positions in groups that may step and score together (each alone
+        with ``--per-member``)."""
+        if not self.together:
+            return [[i] for i in range(len(members))]
+        return together.compatible(members)
 
     def _sample_limit(self) -> int | None:
         if self.epochs is None:
@@ -113,8 +117,7 @@ class LLMRunner(Runner[LLMMember]):
         """Every member's score on the held-out rows: together where the algorithm can
         (:meth:`~agile_llm.population.LLMMember.score_together`), else one by one."""
         rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
-        alone = [[i] for i in range(len(members))]
-        for group in together.compatible(members) if self.together else alone:
+        for group in self._groups(members):
             scored = None
             if len(group) > 1:
                 cls = type(members[group[0]])

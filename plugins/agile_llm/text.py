@@ -32,16 +32,17 @@ CUT_NOTICE = (
 )
 
 
-def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def render(tokenizer: Any, messages: list[dict[str, str]], *, chat: bool = True) -> str:
     """Chat turns as the prompt text the model continues.
 
-    With a chat template, the template renders them (continuing a final assistant turn, else
-    opening the assistant's); without one, the turns' texts are joined by newlines.
+    With a chat template (and ``chat``), the template renders them (continuing a final
+    assistant turn, else opening the assistant's); otherwise the turns' texts are joined by
+    newlines (a prompt read as written).
 
     :raises UsageError: the template fails: Jinja's sandbox refuses it (SecurityError), it is
         not valid Jinja (TemplateSyntaxError), or it raises on these turns.
     """
-    if not getattr(tokenizer, "chat_template", None):
+    if not chat or not getattr(tokenizer, "chat_template", None):
         return "\n".join(message["content"] for message in messages)
     prefilled = bool(messages) and messages[-1]["role"] == "assistant"
     try:

@@ -271,14 +271,15 @@ def _old_and_reference(members: list[Any], rollouts: list[dict[str, Any] | None]
         at += size
 
 
-def _chunks(rows: list[Row], size: int) -> list[list[Row]]:
-    return [rows[start : start + size] for start in range(0, len(rows), max(1, size))]
-
-
-def _chunked(members: list[Any], rows: list[Row]) -> Iterator[tuple[list[int], list[list[Row]]]]:
+def _chunked(members: list[Any], rows: list[Row]) -> Iterator[tuple[list[int], list[slice]]]:
     """For each chunk position: the members that have one (each cuts ``rows`` by its own
-    ``batch_size``, as it scores alone) and their chunks."""
-    chunks = [_chunks(rows, int(m.spec.batch_size)) for m in members]
+    ``batch_size``, as it scores alone) and their chunks, as slices of ``rows``."""
+    size = len(rows)
+    chunks = [
+        [slice(start, min(start + max(1, int(m.spec.batch_size)), size))
+         for start in range(0, size, max(1, int(m.spec.batch_size)))]
+        for m in members
+    ]  # fmt: skip
     for position in range(max(len(own) for own in chunks)):
         taking = [i for i, own in enumerate(chunks) if position < len(own)]
         yield taking, [chunks[i][position] for i in taking]
@@ -293,7 +294,7 @@ def sft_losses(members: list[Any], rows: list[Row], data: Any) -> list[list[floa
     with torch.no_grad():
         for taking, chunks in _chunked(members, rows):
             batch, spans = side_by_side(
-                [members[i]._sequences(c, data) for i, c in zip(taking, chunks, strict=True)],
+                [members[i]._sequences(rows[c], data) for i, c in zip(taking, chunks, strict=True)],
                 int(shared.tokenizer.pad_token_id),
             )
             names = [members[i].adapter for i, span in zip(taking, spans, strict=True)
@@ -317,7 +318,7 @@ def dpo_results(members: list[Any], rows: list[Row], data: Any) -> list[list[tup
     with torch.no_grad():
         for taking, chunks in _chunked(members, rows):
             batch, spans = side_by_side(
-                [members[i]._pairs(c, data) for i, c in zip(taking, chunks, strict=True)],
+                [members[i]._pairs(rows[c], data) for i, c in zip(taking, chunks, strict=True)],
                 int(shared.tokenizer.pad_token_id),
             )
             every = torch.arange(batch.ids.shape[0])
@@ -328,27 +329,31 @@ def dpo_results(members: list[Any], rows: list[Row], data: Any) -> list[list[tup
             with shared.adapters.mixed(names):
                 policy = members[0]._summed(shared.model.eval(), batch, every)
             for i, chunk, span in zip(taking, chunks, spans, strict=True):
-                chosen = batch.labels[span.start : span.start + len(chunk)]
+                size = chunk.stop - chunk.start
+                chosen = batch.labels[span.start : span.start + size]
                 result = members[i].pair_loss(policy[span], reference[span], chosen)
-                results[i].append((result, len(chunk)))
+                results[i].append((result, size))
     return results
 
 
-def greedy(members: list[Any], rows: list[Row], data: Any) -> list[list[str]]:
-    """Each member's greedy completion of each of ``rows``: one generation call per chunk
-    position for every member, each row continued through its member's adapter."""
+def greedy(
+    members: list[Any], rows: list[Row], data: Any, rendered: list[str] | None = None
+) -> list[list[str]]:
+    """Each member's greedy completion of each of ``rows`` (whose prompt texts are
+    ``rendered``, when the caller has them): one generation call per chunk position for every
+    member, each row continued through its member's adapter. The members share the tokenizer
+    and the data, so the prompts are rendered and tokenised once."""
     shared = members[0].shared
     assert shared.adapters is not None
     first = members[0]
+    texts = first.render_prompts(rows, data) if rendered is None else rendered
+    prompts = first.prompt_ids(texts)
     outputs: list[list[str]] = [[] for _ in members]
     for taking, chunks in _chunked(members, rows):
-        prompts, names, sizes = [], [], []
-        for i, chunk in zip(taking, chunks, strict=True):
-            ids = members[i].prompt_ids(members[i].render_prompts(chunk, data))
-            prompts += ids
-            names += [members[i].adapter] * len(ids)
-            sizes.append(len(ids))
-        batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
+        batch = text.prompt_batch(shared.tokenizer, [p for c in chunks for p in prompts[c]],
+                                  first.device)  # fmt: skip
+        names = [members[i].adapter for i, c in zip(taking, chunks, strict=True)
+                 for _ in range(c.stop - c.start)]  # fmt: skip
         room = shared.context_length - batch.ids.shape[1]
         with shared.adapters.mixed(names):
             done = text.generate(
@@ -357,7 +362,8 @@ def greedy(members: list[Any], rows: list[Row], data: Any) -> list[list[str]]:
                 min_new_tokens=getattr(first.spec, "min_output_tokens", None),
             )  # fmt: skip
         at = 0
-        for i, size in zip(taking, sizes, strict=True):
+        for i, chunk in zip(taking, chunks, strict=True):
+            size = chunk.stop - chunk.start
             outputs[i] += done.texts[at : at + size]
             at += size
     return outputs
