@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from agile_llm import objectives, text, together
+from agile_llm import multiturn, objectives, text, together
 from agile_llm.objectives import IGNORE
 from agile_llm.population import LLMMember, Scores
 from agile_llm.text import log_probs
@@ -298,13 +298,17 @@ class GRPO(LLMMember):
         return together.grpo_step(members, rows, data)  # type: ignore[arg-type]
 
     def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
-        """Sample, score and log-prob ``group_size`` completions of every prompt."""
-        group = self.group()
-        rendered = self.render_prompts(rows, data)
-        prompts = self.prompt_ids(rendered)
-        self.model().eval()
-        done = self.complete([p for p in prompts for _ in range(group)], explore=True)
-        rollout = self._rollout_of(done, rows, rendered, data)
+        """Sample, score and log-prob ``group_size`` completions of every prompt (episodes
+        of every seed, for a multi-turn environment)."""
+        if data.env_type == "multiturn":
+            rollout = self.episodes_rollout(self.play(rows, data, explore=True))
+        else:
+            rendered = self.render_prompts(rows, data)
+            prompts = self.prompt_ids(rendered)
+            self.model().eval()
+            group = self.group()
+            done = self.complete([p for p in prompts for _ in range(group)], explore=True)
+            rollout = self._rollout_of(done, rows, rendered, data)
         if rollout is None:
             return None
         model = self.model()
@@ -328,16 +332,69 @@ class GRPO(LLMMember):
         rewards = torch.as_tensor(data.reward(done.texts, repeated, prompt_texts),
                                   dtype=torch.float32, device=self.device)  # fmt: skip
         self.last_rewards = rewards
-        advantage = self.advantages(rewards)
-        keep = torch.ones_like(advantage, dtype=torch.bool)
+        labels = done.ids.masked_fill(~done.completion, IGNORE)
+        rollout = {"ids": done.ids, "mask": done.mask, "labels": labels,
+                   "advantage": self.advantages(rewards)}  # fmt: skip
+        return self._kept(rollout)
+
+    def _kept(self, rollout: dict[str, Any]) -> dict[str, Any] | None:
+        """``rollout`` with its counted tokens, less the rows of zero advantage when
+        ``filter_zero_adv`` asks (None when that leaves none)."""
+        advantage = rollout["advantage"]
         if getattr(self.spec, "filter_zero_adv", False):
             keep = advantage != 0
             if not bool(keep.any()):
                 return None
-        labels = done.ids.masked_fill(~done.completion, IGNORE)[keep]
-        counted = labels[:, 1:].ne(IGNORE).float()
-        return {"ids": done.ids[keep], "mask": done.mask[keep], "labels": labels,
-                "advantage": advantage[keep], "counted": counted}  # fmt: skip
+            rollout = {name: value[keep] for name, value in rollout.items()}
+        rollout["counted"] = rollout["labels"][:, 1:].ne(IGNORE).float()
+        return rollout
+
+    # -- multi-turn environments -----------------------------------------------------------
+
+    def play(
+        self, rows: list[dict[str, Any]], data: Any, *, explore: bool
+    ) -> list[multiturn.Episode]:
+        """Episodes of a multi-turn environment, one per row's seed (``group_size`` each when
+        exploring), sampled at the member's temperature or greedy."""
+        group = self.group() if explore else 1
+        seeds = [(int(row["seed"]), 0) for row in rows for _ in range(group)]
+
+        def generate(prompts: list[list[int]], owners: list[int]) -> text.Completions:
+            self.model().eval()
+            return self.complete(prompts, explore=explore)
+
+        return multiturn.play(data, seeds, self.conversation(data), generate,
+                              context=self.shared.context_length,
+                              reply_room=self.output_tokens())  # fmt: skip
+
+    def conversation(self, data: Any) -> multiturn.Conversation:
+        """How this member's episodes are written as tokens."""
+        return multiturn.Conversation(self.tokenizer, data.chat_prompts, data.strict_boundary,
+                                      lambda prompt: self.prompt_ids([prompt])[0])  # fmt: skip
+
+    def episodes_rollout(self, episodes: list[multiturn.Episode]) -> dict[str, Any] | None:
+        """Played episodes (``group_size`` consecutive ones per seed) as a rollout: each
+        transcript's generated tokens trained with its return's group-relative advantage, or,
+        with ``advantage_granularity: turn``, with each turn's return-to-go's."""
+        pad = int(self.tokenizer.pad_token_id)
+        batch = multiturn.transcripts(episodes, pad, self.device)
+        returns = torch.tensor([e.total for e in episodes], dtype=torch.float32,
+                               device=self.device)  # fmt: skip
+        self.last_rewards = returns
+        advantage = self.advantages(returns)
+        rollout = {"ids": batch.ids, "mask": batch.mask, "labels": batch.labels,
+                   "advantage": advantage}  # fmt: skip
+        if getattr(self.spec, "advantage_granularity", "auto") == "turn":
+            fallback = getattr(self.spec, "turn_advantage_trajectory_fallback", True)
+            turns = multiturn.turn_advantages(episodes, self.group(),
+                                              advantage if fallback else None)  # fmt: skip
+            rollout["token_advantage"] = multiturn.per_token(batch.turn, turns).to(self.device)
+        return self._kept(rollout)
+
+    def _episode_scores(self, episodes: list[multiturn.Episode], data: Any) -> Scores:
+        metrics = multiturn.summary(episodes, data)
+        shown = [multiturn.shown(e) for e in episodes[:SAMPLES]]
+        return Scores(metrics["mean return"], metrics, shown)
 
     def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
         current, _ = log_probs(model, rollout["ids"][part], rollout["mask"][part],
@@ -349,11 +406,19 @@ class GRPO(LLMMember):
     ) -> torch.Tensor:
         """The loss of the rollout's rows ``part``, given their log-probabilities now."""
         counted = rollout["counted"][part]
-        advantage = self.token_advantages(rollout["advantage"][part], counted)
+        if "token_advantage" in rollout:  # each turn's own, in a multi-turn episode
+            advantage = rollout["token_advantage"][part]
+        else:
+            advantage = self.token_advantages(rollout["advantage"][part], counted)
         return self.policy_loss(current, rollout["old"][part], rollout["reference"][part],
                                 advantage, counted)  # fmt: skip
 
     def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
+        if data.env_type == "multiturn":
+            episodes: list[multiturn.Episode] = []
+            for part in _chunks(rows, self.spec.batch_size):
+                episodes += self.play(part, data, explore=False)
+            return self._episode_scores(episodes, data)
         self.model().eval()
         outputs: list[str] = []
         rendered = self.render_prompts(rows, data)
@@ -368,6 +433,14 @@ class GRPO(LLMMember):
         """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
         if not together.can_sample_together(members):
             return None
+        if data.env_type == "multiturn":
+            played: list[list[multiturn.Episode]] = [[] for _ in members]
+            for chunk in _chunks(rows, members[0].spec.batch_size):
+                new = together.play(members, [chunk] * len(members), data, explore=False)
+                for own, episodes in zip(played, new, strict=True):
+                    own += episodes
+            return [m._episode_scores(e, data)  # type: ignore[attr-defined]
+                    for m, e in zip(members, played, strict=True)]  # fmt: skip
         rendered = members[0].render_prompts(rows, data)
         outputs = together.greedy(members, rows, data, rendered)
         return [m._scores(out, rows, rendered, data)  # type: ignore[attr-defined]

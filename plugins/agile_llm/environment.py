@@ -20,7 +20,8 @@ import gymnasium as gym
 import numpy as np
 
 from agile_cli import EnvironmentBuilder, UsageError
-from agile_llm import data
+from agile_llm import data, multiturn
+from agile_llm.multiturn import MultiTurnData
 from agile_llm.rewards import RewardFunction, load_reward_function
 
 if TYPE_CHECKING:
@@ -211,14 +212,12 @@ def fill(text: str, row: Row, key: str) -> str:
 class LLMBuilder(EnvironmentBuilder):
     """Builds :class:`PromptData` from the ``environment`` section's dataset."""
 
-    def build(self, spec: LLMEnvSpec, *, seed: int | None = None) -> PromptData:  # type: ignore[override]
+    def build(self, spec: LLMEnvSpec, *, seed: int | None = None) -> PromptData | MultiTurnData:  # type: ignore[override]
         """Read, rename and split the rows; the split's shuffle mixes ``seed`` with the
-        training fraction (so changing one changes the split)."""
+        training fraction (so changing one changes the split). A multi-turn environment is
+        made by its factory instead (:mod:`agile_llm.multiturn`)."""
         if spec.env_type == "multiturn":
-            raise UsageError(
-                "environment.env_type: multiturn environments are not supported by agile yet",
-                "use reasoning, preference or sft",
-            )
+            return multiturn.build(spec, seed, Path.cwd())
         if not spec.dataset:
             raise UsageError("environment.dataset: required", "name a data file or a hub id")
         rows = data.rename(data.load_rows(spec.dataset), spec.columns)
@@ -229,11 +228,11 @@ class LLMBuilder(EnvironmentBuilder):
         return PromptData(spec, train, test, base)
 
 
-def prepare(env: PromptData, manifest: Any) -> PromptData:
+def prepare(env: PromptData | MultiTurnData, manifest: Any) -> PromptData | MultiTurnData:
     """Finish ``env`` for the manifest's algorithm: settle its type (the environment's, else
     the algorithm's), check its columns and, for ``reasoning``, import the reward function
     (a relative path is relative to the working directory)."""
-    if env.env_type is not None:
+    if isinstance(env, MultiTurnData) or env.env_type is not None:
         return env
     env_type = env.declared_env_type or manifest.algorithm.env_type
     env.check_columns(env_type)

@@ -9,7 +9,9 @@ many times.
 
 The fitness is measured on the held-out split (``environment.train_test_split``), the same
 rows every time: minus the loss (SFT), preference accuracy (DPO), or the mean reward of greedy
-completions (GRPO and its variants).
+completions (GRPO and its variants). A multi-turn environment has no rows: a step is one
+episode, the training episodes are a stream of seeds, and the fitness is the mean return of
+greedy play of the same held-out episodes (``training.eval_rows`` of them, else 32).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from agile_cli import GenerationStats, Runner, TrainingManifest
 from agile_llm import together
+from agile_llm.multiturn import EVAL_EPISODES, MultiTurnData
 from agile_llm.population import LLMMember, Scores
 
 Progress = Callable[[int], None]
@@ -152,4 +155,8 @@ def llm_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> LLMRunner:
     training = manifest.training
     eval_rows = getattr(training, "eval_rows", None)
     epochs = getattr(training, "num_epochs", None)
+    if isinstance(env, MultiTurnData):  # no data to pass over; held-out episodes, not rows
+        written = "eval_rows" in training.model_fields_set
+        env.hold_out(int(eval_rows) if written and eval_rows is not None else EVAL_EPISODES)
+        return LLMRunner(env, epochs=None, eval_rows=None)
     return LLMRunner(env, epochs=epochs, eval_rows=eval_rows)

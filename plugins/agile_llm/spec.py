@@ -227,8 +227,8 @@ class LLMEnvSpec(EnvironmentSpec):
         default=None,
         description=(
             "reasoning (GRPO, GSPO, CISPO, LLMPPO, LLMREINFORCE), preference (DPO) or sft (SFT); "
-            "null: the algorithm's. multiturn (reward-based algorithms, with env_name or "
-            "entrypoint) is valid as in AgileRL; agile does not train it yet."
+            "null: the algorithm's. multiturn: episodes of a conversation with an environment "
+            "(env_name: a GEM game, or entrypoint: your own), for the reward-based algorithms."
         ),
     )
     dataset: str | None = Field(
@@ -433,12 +433,12 @@ _IGNORED_ALGORITHM_FIELDS: tuple[tuple[str, str], ...] = (
     ("vllm_config", "agile generates with Hugging Face transformers, not vLLM"),
     ("vllm_importance_sampling_correction", "agile does not generate with vLLM"),
     ("vllm_importance_sampling_cap", "agile does not generate with vLLM"),
-    ("advantage_granularity", "agile does not train multi-turn"),
-    ("turn_advantage_trajectory_fallback", "agile does not train multi-turn"),
-    ("turn_level_clip", "agile does not train multi-turn"),
-    ("turn_ratio_pooling", "agile does not train multi-turn"),
-    ("action_granularity", "agile does not train multi-turn"),
+    ("turn_level_clip", "agile trains LLMPPO on single completions only"),
+    ("turn_ratio_pooling", "agile takes importance ratios per token or per episode"),
+    ("action_granularity", "agile's actions are tokens"),
 )
+#: Algorithm fields that only a multi-turn environment reads.
+_MULTITURN_ALGORITHM_FIELDS = ("advantage_granularity", "turn_advantage_trajectory_fallback")
 _IGNORED_ENVIRONMENT_FIELDS = (
     "env_name",
     "entrypoint",
@@ -696,12 +696,47 @@ class LLMSpec(AlgorithmSpec):
                 )
             )
         if getattr(manifest.environment, "env_type", None) == "multiturn":
-            errors.append(
+            errors += self._multiturn_training_errors(manifest)
+        return errors
+
+    def _multiturn_training_errors(self, manifest: Any) -> list[FieldError]:
+        """The multi-turn settings agile's trainer refuses: LLMPPO (its critic learns from
+        single completions here), a ratio per turn, and turn-level advantages where the loss
+        takes one advantage per episode."""
+        name = manifest.algorithm_name
+        if name == "LLMPPO":
+            return [
                 FieldError(
                     "environment.env_type",
-                    "agile does not train multi-turn environments here yet",
-                    "use env_type: reasoning with a dataset, a prompt_template and a reward "
-                    "function",
+                    "agile trains LLMPPO's value head on single completions, not on multi-turn "
+                    "episodes",
+                    "train multi-turn with GRPO, GSPO, CISPO or LLMREINFORCE, or run this "
+                    "manifest on Arena with --backend arena",
+                )
+            ]
+        errors = []
+        level = getattr(self, "importance_sampling_level", None)
+        if level == "turn":
+            errors.append(
+                FieldError(
+                    "algorithm.importance_sampling_level",
+                    "turn: agile takes one importance ratio per token or per episode in a "
+                    "multi-turn environment, not one per turn",
+                    "set importance_sampling_level: token, or trajectory (one per episode)",
+                )
+            )
+        per_episode = name in ("GSPO", "CISPO", "LLMREINFORCE") or level in {
+            "sequence",
+            "trajectory",
+        }
+        if getattr(self, "advantage_granularity", "auto") == "turn" and per_episode:
+            errors.append(
+                FieldError(
+                    "algorithm.advantage_granularity",
+                    f"turn: {name} with these settings weighs each episode by one advantage "
+                    "(its return's), so turn-level advantages have no place in its loss",
+                    "set advantage_granularity: auto (or trajectory), or use GRPO with "
+                    "importance_sampling_level: token",
                 )
             )
         return errors
@@ -734,7 +769,11 @@ class LLMSpec(AlgorithmSpec):
     def _ignored_algorithm_fields(self, manifest: Any) -> list[str]:
         warnings: list[str] = []
         fields = type(self).model_fields
-        for name, reason in _IGNORED_ALGORITHM_FIELDS:
+        ignored = list(_IGNORED_ALGORITHM_FIELDS)
+        if getattr(manifest.environment, "env_type", None) != "multiturn":
+            ignored += [(name, "only a multi-turn environment reads it")
+                        for name in _MULTITURN_ALGORITHM_FIELDS]  # fmt: skip
+        for name, reason in ignored:
             if name in fields and getattr(self, name) != fields[name].default:
                 if name == "vllm_config" and getattr(self, "use_vllm", False):
                     continue  # use_vllm is the error to fix first
@@ -771,7 +810,7 @@ class LLMSpec(AlgorithmSpec):
         multiturn = getattr(environment, "env_type", None) == "multiturn"
         for name in () if multiturn else _IGNORED_ENVIRONMENT_FIELDS:
             if name in fields and getattr(environment, name) != fields[name].default:
-                warnings.append(f"environment.{name}: ignored, agile does not train multi-turn")
+                warnings.append(f"environment.{name}: ignored, only env_type: multiturn reads it")
         if self.env_type != "sft" and "response_column" in environment.model_fields_set:
             warnings.append(
                 f"environment.response_column: ignored, only SFT reads it "
@@ -790,7 +829,11 @@ class LLMSpec(AlgorithmSpec):
                 "iterations) so that selection ranks fresh fitness"
             )
         if getattr(training, "max_wall_seconds", None) is not None:
-            warnings.append("training.max_wall_seconds: ignored, agile does not train multi-turn")
+            warnings.append(
+                "training.max_wall_seconds: ignored, agile stops multi-turn training at "
+                "max_steps episodes per member (a stop by the clock could not be resumed or "
+                "repeated exactly)"
+            )
         if training.eval_steps is not None:
             warnings.append(
                 "training.eval_steps: ignored, members are scored on the whole held-out split"

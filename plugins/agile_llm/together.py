@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from agile_llm import objectives, text
+from agile_llm import multiturn, objectives, text
 from agile_llm.objectives import IGNORE
 
 Row = dict[str, Any]
@@ -172,7 +172,8 @@ def grpo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[floa
     """
     shared = members[0].shared
     assert shared.adapters is not None
-    sampled = _sample(members, rows, data)
+    sample = _sample_episodes if data.env_type == "multiturn" else _sample
+    sampled = sample(members, rows, data)
     rollouts = {i: rollout for i, rollout in enumerate(sampled) if rollout is not None}
     losses = [0.0] * len(members)
     epochs = {i: int(members[i].spec.update_epochs) for i in rollouts}
@@ -225,6 +226,53 @@ def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[s
         at += size
     _old_and_reference(members, rollouts)
     return rollouts
+
+
+def _sample_episodes(
+    members: list[Any], rows: list[list[Row]], data: Any
+) -> list[dict[str, Any] | None]:
+    """Every member's rollout of a multi-turn environment, each turn of every member's
+    episodes generated in one call (see :func:`play`)."""
+    episodes = play(members, rows, data, explore=True)
+    rollouts = [m.episodes_rollout(own) for m, own in zip(members, episodes, strict=True)]
+    _old_and_reference(members, rollouts)
+    return rollouts
+
+
+def play(members: list[Any], rows: list[list[Row]], data: Any, *, explore: bool) -> list[list[Any]]:
+    """Each member's episodes of a multi-turn environment (one per seed of its ``rows``,
+    ``group_size`` each when exploring), played in step: each turn is one generation call for
+    every member's running episodes, each row through its member's adapter. As in
+    :func:`grpo_step`, each member's generator is drawn from as alone and the call samples
+    with the first member's draw."""
+    shared = members[0].shared
+    assert shared.adapters is not None
+    first = members[0]
+    seeds = [
+        (int(row["seed"]), i)
+        for i, (member, own) in enumerate(zip(members, rows, strict=True))
+        for row in own
+        for _ in range(member.group() if explore else 1)
+    ]
+    room = first.output_tokens()
+
+    def generate(prompts: list[list[int]], owners: list[int]) -> text.Completions:
+        draws = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator))
+                 for m in members] if explore else [0]  # fmt: skip
+        batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
+        with shared.adapters.mixed([members[o].adapter for o in owners]):
+            return text.generate(
+                shared.model.eval(), shared.tokenizer, batch,
+                max_new_tokens=min(room, shared.context_length - batch.ids.shape[1]),
+                min_new_tokens=getattr(first.spec, "min_output_tokens", None),
+                temperature=getattr(first.spec, "temperature", 1.0) if explore else None,
+                seed=draws[0],
+            )  # fmt: skip
+
+    conversation = first.conversation(data)
+    context = shared.context_length
+    played = multiturn.play(data, seeds, conversation, generate, context=context, reply_room=room)
+    return [[e for e in played if e.owner == i] for i in range(len(members))]
 
 
 def _joined(

@@ -1,0 +1,513 @@
+"""Multi-turn environments: an episode is a conversation in which the model acts and the
+environment answers and rewards, for several turns.
+
+An environment is any object with AgileRL's (and GEM's) text protocol:
+
+- ``reset(seed=None) -> (observation, info)``: the opening message;
+- ``step(action) -> (observation, reward, terminated, truncated, info)``: the model's reply in,
+  the environment's answer and the turn's reward out;
+- optionally ``max_turns`` (read when ``environment.max_turns`` is not given) and
+  ``system_prompt``; ``info`` may hold a ``prefix`` and a ``suffix`` to frame the next
+  observation, as GEM's games do.
+
+``environment.env_name`` names a GEM game (``gem.make``, from the ``gem-llm`` package);
+``environment.entrypoint`` names your own factory (``FILE.py:NAME`` or ``module:NAME``), called
+with ``environment.env_config`` as keyword arguments.
+
+A *transcript* is the token ids of the whole conversation: the opening prompt, then each turn's
+generated tokens (the only ones trained) followed by the boundary the chat template writes
+between the model's turn and the environment's next message. Without a chat template (or with
+``apply_chat_template: false``) the messages are read as written, one line each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from agile_cli import TrainingError, UsageError, printable
+from agile_cli.environment import resolve_reference
+from agile_llm.model import error_detail
+from agile_llm.rewards import Bound, RewardTimeout, as_number
+
+if TYPE_CHECKING:
+    import torch
+
+    from agile_llm.spec import LLMEnvSpec
+    from agile_llm.text import Completions
+
+Row = dict[str, Any]
+Message = dict[str, str]
+#: Held-out episodes each evaluation plays when ``training.eval_rows`` does not say.
+EVAL_EPISODES = 32
+#: A text no template writes, standing for a turn's content while the boundary is found.
+_SENTINEL = "\x00agile-turn\x00"
+_SHOWN = 120
+
+
+class MultiTurnData:
+    """A multi-turn environment as the LLM runner reads it: training episodes as a stream of
+    seeds (``rows_at``), held-out episodes (``test``), and the factory that makes each one.
+
+    :param spec: the validated ``environment`` section.
+    :param factory: makes one new environment.
+    :param label: how messages name the environment (``env_name`` or ``entrypoint``).
+    :param seed: the run's seed; episode ``p`` of the training stream is seeded from it.
+    :param max_turns: turns an episode may take at most.
+    """
+
+    num_envs = 1
+    env_type = "multiturn"
+    declared_env_type = "multiturn"
+    response_column = "response"
+
+    def __init__(
+        self, spec: LLMEnvSpec, factory: Callable[[], Any], label: str, seed: int, max_turns: int
+    ) -> None:
+        self.name = spec.name
+        self.factory, self.label, self.seed = factory, label, seed
+        self.max_turns = max_turns
+        self.max_reward = spec.max_reward
+        self.declared_chat: bool | None = spec.apply_chat_template
+        self.strict_boundary = spec.strict_chat_template_boundary
+        self.timeout: float = spec.reward_timeout
+        self.train: list[Row] = []  # no data: the stream of seeds never ends
+        self.test: list[Row] = []
+        self.single_observation_space = gym.spaces.Text(1 << 20, min_length=0)
+        self.single_action_space = gym.spaces.Text(1 << 20, min_length=0)
+
+    def hold_out(self, episodes: int) -> None:
+        """Set the held-out episodes: ``episodes`` seeds, the same at every evaluation."""
+        self.test = [{"seed": _seed(self.seed, 1, i)} for i in range(episodes)]
+
+    def rows_at(self, offset: int, count: int) -> list[Row]:
+        """The training episodes at stream positions ``offset`` .. ``offset + count - 1``."""
+        return [{"seed": _seed(self.seed, 0, p)} for p in range(offset, offset + count)]
+
+    @property
+    def chat_prompts(self) -> bool:
+        """Whether the conversation is rendered by the chat template (by default, yes)."""
+        return True if self.declared_chat is None else self.declared_chat
+
+    def accuracy(self, returns: np.ndarray) -> float | None:
+        """The share of episodes whose return reached ``max_reward`` (None without one)."""
+        if self.max_reward is None or np.size(returns) == 0:
+            return None
+        return float(np.mean(np.asarray(returns, dtype=np.float64) >= self.max_reward - 1e-9))
+
+    def messages(self, row: Row) -> list[Message]:
+        return [{"role": "user", "content": f"episode seed {row['seed']}"}]
+
+    def close(self) -> None:
+        """Nothing held: each episode's environment is closed when it ends."""
+
+
+def _seed(base: int, stream: int, position: int) -> int:
+    return int(np.random.SeedSequence([base, stream, position]).generate_state(1)[0])
+
+
+def build(spec: LLMEnvSpec, seed: int | None, base: Path) -> MultiTurnData:
+    """The environment ``spec`` names, its ``max_turns`` read from one instance when not given.
+
+    :param base: where a relative ``entrypoint`` file is found (the working directory).
+    :raises UsageError: the GEM package is missing, the factory cannot be found, or the
+        environment declares no ``max_turns`` and the manifest gives none.
+    """
+    factory, label = _factory(spec, base)
+    max_turns = spec.max_turns
+    if max_turns is None:
+        probe = _made(factory, label)
+        max_turns = getattr(probe, "max_turns", None)
+        _close(probe)
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise UsageError(
+                f"environment.max_turns: not given, and {label} declares no max_turns "
+                f"(it has {printable(repr(max_turns))})",
+                "set environment.max_turns, the turns an episode may take",
+            )
+    return MultiTurnData(spec, factory, label, 0 if seed is None else seed, max_turns)
+
+
+def _factory(spec: LLMEnvSpec, base: Path) -> tuple[Callable[[], Any], str]:
+    if spec.env_name is not None:
+        try:
+            import gem  # type: ignore[import-not-found]
+        except ImportError:
+            raise UsageError(
+                f"environment.env_name: {spec.env_name} is a GEM environment, and the gem-llm "
+                "package is not installed",
+                "pip install 'agile-cli[gem]' (or pip install gem-llm), or name your own "
+                "environment with environment.entrypoint",
+            ) from None
+        name = spec.env_name
+        return (lambda: gem.make(name)), f"environment.env_name ({name})"
+    assert spec.entrypoint is not None  # the spec requires one of the two
+    target = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
+    options = dict(spec.env_config or {})
+    return (lambda: target(**options)), f"environment.entrypoint ({spec.entrypoint})"
+
+
+def _made(factory: Callable[[], Any], label: str) -> Any:
+    try:
+        env = factory()
+    except Exception as error:
+        raise TrainingError(
+            f"{label} could not make an environment: {type(error).__name__}: {error_detail(error)}",
+            "check the factory and environment.env_config",
+        ) from None
+    for method in ("reset", "step"):
+        if not callable(getattr(env, method, None)):
+            raise TrainingError(
+                f"{label} made {printable(type(env).__name__)}, which has no {method}() method",
+                "return an object with reset(seed) -> (text, info) and "
+                "step(text) -> (text, reward, terminated, truncated, info)",
+            )
+    return env
+
+
+def _close(env: Any) -> None:
+    close = getattr(env, "close", None)
+    if callable(close):  # an episode is over either way; closing is the environment's affair
+        with contextlib.suppress(Exception):
+            close()
+
+
+# -- episodes ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Episode:
+    """One conversation: its transcript's token ids, which of them the model generated (and
+    in which turn), and each turn's reward."""
+
+    seed: int
+    owner: int  # the member that plays it
+    env: Any = None
+    ids: list[int] = field(default_factory=list)
+    turn_of: list[int] = field(default_factory=list)  # per token: its turn, -1 if not generated
+    rewards: list[float] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    done: bool = False
+    cut: bool = False  # ended because the context could not hold another turn
+
+    @property
+    def turns(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.rewards))
+
+    def replies(self) -> list[str]:
+        return [m["content"] for m in self.messages if m["role"] == "assistant"]
+
+
+class Conversation:
+    """Renders a conversation's messages as token ids: the opening prompt and, after each of
+    the model's turns, the boundary and the environment's next message.
+
+    :param encode: text -> token ids of a prompt (as the member tokenises its prompts).
+    """
+
+    def __init__(
+        self, tokenizer: Any, chat: bool, strict: bool, encode: Callable[[str], list[int]]
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.chat = chat and bool(getattr(tokenizer, "chat_template", None))
+        self.strict = strict
+        self.encode = encode
+        self.warned = False
+
+    def opening(self, messages: list[Message]) -> list[int]:
+        from agile_llm import text
+
+        return self.encode(text.render(self.tokenizer, messages, chat=self.chat))
+
+    def boundary(self, history: list[Message], reply: list[int], message: str) -> list[int]:
+        """The ids that follow the model's ``reply`` (its generated ids) before its next turn:
+        the end of its turn, ``message`` as the user's turn and the opening of its own."""
+        written = self._chat_boundary(history, message) if self.chat else None
+        if written is None:
+            ids = self.tokenizer("\n" + message, add_special_tokens=False).input_ids
+            return list(ids)
+        ids = list(self.tokenizer(written, add_special_tokens=False).input_ids)
+        # The model's own end-of-turn token is in its reply (and trained): not twice.
+        if reply and ids and ids[0] == reply[-1] and ids[0] in self._special():
+            ids = ids[1:]
+        return ids
+
+    def _special(self) -> set[int]:
+        return set(getattr(self.tokenizer, "all_special_ids", []) or [])
+
+    def _chat_boundary(self, history: list[Message], message: str) -> str | None:
+        """What the chat template writes from the end of an assistant turn's content to the
+        start of the next one's, found by rendering the turn with a sentinel content."""
+        probe = [*history, {"role": "assistant", "content": _SENTINEL}]
+        render = self.tokenizer.apply_chat_template
+        try:
+            open_ = str(render(probe, tokenize=False, continue_final_message=True))
+            after = str(render([*probe, {"role": "user", "content": message}], tokenize=False,
+                               add_generation_prompt=True))  # fmt: skip
+        except Exception as error:  # the template is the model folder's code
+            self._no_boundary(f"{type(error).__name__}: {error_detail(error)}")
+            return None
+        if not open_.endswith(_SENTINEL) or not after.startswith(open_):
+            self._no_boundary("its rendering of a turn is not a prefix of the next")
+            return None
+        return after[len(open_) :]
+
+    def _no_boundary(self, why: str) -> None:
+        """Refuse (strict), else warn once that turns are joined by newlines."""
+        if self.strict:
+            raise UsageError(
+                f"environment.strict_chat_template_boundary: the tokenizer's chat template "
+                f"cannot mark where a turn ends ({why})",
+                "use a model whose template renders a conversation turn by turn, or set "
+                "strict_chat_template_boundary: false to join turns by newlines",
+            )
+        if not self.warned:
+            import warnings
+
+            warnings.warn(
+                f"the chat template cannot mark where a turn ends ({why}); turns are joined "
+                "by newlines",
+                stacklevel=2,
+            )
+            self.warned = True
+
+
+#: Generates the next turn of each transcript: ``(prompt ids, owners) -> Completions``.
+Generate = Callable[[list[list[int]], list[int]], "Completions"]
+
+
+def play(
+    data: MultiTurnData,
+    seeds: list[tuple[int, int]],
+    conversation: Conversation,
+    generate: Generate,
+    *,
+    context: int,
+    reply_room: int,
+) -> list[Episode]:
+    """Play one episode per ``(seed, owner)``, all turns of all episodes in step: each turn
+    is one :func:`generate` call for every episode still running.
+
+    :param context: tokens a transcript may hold.
+    :param reply_room: tokens a reply may take; an episode whose transcript leaves less room
+        ends (``cut``), as does one that reaches ``data.max_turns``.
+    """
+    episodes = [Episode(seed=s, owner=o) for s, o in seeds]
+    with Bound(data.timeout) as bound:
+        try:
+            for episode in episodes:
+                _open(episode, data, conversation, bound)
+            for turn in range(data.max_turns):
+                running = [e for e in episodes if not e.done]
+                for episode in running:
+                    if len(episode.ids) + reply_room > context:
+                        episode.done = episode.cut = True
+                running = [e for e in running if not e.done]
+                if not running:
+                    break
+                done = generate([e.ids for e in running], [e.owner for e in running])
+                for row, episode in enumerate(running):
+                    reply = done.ids[row][done.completion[row]].tolist()
+                    _take_turn(episode, reply, done.texts[row], turn, data, conversation, bound)
+        finally:
+            for episode in episodes:
+                _close(episode.env)
+                episode.env = None
+    return episodes
+
+
+def _open(episode: Episode, data: MultiTurnData, conversation: Conversation, bound: Bound) -> None:
+    episode.env = _made(data.factory, data.label)
+    returned = _call(bound, data, episode, "reset", lambda: episode.env.reset(seed=episode.seed))
+    if not (isinstance(returned, tuple) and len(returned) == 2):
+        raise _bad_return(data, episode, "reset", returned, "(observation, info)")
+    observation, info = returned
+    messages = []
+    system = getattr(episode.env, "system_prompt", None)
+    if isinstance(system, str) and system.strip():
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": _observation(data, episode, observation, info)})
+    episode.messages = messages
+    episode.ids = conversation.opening(messages)
+    episode.turn_of = [-1] * len(episode.ids)
+
+
+def _take_turn(
+    episode: Episode, reply: list[int], said: str, turn: int, data: MultiTurnData,
+    conversation: Conversation, bound: Bound,
+) -> None:  # fmt: skip
+    """Record the model's reply, step the environment with it and, unless the episode ends,
+    append the boundary and the environment's answer."""
+    history = list(episode.messages)
+    episode.ids += reply
+    episode.turn_of += [turn] * len(reply)
+    episode.messages.append({"role": "assistant", "content": said})
+    returned = _call(bound, data, episode, "step", lambda: episode.env.step(said))
+    if not (isinstance(returned, tuple) and len(returned) == 5):
+        raise _bad_return(data, episode, "step", returned,
+                          "(observation, reward, terminated, truncated, info)")  # fmt: skip
+    observation, reward, terminated, truncated, info = returned
+    number = as_number(reward)
+    if number is None:
+        raise _bad_return(data, episode, "step", reward, "a finite number as the reward")
+    episode.rewards.append(number)
+    if terminated or truncated or turn + 1 >= data.max_turns:
+        episode.done = True
+        return
+    message = _observation(data, episode, observation, info)
+    episode.ids += conversation.boundary(history, reply, message)
+    episode.turn_of += [-1] * (len(episode.ids) - len(episode.turn_of))
+    episode.messages.append({"role": "user", "content": message})
+
+
+def _observation(data: MultiTurnData, episode: Episode, observation: Any, info: Any) -> str:
+    if not isinstance(observation, str):
+        raise _bad_return(data, episode, "an observation", observation, "text (a str)")
+    if isinstance(info, dict):
+        prefix, suffix = info.get("prefix"), info.get("suffix")
+        if isinstance(prefix, str) and prefix:
+            observation = prefix + observation
+        if isinstance(suffix, str) and suffix:
+            observation = f"{observation}\n{suffix}"
+    return observation
+
+
+def _call(bound: Bound, data: MultiTurnData, episode: Episode, method: str, call: Any) -> Any:
+    where = f"{data.label}: {method}() of the episode seeded {episode.seed}, turn {episode.turns}"
+    try:
+        with bound.call(where):
+            return call()
+    except RewardTimeout:
+        raise TrainingError(
+            f"{where} ran for more than {data.timeout:g} s",
+            "make the environment faster, or raise environment.reward_timeout",
+        ) from None
+    except Exception as error:
+        raise TrainingError(
+            f"{where} raised {type(error).__name__}: {error_detail(error)}",
+            "fix the environment; it is called as reset(seed=...) and step(text)",
+        ) from None
+
+
+def _bad_return(data: MultiTurnData, episode: Episode, method: str, value: Any, wanted: str) -> Any:
+    shown = printable(repr(value))
+    shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+    return TrainingError(
+        f"{data.label}: {method} gave {shown} in the episode seeded {episode.seed} "
+        f"(turn {episode.turns}), not {wanted}",
+        "reset(seed) returns (text, info); step(text) returns "
+        "(text, reward, terminated, truncated, info)",
+    )
+
+
+# -- learning from episodes ----------------------------------------------------------------------
+
+
+@dataclass
+class Transcripts:
+    """Episodes as a right-padded batch: ``ids``, ``mask``, ``labels`` (the generated tokens;
+    all else :data:`~agile_llm.objectives.IGNORE`) and ``turn`` (each label's turn, ``-1``
+    elsewhere), all ``[N, T]``."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    labels: torch.Tensor
+    turn: torch.Tensor
+
+
+def transcripts(episodes: list[Episode], pad: int, device: Any) -> Transcripts:
+    import torch
+
+    from agile_llm.objectives import IGNORE
+
+    width = max(len(e.ids) for e in episodes)
+    ids = torch.full((len(episodes), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(episodes), width), dtype=torch.long)
+    turn = torch.full((len(episodes), width), -1, dtype=torch.long)
+    for row, episode in enumerate(episodes):
+        n = len(episode.ids)
+        ids[row, :n] = torch.tensor(episode.ids)
+        mask[row, :n] = 1
+        turn[row, :n] = torch.tensor(episode.turn_of)
+    labels = ids.masked_fill(turn < 0, IGNORE)
+    return Transcripts(ids.to(device), mask.to(device), labels.to(device), turn.to(device))
+
+
+def turn_advantages(
+    episodes: list[Episode], group: int, fallback: torch.Tensor | None, eps: float = 1e-4
+) -> torch.Tensor:
+    """``[N, K]`` advantages per turn: each turn's return from there on, standardised among
+    the episodes of its group (``group`` consecutive episodes, one seed) that reached that
+    turn. A turn fewer than two of the group reached takes the episode's ``fallback``
+    (its trajectory advantage), or zero without one."""
+    import torch
+
+    turns = max(e.turns for e in episodes)
+    to_go = torch.full((len(episodes), turns), math.nan)
+    for row, episode in enumerate(episodes):
+        rewards = torch.tensor(episode.rewards, dtype=torch.float32)
+        to_go[row, : episode.turns] = rewards.flip(0).cumsum(0).flip(0)
+    grouped = to_go.view(-1, group, turns)
+    reached = ~grouped.isnan()
+    count = reached.sum(dim=1, keepdim=True)
+    values = grouped.nan_to_num(0.0)
+    mean = values.sum(dim=1, keepdim=True) / count.clamp(min=1)
+    spread = ((values - mean) ** 2 * reached).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
+    advantage = (values - mean) / (spread.sqrt() + eps)
+    alone = (count < 2).expand_as(advantage)
+    backup = torch.zeros_like(advantage) if fallback is None else (
+        fallback.view(-1, group, 1).expand_as(advantage).to(advantage.dtype).cpu()
+    )  # fmt: skip
+    advantage = torch.where(alone, backup, advantage)
+    return advantage.masked_fill(~reached, 0.0).view(-1, turns)
+
+
+def per_token(turn: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """``[N, T - 1]`` per-token advantages (aligned with the shifted labels) from the turn of
+    each token ``turn`` ``[N, T]`` and ``[N, K]`` turn advantages; zero off the generated
+    tokens."""
+    import torch
+
+    shifted = turn[:, 1:]
+    index = shifted.clamp(min=0)
+    values = torch.gather(advantage.to(shifted.device), 1, index.clamp(max=advantage.shape[1] - 1))
+    return torch.where(shifted >= 0, values, torch.zeros_like(values))
+
+
+def summary(episodes: list[Episode], data: MultiTurnData) -> dict[str, float]:
+    """Held-out metrics of played episodes: mean return, success rate (with ``max_reward``),
+    mean turns, and the share cut short by the context."""
+    returns = np.array([e.total for e in episodes], dtype=np.float64)
+    metrics = {"mean return": float(returns.mean())}
+    success = data.accuracy(returns)
+    if success is not None:
+        metrics["success rate"] = success
+    metrics["mean turns"] = float(np.mean([e.turns for e in episodes]))
+    cut = float(np.mean([e.cut for e in episodes]))
+    if cut:
+        metrics["cut by context"] = cut
+    return metrics
+
+
+def shown(episode: Episode) -> tuple[str, str, str]:
+    """An episode as ``agile evaluate`` shows it: the opening message, the model's replies,
+    and the turns' rewards."""
+    opening = episode.messages[0]["content"] if episode.messages else ""
+    for message in episode.messages:
+        if message["role"] == "user":
+            opening = message["content"]
+            break
+    replies = " | ".join(episode.replies())
+    rewards = " ".join(f"{r:g}" for r in episode.rewards)
+    return opening, replies, f"rewards {rewards} (return {episode.total:g})"

@@ -1,0 +1,405 @@
+"""Multi-turn environments: an episode is a conversation whose transcript is what the chat
+template renders of it, whose replies alone are trained, and whose environment's mistakes are
+reported by name; GRPO trains on it, alone or with the population together."""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+import torch
+import yaml
+
+from agile_cli import TrainingError, TrainingManifest, UsageError, installed_registry
+from agile_llm import multiturn, text
+from agile_llm.tiny import make_tiny_model
+
+from .test_llm_prompt_format import TEMPLATE
+
+ENV = '''
+import random
+
+
+class Guess:
+    """Guess a digit 0-2 in ``max_turns``; a wrong guess is told higher or lower."""
+
+    system_prompt = None
+
+    def __init__(self, max_turns=3, broken=None):
+        self.max_turns, self.broken, self.said = max_turns, broken, []
+
+    def reset(self, seed=None):
+        if self.broken == "reset":
+            raise ValueError("no board")
+        self.target = random.Random(seed).randrange(3)
+        return f"guess{seed % 10}:", {"suffix": "go"}
+
+    def step(self, reply):
+        self.said.append(reply)
+        if self.broken == "arity":
+            return "x", 0.0, False
+        if self.broken == "nan":
+            return "x", float("nan"), False, False, {}
+        if reply[:1] == str(self.target):
+            return "yes", 1.0, True, False, {}
+        hint = "higher" if reply[:1].isdigit() and int(reply[:1]) < self.target else "lower"
+        return hint, -0.25, False, False, {"prefix": "no, "}
+
+
+def make(**options):
+    return Guess(**options)
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-llm")
+    make_tiny_model(path, steps=40, seed=0)
+    return path
+
+
+@pytest.fixture
+def game(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "guess.py").write_text(ENV, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def manifest(tiny: Path, name: str = "GRPO", **extra: Any) -> dict[str, Any]:
+    algorithm: dict[str, Any] = {
+        "name": name, "batch_size": 2, "lr": 0.01, "temperature": 1.0, "max_output_tokens": 2,
+        "gradient_checkpointing": False,
+    }  # fmt: skip
+    if name in ("GRPO", "GSPO", "CISPO"):
+        algorithm["group_size"] = 2
+    if name == "LLMPPO":
+        algorithm["lr_actor"] = algorithm.pop("lr")
+    environment = {"env_type": "multiturn", "entrypoint": "guess.py:make", "max_reward": 1.0,
+                   "env_config": {"max_turns": 3}}  # fmt: skip
+    content = {
+        "algorithm": {**algorithm, **extra},
+        "environment": environment,
+        "training": {"max_steps": 4, "evo_steps": 1, "pop_size": 2, "eval_rows": 4},
+        "mutation": {"rand_seed": 1, "probabilities": {"no_mut": 0.5, "rl_hp_mut": 0.5}},
+        "tournament_selection": {"tournament_size": 2, "elitism": True},
+        "network": {"pretrained_model_name_or_path": str(tiny), "max_context_length": 48,
+                    "lora_config": {"lora_r": 2, "lora_alpha": 4, "lora_dropout": 0.0,
+                                    "target_modules": ["q_proj", "v_proj"]}},
+    }  # fmt: skip
+    return content
+
+
+def _population(tiny: Path, size: int, name: str = "GRPO", **extra: Any) -> tuple[list[Any], Any]:
+    from agile_cli.runtime.agent import AgentContext
+    from agile_cli.training import setup
+
+    registry = installed_registry()
+    parsed = TrainingManifest.get_validated(manifest(tiny, name, **extra), registry=registry)
+    env = setup.build_environment(parsed, registry, seed=0)
+    env.hold_out(4)
+    context = AgentContext(torch.device("cpu"), 1, parsed.training)
+    members = setup.build_population(
+        parsed, setup.algorithm_class(parsed, registry), env, context, size=size
+    )
+    return members, env
+
+
+def _replies(script: list[str], *, vary: bool = False) -> Any:
+    """A stand-in for generation that replies ``script[turn]`` (then the end token) to every
+    transcript, the turn read from how many replies it already holds; with ``vary``, the
+    ``k``-th copy of a transcript in one call replies ``script[turn + k]``."""
+
+    def generate(model: Any, tokenizer: Any, prompts: Any, **options: Any) -> Any:
+        rows, seen = [], {}
+        for ids, mask in zip(prompts.ids, prompts.mask, strict=True):
+            said = tokenizer.decode(ids[mask.bool()].tolist())
+            turn = said.count("higher") + said.count("lower")
+            copy = seen[said] = seen.get(said, -1) + 1
+            turn = (turn + copy) % len(script) if vary else min(turn, len(script) - 1)
+            reply = tokenizer(script[turn], add_special_tokens=False)
+            rows.append(torch.tensor([*reply.input_ids, tokenizer.eos_token_id]))
+        width = max(len(r) for r in rows)
+        pad = tokenizer.pad_token_id
+        padded = [torch.cat([r, torch.full((width - len(r),), pad)]) for r in rows]
+        return text._completions(
+            tokenizer, prompts, torch.cat([prompts.ids, torch.stack(padded)], 1)
+        )
+
+    return generate
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def test_multiturn_manifest_validates_and_trains_here(run, tiny: Path, game: Path) -> None:
+    path = game / "m.yaml"
+    path.write_text(yaml.safe_dump(manifest(tiny)), encoding="utf-8")
+    result = run("validate", str(path))
+    assert result.exit_code == 0, result.output
+    assert "not on this machine" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "field", "words"),
+    [
+        ("LLMPPO", {}, "environment.env_type", "value head"),
+        ("GRPO", {"importance_sampling_level": "turn"}, "algorithm.importance_sampling_level",
+         "one importance ratio per token or per episode"),
+        ("GSPO", {"advantage_granularity": "turn"}, "algorithm.advantage_granularity",
+         "one advantage"),
+    ],
+)  # fmt: skip
+def test_settings_agile_cannot_train_are_refused_before_loading(
+    run, tiny: Path, game: Path, name: str, extra: dict[str, Any], field: str, words: str
+) -> None:
+    path = game / "m.yaml"
+    path.write_text(yaml.safe_dump(manifest(tiny, name, **extra)), encoding="utf-8")
+    checked = run("validate", str(path))
+    assert checked.exit_code == 0 and f"not on this machine: {field}" in checked.output
+    result = run("train", str(path), "--run-dir", str(game / "run"))
+    assert result.exit_code == 2
+    assert field in result.output and words in result.output
+    assert not (game / "run" / "checkpoints").exists()
+
+
+# -- transcripts ---------------------------------------------------------------------------------
+
+
+def _chat_tokenizer(tiny: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    tokenizer.chat_template = TEMPLATE
+    return tokenizer
+
+
+def _play(tokenizer: Any, script: list[str], game: Path, *, chat: bool = True, **spec: Any) -> Any:
+    from agile_llm.spec import LLMEnvSpec
+
+    spec.setdefault("env_config", {"max_turns": 3})
+    env_spec = LLMEnvSpec(env_type="multiturn", entrypoint="guess.py:make", max_reward=1.0,
+                          **spec)  # fmt: skip
+    data = multiturn.build(env_spec, 0, game)
+    conversation = multiturn.Conversation(
+        tokenizer, chat, data.strict_boundary,
+        lambda prompt: tokenizer(prompt, add_special_tokens=False).input_ids,
+    )  # fmt: skip
+    stand_in = _replies(script)
+
+    def generate(prompts: list[list[int]], owners: list[int]) -> Any:
+        batch = text.prompt_batch(tokenizer, prompts, "cpu")
+        return stand_in(None, tokenizer, batch)
+
+    seeds = [(s, 0) for s in (3, 4, 5, 6)]
+    return multiturn.play(data, seeds, conversation, generate, context=200, reply_room=4), data
+
+
+#: A template that closes each turn with the end token the model generates (as Qwen's does
+#: with ``<|im_end|>``): the boundary's copy of the token is dropped, the reply's kept.
+CLOSING = (
+    "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}"
+    "{% if not (loop.last and m['role'] == 'assistant') %}</s>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+
+
+@pytest.mark.parametrize(("template", "closed"), [(TEMPLATE, False), (CLOSING, True)])
+def test_a_transcript_is_the_chat_templates_rendering_of_the_conversation(
+    tiny: Path, game: Path, template: str, closed: bool
+) -> None:
+    """Token for token: the opening prompt, each reply with the end token it generated, the
+    template's turn boundary and the environment's answer (its info prefix and suffix
+    applied); only the replies' tokens are trained."""
+    tokenizer = _chat_tokenizer(tiny)
+    tokenizer.chat_template = template
+    end = tokenizer.eos_token
+    episodes, _ = _play(tokenizer, ["0", "2", "1"], game)
+    for episode in episodes:
+        messages = [dict(m) for m in episode.messages]
+        assert messages[0] == {"role": "user", "content": f"guess{episode.seed % 10}:\ngo"}
+        assert all(m["content"].startswith("no, ") for m in messages[2::2])
+        if not closed:  # the template writes no end token: the generated one stays in
+            messages = [{**m, "content": m["content"] + end} if m["role"] == "assistant" else m
+                        for m in messages]  # fmt: skip
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 continue_final_message=True)  # fmt: skip
+        expected = tokenizer(rendered, add_special_tokens=False).input_ids
+        assert episode.ids == expected + ([tokenizer.eos_token_id] if closed else [])
+        trained = [t for t, turn in zip(episode.ids, episode.turn_of, strict=True) if turn >= 0]
+        replies = [[*tokenizer(r, add_special_tokens=False).input_ids, tokenizer.eos_token_id]
+                   for r in episode.replies()]  # fmt: skip
+        assert trained == [t for reply in replies for t in reply]
+        target = random.Random(episode.seed).randrange(3)
+        won = episode.replies()[-1][:1] == str(target)
+        assert episode.rewards[-1] == (1.0 if won else -0.25)
+        assert episode.turns == len(episode.replies()) <= 3
+
+
+def test_without_a_chat_template_turns_are_joined_by_newlines(tiny: Path, game: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)  # the tiny model's has no template
+    episodes, _ = _play(tokenizer, ["x"], game)  # never right: three turns
+    episode = episodes[0]
+    written = f"guess{episode.seed % 10}:\ngox</s>\nno, lowerx</s>\nno, lowerx</s>"
+    assert episode.ids == tokenizer(written, add_special_tokens=False).input_ids
+    assert episode.turns == 3
+
+
+def test_a_template_that_cannot_mark_a_turn_is_refused_or_joined_by_newlines(
+    tiny: Path, game: Path
+) -> None:
+    tokenizer = _chat_tokenizer(tiny)
+    tokenizer.chat_template = "{{ messages[-1]['content'] }}"  # only the last message
+    with pytest.raises(UsageError, match="strict_chat_template_boundary"):
+        _play(tokenizer, ["0"], game)
+    with pytest.warns(UserWarning, match="joined by newlines"):
+        episodes, _ = _play(tokenizer, ["0"], game, strict_chat_template_boundary=False)
+    assert any(e.turns > 1 for e in episodes)
+
+
+@pytest.mark.parametrize(
+    ("broken", "words"),
+    [("reset", "reset() of the episode seeded 3, turn 0 raised ValueError: no board"),
+     ("arity", "step gave ('x', 0.0, False)"), ("nan", "step gave nan")],
+)  # fmt: skip
+def test_an_environment_that_breaks_the_protocol_is_named(
+    tiny: Path, game: Path, broken: str, words: str
+) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    with pytest.raises(TrainingError) as caught:
+        _play(tokenizer, ["0"], game, env_config={"max_turns": 3, "broken": broken})
+    assert "environment.entrypoint (guess.py:make)" in str(caught.value)
+    assert words in str(caught.value)
+
+
+def test_max_turns_is_read_from_the_environment_when_not_given(tiny: Path, game: Path) -> None:
+    from agile_llm.spec import LLMEnvSpec
+
+    spec = LLMEnvSpec(env_type="multiturn", entrypoint="guess.py:make", env_config={"max_turns": 5})
+    assert multiturn.build(spec, 0, game).max_turns == 5
+    (game / "bare.py").write_text("class E:\n    def reset(self, seed=None): ...\n"
+                                  "    def step(self, a): ...\n")  # fmt: skip
+    with pytest.raises(UsageError, match=r"environment\.max_turns"):
+        multiturn.build(LLMEnvSpec(env_type="multiturn", entrypoint="bare.py:E"), 0, game)
+
+
+def test_a_gem_game_is_made_by_gem_and_a_missing_gem_says_how_to_install_it(
+    tiny: Path, game: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in for the gem-llm package's one entry point, ``gem.make(env_id)``."""
+    from agile_llm.spec import LLMEnvSpec
+
+    spec = LLMEnvSpec(env_type="multiturn", env_name="game:GuessTheNumber-v0-easy")
+    monkeypatch.setitem(sys.modules, "gem", None)
+    with pytest.raises(UsageError, match="gem-llm package is not installed") as caught:
+        multiturn.build(spec, 0, game)
+    assert "pip install 'agile-cli[gem]'" in str(caught.value.hint)
+    made: list[str] = []
+    sys.path.insert(0, str(game))
+    try:
+        import guess
+    finally:
+        sys.path.remove(str(game))
+    fake = types.ModuleType("gem")
+    fake.make = lambda name: made.append(name) or guess.Guess(max_turns=4)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gem", fake)
+    data = multiturn.build(spec, 0, game)
+    assert data.max_turns == 4 and made == ["game:GuessTheNumber-v0-easy"]
+    assert "GuessTheNumber" in data.label
+
+
+# -- learning ------------------------------------------------------------------------------------
+
+
+def test_turn_advantages_standardise_each_turns_return_to_go_within_the_group() -> None:
+    episodes = [multiturn.Episode(seed=0, owner=0, rewards=r) for r in
+                ([0.0, 1.0], [0.0, 0.0, 0.0], [1.0], [0.5])]  # fmt: skip
+    fallback = torch.tensor([0.7, -0.7, 0.0, 0.0])
+    turns = multiturn.turn_advantages(episodes, group=2, fallback=fallback, eps=0.0)
+    assert turns[0, 0] == pytest.approx(0.5 / float(torch.tensor([1.0, 0.0]).std()))
+    assert turns[0, 0] == pytest.approx(-turns[1, 0])  # turn 0: returns-to-go 1 and 0
+    assert turns[0, 1] == pytest.approx(-turns[1, 1])  # turn 1: 1 and 0
+    assert turns[1, 2] == pytest.approx(-0.7)  # turn 2: alone in its group, its fallback
+    assert turns[0, 2] == 0  # never reached
+    assert turns[2, 0] == pytest.approx(0.25 / float(torch.tensor([1, 0.5]).std()))
+    per_token = multiturn.per_token(torch.tensor([[-1, 0, 0, -1, 1, -1]]), turns[:1])
+    assert per_token.tolist()[0] == pytest.approx([float(turns[0, 0])] * 2 + [0.0]
+                                                  + [float(turns[0, 1]), 0.0])  # fmt: skip
+
+
+def test_grpo_trains_on_episodes_and_scores_greedy_play(
+    tiny: Path, game: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members, env = _population(tiny, 1, advantage_granularity="turn")
+    sampled = _replies(["0", "1", "2"], vary=True)
+    greedy = text.generate
+    monkeypatch.setattr(text, "generate", lambda *a, **k: (sampled if k.get("temperature")
+                                                            else greedy)(*a, **k))  # fmt: skip
+    member = members[0]
+    before = copy.deepcopy(member.shared.adapters.weights(member.adapter))
+    loss = member.train_step(env.rows_at(0, 2), env)
+    assert member.last_rewards is not None and member.last_rewards.shape == (4,)
+    after = member.shared.adapters.weights(member.adapter)
+    assert sorted(member.last_rewards.tolist()) != [member.last_rewards[0].item()] * 4
+    assert loss != 0 and any(not torch.equal(before[k], after[k]) for k in before)
+    scores = member.score(env.test, env)
+    assert set(scores.metrics) >= {"mean return", "success rate", "mean turns"}
+    assert scores.fitness == scores.metrics["mean return"]
+
+
+def test_scores_together_equal_the_scores_one_by_one(tiny: Path, game: Path) -> None:
+    members, env = _population(tiny, 3)
+    noise = torch.Generator().manual_seed(3)
+    for member in members:
+        with torch.no_grad():
+            for weight in member.trained_parameters():
+                weight.add_(0.5 * torch.randn(weight.shape, generator=noise))
+    together = type(members[0]).score_together(members, env.test, env)
+    assert together is not None
+    alone = [member.score(env.test, env) for member in members]
+    for joint, own in zip(together, alone, strict=True):
+        assert joint.metrics == own.metrics and joint.samples == own.samples
+
+
+def test_steps_together_equal_the_steps_one_by_one(
+    tiny: Path, game: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With replies that depend on the transcript only (seeds cannot match between one call
+    for all and one call each), and LLMREINFORCE, whose baseline is the batch's mean."""
+    monkeypatch.setattr(text, "generate", _replies(["0", "1", "2"]))
+    members, env = _population(tiny, 2, "LLMREINFORCE")
+    rows = [env.rows_at(0, 3), env.rows_at(3, 3)]
+    start = [copy.deepcopy(m.state_dict()) for m in members]
+    joint = type(members[0]).train_together(members, rows, env)
+    assert joint is not None
+    stacked = [m.shared.adapters.weights(m.adapter) for m in members]
+    for member, state in zip(members, start, strict=True):
+        member.load_state_dict(state)
+    alone = [m.train_step(r, env) for m, r in zip(members, rows, strict=True)]
+    assert joint == pytest.approx(alone, rel=1e-4, abs=1e-7)
+    for member, weights in zip(members, stacked, strict=True):
+        own = member.shared.adapters.weights(member.adapter)
+        for key in own:
+            torch.testing.assert_close(weights[key], own[key], rtol=1e-4, atol=1e-6)
+
+
+def test_train_then_evaluate(run, tiny: Path, game: Path) -> None:
+    path = game / "m.yaml"
+    path.write_text(yaml.safe_dump(manifest(tiny)), encoding="utf-8")
+    result = run("train", str(path), "--run-dir", str(game / "run"))
+    assert result.exit_code == 0, result.output
+    shown = run("evaluate", str(game / "run"))
+    assert shown.exit_code == 0, shown.output
+    assert "success rate:" in shown.output and "held-out" in shown.output
