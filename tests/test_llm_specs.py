@@ -298,7 +298,9 @@ def test_vllm_config_without_use_vllm_is_a_warning() -> None:
     assert any(w.startswith("algorithm.vllm_config: ignored") for w in manifest.warnings)
 
 
-def test_quantization_presets_are_valid_and_refused_here(monkeypatch) -> None:
+def test_quantization_presets_are_valid_and_refused_without_bitsandbytes_and_a_gpu(
+    monkeypatch,
+) -> None:
     monkeypatch.setattr(spec, "_installed", lambda module: False)
     monkeypatch.setattr(spec, "_gpu_present", lambda: False)
     for preset in ("nf4", "INT8", "4 bit", "bnb-4bit", {"load_in_4bit": True}):
@@ -308,6 +310,9 @@ def test_quantization_presets_are_valid_and_refused_here(monkeypatch) -> None:
         assert _here(_manifest({"name": "GRPO", "quantization": off})) == {}
     error = _error(_manifest({"name": "GRPO", "quantization": "3bit"}), "algorithm.quantization")
     assert error.message == "unknown preset '3bit'" and "nf4" in error.hint
+    monkeypatch.setattr(spec, "_installed", lambda module: True)
+    monkeypatch.setattr(spec, "_gpu_present", lambda: True)
+    assert _here(_manifest({"name": "CISPO", "quantization": "nf4"})) == {}  # trained here
 
 
 def test_a_multiturn_environment_follows_agilerls_rules() -> None:

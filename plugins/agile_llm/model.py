@@ -9,6 +9,7 @@ naming what to fetch, never a hang on the network.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import warnings
 from pathlib import Path
@@ -61,26 +62,92 @@ def load_tokenizer(path: str) -> Any:
     return tokenizer
 
 
-def load_model(path: str, *, device: Any, attn_implementation: str | None = None) -> Any:
-    """The causal language model at ``path``, frozen, in evaluation mode, on ``device``.
+def load_model(
+    path: str, *, device: Any, attn_implementation: str | None = None, quantization: Any = None
+) -> Any:
+    """The causal language model at ``path``, frozen, in evaluation mode, on ``device``;
+    quantised by bitsandbytes when ``quantization`` (AgileRL's presets or settings) asks.
 
     :raises UsageError: its weight files alone exceed the memory available for them.
+    :raises TrainingError: a quantised base is asked for where bitsandbytes cannot load one.
     """
     require_stack()
     refuse_pickles(path)
-    check_fits(path, device)
+    config = quantization_config(quantization)
+    if config is None:
+        check_fits(path, device)
     from transformers import AutoModelForCausalLM
 
     # safetensors only: transformers would otherwise fall back to unpickling pytorch_model.bin.
     options: dict[str, Any] = {"local_files_only": True, "use_safetensors": True}
     if attn_implementation not in (None, "auto"):
         options["attn_implementation"] = attn_implementation
+    if config is not None:
+        require_bitsandbytes(device)
+        options.update(quantization_config=config, device_map={"": device})
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **options)
     except (OSError, ValueError) as exc:
         raise _not_here(path, exc) from None
     model.requires_grad_(False)
-    return model.to(device).eval()
+    # A quantised model is placed as it loads (and cannot be moved after).
+    return (model if config is not None else model.to(device)).eval()
+
+
+#: AgileRL's quantisation presets, by the form they take without case or spaces.
+INT8_PRESETS = frozenset({"int8"})
+NF4_PRESETS = frozenset({"nf4", "4bit", "4-bit", "bnb-4bit", "bnb_4bit"})
+_DTYPE_SETTINGS = ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage")
+
+
+def quantization_config(value: str | dict[str, Any] | None) -> Any:
+    """``algorithm.quantization`` as a transformers ``BitsAndBytesConfig``, as AgileRL reads
+    it: ``int8`` (LLM.int8() weights), ``nf4`` and its aliases (4-bit NF4, bfloat16 compute
+    and storage, double quantisation: the QLoRA recipe), or a mapping of the config's own
+    settings (dtype names such as ``bfloat16`` allowed); None for ``none`` or no value."""
+    if value is None:
+        return None
+    preset = "".join(value.split()).lower() if isinstance(value, str) else None
+    if preset == "none":
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if preset in INT8_PRESETS:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    if preset in NF4_PRESETS:
+        return BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_quant_storage=torch.bfloat16, bnb_4bit_use_double_quant=True,
+        )  # fmt: skip
+    settings = dict(value) if isinstance(value, dict) else {}
+    for name in _DTYPE_SETTINGS:
+        if isinstance(settings.get(name), str):
+            settings[name] = getattr(torch, settings[name].removeprefix("torch."))
+    try:
+        return BitsAndBytesConfig(**settings)
+    except (TypeError, ValueError) as error:
+        raise UsageError(
+            f"algorithm.quantization: not bitsandbytes settings ({error_detail(error)})",
+            "use a preset (int8, nf4) or BitsAndBytesConfig's own keyword arguments",
+        ) from None
+
+
+def require_bitsandbytes(device: Any) -> None:
+    """Refuse a quantised base where bitsandbytes cannot load one: off a CUDA device, or
+    without the package."""
+    where = getattr(device, "type", str(device))
+    if where != "cuda":
+        raise TrainingError(
+            f"algorithm.quantization: bitsandbytes loads a quantised base on a CUDA GPU, and "
+            f"this run is on {where}",
+            "train with --device cuda, or without quantisation: --set algorithm.quantization=null",
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise TrainingError(
+            "algorithm.quantization: the bitsandbytes package is not installed",
+            "pip install bitsandbytes, or train with --set algorithm.quantization=null",
+        )
 
 
 #: Files that hold a model's weights.

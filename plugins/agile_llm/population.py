@@ -41,9 +41,9 @@ class SharedModel:
         assert isinstance(spec, LLMSpec)
         self.path = spec.model_path(manifest)
         self.tokenizer = load_tokenizer(self.path)
-        self.base = load_model(
-            self.path, device=device, attn_implementation=getattr(spec, "attn_implementation", None)
-        )
+        attention = getattr(spec, "attn_implementation", None)
+        self.base = load_model(self.path, device=device, attn_implementation=attention,
+                               quantization=spec.quantization)  # fmt: skip
         if spec.gradient_checkpointing:
             self.base.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}

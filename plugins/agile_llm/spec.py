@@ -502,7 +502,8 @@ class LLMSpec(AlgorithmSpec):
     )
     quantization: str | dict[str, Any] | None = Field(
         default=None,
-        description="Not available in agile (needs bitsandbytes and a CUDA GPU): null or 'none'.",
+        description="A quantised base: int8, nf4 (also 4bit, 4-bit, bnb-4bit) or bitsandbytes "
+        "settings; loaded by bitsandbytes on a CUDA GPU, the adapters in full precision.",
     )
     reduce_memory_peak: bool = Field(
         default=False, description="Accepted for compatibility; ignored."
@@ -672,8 +673,9 @@ class LLMSpec(AlgorithmSpec):
         ]
 
     def local_training_errors(self, manifest: Any) -> list[FieldError]:
-        """vLLM generation, a quantised base and multi-turn environments: valid in AgileRL's
-        format (Arena generates with vLLM on its GPUs), not trained by agile locally yet."""
+        """What agile does not train on this machine though AgileRL's format allows it: vLLM
+        generation (Arena generates with vLLM on its GPUs), a quantised base without
+        bitsandbytes or a CUDA GPU, and the multi-turn settings agile's trainer refuses."""
         errors = []
         if getattr(self, "use_vllm", False):
             errors.append(
@@ -686,15 +688,16 @@ class LLMSpec(AlgorithmSpec):
                 )
             )
         if self.quantization is not None and _preset(self.quantization) != "none":
-            errors.append(
-                FieldError(
-                    "algorithm.quantization",
-                    "agile loads the base model here in its own precision, not quantised "
-                    f"(bitsandbytes needs a CUDA GPU{_lacking('bitsandbytes')})",
-                    "train here with --set algorithm.quantization=null (Arena has no "
-                    "quantization field either)",
+            lacking = _lacking("bitsandbytes")
+            if lacking:
+                errors.append(
+                    FieldError(
+                        "algorithm.quantization",
+                        f"a quantised base loads through bitsandbytes on a CUDA GPU{lacking}",
+                        "train here with --set algorithm.quantization=null (Arena has no "
+                        "quantization field either)",
+                    )
                 )
-            )
         if getattr(manifest.environment, "env_type", None) == "multiturn":
             errors += self._multiturn_training_errors(manifest)
         return errors

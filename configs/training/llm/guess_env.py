@@ -6,10 +6,11 @@ AgileRL's multi-turn environments and GEM's games: ``reset(seed)`` returns the o
 and an info dict, ``step(reply)`` returns the next message, the turn's reward, whether the
 episode ended (terminated, truncated) and an info dict.
 
-Only the first character of a reply counts. A right guess ends the episode with reward 1; a
-wrong one is answered "higher:" or "lower:" until the turns run out. From 0-4 in three
-turns, a player who uses the hints (2, then 3 or 1, then 4 or 0) always wins; one who
-ignores them wins one time in five.
+The opening says which side of the middle digit the hidden one is (``above 2:``, ``below 2:``
+or ``at 2:``). Only the first character of a reply counts. A right guess ends the episode with
+reward 1; a wrong one is answered ``higher:`` or ``lower:`` until the turns run out. With five
+digits and two turns, a player who reads the messages always wins (at: 2; above: 3, then 4;
+below: 1, then 0); one who ignores them wins at most two times in five.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 class GuessDigit:
     """Guess a digit from 0 to ``size - 1`` in ``max_turns`` tries."""
 
-    def __init__(self, size: int = 5, max_turns: int = 3) -> None:
+    def __init__(self, size: int = 5, max_turns: int = 2) -> None:
         self.size = size
         self.max_turns = max_turns
         self.target = 0
@@ -30,7 +31,9 @@ class GuessDigit:
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         self.target = random.Random(seed).randrange(self.size)
         self.turn = 0
-        return f"guess 0-{self.size - 1}:", {}
+        middle = self.size // 2
+        side = "above" if self.target > middle else "below" if self.target < middle else "at"
+        return f"{side} {middle}:", {}
 
     def step(self, reply: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.turn += 1
