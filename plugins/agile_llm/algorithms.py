@@ -76,9 +76,9 @@ class SFT(LLMMember):
     def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
         batch = self._sequences(rows, data)
         model = self.model().train()
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=self.device)
         for _ in range(self.spec.update_epochs):
-            total = torch.zeros(())
+            total = torch.zeros((), device=self.device)
             for part in self.micro_batches(len(rows)):
                 loss = _scaled(self._loss(model, batch, part), part, len(rows))
                 loss.backward()
