@@ -127,7 +127,11 @@ class TrainingManifest(BaseModel):
 
     @property
     def step_unit(self) -> str:
-        """What ``training.max_steps`` counts (env steps, or the paradigm's own unit)."""
+        """What ``training.max_steps`` counts (env steps, the paradigm's own unit, or the
+        algorithm's for this manifest)."""
+        own = self.algorithm.step_unit(self)
+        if own is not None:
+            return own
         return self.paradigm.step_unit if self.paradigm is not None else "steps"
 
     def summary(self) -> str:

@@ -95,6 +95,12 @@ class AlgorithmSpec(Spec):
         default."""
         return []
 
+    def step_unit(self, manifest: Any) -> str | None:
+        """What ``training.max_steps`` counts for this manifest when it is not the paradigm's
+        unit (an LLM trained on multi-turn episodes rather than prompts, say); None: the
+        paradigm's."""
+        return None
+
     def resolve_replay_buffer(self, replay: ReplayBufferSpec) -> ReplayBufferSpec:
         """The replay section with what follows from this one filled in where the manifest
         leaves it out (``replay.model_fields_set`` says what was written); unchanged by

@@ -143,7 +143,8 @@ class LLMRunner(Runner[LLMMember]):
         if scores is None:
             return []
         rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
-        lines = [f"held-out rows: {len(rows)}"]
+        what = "episodes" if self.env.env_type == "multiturn" else "rows"
+        lines = [f"held-out {what}: {len(rows)}"]
         lines += [f"{name}: {value:.4g}" for name, value in scores.metrics.items()]
         for prompt, output, target in scores.samples:
             lines.append(f"  prompt {prompt!r} -> {output!r} (expected {target!r})")

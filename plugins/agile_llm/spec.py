@@ -316,7 +316,7 @@ class LLMEnvSpec(EnvironmentSpec):
         if named and data.get("env_name") is None and data.get("entrypoint") is None:
             data["dataset"] = data["name"]
         if "name" not in data:
-            label = data.get("dataset") or data.get("env_name")
+            label = data.get("dataset") or data.get("env_name") or data.get("entrypoint")
             if isinstance(label, str) and label:
                 data["name"] = label
         return data
@@ -562,6 +562,10 @@ class LLMSpec(AlgorithmSpec):
         section always exists, means the same.)
         """
         return manifest.network.lora_config or self.lora_config or LoraSpec()
+
+    def step_unit(self, manifest: Any) -> str | None:
+        """Episodes, for a multi-turn environment (else the paradigm's prompts)."""
+        return "episodes" if self.environment_type(manifest) == "multiturn" else None
 
     def environment_type(self, manifest: Any) -> str:
         """The environment type: the one written, else the algorithm's."""
