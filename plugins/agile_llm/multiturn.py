@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from agile_cli import TrainingError, UsageError, printable
-from agile_cli.environment import resolve_reference
+from agile_cli import TrainingError, UsageError, printable, resolve_reference
 from agile_llm.model import error_detail
 from agile_llm.rewards import Bound, RewardTimeout, as_number
 
@@ -453,7 +452,7 @@ def turn_advantages(
     (its trajectory advantage), or zero without one."""
     import torch
 
-    turns = max(e.turns for e in episodes)
+    turns = max(1, *(e.turns for e in episodes))  # an episode cut before its first reply has 0
     to_go = torch.full((len(episodes), turns), math.nan)
     for row, episode in enumerate(episodes):
         rewards = torch.tensor(episode.rewards, dtype=torch.float32)

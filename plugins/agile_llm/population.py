@@ -58,6 +58,26 @@ class SharedModel:
         #: Prompts are read as written (the tokenizer adds its own special tokens), not
         #: rendered by the chat template: set from the environment by :func:`build_population`.
         self.prompts_as_written = False
+        self._vllm = bool(getattr(spec, "use_vllm", False))
+        self._vllm_options: dict[str, Any] = {
+            "config": getattr(spec, "vllm_config", None),
+            "adapters": int(getattr(getattr(manifest, "training", None), "pop_size", 1)),
+            "seed": int(getattr(spec, "seed", 0) or 0),
+        }
+        self._engine: Any = None
+
+    def engine(self) -> Any:
+        """The vLLM engine that generates for every member (``use_vllm``), started at its
+        first use; None: the training model generates."""
+        if not self._vllm:
+            return None
+        if self._engine is None:
+            from agile_llm.vllm_engine import VLLMGenerator
+
+            self._engine = VLLMGenerator(self.path, rank=self.rank, context=self.context_length,
+                                         **self._vllm_options)  # fmt: skip
+            weakref.finalize(self, self._engine.close)
+        return self._engine
 
     @property
     def model(self) -> Any:
@@ -224,17 +244,20 @@ class LLMMember(Algorithm):
         return int(min(wanted, max(self.shared.context_length // 2, 1)))
 
     def complete(self, prompts: list[list[int]], *, explore: bool) -> text.Completions:
-        """Completions of token-id prompts, with this member's adapter."""
-        batch = text.prompt_batch(self.tokenizer, prompts, self.device)
+        """Completions of token-id prompts, with this member's adapter (through vLLM with
+        ``use_vllm``)."""
         temperature = getattr(self.spec, "temperature", 1.0) if explore else None
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)) if explore else None
-        model = self.model()
-        room = self.shared.context_length - batch.ids.shape[1]
-        return text.generate(
-            model, self.tokenizer, batch, max_new_tokens=min(self.output_tokens(), room),
-            min_new_tokens=getattr(self.spec, "min_output_tokens", None),
-            temperature=temperature, seed=seed,
-        )  # fmt: skip
+        room = min(self.output_tokens(), self.shared.context_length - max(map(len, prompts)))
+        least = getattr(self.spec, "min_output_tokens", None)
+        engine = self.shared.engine()
+        if engine is not None:
+            return engine.generate(self.tokenizer, prompts, [self] * len(prompts),  # type: ignore[no-any-return]
+                                   device=self.device, max_new_tokens=room, min_new_tokens=least,
+                                   temperature=temperature, seed=seed)  # fmt: skip
+        batch = text.prompt_batch(self.tokenizer, prompts, self.device)
+        return text.generate(self.model(), self.tokenizer, batch, max_new_tokens=room,
+                             min_new_tokens=least, temperature=temperature, seed=seed)  # fmt: skip
 
     # -- learning --------------------------------------------------------------------------------
 

@@ -396,6 +396,14 @@ def _lacking(module: str) -> str:
     return f"; this machine lacks {' and '.join(absent)}" if absent else ""
 
 
+#: ``vllm_config`` settings the vLLM engine takes, and their values when not given.
+VLLM_ENGINE_OPTIONS: dict[str, Any] = {
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.3,
+    "max_num_seqs": None,
+    "enforce_eager": None,
+}
+
 #: AgileRL's quantisation presets, as :func:`_preset` spells them.
 QUANTIZATION_PRESETS = frozenset({"none", "int8", "nf4", "4bit", "4-bit", "bnb-4bit", "bnb_4bit"})
 
@@ -430,9 +438,9 @@ _IGNORED_ALGORITHM_FIELDS: tuple[tuple[str, str], ...] = (
     ),
     ("calc_position_embeddings", "agile always lets the model compute position embeddings"),
     ("loss_norm", "agile averages the loss per micro-batch"),
-    ("vllm_config", "agile generates with Hugging Face transformers, not vLLM"),
-    ("vllm_importance_sampling_correction", "agile does not generate with vLLM"),
-    ("vllm_importance_sampling_cap", "agile does not generate with vLLM"),
+    ("vllm_config", "use_vllm is false"),
+    ("vllm_importance_sampling_correction", "agile scores vLLM's samples with the training model"),
+    ("vllm_importance_sampling_cap", "agile scores vLLM's samples with the training model"),
     ("turn_level_clip", "agile trains LLMPPO on single completions only"),
     ("turn_ratio_pooling", "agile takes importance ratios per token or per episode"),
     ("action_granularity", "agile's actions are tokens"),
@@ -681,14 +689,13 @@ class LLMSpec(AlgorithmSpec):
         generation (Arena generates with vLLM on its GPUs), a quantised base without
         bitsandbytes or a CUDA GPU, and the multi-turn settings agile's trainer refuses."""
         errors = []
-        if getattr(self, "use_vllm", False):
+        if getattr(self, "use_vllm", False) and (lacking := _lacking("vllm")):
             errors.append(
                 FieldError(
                     "algorithm.use_vllm",
-                    "agile trains here with Hugging Face transformers generation, not vLLM "
-                    f"(vLLM needs the vllm package and a CUDA GPU{_lacking('vllm')})",
-                    "train here with --set algorithm.use_vllm=false, or on Arena with "
-                    "--backend arena",
+                    f"vLLM generation needs the vllm package and a CUDA GPU{lacking}",
+                    "train here with --set algorithm.use_vllm=false (Hugging Face transformers "
+                    "generates), or on Arena with --backend arena",
                 )
             )
         if self.quantization is not None and _preset(self.quantization) != "none":
@@ -783,8 +790,14 @@ class LLMSpec(AlgorithmSpec):
         for name, reason in ignored:
             if name in fields and getattr(self, name) != fields[name].default:
                 if name == "vllm_config" and getattr(self, "use_vllm", False):
-                    continue  # use_vllm is the error to fix first
+                    continue  # the engine's settings
                 warnings.append(f"algorithm.{name}: ignored, {reason}")
+        if getattr(self, "use_vllm", False):
+            unused = sorted(
+                set(getattr(self, "vllm_config", None) or {}) - set(VLLM_ENGINE_OPTIONS)
+            )
+            warnings += [f"algorithm.vllm_config.{key}: ignored, agile's vLLM engine does not "
+                         f"use it" for key in unused]  # fmt: skip
         network = manifest.network
         if self.lora_config is not None:
             if getattr(network, "lora_config", None) is not None:
@@ -889,18 +902,23 @@ class _GenerationSpec(LLMSpec):
     )
     use_vllm: bool = Field(
         default=False,
-        description="Not supported by agile: completions are sampled with transformers.",
+        description="Sample completions with vLLM (needs the vllm package and a CUDA GPU): one "
+        "engine serves every member's adapter; else Hugging Face transformers generates.",
     )
     vllm_config: dict[str, Any] | None = Field(
-        default=None, description="Accepted for compatibility; ignored (agile does not use vLLM)."
+        default=None,
+        description="vLLM's engine settings with use_vllm: tensor_parallel_size, "
+        "gpu_memory_utilization (0.3), max_num_seqs, enforce_eager; sleep_mode is not used.",
     )
     vllm_importance_sampling_correction: bool = Field(
-        default=True, description="Accepted for compatibility; ignored (agile does not use vLLM)."
+        default=True,
+        description="Accepted for compatibility; ignored (agile computes the sampled tokens' "
+        "log-probabilities with the training model).",
     )
     vllm_importance_sampling_cap: float = Field(
         default=2.0,
         ge=0,
-        description="Accepted for compatibility; ignored (agile does not use vLLM).",
+        description="Accepted for compatibility; ignored (as vllm_importance_sampling_correction).",
     )
     cosine_lr_schedule_config: dict[str, Any] | None = Field(
         default=None,

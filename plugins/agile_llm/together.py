@@ -201,21 +201,13 @@ def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[s
     shared = members[0].shared
     assert shared.adapters is not None
     rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
-    prompts, names = [], []
-    for member, texts in zip(members, rendered, strict=True):
+    prompts, owners = [], []
+    for i, (member, texts) in enumerate(zip(members, rendered, strict=True)):
         for ids in member.prompt_ids(texts):
             prompts += [ids] * member.group()
-            names += [member.adapter] * member.group()
+            owners += [i] * member.group()
     seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator)) for m in members]
-    first = members[0]
-    batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
-    with shared.adapters.mixed(names):
-        done = text.generate(
-            shared.model.eval(), shared.tokenizer, batch,
-            max_new_tokens=min(first.output_tokens(), shared.context_length - batch.ids.shape[1]),
-            min_new_tokens=getattr(first.spec, "min_output_tokens", None),
-            temperature=getattr(first.spec, "temperature", 1.0), seed=seeds[0],
-        )  # fmt: skip
+    done = generate(members, prompts, owners, explore=True, seed=seeds[0])
     rollouts, at = [], 0
     for member, batch_rows, texts in zip(members, rows, rendered, strict=True):
         size = len(batch_rows) * member.group()
@@ -226,6 +218,29 @@ def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[s
         at += size
     _old_and_reference(members, rollouts)
     return rollouts
+
+
+def generate(
+    members: list[Any], prompts: list[list[int]], owners: list[int], *, explore: bool,
+    seed: int | None = None,
+) -> text.Completions:  # fmt: skip
+    """One generation call for every row of ``prompts``, row ``i`` continued through member
+    ``members[owners[i]]``'s adapter: by the shared vLLM engine (``use_vllm``), else by the
+    training model with the adapters mixed by row. Sampled with the first member's settings
+    and ``seed`` when exploring, else greedy."""
+    shared, first = members[0].shared, members[0]
+    room = min(first.output_tokens(), shared.context_length - max(map(len, prompts)))
+    least = getattr(first.spec, "min_output_tokens", None)
+    temperature = getattr(first.spec, "temperature", 1.0) if explore else None
+    engine = shared.engine()
+    if engine is not None:
+        return engine.generate(shared.tokenizer, prompts, [members[o] for o in owners],  # type: ignore[no-any-return]
+                               device=first.device, max_new_tokens=room, min_new_tokens=least,
+                               temperature=temperature, seed=seed)  # fmt: skip
+    batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
+    with shared.adapters.mixed([members[o].adapter for o in owners]):
+        return text.generate(shared.model.eval(), shared.tokenizer, batch, max_new_tokens=room,
+                             min_new_tokens=least, temperature=temperature, seed=seed)  # fmt: skip
 
 
 def _sample_episodes(
@@ -256,22 +271,14 @@ def play(members: list[Any], rows: list[list[Row]], data: Any, *, explore: bool)
     ]
     room = first.output_tokens()
 
-    def generate(prompts: list[list[int]], owners: list[int]) -> text.Completions:
+    def turn(prompts: list[list[int]], owners: list[int]) -> text.Completions:
         draws = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator))
                  for m in members] if explore else [0]  # fmt: skip
-        batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
-        with shared.adapters.mixed([members[o].adapter for o in owners]):
-            return text.generate(
-                shared.model.eval(), shared.tokenizer, batch,
-                max_new_tokens=min(room, shared.context_length - batch.ids.shape[1]),
-                min_new_tokens=getattr(first.spec, "min_output_tokens", None),
-                temperature=getattr(first.spec, "temperature", 1.0) if explore else None,
-                seed=draws[0],
-            )  # fmt: skip
+        return generate(members, prompts, owners, explore=explore, seed=draws[0])
 
     conversation = first.conversation(data)
     context = shared.context_length
-    played = multiturn.play(data, seeds, conversation, generate, context=context, reply_room=room)
+    played = multiturn.play(data, seeds, conversation, turn, context=context, reply_room=room)
     return [[e for e in played if e.owner == i] for i in range(len(members))]
 
 
@@ -398,17 +405,8 @@ def greedy(
     prompts = first.prompt_ids(texts)
     outputs: list[list[str]] = [[] for _ in members]
     for taking, chunks in _chunked(members, rows):
-        batch = text.prompt_batch(shared.tokenizer, [p for c in chunks for p in prompts[c]],
-                                  first.device)  # fmt: skip
-        names = [members[i].adapter for i, c in zip(taking, chunks, strict=True)
-                 for _ in range(c.stop - c.start)]  # fmt: skip
-        room = shared.context_length - batch.ids.shape[1]
-        with shared.adapters.mixed(names):
-            done = text.generate(
-                shared.model.eval(), shared.tokenizer, batch,
-                max_new_tokens=min(first.output_tokens(), room),
-                min_new_tokens=getattr(first.spec, "min_output_tokens", None),
-            )  # fmt: skip
+        owners = [i for i, c in zip(taking, chunks, strict=True) for _ in range(c.stop - c.start)]
+        done = generate(members, [p for c in chunks for p in prompts[c]], owners, explore=False)
         at = 0
         for i, chunk in zip(taking, chunks, strict=True):
             size = chunk.stop - chunk.start
