@@ -1,8 +1,8 @@
-"""Training throughput of an SFT, DPO or GRPO population of LoRA adapters: together (one
+"""Training throughput of an SFT, DPO, GRPO or LLMPPO population of LoRA adapters: together (one
 generation call, one forward and one backward pass of the base for every member's batch)
 against one by one (``--per-member``).
 
-    python benchmarks/llm_population.py MODEL_DIR [--algorithm SFT|DPO|GRPO] [--sizes 1 4 8]
+    python benchmarks/llm_population.py MODEL_DIR [--algorithm SFT|DPO|GRPO|LLMPPO] [--sizes 1 4 8]
                                         [--iterations 20] [--batch 16] [--repeats 3]
                                         [--device cpu|cuda] [--shape model|0.5b]
                                         [--shape-dir DIR]
@@ -52,8 +52,12 @@ algorithm = {"name": name, "batch_size": batch, "lr": 0.005, "gradient_checkpoin
 environment = {"dataset": "configs/training/llm/digits.jsonl"}
 if name == "SFT":
     environment["response_column"] = "answer"
-if name == "GRPO":
-    algorithm.update(group_size=4, max_output_tokens=6, temperature=1.0)
+if name in ("GRPO", "LLMPPO"):
+    algorithm.update(max_output_tokens=6, temperature=1.0)
+    if name == "GRPO":
+        algorithm["group_size"] = 4
+    else:
+        algorithm["lr_actor"] = algorithm.pop("lr")
     environment.update(prompt_template={"user_0": "{question}="}, max_reward=1.0,
                        reward_file_path="configs/training/llm/digits_reward.py",
                        reward_fn_name="digits_reward")
@@ -160,7 +164,7 @@ def table(args: argparse.Namespace, model: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
-    parser.add_argument("--algorithm", choices=["SFT", "DPO", "GRPO"], default="SFT")
+    parser.add_argument("--algorithm", choices=["SFT", "DPO", "GRPO", "LLMPPO"], default="SFT")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)

@@ -239,7 +239,31 @@ def test_scores_together_equal_the_scores_one_by_one(tiny: Path, data: Path, nam
     assert len({tuple(s.samples) for s in joint}) > 1  # the members answer differently
 
 
-def test_llmppo_trains_its_critic_one_by_one(tiny: Path, data: Path) -> None:
-    members, env = _population(tiny, data, 2, "LLMPPO")
-    rows = [env.rows_at(0, 2), env.rows_at(2, 2)]
-    assert type(members[0]).train_together(members, rows, env) is None
+def test_llmppo_steps_together_equal_the_steps_one_by_one_value_heads_included(
+    tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row valued by its own member's head; adapters and heads move as alone."""
+    _fake_sampling(monkeypatch)
+    members, env = _population(tiny, data, 3, "LLMPPO", beta=0.1)
+    for k, member in enumerate(members):  # heads that differ, so a mixed-up row would show
+        with torch.no_grad():
+            member.value_head.weight.fill_(0.01 * (k + 1))
+    rows = [env.rows_at(2 * k, 2) for k in range(3)]
+    start = [copy.deepcopy(m.value_head.state_dict()) for m in members]
+    heads: list[dict[str, torch.Tensor]] = []
+    original = type(members[0]).train_together
+
+    def train_together(*args: Any) -> Any:
+        result = original(*args)
+        heads.extend(copy.deepcopy(m.value_head.state_dict()) for m in members)
+        for member, state in zip(members, start, strict=True):
+            member.value_head.load_state_dict(state)
+        return result
+
+    monkeypatch.setattr(type(members[0]), "train_together", staticmethod(train_together))
+    learned = _same_updates(members, rows, env, losses_rtol=1e-4)
+    assert any(learned)
+    for member, together in zip(members, heads, strict=True):
+        for key, value in member.value_head.state_dict().items():
+            torch.testing.assert_close(together[key], value, rtol=1e-4, atol=1e-6)
+            assert not torch.equal(value, start[members.index(member)][key])

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from agile_llm import objectives
+from agile_llm import objectives, together
 from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, log_probs
 from agile_llm.objectives import IGNORE
 
@@ -52,12 +52,23 @@ class LLMPPO(GRPO):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log p, counted, values)``, each ``[N, T - 1]``: as :func:`log_probs`, plus the
         value of the state each labelled token is chosen in (0 where not counted)."""
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                    output_hidden_states=True)  # fmt: skip
-        current, counted = objectives.token_log_probs(out.logits, labels)
-        values = self.value_head(out.hidden_states[-1][:, :-1].float()).squeeze(-1)
-        return current, counted, values * counted
+        current, counted, hidden = log_probs_and_states(model, ids, mask, labels)
+        return current, counted, self.values(hidden, counted)
+
+    def values(self, hidden: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+        """``[N, T - 1]`` values by this member's head of the last hidden states ``hidden``
+        ``[N, T - 1, H]`` (0 where not counted)."""
+        return self.value_head(hidden.float()).squeeze(-1) * counted
+
+    @classmethod
+    def train_together(
+        cls, members: list[Any], rows: list[list[dict[str, Any]]], data: Any
+    ) -> list[float] | None:
+        """Every member's :meth:`train_step` as one computation, each row's values by its
+        own member's head (see :func:`agile_llm.together.ppo_step`)."""
+        if data.env_type == "multiturn" or not together.can_sample_together(members):
+            return None
+        return together.ppo_step(members, rows, data)
 
     # -- rollout -------------------------------------------------------------------------------
 
@@ -66,27 +77,38 @@ class LLMPPO(GRPO):
         rendered = self.render_prompts(rows, data)
         self.model().eval()
         done = self.complete(self.prompt_ids(rendered), explore=True)
-        rewards = torch.as_tensor(data.reward(done.texts, rows, rendered),
-                                  dtype=torch.float32, device=self.device)  # fmt: skip
-        self.last_rewards = rewards
-        ids, mask = done.ids, done.mask
-        labels = ids.masked_fill(~done.completion, IGNORE)
+        labels = done.ids.masked_fill(~done.completion, IGNORE)
         model = self.model()
         with torch.no_grad():
-            old, counted, values = self.log_probs_and_values(model, ids, mask, labels)
+            old, counted, values = self.log_probs_and_values(model, done.ids, done.mask, labels)
             reference = old
             if float(self.spec.beta) > 0:
                 with self.shared.reference():
-                    reference, _ = log_probs(model, ids, mask, labels)
-        counted = counted.float()
+                    reference, _ = log_probs(model, done.ids, done.mask, labels)
+        passes = {"old": old, "counted": counted, "values": values, "reference": reference}
+        return self.scored(done, labels, rows, rendered, data, passes)
+
+    def scored(
+        self, done: Any, labels: torch.Tensor, rows: list[dict[str, Any]], rendered: list[str],
+        data: Any, passes: dict[str, torch.Tensor],
+    ) -> dict[str, Any]:  # fmt: skip
+        """The rollout of sampled completions ``done`` of ``rows`` (prompts ``rendered``),
+        given the passes at sampling (``old`` log-probabilities, ``counted`` tokens, the
+        head's ``values``, the ``reference`` log-probabilities): rewards, GAE advantages and
+        returns."""
+        rewards = torch.as_tensor(data.reward(done.texts, rows, rendered),
+                                  dtype=torch.float32, device=self.device)  # fmt: skip
+        self.last_rewards = rewards
+        old, values, counted = passes["old"], passes["values"], passes["counted"].float()
         advantage, returns = objectives.generalised_advantages(
-            self.token_rewards(rewards, old, reference, counted), values, counted,
+            self.token_rewards(rewards, old, passes["reference"], counted), values, counted,
             float(self.spec.gamma), float(self.spec.gae_lambda),
         )  # fmt: skip
         if self.spec.whiten_advantages:
             advantage = whiten(advantage, counted)
-        return {"ids": ids, "mask": mask, "labels": labels, "old": old, "counted": counted,
-                "values": values, "returns": returns, "advantage": advantage}  # fmt: skip
+        return {"ids": done.ids, "mask": done.mask, "labels": labels, "old": old,
+                "counted": counted, "values": values, "returns": returns,
+                "advantage": advantage}  # fmt: skip
 
     def token_rewards(self, rewards: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
                       counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
@@ -100,12 +122,20 @@ class LLMPPO(GRPO):
 
     def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
         ids, mask, labels = rollout["ids"][part], rollout["mask"][part], rollout["labels"][part]
-        current, _, values = self.log_probs_and_values(model, ids, mask, labels)
+        current, _, hidden = log_probs_and_states(model, ids, mask, labels)
+        return self.ppo_loss(rollout, current, hidden, part)
+
+    def ppo_loss(
+        self, rollout: dict[str, Any], current: torch.Tensor, hidden: torch.Tensor,
+        part: slice = slice(None),
+    ) -> torch.Tensor:  # fmt: skip
+        """The loss of the rollout's rows ``part`` given their log-probabilities and last
+        hidden states now: the clipped surrogate plus ``vf_coef`` times the value loss."""
         counted = rollout["counted"][part]
         old = rollout["old"][part]
         policy = self.policy_loss(current, old, old, rollout["advantage"][part], counted)
-        value = self.value_loss(values, rollout["values"][part], rollout["returns"][part],
-                                counted)  # fmt: skip
+        value = self.value_loss(self.values(hidden, counted), rollout["values"][part],
+                                rollout["returns"][part], counted)  # fmt: skip
         return policy + float(self.spec.vf_coef) * value
 
     def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
@@ -156,6 +186,18 @@ class LLMPPO(GRPO):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if "value_head" in state:  # copied into this member's own head, in place
             self.value_head.load_state_dict(state["value_head"])
+
+
+def log_probs_and_states(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(log p, counted, hidden)``: as :func:`log_probs`, and the last hidden state ``[N,
+    T - 1, H]`` of the position each labelled token is chosen in."""
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                output_hidden_states=True)  # fmt: skip
+    current, counted = objectives.token_log_probs(out.logits, labels)
+    return current, counted, out.hidden_states[-1][:, :-1]
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -196,6 +196,79 @@ def grpo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[floa
     return losses
 
 
+def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float]:
+    """One :meth:`~agile_llm.ppo.LLMPPO.train_step` of every member, together: one generation
+    call, one pass for the log-probabilities and hidden states at sampling (each member's
+    rows valued by its own head), one under the reference, and one policy and value pass per
+    epoch; each member steps its adapter and its head. Sampling as in :func:`grpo_step`.
+
+    :returns: each member's loss, as its own step returns it.
+    """
+    from agile_llm.ppo import log_probs_and_states  # ppo imports this module
+
+    shared = members[0].shared
+    assert shared.adapters is not None
+    rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
+    prompts, owners = [], []
+    for i, (member, texts) in enumerate(zip(members, rendered, strict=True)):
+        ids = member.prompt_ids(texts)
+        prompts += ids
+        owners += [i] * len(ids)
+    seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator)) for m in members]
+    done = generate(members, prompts, owners, explore=True, seed=seeds[0])
+    labels = done.ids.masked_fill(~done.completion, IGNORE)
+    with torch.no_grad():
+        with shared.adapters.mixed([members[o].adapter for o in owners]):
+            old, counted, hidden = log_probs_and_states(shared.model.eval(), done.ids,
+                                                        done.mask, labels)  # fmt: skip
+        reference = old
+        if any(float(m.spec.beta) > 0 for m in members):
+            with shared.reference():
+                reference = _log_probs(shared.model, done.ids, done.mask, labels)
+    rollouts, at = [], 0
+    for i, member in enumerate(members):
+        own = slice(at, at + len(rows[i]))
+        at = own.stop
+        penalised = float(member.spec.beta) > 0
+        with torch.no_grad():
+            values = member.values(hidden[own], counted[own])
+        passes = {"old": old[own], "counted": counted[own], "values": values,
+                  "reference": (reference if penalised else old)[own]}  # fmt: skip
+        part = text.Completions(done.ids[own], done.mask[own], done.completion[own],
+                                done.texts[own])  # fmt: skip
+        rollouts.append(member.scored(part, labels[own], rows[i], rendered[i], data, passes))
+    return _ppo_epochs(members, rollouts)
+
+
+def _ppo_epochs(members: list[Any], rollouts: list[dict[str, Any]]) -> list[float]:
+    """Each member's ``update_epochs`` passes over its rollout, one pass of the base per
+    epoch for every member that takes it."""
+    from agile_llm.ppo import log_probs_and_states
+
+    shared = members[0].shared
+    assert shared.adapters is not None
+    losses = [0.0] * len(members)
+    epochs = [int(m.spec.update_epochs) for m in members]
+    for epoch in range(max(epochs, default=0)):
+        taking = [i for i in range(len(members)) if epochs[i] > epoch]
+        ids, mask, labels, names = _joined([rollouts[i] for i in taking],
+                                           [members[i].adapter for i in taking])  # fmt: skip
+        with shared.adapters.mixed(names):
+            current, _, hidden = log_probs_and_states(shared.model.train(), ids, mask, labels)
+            total, at = current.new_zeros(()), 0
+            for i in taking:
+                size, width = rollouts[i]["ids"].shape
+                rows = slice(at, at + size)
+                loss = members[i].ppo_loss(rollouts[i], current[rows, : width - 1],
+                                           hidden[rows, : width - 1])  # fmt: skip
+                losses[i] = float(loss.detach())
+                total, at = total + loss, at + size
+            total.backward()
+        for i in taking:
+            members[i].step()
+    return losses
+
+
 def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[str, Any] | None]:
     """Every member's rollout (as :meth:`GRPO._rollout` makes it), sampled in one call."""
     shared = members[0].shared
