@@ -17,6 +17,7 @@ import torch
 from agile_llm import objectives, together
 from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, log_probs
 from agile_llm.objectives import IGNORE
+from agile_llm.text import log_probs_and_states
 
 
 class LLMPPO(GRPO):
@@ -186,18 +187,6 @@ class LLMPPO(GRPO):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if "value_head" in state:  # copied into this member's own head, in place
             self.value_head.load_state_dict(state["value_head"])
-
-
-def log_probs_and_states(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(log p, counted, hidden)``: as :func:`log_probs`, and the last hidden state ``[N,
-    T - 1, H]`` of the position each labelled token is chosen in."""
-    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                output_hidden_states=True)  # fmt: skip
-    current, counted = objectives.token_log_probs(out.logits, labels)
-    return current, counted, out.hidden_states[-1][:, :-1]
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

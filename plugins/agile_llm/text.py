@@ -245,3 +245,15 @@ def log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.T
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
     return objectives.token_log_probs(logits, labels)
+
+
+def log_probs_and_states(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(log p, counted, hidden)``: as :func:`log_probs`, and the last hidden state ``[N,
+    T - 1, H]`` of the position each labelled token is chosen in."""
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                output_hidden_states=True)  # fmt: skip
+    current, counted = objectives.token_log_probs(out.logits, labels)
+    return current, counted, out.hidden_states[-1][:, :-1]

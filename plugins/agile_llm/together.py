@@ -204,8 +204,6 @@ def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float
 
     :returns: each member's loss, as its own step returns it.
     """
-    from agile_llm.ppo import log_probs_and_states  # ppo imports this module
-
     shared = members[0].shared
     assert shared.adapters is not None
     rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
@@ -219,7 +217,7 @@ def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float
     labels = done.ids.masked_fill(~done.completion, IGNORE)
     with torch.no_grad():
         with shared.adapters.mixed([members[o].adapter for o in owners]):
-            old, counted, hidden = log_probs_and_states(shared.model.eval(), done.ids,
+            old, counted, hidden = text.log_probs_and_states(shared.model.eval(), done.ids,
                                                         done.mask, labels)  # fmt: skip
         reference = old
         if any(float(m.spec.beta) > 0 for m in members):
@@ -243,8 +241,6 @@ def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float
 def _ppo_epochs(members: list[Any], rollouts: list[dict[str, Any]]) -> list[float]:
     """Each member's ``update_epochs`` passes over its rollout, one pass of the base per
     epoch for every member that takes it."""
-    from agile_llm.ppo import log_probs_and_states
-
     shared = members[0].shared
     assert shared.adapters is not None
     losses = [0.0] * len(members)
@@ -254,7 +250,7 @@ def _ppo_epochs(members: list[Any], rollouts: list[dict[str, Any]]) -> list[floa
         ids, mask, labels, names = _joined([rollouts[i] for i in taking],
                                            [members[i].adapter for i in taking])  # fmt: skip
         with shared.adapters.mixed(names):
-            current, _, hidden = log_probs_and_states(shared.model.train(), ids, mask, labels)
+            current, _, hidden = text.log_probs_and_states(shared.model.train(), ids, mask, labels)
             total, at = current.new_zeros(()), 0
             for i in taking:
                 size, width = rollouts[i]["ids"].shape
