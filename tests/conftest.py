@@ -68,3 +68,28 @@ algorithm:
 environment:
   name: CartPole-v1
 """
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny local language model (``agile llm tiny-model``, 40 pretraining steps), made
+    once per test process; a module that needs another pretraining defines its own."""
+    from agile_llm.tiny import make_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-llm")
+    make_tiny_model(path, steps=40, seed=0)
+    return path
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """The digits rows as a JSON-lines file, with the reward file ``reward.py`` (``exact``)
+    beside it."""
+    import json
+
+    from .llm_rows import REWARD, ROWS
+
+    path = tmp_path / "digits.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
+    (tmp_path / "reward.py").write_text(REWARD, encoding="utf-8")
+    return path

@@ -29,7 +29,8 @@ from agile_llm import text
 from agile_llm.rewards import RewardFunction
 from agile_llm.tiny import character_tokenizer, make_tiny_model
 
-from .test_llm_training import ROWS, manifest, write_manifest
+from .llm_rows import ROWS
+from .test_llm_training import manifest, write_manifest
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import yaml
 
 from agile_cli import TrainingError, TrainingManifest, UsageError, installed_registry
 from agile_llm import multiturn, text
-from agile_llm.tiny import make_tiny_model
 
 from .test_llm_prompt_format import TEMPLATE
 
@@ -58,13 +57,6 @@ class Guess:
 def make(**options):
     return Guess(**options)
 '''
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llm")
-    make_tiny_model(path, steps=40, seed=0)
-    return path
 
 
 @pytest.fixture

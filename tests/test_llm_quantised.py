@@ -17,7 +17,6 @@ import torch
 
 from agile_cli import TrainingError, UsageError
 from agile_llm import model as model_module
-from agile_llm.tiny import make_tiny_model
 
 
 @pytest.mark.parametrize("preset", ["nf4", "4bit", "4 bit", "BNB-4bit", "bnb_4bit"])
@@ -38,13 +37,6 @@ def test_int8_none_and_settings() -> None:
     assert config.load_in_4bit and config.bnb_4bit_compute_dtype == torch.float16
     with pytest.raises(UsageError, match=r"algorithm\.quantization"):
         model_module.quantization_config({"load_in_4bit": True, "load_in_8bit": True})
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llm")
-    make_tiny_model(path, steps=1, seed=0)
-    return path
 
 
 def test_off_a_gpu_a_quantised_base_is_refused_before_loading(tiny: Path) -> None:

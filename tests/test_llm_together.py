@@ -5,7 +5,6 @@ hyperparameters included; --per-member trains them one by one."""
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +16,8 @@ pytest.importorskip("peft")
 import torch
 
 from agile_cli import TrainingManifest, installed_registry
-from agile_llm.tiny import make_tiny_model
 
-from .test_llm_training import REWARD, ROWS, manifest
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llm")
-    make_tiny_model(path, steps=40, seed=0)
-    return path
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
-    path = tmp_path / "digits.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
-    (tmp_path / "reward.py").write_text(REWARD, encoding="utf-8")
-    return path
+from .test_llm_training import manifest
 
 
 def _population(

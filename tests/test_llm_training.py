@@ -22,35 +22,8 @@ import torch
 
 from agile_cli import TrainingManifest, installed_registry
 from agile_cli.training import checkpoint
-from agile_llm.tiny import make_tiny_model
 
-ROWS = [
-    {"question": q, "answer": a, "prompt": q + "=", "chosen": a, "rejected": q}
-    for q, a in (("12", "23"), ("45", "56"), ("70", "81"), ("39", "40"), ("88", "99"),
-                 ("05", "16"), ("61", "72"), ("27", "38"), ("93", "04"), ("54", "65"))
-]  # fmt: skip
-
-LORA = {"lora_r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"], "lora_dropout": 0.0}
-
-REWARD = """
-def exact(completion, answer, question):
-    return 1.0 if completion.strip() == answer else 0.0
-"""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llm")
-    make_tiny_model(path, steps=40, seed=0)
-    return path
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
-    path = tmp_path / "digits.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
-    (tmp_path / "reward.py").write_text(REWARD, encoding="utf-8")
-    return path
+from .llm_rows import LORA
 
 
 def manifest(algorithm: str, tiny: Path, data: Path, **extra: Any) -> dict[str, Any]:

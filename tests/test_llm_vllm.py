@@ -21,9 +21,8 @@ import yaml
 
 from agile_cli import TrainingError, TrainingManifest, installed_registry
 from agile_llm import spec as spec_module
-from agile_llm.tiny import make_tiny_model
 
-from .test_llm_training import REWARD, ROWS, manifest
+from .test_llm_training import manifest
 
 
 class Engine:
@@ -85,23 +84,6 @@ def vllm(monkeypatch: pytest.MonkeyPatch, tiny: Path) -> type[Engine]:
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(Engine, "made", [])
     return Engine
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llm")
-    make_tiny_model(path, steps=40, seed=0)
-    return path
-
-
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
-    import json
-
-    path = tmp_path / "digits.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
-    (tmp_path / "reward.py").write_text(REWARD, encoding="utf-8")
-    return path
 
 
 def _content(tiny: Path, data: Path) -> dict[str, Any]:

@@ -156,7 +156,8 @@ def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("algorithm", LLM_ALGORITHMS)
 def test_a_seed_fixes_an_llm_run(algorithm, tiny_llm, tmp_path) -> None:
-    from tests.test_llm_training import ROWS, manifest
+    from tests.llm_rows import ROWS
+    from tests.test_llm_training import manifest
 
     data = tmp_path / "digits.jsonl"
     data.write_text("".join(f"{json.dumps(row)}\n" for row in ROWS))

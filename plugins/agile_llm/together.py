@@ -13,7 +13,7 @@ algorithms (:mod:`.algorithms`) call this module, never the other way round.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -175,25 +175,11 @@ def grpo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[floa
     sample = _sample_episodes if data.env_type == "multiturn" else _sample
     sampled = sample(members, rows, data)
     rollouts = {i: rollout for i, rollout in enumerate(sampled) if rollout is not None}
-    losses = [0.0] * len(members)
-    epochs = {i: int(members[i].spec.update_epochs) for i in rollouts}
-    for epoch in range(max(epochs.values(), default=0)):
-        taking = [i for i in rollouts if epochs[i] > epoch]
-        ids, mask, labels, names = _joined([rollouts[i] for i in taking],
-                                           [members[i].adapter for i in taking])  # fmt: skip
-        with shared.adapters.mixed(names):
-            current = _log_probs(shared.model.train(), ids, mask, labels)
-            total, at = current.new_zeros(()), 0
-            for i in taking:
-                size, width = rollouts[i]["ids"].shape
-                own = current[at : at + size, : width - 1]
-                loss = members[i]._policy_loss(rollouts[i], own)
-                losses[i] = float(loss.detach())
-                total, at = total + loss, at + size
-            total.backward()
-        for i in taking:
-            members[i].step()
-    return losses
+
+    def loss(member: Any, rollout: dict[str, Any], passed: Any, rows: slice, width: int) -> Any:
+        return member._policy_loss(rollout, passed[rows, : width - 1])
+
+    return _policy_epochs(members, rollouts, _log_probs, loss)
 
 
 def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float]:
@@ -235,30 +221,39 @@ def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float
         part = text.Completions(done.ids[own], done.mask[own], done.completion[own],
                                 done.texts[own])  # fmt: skip
         rollouts.append(member.scored(part, labels[own], rows[i], rendered[i], data, passes))
-    return _ppo_epochs(members, rollouts)
+
+    def loss(member: Any, rollout: dict[str, Any], passed: Any, rows: slice, width: int) -> Any:
+        current, _, hidden = passed
+        return member.ppo_loss(rollout, current[rows, : width - 1], hidden[rows, : width - 1])
+
+    return _policy_epochs(members, dict(enumerate(rollouts)), text.log_probs_and_states, loss)
 
 
-def _ppo_epochs(members: list[Any], rollouts: list[dict[str, Any]]) -> list[float]:
-    """Each member's ``update_epochs`` passes over its rollout, one pass of the base per
-    epoch for every member that takes it."""
+def _policy_epochs(
+    members: list[Any], rollouts: dict[int, dict[str, Any]], forward: Callable[..., Any],
+    loss: Callable[[Any, dict[str, Any], Any, slice, int], torch.Tensor],
+) -> list[float]:  # fmt: skip
+    """Each member's ``update_epochs`` passes over its rollout (``rollouts``: by member
+    position), one training pass of the base per epoch for every member that takes it:
+    ``forward(model, ids, mask, labels)`` makes the pass, ``loss(member, rollout, passed,
+    rows, width)`` a member's loss from its ``rows`` of what the pass gave; each member's
+    optimizers step after each epoch. Returns each member's last loss (0 for none)."""
     shared = members[0].shared
     assert shared.adapters is not None
     losses = [0.0] * len(members)
-    epochs = [int(m.spec.update_epochs) for m in members]
-    for epoch in range(max(epochs, default=0)):
-        taking = [i for i in range(len(members)) if epochs[i] > epoch]
+    epochs = {i: int(members[i].spec.update_epochs) for i in rollouts}
+    for epoch in range(max(epochs.values(), default=0)):
+        taking = [i for i in rollouts if epochs[i] > epoch]
         ids, mask, labels, names = _joined([rollouts[i] for i in taking],
                                            [members[i].adapter for i in taking])  # fmt: skip
         with shared.adapters.mixed(names):
-            current, _, hidden = text.log_probs_and_states(shared.model.train(), ids, mask, labels)
-            total, at = current.new_zeros(()), 0
+            passed = forward(shared.model.train(), ids, mask, labels)
+            total, at = torch.zeros((), device=ids.device), 0
             for i in taking:
                 size, width = rollouts[i]["ids"].shape
-                rows = slice(at, at + size)
-                loss = members[i].ppo_loss(rollouts[i], current[rows, : width - 1],
-                                           hidden[rows, : width - 1])  # fmt: skip
-                losses[i] = float(loss.detach())
-                total, at = total + loss, at + size
+                own = loss(members[i], rollouts[i], passed, slice(at, at + size), width)
+                losses[i] = float(own.detach())
+                total, at = total + own, at + size
             total.backward()
         for i in taking:
             members[i].step()
