@@ -68,6 +68,7 @@ from agile_cli.models.replay_buffer import NStepBufferArgs, ReplayBufferSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
+from agile_cli.runtime.member import Member
 from agile_cli.signals import interrupt_held
 
 __version__ = "0.1.0"
@@ -276,6 +277,7 @@ __all__ = [
     "LocalTrainer",
     "LogStd",
     "ManifestError",
+    "Member",
     "MemberGroup",
     "MemberOutcome",
     "MemberRecord",

@@ -18,8 +18,8 @@ from agile_cli.errors import AgileError, UsageError
 if TYPE_CHECKING:
     import torch
 
-    from agile_cli.runtime.agent import Algorithm
     from agile_cli.runtime.exported import ExportedPolicy
+    from agile_cli.runtime.member import Member
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts"}
 """Each format and the suffix of its default file name."""
@@ -34,7 +34,7 @@ def default_path(source: Path, fmt: str) -> Path:
     return stem.with_suffix(FORMATS[fmt])
 
 
-def exported_policy(agent: Algorithm, name: str) -> ExportedPolicy:
+def exported_policy(agent: Member, name: str) -> ExportedPolicy:
     """The agent's greedy policy module, on the CPU.
 
     :param name: the algorithm's name, for the refusal.

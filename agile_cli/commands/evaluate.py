@@ -13,7 +13,7 @@ from agile_cli.host.registry import Registry
 
 if TYPE_CHECKING:
     from agile_cli.manifest import TrainingManifest
-    from agile_cli.runtime.agent import Algorithm
+    from agile_cli.runtime.member import Member
 
 #: The most characters ``agile evaluate`` shows of one line a paradigm adds under its score.
 DETAIL_WIDTH = 400
@@ -83,7 +83,7 @@ def _check(options: EvaluateOptions) -> None:
         )
 
 
-def _score(agent: Algorithm, manifest: TrainingManifest, registry: Registry,
+def _score(agent: Member, manifest: TrainingManifest, registry: Registry,
            options: EvaluateOptions, who: str) -> None:  # fmt: skip
     from agile_cli.training.evaluation import score
 

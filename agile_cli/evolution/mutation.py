@@ -1,4 +1,7 @@
-"""Mutations: architecture, parameter noise, activation and RL-hyperparameter changes."""
+"""Mutations: architecture, parameter noise, activation and RL-hyperparameter changes.
+
+Hyperparameter mutation uses the :class:`~agile_cli.Member` contract; the other three change
+networks, and apply to :class:`~agile_cli.Algorithm` members only."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import torch
 from agile_cli.models.algorithm import AlgorithmSpec
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.runtime.agent import Algorithm
+from agile_cli.runtime.member import Member
 
 ACTIVATIONS = ("ReLU", "ELU", "GELU")
 
@@ -75,7 +79,7 @@ class Mutator:
 
     def mutate(
         self,
-        population: list[Algorithm],
+        population: list[Member],
         *,
         pre_training: bool = False,
         only: list[int] | None = None,
@@ -93,16 +97,20 @@ class Mutator:
         for member, draw in zip(chosen, draws, strict=True):
             member.record.mutation = self.apply(member, kinds[int(draw)])
 
-    def apply(self, member: Algorithm, kind: str) -> str:
+    def apply(self, member: Member, kind: str) -> str:
         """Apply one mutation of ``kind``; return a label describing it."""
+        if kind == "rl_hp":
+            return self._hyperparameter(member)
+        if kind == "none":
+            return "none"
+        if not isinstance(member, Algorithm):  # the other kinds change networks
+            return f"none ({kind} mutation does not apply)"
         if kind == "architecture":
             return self._architecture(member)
         if kind == "parameters":
             return self._parameters(member)
         if kind == "activation":
             return self._activation(member)
-        if kind == "rl_hp":
-            return self._hyperparameter(member)
         return "none"
 
     def _architecture(self, member: Algorithm) -> str:
@@ -140,7 +148,7 @@ class Mutator:
         member.set_architecture(member.arch.with_activation(activation))
         return f"activation={activation}"
 
-    def _hyperparameter(self, member: Algorithm) -> str:
+    def _hyperparameter(self, member: Member) -> str:
         if not self.ranges:
             return "none"
         names = sorted(self.ranges)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from agile_cli.models.selection import TournamentSelectionSpec
-from agile_cli.runtime.agent import Algorithm
+from agile_cli.runtime.member import Member
 
 
 @dataclass
@@ -22,12 +22,12 @@ class Selection:
         strategy labels the others' ``record.mutation`` itself (e.g. ``"none"``).
     """
 
-    elite: Algorithm
-    population: list[Algorithm]
+    elite: Member
+    population: list[Member]
     to_mutate: list[int] | None = None
 
 
-def last_fitness(member: Algorithm) -> float:
+def last_fitness(member: Member) -> float:
     """The member's most recent fitness (minus infinity before its first evaluation)."""
     return member.record.fitness[-1] if member.record.fitness else float("-inf")
 
@@ -44,10 +44,10 @@ class SelectionStrategy(abc.ABC):
         self._next_index = 0
 
     @abc.abstractmethod
-    def select(self, population: list[Algorithm], rng: np.random.Generator) -> Selection:
+    def select(self, population: list[Member], rng: np.random.Generator) -> Selection:
         """Build the next generation; draw randomness only from ``rng``."""
 
-    def new_index(self, population: list[Algorithm]) -> int:
+    def new_index(self, population: list[Member]) -> int:
         """A member index never used before in this run."""
         self._next_index = max(self._next_index, *(m.index + 1 for m in population))
         index = self._next_index
@@ -62,7 +62,7 @@ class SelectionStrategy(abc.ABC):
         """Continue from :meth:`state_dict`'s data."""
         self._next_index = int(state["next_index"])
 
-    def metrics(self, population: list[Algorithm]) -> dict[str, Any]:
+    def metrics(self, population: list[Member]) -> dict[str, Any]:
         """Plain data about ``population`` and the last selection, recorded under
         ``selection`` in the generation's line of ``metrics.jsonl``; empty: nothing."""
         return {}
@@ -86,13 +86,13 @@ class TournamentSelection(SelectionStrategy):
         self.tournament_size = tournament_size
         self.elitism = elitism
 
-    def select(self, population: list[Algorithm], rng: np.random.Generator) -> Selection:
+    def select(self, population: list[Member], rng: np.random.Generator) -> Selection:
         fitness = np.array([last_fitness(member) for member in population])
         # Distinct ranks; among equal fitness the later member ranks higher.
         ranks = np.argsort(np.argsort(fitness, kind="stable"), kind="stable")
         best = population[int(np.argmax(ranks))]
         elite = best.clone(best.index)
-        chosen: list[Algorithm] = [elite.clone(elite.index)] if self.elitism else []
+        chosen: list[Member] = [elite.clone(elite.index)] if self.elitism else []
         while len(chosen) < len(population):
             contestants = rng.integers(0, len(population), size=self.tournament_size)
             winner = population[int(contestants[np.argmax(ranks[contestants])])]

@@ -34,6 +34,7 @@ from agile_cli.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgor
 from agile_cli.runtime.algorithms.deterministic import DeterministicActorCritic
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer
 from agile_cli.runtime.group import GroupLearner, MemberGroup, group_learner_of, group_members
+from agile_cli.runtime.member import Member
 from agile_cli.training import setup
 from agile_cli.training.runners import (
     EpisodeTracker,
@@ -47,7 +48,7 @@ from agile_cli.training.runners import (
 )
 
 
-def applies(manifest: TrainingManifest, cls: type[Algorithm]) -> bool:
+def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
     """Whether a run of ``manifest`` can train as a batched population: a single-agent
     off- or on-policy algorithm whose class has a group learner, trained by the core's
     runner of its family, in environments whose number the manifest sets. Deterministic
@@ -60,7 +61,7 @@ def applies(manifest: TrainingManifest, cls: type[Algorithm]) -> bool:
     if shares and issubclass(cls, DeterministicActorCritic):
         return False
     families = (OffPolicyAlgorithm, OnPolicyAlgorithm)
-    if group_learner_of(cls) is None or not issubclass(cls, families):
+    if not issubclass(cls, families) or group_learner_of(cls) is None:
         return False
     return "num_envs" in type(manifest.environment).model_fields
 

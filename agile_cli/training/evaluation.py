@@ -12,7 +12,8 @@ from agile_cli.errors import AgileError, UsageError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch
-from agile_cli.runtime.agent import AgentContext, Algorithm
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.member import Member
 from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.runners import Runner, first_episode_returns
@@ -25,7 +26,7 @@ def load_agent(
     member: int | None = None,
     device: str = "auto",
     trust_code: bool = False,
-) -> tuple[Algorithm, TrainingManifest]:
+) -> tuple[Member, TrainingManifest]:
     """The saved agent and its manifest. ``path``: a run folder, elite.pt or a checkpoint.
 
     :param trust_code: build the environment even when the checkpoint names code that this
@@ -56,8 +57,7 @@ def load_agent(
                 agent = setup.build_population(manifest, cls, env, context, size=1)[0]
             else:
                 arch = NetworkArch.from_dict(saved["arch"])
-                agent = cls(manifest.algorithm, **spaces, arch=arch, context=context,
-                            index=saved["index"])  # fmt: skip
+                agent = setup.network_member(manifest, cls, spaces, arch, context, saved["index"])
             agent.load_state_dict(saved)
     finally:
         env.close()
@@ -116,7 +116,7 @@ class Evaluation:
 
 
 def score(
-    agent: Algorithm, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
+    agent: Member, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
 ) -> Evaluation:
     """Returns of ``episodes`` full episodes, acting without exploration; or, for a paradigm
     whose runner scores members its own way (bandits, a plugin's paradigm without episodes),

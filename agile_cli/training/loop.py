@@ -23,7 +23,8 @@ from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.run_options import LocalRunOptions
-from agile_cli.runtime.agent import AgentContext, Algorithm
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.member import Member
 from agile_cli.signals import interrupt_held
 from agile_cli.training import batched, budget, checkpoint, setup, trust
 from agile_cli.training.batched_on_policy import batched_runner
@@ -97,7 +98,7 @@ class LoopState:
 class TrainResult:
     """What a finished (or interrupted) run returns."""
 
-    population: list[Algorithm]
+    population: list[Member]
     fitnesses: list[float]
     summary: dict[str, Any]
     run_dir: Path
@@ -174,7 +175,7 @@ class EvolutionLoop:
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
-        self.elite: Algorithm | None = None
+        self.elite: Member | None = None
         self.sinks: list[MetricSink] = []
         # Last, so that a manifest that cannot be built leaves no empty run folder behind.
         self.folder = folder or RunFolder.create(
@@ -343,7 +344,7 @@ class EvolutionLoop:
     def _title(self) -> str:
         return f"{self.manifest.algorithm_name} on {self.manifest.environment.name}"
 
-    def _shown_hyperparameters(self, member: Algorithm) -> dict[str, float | int]:
+    def _shown_hyperparameters(self, member: Member) -> dict[str, float | int]:
         """The hyperparameters evolution changes (all mutable ones without evolution)."""
         values = member.hyperparameters()
         names = self.mutator.ranges if self.mutator is not None else member.spec.default_mutable
@@ -432,7 +433,7 @@ class EvolutionLoop:
             "code_seal": trust.seal(manifest),
         }
 
-    def _save_member(self, member: Algorithm, path: Path) -> None:
+    def _save_member(self, member: Member, path: Path) -> None:
         state = {**self._header(checkpoint.MEMBER), "member": member.state_dict()}
         checkpoint.save_atomically(state, path)
         if path == self.folder.elite:
@@ -521,7 +522,7 @@ class EvolutionLoop:
             self.env.close()
         return TrainResult(self.population, fitnesses, summary, self.folder.path, interrupted)
 
-    def _summary(self, best: Algorithm | None, interrupted: bool) -> dict[str, Any]:
+    def _summary(self, best: Member | None, interrupted: bool) -> dict[str, Any]:
         state = self.state
         seconds = state.wall_seconds
         return {
@@ -558,7 +559,7 @@ def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:
     return manifest.mutation.rand_seed if manifest.mutation is not None else 0
 
 
-def network_size(member: Algorithm) -> int | None:
+def network_size(member: Member) -> int | None:
     """How many weights the member's networks hold; None where it has none of its own."""
     networks = getattr(member, "networks", None)
     if not networks:

@@ -22,7 +22,8 @@ import torch
 from agile_cli.host.plugins import installed_registry
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.runtime.agent import AgentContext, Algorithm
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.member import Member
 from agile_cli.training import batched, setup
 from agile_cli.training.batched_on_policy import batched_runner
 from agile_cli.training.runners import GenerationStats, Progress, Runner
@@ -109,8 +110,8 @@ class MemberTrainer:
     def _runner(self, runner: Runner[Any]) -> Runner[Any]:
         return batched_runner(runner, self.members) if self.batched else runner
 
-    def member(self, state: dict[str, Any]) -> Algorithm:
-        """A member restored from ``state`` (a :meth:`Algorithm.state_dict`)."""
+    def member(self, state: dict[str, Any]) -> Member:
+        """A member restored from ``state`` (a :meth:`~agile_cli.Member.state_dict`)."""
         member = self.template.clone(int(state["index"]))
         member.load_state_dict(state)
         return member

@@ -2,7 +2,7 @@
 
 Vector environments use gymnasium's next-step autoreset: the step after an episode ends only
 resets that sub-environment. Those steps are masked out of learning (``valid`` below), and
-the member hears through :meth:`~agile_cli.runtime.agent.Algorithm.reset_state` that the observation
+the member hears through :meth:`~agile_cli.Member.reset_state` that the observation
 they return starts a new episode (as it does after ``env.reset()``).
 """
 
@@ -16,11 +16,12 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from agile_cli.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
+from agile_cli.runtime.agent import LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_cli.runtime.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+from agile_cli.runtime.member import Member
 from agile_cli.runtime.rollout import Rollout
 
-A = TypeVar("A", bound=Algorithm)
+A = TypeVar("A", bound=Member)
 
 #: What a runner calls as it trains: ``progress(n)`` each time ``n`` more steps are done. The
 #: loop's callback is also an :class:`EpisodeProgress`, which hears of finished episodes (a
@@ -53,7 +54,7 @@ def learned_loss(result: LearnResult | float) -> float:
     return result.loss if isinstance(result, LearnResult) else float(result)
 
 
-def budget_progress(member: Algorithm) -> float:
+def budget_progress(member: Member) -> float:
     """The fraction of its step budget (``training.max_steps``) the member has trained, at
     most 1."""
     return min(1.0, member.record.steps / member.context.training.max_steps)
@@ -63,7 +64,7 @@ def budget_progress(member: Algorithm) -> float:
 _PURPOSES = {"train": 0, "score": 1}
 
 
-def reset_seed(members: Sequence[Algorithm], purpose: str, round_: int = 0) -> int:
+def reset_seed(members: Sequence[Member], purpose: str, round_: int = 0) -> int:
     """The seed of the ``env.reset`` that starts training (``purpose`` "train") or scoring
     ("score") ``members``: drawn from the run's seed and how far the members have trained,
     so that a run resumed from a checkpoint resets its environments exactly as the
@@ -355,7 +356,7 @@ def rollout_lengths(total: int, learn_step: int, num_envs: int) -> list[int]:
     return [total // count + (1 if i < total % count else 0) for i in range(count)]
 
 
-def evaluate(member: Algorithm, env: Any, episodes: int, max_steps: int | None) -> float:
+def evaluate(member: Member, env: Any, episodes: int, max_steps: int | None) -> float:
     """Mean return of each sub-environment's first episode, averaged over ``episodes`` rounds.
 
     The member acts without exploration (greedy / deterministic), round ``r`` starting from
@@ -369,7 +370,7 @@ def evaluate(member: Algorithm, env: Any, episodes: int, max_steps: int | None) 
 
 
 def first_episode_returns(
-    member: Algorithm, env: Any, max_steps: int | None, seed: int | None = None
+    member: Member, env: Any, max_steps: int | None, seed: int | None = None
 ) -> np.ndarray:
     """The return of each sub-environment's first episode (cut at ``max_steps`` steps),
     acting without exploration."""

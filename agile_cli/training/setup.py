@@ -3,6 +3,7 @@ and, through the algorithm's paradigm, the shared buffer and the runner."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,8 @@ from agile_cli.errors import TrainingError, UsageError
 from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch, arch_from_spec
-from agile_cli.runtime.agent import AgentContext, Algorithm
+from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.member import Member, missing_methods
 from agile_cli.training.runners import Runner
 
 
@@ -51,23 +53,34 @@ def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
     return manifest.paradigm
 
 
-def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Algorithm]:
-    """The implementation class of the manifest's algorithm (imported now)."""
+def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Member]:
+    """The implementation class of the manifest's algorithm (imported now): an
+    :class:`~agile_cli.Algorithm` subclass, or any class with the methods of
+    :class:`~agile_cli.Member`.
+
+    :raises TrainingError: it is not a class, or it lacks some of those methods (named).
+    """
     entry = registry.algorithms[manifest.algorithm_name]
     cls = entry.load()
-    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+    if not isinstance(cls, type):
         raise TrainingError(f"{entry.implementation} is not an agile_cli Algorithm subclass")
+    if missing := missing_methods(cls):
+        raise TrainingError(
+            f"{entry.implementation} is not an agile_cli Algorithm subclass, and lacks "
+            f"{', '.join(missing)} of the agile_cli.Member contract",
+            "subclass agile_cli.Algorithm, or give the class every method agile_cli.Member lists",
+        )
     return cls
 
 
 def build_population(
     manifest: TrainingManifest,
-    cls: type[Algorithm],
+    cls: type[Member],
     env: Any,
     context: AgentContext,
     arch: NetworkArch | None = None,
     size: int | None = None,
-) -> list[Algorithm]:
+) -> list[Member]:
     """``size`` (default ``pop_size``) fresh members with indices 0, 1, ...: each built alone
     from the network section, or all together by the paradigm's population factory."""
     paradigm = _paradigm(manifest)
@@ -79,7 +92,7 @@ def build_population(
     members = []
     for index in range(size or manifest.training.pop_size):
         try:
-            member = cls(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
+            member = network_member(manifest, cls, spaces, arch, context, index)
         except NotImplementedError as exc:
             name, said = manifest.algorithm_name, str(exc)
             raise TrainingError(said if said.startswith(name) else f"{name}: {said}") from None
@@ -87,7 +100,22 @@ def build_population(
     return members
 
 
-def build_one_member(manifest: TrainingManifest, registry: Registry, env: Any) -> Algorithm:
+def network_member(
+    manifest: TrainingManifest,
+    cls: type[Member],
+    spaces: dict[str, Any],
+    arch: NetworkArch,
+    context: AgentContext,
+    index: int,
+) -> Member:
+    """One member built alone from the network section: ``cls`` constructed as
+    :class:`~agile_cli.Algorithm` is, from the spec, :func:`member_spaces`, the architecture,
+    the context and its index."""
+    build: Callable[..., Member] = cls  # the contract says nothing of constructors
+    return build(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
+
+
+def build_one_member(manifest: TrainingManifest, registry: Registry, env: Any) -> Member:
     """One member of the manifest's algorithm, built on the CPU for ``env``'s spaces as
     training would build it: how ``agile validate --check-env`` and ``agile init`` ask whether
     an algorithm takes an environment.
@@ -106,17 +134,17 @@ def build_one_member(manifest: TrainingManifest, registry: Registry, env: Any) -
 def _paradigm_population(
     manifest: TrainingManifest,
     paradigm: ParadigmEntry,
-    cls: type[Algorithm],
+    cls: type[Member],
     env: Any,
     context: AgentContext,
     size: int | None,
-) -> list[Algorithm]:
+) -> list[Member]:
     wanted = size or manifest.training.pop_size
     members = paradigm.build_population(manifest, cls, env, context, wanted)
-    if len(members) != wanted or not all(isinstance(m, Algorithm) for m in members):
+    if len(members) != wanted or not all(isinstance(m, Member) for m in members):
         raise TrainingError(
             f"the {paradigm.name} paradigm's population factory ({paradigm.population}) "
-            f"returned {len(members)} object(s), not {wanted} agile_cli.Algorithm members",
+            f"returned {len(members)} object(s), not {wanted} agile_cli.Member members",
             f"fix the factory of plugin '{paradigm.plugin}'",
         )
     return members

@@ -21,7 +21,7 @@ import numpy as np
 from agile_cli.errors import AgileError, EnvironmentNotFoundError, UsageError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.runtime.agent import Algorithm
+from agile_cli.runtime.member import Member
 from agile_cli.training import setup
 from agile_cli.training.run_folder import check_writable
 
@@ -80,7 +80,7 @@ def check_display() -> None:
 
 
 def watch(
-    agent: Algorithm,
+    agent: Member,
     manifest: TrainingManifest,
     registry: Registry,
     *,
@@ -110,7 +110,7 @@ def watch(
 
 
 def _record(
-    agent: Algorithm, env: Any, manifest: TrainingManifest, episodes: int, seed: int,
+    agent: Member, env: Any, manifest: TrainingManifest, episodes: int, seed: int,
     watched: Watched, video: Path,
 ) -> None:  # fmt: skip
     """Play the episodes, writing every frame to ``video``; unless they all play, remove it
@@ -132,7 +132,7 @@ def _record(
 
 
 def _play_all(
-    agent: Algorithm,
+    agent: Member,
     env: Any,
     manifest: TrainingManifest,
     episodes: int,
@@ -149,7 +149,7 @@ def _play_all(
 
 
 def play_episode(
-    agent: Algorithm,
+    agent: Member,
     env: Any,
     seed: int,
     max_steps: int | None,

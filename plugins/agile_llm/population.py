@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import copy
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from agile_cli import (
     AgentContext,
-    Algorithm,
+    Member,
     MemberRecord,
     TrainingError,
     TrainingManifest,
@@ -143,15 +145,18 @@ class Scores:
     samples: list[tuple[str, str, str]] = field(default_factory=list)  # prompt, output, target
 
 
-class LLMMember(Algorithm):
+class LLMMember:
     """One member: an adapter of the shared model and the optimizer that trains it.
 
-    Subclasses implement :meth:`train_step` and :meth:`score`.
+    It implements the :class:`~agile_cli.Member` contract itself rather than subclass
+    :class:`~agile_cli.Algorithm`: an adapter has no spaces, no architecture and no networks
+    built from a network section, so only hyperparameter mutation applies to it. Subclasses
+    implement :meth:`train_step` and :meth:`score`.
     """
 
     spec: Any  # the algorithm's LLMSpec subclass, whose fields the subclasses read
-    supports_activation_mutation: ClassVar[bool] = False
     lr_field: ClassVar[str] = "lr"
+    """The hyperparameter that is the adapter optimizer's learning rate."""
 
     def __init__(
         self,
@@ -162,24 +167,25 @@ class LLMMember(Algorithm):
         index: int = 0,
         adapter: str | None = None,
     ) -> None:
-        # Not Algorithm.__init__: an adapter has no spaces, no architecture and no networks
-        # built from a network section.
-        self.spec = spec.model_copy()
+        self.spec = spec.model_copy()  # this member's own: mutation replaces it
         self.context = context
         self.device = context.device
         self.index = index
         self.record = MemberRecord()
-        self.networks = {}
-        self.learned_parameters = {}
-        self._plans = {}
-        self._parameter_lists = {}
         self.shared = shared
         self.last_rewards: torch.Tensor | None = None  # of the latest sampled completions
         self.adapter = adapter or shared.new_adapter()
         weakref.finalize(self, shared.release, self.adapter)
         self._seed_generators()
-        self.optimizers = {"adapter": self._adapter_optimizer()}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {"adapter": self._adapter_optimizer()}
         self.build()
+
+    def _seed_generators(self) -> None:
+        """``generator`` (torch) and ``rng`` (numpy), derived from the run's member seed and
+        this index, as an :class:`~agile_cli.Algorithm` member's are."""
+        seed = int(np.random.SeedSequence([self.context.seed, self.index]).generate_state(1)[0])
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
 
     # -- what subclasses implement -----------------------------------------------------------
 
@@ -224,6 +230,9 @@ class LLMMember(Algorithm):
     def act(self, obs: Any, *, explore: bool) -> list[str]:
         """Completions of prompt texts: sampled when exploring, else greedy."""
         return self.complete(self.prompt_ids(list(obs)), explore=explore).texts
+
+    def reset_state(self, envs: Any = None) -> None:
+        """Nothing to forget: a completion depends on its prompt alone."""
 
     def render_prompts(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
         """Each row's prompt as the text the model continues: its turns rendered by the chat
@@ -286,21 +295,25 @@ class LLMMember(Algorithm):
 
     # -- evolution and checkpoints ---------------------------------------------------------------
 
-    @property
-    def policies(self) -> list[Any]:
-        return []  # no weight-noise mutation: the spec allows rl_hp mutations only
-
     def describe_network(self) -> str:
+        """The adapter's rank and size, for the progress table."""
         count = sum(p.numel() for p in self.trained_parameters())
         return f"LoRA r={self.shared.rank} ({count:,} weights)"
 
+    def hyperparameters(self) -> dict[str, float | int]:
+        """Current values of every mutable hyperparameter, as this member's spec holds them."""
+        return {name: getattr(self.spec, name) for name in self.spec.mutable_hyperparameters}
+
     def set_hyperparameter(self, name: str, value: float | int) -> None:
+        """Replace the spec by a copy with the new value; the adapter's optimizer follows
+        :attr:`lr_field`."""
         self.spec = self.spec.model_copy(update={name: value})
         if name == self.lr_field:
             for group in self.optimizers["adapter"].param_groups:
                 group["lr"] = value
 
-    def parameters(self) -> Any:
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """Every weight this member trains: its adapter's."""
         yield from self.trained_parameters()
 
     def clone(self, index: int) -> LLMMember:
@@ -333,6 +346,7 @@ class LLMMember(Algorithm):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (its adapter's weights when it holds them)."""
         assert self.shared.adapters is not None
         self.index = state["index"]
         for name, value in state["hyperparameters"].items():
@@ -345,6 +359,13 @@ class LLMMember(Algorithm):
         self.generator.set_state(state["torch_rng"])
         self.rng.bit_generator.state = copy.deepcopy(state["numpy_rng"])
         self.load_extra_state(state["extra"])
+
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific state to checkpoint (LLMPPO's value head); none by default."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` saved."""
 
     def export_policy(self) -> None:
         """:raises NotImplementedError: a language model generates text token by token; its
@@ -436,8 +457,8 @@ def _starting_adapter(path: str | None) -> StartingAdapter | None:
 
 
 def build_population(
-    manifest: TrainingManifest, cls: type[Algorithm], env: Any, context: AgentContext, size: int
-) -> list[Algorithm]:
+    manifest: TrainingManifest, cls: type[Member], env: Any, context: AgentContext, size: int
+) -> list[Member]:
     """The paradigm's population factory: ``size`` members of ``cls`` over one base model."""
     if not issubclass(cls, LLMMember):
         raise TrainingError(

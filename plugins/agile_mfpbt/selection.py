@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agile_cli import Algorithm, Selection, SelectionStrategy, TrainingError, last_fitness
+from agile_cli import Member, Selection, SelectionStrategy, TrainingError, last_fitness
 from agile_mfpbt.spec import Layout, MultiFrequencySpec
 
 
@@ -110,7 +110,7 @@ class MultiFrequencySelection(SelectionStrategy):
                 due.append(subpopulation)
         return due
 
-    def select(self, population: list[Algorithm], rng: np.random.Generator) -> Selection:
+    def select(self, population: list[Member], rng: np.random.Generator) -> Selection:
         expected = self.layout.subpopulations * self.layout.size
         if len(population) != expected:
             raise TrainingError(f"MF-PBT expects {expected} members, got {len(population)}")
@@ -132,16 +132,14 @@ class MultiFrequencySelection(SelectionStrategy):
                 member.record.mutation = "none"
         return Selection(best.clone(best.index), following, sorted(to_mutate))
 
-    def _copy(self, population: list[Algorithm], source: int, kind: str) -> Algorithm:
+    def _copy(self, population: list[Member], source: int, kind: str) -> Member:
         parent = population[source]
         child = parent.clone(self.new_index(population))
         child.record.parent = parent.index
         self.last[kind].append([child.index, parent.index])
         return child
 
-    def _migrant(
-        self, population: list[Algorithm], migration: Migration, leader: Algorithm
-    ) -> Algorithm:
+    def _migrant(self, population: list[Member], migration: Migration, leader: Member) -> Member:
         child = self._copy(population, migration.source, "migrations")
         if migration.weights_only:
             own = child.hyperparameters()
@@ -168,7 +166,7 @@ class MultiFrequencySelection(SelectionStrategy):
             )
         self.counters = counters
 
-    def metrics(self, population: list[Algorithm]) -> dict[str, Any]:
+    def metrics(self, population: list[Member]) -> dict[str, Any]:
         """The subpopulations (member indices by position), each one's counter, and what the
         selection that made this population did (``[new index, parent index]`` pairs)."""
         layout = self.layout

@@ -9,8 +9,8 @@ from typing import Any
 
 from agile_cli import (
     AgileError,
-    Algorithm,
     GenerationStats,
+    Member,
     MemberOutcome,
     Progress,
     Runner,
@@ -32,7 +32,7 @@ RETRY_SECONDS = 1.0
 Note = Callable[[str], None]
 
 
-class RayRunner(Runner[Algorithm]):
+class RayRunner(Runner[Member]):
     """Trains and scores the members in Ray workers, one per slot of :class:`Plan`; the loop
     keeps selection, mutation and checkpoints on the driver.
 
@@ -76,11 +76,11 @@ class RayRunner(Runner[Algorithm]):
         self.fitnesses: list[float] = []
         self.metrics: dict[str, Any] = {}
 
-    def train(self, member: Algorithm, steps: int, progress: Progress) -> GenerationStats:
+    def train(self, member: Member, steps: int, progress: Progress) -> GenerationStats:
         raise NotImplementedError("a RayRunner trains whole populations (train_population)")
 
     def train_population(
-        self, members: list[Algorithm], steps: int, progress: Progress
+        self, members: list[Member], steps: int, progress: Progress
     ) -> list[GenerationStats]:
         """Every slot's members trained and scored in its worker, at once."""
         started = time.perf_counter()
@@ -114,7 +114,7 @@ class RayRunner(Runner[Algorithm]):
         return {"ray": self.metrics}
 
     def evaluate_population(
-        self, members: list[Algorithm], rounds: int, max_steps: int | None
+        self, members: list[Member], rounds: int, max_steps: int | None
     ) -> list[float]:
         """The fitnesses the workers measured right after training (same rounds and steps)."""
         return list(self.fitnesses)
