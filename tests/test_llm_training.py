@@ -79,6 +79,8 @@ def test_train_then_evaluate(run, tiny: Path, data: Path, tmp_path: Path, algori
     assert "held-out rows: 3" in shown.output and "prompt '" in shown.output
     metric = {"SFT": "exact match", "DPO": "preference accuracy"}.get(algorithm, "mean reward")
     assert metric in shown.output
+    # Scored on the rows the run held out: the elite's fitness as the run measured it.
+    assert f"fitness {summary['best_fitness']:.4g} (llm)" in shown.output
 
 
 def test_the_elite_adapter_loads_with_peft(run, tiny: Path, data: Path, tmp_path: Path) -> None:

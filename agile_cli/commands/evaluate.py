@@ -57,7 +57,7 @@ def run_evaluate(registry: Registry, source: Path, options: EvaluateOptions) -> 
     )  # fmt: skip
     who = f"{manifest.algorithm_name} member {agent.index} on {manifest.environment.name}"
     if options.video is None and not options.render:
-        _score(agent, manifest, registry, options, who)
+        _score(agent, manifest, registry, options, who, source)
         return
     watched = watch.watch(
         agent, manifest, registry, episodes=options.episodes, seed=options.seed,
@@ -84,10 +84,11 @@ def _check(options: EvaluateOptions) -> None:
 
 
 def _score(agent: Member, manifest: TrainingManifest, registry: Registry,
-           options: EvaluateOptions, who: str) -> None:  # fmt: skip
-    from agile_cli.training.evaluation import score
+           options: EvaluateOptions, who: str, source: Path) -> None:  # fmt: skip
+    from agile_cli.training.evaluation import run_seed, score
 
-    result = score(agent, manifest, registry, options.episodes, options.seed)
+    result = score(agent, manifest, registry, options.episodes, options.seed,
+                   run_seed=lambda: run_seed(source, manifest))  # fmt: skip
     if result.returns is None:  # the paradigm's own score
         family = manifest.family
         how = f"({family})" if result.details else f"over {options.episodes} rounds ({family})"

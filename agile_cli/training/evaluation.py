@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,19 @@ def load_agent(
     return agent, manifest
 
 
+def run_seed(path: Path, manifest: TrainingManifest) -> int:
+    """The seed of the run that saved ``path`` (a run folder, elite.pt or a checkpoint): as
+    its checkpoints record it, else (saved before they did) the seed such a run takes without
+    ``--seed``: ``mutation.rand_seed``, or 0."""
+    if path.is_dir():
+        path = path / "elite.pt"
+    state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
+    recorded = state.get("run_seed", (state.get("state") or {}).get("seed"))
+    if isinstance(recorded, int):
+        return recorded
+    return manifest.mutation.rand_seed if manifest.mutation is not None else 0
+
+
 def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[str, Any]:
     if "member" in state:
         if member is not None and state["member"]["index"] != member:
@@ -116,11 +130,18 @@ class Evaluation:
 
 
 def score(
-    agent: Member, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int
-) -> Evaluation:
+    agent: Member, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int,
+    *, run_seed: Callable[[], int] | None = None,
+) -> Evaluation:  # fmt: skip
     """Returns of ``episodes`` full episodes, acting without exploration; or, for a paradigm
-    whose runner scores members its own way (bandits, a plugin's paradigm without episodes),
-    that score over ``episodes`` rounds, with what the runner has to say about it."""
+    whose runner scores members its own way (bandits, language models), that score over
+    ``episodes`` rounds, with what the runner has to say about it.
+
+    :param run_seed: gives the seed of the run that trained ``agent`` (asked only when
+        needed): a paradigm that scores its own way then scores on the data that run held out
+        (an LLM's held-out rows depend on the run's environment seed), not on a split drawn
+        from ``seed``.
+    """
     updates = {
         key: value
         for key, value in (("num_envs", episodes), ("sync", True))
@@ -131,6 +152,11 @@ def score(
     try:
         runner = setup.build_runner(manifest, env, None)  # scoring shares no experience
         if type(runner).evaluate is not Runner.evaluate:
+            if run_seed is not None:
+                env.close()
+                held_out = setup.seeds(run_seed())["environment"]
+                env = setup.build_environment_from(spec, manifest, registry, held_out)
+                runner = setup.build_runner(manifest, env, None)
             fitness = float(runner.evaluate(agent, episodes, manifest.training.eval_steps))
             return Evaluation(fitness=fitness, details=list(runner.details(agent)))
         returns = first_episode_returns(agent, env, manifest.training.eval_steps, seed=seed)

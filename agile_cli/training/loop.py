@@ -431,6 +431,7 @@ class EvolutionLoop:
             "spaces": self.spaces,
             "manifest": manifest,
             "code_seal": trust.seal(manifest),
+            "run_seed": self.state.seed,
         }
 
     def _save_member(self, member: Member, path: Path) -> None:
