@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli import Family, LearnResult, hookimpl
+from agile_cli import Family, LearnResult, TrainingError, hookimpl
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
 from agile_cli.testing import check_conformance, lost_attributes, tiny_manifest, tiny_population
 from agile_cli.training import setup
@@ -45,14 +45,6 @@ class ResettingTemperatureDQN(TemperatureDQN):
             self.learned_parameters["log_alpha"].zero_()
 
 
-class OldPrioritisedDQN(DQN):
-    """Written when the runner read ``per_beta``."""
-
-    @property
-    def per_beta(self) -> float:
-        return 0.123
-
-
 class ProbeFirstDQN(DQN):
     """Builds another network before its Q-network and does not name its policy."""
 
@@ -64,14 +56,9 @@ class ProbeFirstDQN(DQN):
 
 
 class FloatPPO(PPO):
-    """Returns a bare float from learn, as on-policy plugins did."""
-
-    def build(self) -> None:
-        super().build()
-        self.learn_calls = 0
+    """Returns a bare float from learn, as on-policy plugins did before the first release."""
 
     def learn(self, rollout: Any, last_obs: Any) -> Any:
-        self.learn_calls += 1
         return super().learn(rollout, last_obs).loss
 
 
@@ -135,15 +122,11 @@ def test_each_member_mutates_its_own_spec_and_its_optimizer_follows() -> None:
     assert first.clone(7).spec.lr == 0.005
 
 
-def test_the_old_attribute_spelling_reads_the_spec() -> None:
+def test_hyperparameters_are_read_from_the_spec_only() -> None:
     member = tiny_population(tiny_manifest("DQN"), size=1)[0]
     member.set_hyperparameter("gamma", 0.5)
-    assert member.gamma == 0.5  # plugins written before read self.gamma
-    assert member.double == member.spec.double
-    assert not hasattr(member, "no_such_field")
-    bare = DQN.__new__(DQN)  # as copying and unpickling make it: no spec yet
-    assert not hasattr(bare, "lr")
-    assert copy.deepcopy(member).gamma == 0.5
+    assert member.spec.gamma == 0.5 and copy.deepcopy(member).spec.gamma == 0.5
+    assert not hasattr(member, "gamma")  # the pre-release self.<field> spelling is gone
 
 
 # -- what the runners pass and read ------------------------------------------------------------
@@ -212,37 +195,29 @@ def test_the_runner_passes_progress_and_samples_with_the_importance_exponent(
     assert sampled == [pytest.approx(0.4 + 0.6 * p) for p in asked]
 
 
-def test_the_default_importance_exponent_anneals_and_the_old_spelling_still_counts() -> None:
+def test_the_default_importance_exponent_anneals() -> None:
     member = tiny_population(tiny_manifest("DQN"), size=1)[0]
     assert [member.importance_exponent(p) for p in (0.0, 0.5, 1.0)] == pytest.approx(
         [0.4, 0.7, 1.0]
     )
-    assert _twin(member, OldPrioritisedDQN).importance_exponent(0.5) == 0.123
 
 
-def test_n_step_returns_still_answers_for_old_plugins() -> None:
-    replay = {"max_size": 1000, "n_step_buffer": True}
-    member = tiny_population(tiny_manifest("DQN", replay_buffer=replay), size=1)[0]
-    member.n_step_returns = False  # what old plugins wrote in build(): ignored
-    assert member.n_step_returns
-    assert not tiny_population(tiny_manifest("DQN"), size=1)[0].n_step_returns
-
-
-def test_learn_results_and_bare_floats_give_the_loss() -> None:
+def test_learn_gives_its_loss_in_a_learn_result_and_nothing_else() -> None:
     assert learned_loss(LearnResult(1.5)) == 1.5
-    assert learned_loss(2.0) == 2.0
+    with pytest.raises(TrainingError, match=r"learn\(\) returned float, not agile_cli"):
+        learned_loss(2.0)  # type: ignore[arg-type]
 
 
-def test_the_on_policy_runner_accepts_a_bare_float_from_learn(agile_host: Any) -> None:
+def test_the_on_policy_runner_refuses_a_bare_float_from_learn_saying_why(agile_host: Any) -> None:
     manifest = tiny_manifest("PPO", algorithm_options={"learn_step": 32})
     member = _twin(tiny_population(manifest, size=1)[0], FloatPPO)
     env = setup.build_environment(manifest, agile_host().registry, seed=0)
     try:
-        stats = OnPolicyRunner(env).train(member, 64, lambda _steps: None)
+        with pytest.raises(TrainingError, match="LearnResult") as caught:
+            OnPolicyRunner(env).train(member, 64, lambda _steps: None)
     finally:
         env.close()
-    assert member.learn_calls == len(stats.losses) == 2
-    assert all(isinstance(loss, float) and np.isfinite(loss) for loss in stats.losses)
+    assert "return LearnResult(loss=...)" in str(caught.value.hint)
 
 
 # -- the policy network ------------------------------------------------------------------------

@@ -165,9 +165,9 @@ def test_lr_critic_mutation_reaches_both_td3_critic_optimizers() -> None:
     member = tiny_population(manifest, size=1)[0]
     mutator = Mutator(manifest.mutation, manifest.algorithm, np.random.default_rng(0))
     assert mutator.apply(member, "rl_hp").startswith("lr_critic=")
-    assert member.lr_critic != 1e-3
+    assert member.spec.lr_critic != 1e-3
     for name in ("critic_1", "critic_2"):
-        assert [g["lr"] for g in member.optimizers[name].param_groups] == [member.lr_critic]
+        assert [g["lr"] for g in member.optimizers[name].param_groups] == [member.spec.lr_critic]
     assert member.optimizers["actor"].param_groups[0]["lr"] == 1e-4
 
 
@@ -263,7 +263,7 @@ def test_smoke_trains_from_every_buffer_kind(name, replay, tmp_path) -> None:
     assert result.summary["generations"] == 2
     assert all(np.isfinite(result.fitnesses))
     assert all(m.learn_counter > 0 for m in result.population)
-    assert all(m.n_step_returns == bool(replay) for m in result.population)
+    assert all(m.context.replay_buffer.n_step_buffer == bool(replay) for m in result.population)
 
 
 @pytest.mark.parametrize("name", ["DDPG", "TD3"])

@@ -56,8 +56,8 @@ def test_every_mutation_kind_leaves_a_working_member() -> None:
             label = mutator.apply(member, kind)
             assert label != ""
             assert member.act(obs, explore=False).shape == (3,)
-    assert 1e-5 <= member.lr <= 1e-2
-    assert member.optimizers["q"].param_groups[0]["lr"] == member.lr
+    assert 1e-5 <= member.spec.lr <= 1e-2
+    assert member.optimizers["q"].param_groups[0]["lr"] == member.spec.lr
 
 
 def test_parameter_mutation_changes_only_some_weights() -> None:

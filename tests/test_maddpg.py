@@ -166,7 +166,7 @@ def test_a_critic_learning_rate_mutation_reaches_every_critic() -> None:
     member.set_hyperparameter("lr_critic", 0.123)
     rates = {name: [g["lr"] for g in opt.param_groups] for name, opt in member.optimizers.items()}
     assert rates["critic_1"] == rates["critic_2"] == [0.123]
-    assert rates["actors"] == [member.lr_actor]
+    assert rates["actors"] == [member.spec.lr_actor]
 
 
 def test_the_team_buffer_samples_every_agent_at_the_same_rows() -> None:

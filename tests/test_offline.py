@@ -152,7 +152,7 @@ def test_cqn_loss_is_td_plus_alpha_times_the_penalty(double) -> None:
         else:
             next_value = next_target.max(dim=1).values
     taken = q.gather(1, batch.actions.view(-1, 1)).squeeze(1)
-    target = batch.rewards + member.gamma * (1 - batch.terminated) * next_value
+    target = batch.rewards + member.spec.gamma * (1 - batch.terminated) * next_value
     td = torch.nn.functional.smooth_l1_loss(taken, target)
     penalty = (torch.logsumexp(q, dim=1) - taken).mean()
     assert member.learn(batch).loss == pytest.approx(float(td + 0.5 * penalty), rel=1e-5)

@@ -188,7 +188,7 @@ def test_mutating_noise_std_rescales_every_sigma() -> None:
     member.set_hyperparameter("noise_std", 1.0)
     after = [layer.weight_sigma for layer in noisy_layers(member.networks["target"])]
     assert all(torch.allclose(new, 2 * old) for old, new in zip(before, after, strict=True))
-    assert member.noise_std == 1.0 and member.networks["q"].noisy_std == 1.0
+    assert member.spec.noise_std == 1.0 and member.networks["q"].noisy_std == 1.0
 
 
 def test_conforms_with_prioritised_n_step_replay(tmp_path) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from agile_cli import LearnResult
 from agile_cli.errors import ManifestError
 from agile_cli.models.network import NetworkSpec
 from agile_cli.nn.arch import MLPArch, NetworkArch, arch_from_spec
@@ -197,7 +198,7 @@ def test_collection_resets_the_state_where_episodes_start() -> None:
     member, manifest = _recurrent_member(_recall(3, length=4, random_length=True), learn_step=60)
     env = _env(manifest, seed=3)
     rollouts = []
-    member.learn = lambda rollout, last_obs: rollouts.append(rollout) or 0.0  # type: ignore[method-assign]
+    member.learn = lambda rollout, last_obs: rollouts.append(rollout) or LearnResult(0.0)  # type: ignore[method-assign]
     OnPolicyRunner(env).train(member, 60, lambda n: None)
     # Sequences of one step: initial_state holds the state each step was acted from.
     steps = rollouts[0].finish_sequences(torch.zeros(3), 0.99, 0.95, 1)
@@ -350,9 +351,9 @@ def _collected_episodes(**options: object) -> tuple[PPO, Episodes]:
     env = _env(manifest, seed=2)
     seen: list[Episodes] = []
 
-    def collect(rollout: Rollout, last_obs: torch.Tensor) -> float:
+    def collect(rollout: Rollout, last_obs: torch.Tensor) -> LearnResult:
         seen.append(member._finish(rollout, last_obs)[0])  # type: ignore[arg-type]
-        return 0.0
+        return LearnResult(0.0)
 
     member.learn = collect  # type: ignore[method-assign,assignment]
     OnPolicyRunner(env).train(member, 72, lambda n: None)

@@ -116,7 +116,8 @@ def test_dqn_learns_from_every_buffer_kind(replay, tmp_path) -> None:
     trainer = LocalTrainer.from_manifest(manifest, device="cpu")
     population, fitnesses = trainer.train(verbose=False, run_dir=tmp_path / "run")
     assert all(np.isfinite(fitnesses))
-    assert all(m.n_step_returns == replay.get("n_step_buffer", False) for m in population)
+    assert all(m.context.replay_buffer.n_step_buffer == replay.get("n_step_buffer", False)
+               for m in population)  # fmt: skip
 
 
 def test_run_folder_contents(tmp_path) -> None:

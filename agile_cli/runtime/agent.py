@@ -126,20 +126,6 @@ class Algorithm(abc.ABC):
         self._parameter_lists: dict[str, list[torch.nn.Parameter]] = {}
         self.build()
 
-    if not TYPE_CHECKING:  # hidden from type checkers, so that agile's own code reads the spec
-
-        def __getattr__(self, name: str) -> Any:
-            """``self.<field>`` for a field of the spec, read-only, for plugins written when
-            hyperparameters were copied onto the member (read ``self.spec.<field>`` instead).
-
-            Only reached when ordinary lookup fails; reads ``__dict__`` directly, since copying
-            and unpickling look attributes up before ``spec`` is set.
-            """
-            spec = self.__dict__.get("spec")
-            if spec is not None and name in type(spec).model_fields:
-                return getattr(spec, name)
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     # -- what subclasses implement -----------------------------------------------------------
 
     @abc.abstractmethod
@@ -454,11 +440,6 @@ class OffPolicyAlgorithm(Algorithm):
 
     spec: Any  # an AlgorithmSpec with a learn_step field
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "per_beta" in vars(cls) and "importance_exponent" not in vars(cls):
-            cls.importance_exponent = _per_beta  # type: ignore[method-assign]
-
     @abc.abstractmethod
     def learn(self, batch: Any) -> LearnResult:
         """One gradient step on a :class:`~agile_cli.runtime.buffers.Transitions` batch."""
@@ -473,23 +454,6 @@ class OffPolicyAlgorithm(Algorithm):
         """
         start = INITIAL_IMPORTANCE_EXPONENT
         return min(1.0, start + (1.0 - start) * progress)
-
-    @property
-    def n_step_returns(self) -> bool:
-        """Whether the replay buffer holds n-step returns: for plugins written before
-        ``batch.discounts`` said so itself (it is None for one-step buffers). Setting it does
-        nothing; the manifest's ``replay_buffer.n_step_buffer`` decides."""
-        spec = self.context.replay_buffer
-        return bool(spec is not None and spec.n_step_buffer)
-
-    @n_step_returns.setter
-    def n_step_returns(self, value: bool) -> None:
-        """Ignored: older plugins set it to False in ``build()``."""
-
-
-def _per_beta(self: Any, progress: float) -> float:
-    """The importance exponent of a plugin written when the runner read ``per_beta``."""
-    return float(self.per_beta)
 
 
 class OnPolicyAlgorithm(Algorithm):

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from agile_cli.errors import TrainingError
 from agile_cli.runtime.agent import LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_cli.runtime.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
 from agile_cli.runtime.member import Member
@@ -48,10 +49,18 @@ class EpisodeProgress(Protocol):
         finished)."""
 
 
-def learned_loss(result: LearnResult | float) -> float:
-    """The loss an on-policy ``learn`` reports: a :class:`LearnResult`, or a bare float as
-    plugins written before returned."""
-    return result.loss if isinstance(result, LearnResult) else float(result)
+def learned_loss(result: LearnResult) -> float:
+    """The loss an on-policy ``learn`` reports.
+
+    :raises TrainingError: ``learn`` returned something else (a bare float, as plugins written
+        before the first release did).
+    """
+    if not isinstance(result, LearnResult):
+        raise TrainingError(
+            f"learn() returned {type(result).__name__}, not agile_cli.LearnResult",
+            "return LearnResult(loss=...) from the algorithm's learn()",
+        )
+    return result.loss
 
 
 def budget_progress(member: Member) -> float:

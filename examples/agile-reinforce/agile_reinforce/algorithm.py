@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.distributions import Categorical
 
-from agile_cli import OnPolicyAlgorithm, Rollout
+from agile_cli import LearnResult, OnPolicyAlgorithm, Rollout
 from agile_reinforce.spec import REINFORCESpec
 
 
@@ -26,11 +26,6 @@ class REINFORCE(OnPolicyAlgorithm):
     """
 
     spec: REINFORCESpec
-    lr: float
-    learn_step: int
-    gamma: float
-    vf_coef: float
-    ent_coef: float
 
     def build(self) -> None:
         if not hasattr(self.action_space, "n"):
@@ -58,11 +53,13 @@ class REINFORCE(OnPolicyAlgorithm):
             actions = self.sample(distribution)  # from the member's generator
         return actions.cpu().numpy(), (actions, distribution.log_prob(actions), baseline)
 
-    def learn(self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> float:
+    def learn(
+        self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> LearnResult:
         with torch.no_grad():
             _, last_value = self._forward(last_obs)
         # With lambda = 1, GAE is exactly "return-to-go minus baseline".
-        batch = rollout.finish(last_value, self.gamma, 1.0)
+        batch = rollout.finish(last_value, self.spec.gamma, 1.0)
         logits, baseline = self._forward(batch.obs)
         distribution = Categorical(logits=logits)
         advantages = batch.advantages
@@ -72,8 +69,8 @@ class REINFORCE(OnPolicyAlgorithm):
         baseline_loss = (baseline - batch.returns).pow(2).mean()
         loss = (
             policy_loss
-            + self.vf_coef * baseline_loss
-            - self.ent_coef * distribution.entropy().mean()
+            + self.spec.vf_coef * baseline_loss
+            - self.spec.ent_coef * distribution.entropy().mean()
         )
         self.gradient_step("policy", loss, max_grad_norm=self.spec.max_grad_norm)
-        return float(loss.detach())
+        return LearnResult(loss=float(loss.detach()))
