@@ -64,8 +64,6 @@ class MultiTurnData:
 
     num_envs = 1
     env_type = "multiturn"
-    declared_env_type = "multiturn"
-    response_column = "response"
 
     def __init__(
         self, spec: LLMEnvSpec, factory: Callable[[], Any], label: str, seed: int, max_turns: int
@@ -100,9 +98,6 @@ class MultiTurnData:
         if self.max_reward is None or np.size(returns) == 0:
             return None
         return float(np.mean(np.asarray(returns, dtype=np.float64) >= self.max_reward - 1e-9))
-
-    def messages(self, row: Row) -> list[Message]:
-        return [{"role": "user", "content": f"episode seed {row['seed']}"}]
 
     def close(self) -> None:
         """Nothing held: each episode's environment is closed when it ends."""
