@@ -29,6 +29,10 @@ from agile_llm import text
 from agile_llm.model import error_detail
 from agile_llm.spec import VLLM_ENGINE_OPTIONS
 
+#: The ``max_lora_rank`` values vLLM's LoRA configuration accepts; the adapters' rank is
+#: rounded up to one of them (a bound, not the rank served).
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
 
 class VLLMGenerator:
     """One vLLM engine serving a population's adapters.
@@ -56,7 +60,8 @@ class VLLMGenerator:
         options = {key: settings[key] for key in VLLM_ENGINE_OPTIONS if settings[key] is not None}
         try:
             self.engine = LLM(
-                model=path, enable_lora=True, max_loras=max(adapters, 1), max_lora_rank=rank,
+                model=path, enable_lora=True, max_loras=max(adapters, 1),
+                max_lora_rank=next((r for r in VLLM_LORA_RANKS if r >= rank), rank),
                 max_model_len=context, seed=seed, **options,
             )  # fmt: skip
         except Exception as error:  # vLLM's own, from CUDA to a model it cannot serve
