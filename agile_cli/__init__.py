@@ -68,7 +68,7 @@ from agile_cli.models.replay_buffer import NStepBufferArgs, ReplayBufferSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
-from agile_cli.runtime.member import Member
+from agile_cli.runtime.member import Member, MemberBasics
 from agile_cli.signals import interrupt_held
 
 __version__ = "0.1.0"
@@ -278,6 +278,7 @@ __all__ = [
     "LogStd",
     "ManifestError",
     "Member",
+    "MemberBasics",
     "MemberGroup",
     "MemberOutcome",
     "MemberRecord",

@@ -127,6 +127,19 @@ def owners() -> dict[Path, set[str]]:
     return found
 
 
+@pytest.fixture
+def fresh_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """First-party plugin modules imported afresh by the test are dropped after it, and the
+    ones it removed come back (monkeypatch, undone after this): later tests see the classes
+    they imported, not copies made here."""
+    packages = {top for _, top in FIRST_PARTY}
+    before = {name for name in sys.modules if name.split(".")[0] in packages}
+    yield
+    for name in [name for name in sys.modules if name.split(".")[0] in packages]:
+        if name not in before:
+            del sys.modules[name]
+
+
 def _block(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
     """Make ``package`` unimportable, and every first-party plugin module import afresh."""
     packages = {top for _, top in FIRST_PARTY}
@@ -136,6 +149,7 @@ def _block(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
 
 
 @pytest.mark.parametrize(("removed", "package"), FIRST_PARTY, ids=[n for n, _ in FIRST_PARTY])
+@pytest.mark.usefixtures("fresh_plugins")
 def test_removing_one_first_party_plugin_leaves_the_others_working(
     removed: str, package: str, owners: dict[Path, set[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

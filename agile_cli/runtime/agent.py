@@ -33,6 +33,7 @@ from agile_cli.nn import sampling
 from agile_cli.nn.arch import NetworkArch
 from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
+from agile_cli.runtime.member import MemberBasics
 
 if TYPE_CHECKING:
     from agile_cli.runtime.exported import ExportedPolicy
@@ -79,7 +80,7 @@ class MemberRecord:
     parent: int | None = None
 
 
-class Algorithm(abc.ABC):
+class Algorithm(MemberBasics, abc.ABC):
     """One population member of some algorithm.
 
     Subclasses implement :meth:`build` (create networks with :meth:`add_network`, learned
@@ -147,7 +148,7 @@ class Algorithm(abc.ABC):
         """
         return None
 
-    def reset_state(self, envs: np.ndarray | None = None) -> None:  # noqa: B027 (optional hook)
+    def reset_state(self, envs: np.ndarray | None = None) -> None:
         """Called when episodes start: after ``env.reset()`` (``envs`` None: in every
         sub-environment) and, while training, after a vector step with the boolean mask of
         the sub-environments whose next observation begins a new episode (with next-step
@@ -279,10 +280,6 @@ class Algorithm(abc.ABC):
         """The member's network in a few words, for the progress table (its architecture)."""
         return self.arch.describe()
 
-    def hyperparameters(self) -> dict[str, float | int]:
-        """Current values of every mutable hyperparameter, as this member's spec holds them."""
-        return {name: getattr(self.spec, name) for name in self.spec.mutable_hyperparameters}
-
     def set_hyperparameter(self, name: str, value: float | int) -> None:
         """Change a hyperparameter: the member's spec is replaced by a copy with the new value
         (not validated again: mutation keeps values within their bounds); every optimizer using
@@ -311,7 +308,7 @@ class Algorithm(abc.ABC):
                 old, old_params[name], self.optimizers[name], self._named_parameters(plan)
             )
 
-    def after_parameter_mutation(self) -> None:  # noqa: B027 (optional hook)
+    def after_parameter_mutation(self) -> None:
         """Called after the policy's weights were perturbed (e.g. to refresh copies)."""
 
     def clone(self, index: int) -> Algorithm:
@@ -326,12 +323,6 @@ class Algorithm(abc.ABC):
             twin.index = index
             twin._seed_generators()
         return twin
-
-    def _seed_generators(self) -> None:
-        """``generator`` and ``rng``, derived from the run's member seed and this index."""
-        seed = int(np.random.SeedSequence([self.context.seed, self.index]).generate_state(1)[0])
-        self.generator = torch.Generator().manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -383,7 +374,7 @@ class Algorithm(abc.ABC):
         """Algorithm-specific state to checkpoint (e.g. DQN's epsilon)."""
         return {}
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`extra_state` saved."""
 
     # -- internals -----------------------------------------------------------------------------

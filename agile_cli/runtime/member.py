@@ -98,3 +98,26 @@ def missing_methods(cls: type) -> list[str]:
 
 def _is_method(name: str, value: Any) -> bool:
     return callable(value) and not name.startswith("_")
+
+
+class MemberBasics:
+    """What any member kind does the same way, for a class implementing :class:`Member`: its
+    hyperparameters as its spec holds them, and its random generators (``generator``, torch;
+    ``rng``, numpy) derived from the run's member seed and its index."""
+
+    spec: AlgorithmSpec
+    index: int
+    context: AgentContext
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        """Current values of every mutable hyperparameter, as this member's spec holds them."""
+        return {name: getattr(self.spec, name) for name in self.spec.mutable_hyperparameters}
+
+    def _seed_generators(self) -> None:
+        """``generator`` and ``rng``, derived from the run's member seed and this index."""
+        import numpy as np
+        import torch
+
+        seed = int(np.random.SeedSequence([self.context.seed, self.index]).generate_state(1)[0])
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(seed)

@@ -217,7 +217,8 @@ class Conversation:
         self.chat = chat and bool(getattr(tokenizer, "chat_template", None))
         self.strict = strict
         self.encode = encode
-        self.warned = False
+        self.joined = False  # the template could not mark a turn: turns are joined by newlines
+        self.special = set(getattr(tokenizer, "all_special_ids", None) or [])
 
     def opening(self, messages: list[Message]) -> list[int]:
         from agile_llm import text
@@ -227,18 +228,15 @@ class Conversation:
     def boundary(self, history: list[Message], reply: list[int], message: str) -> list[int]:
         """The ids that follow the model's ``reply`` (its generated ids) before its next turn:
         the end of its turn, ``message`` as the user's turn and the opening of its own."""
-        written = self._chat_boundary(history, message) if self.chat else None
+        written = None if self.joined or not self.chat else self._chat_boundary(history, message)
         if written is None:
             ids = self.tokenizer("\n" + message, add_special_tokens=False).input_ids
             return list(ids)
         ids = list(self.tokenizer(written, add_special_tokens=False).input_ids)
         # The model's own end-of-turn token is in its reply (and trained): not twice.
-        if reply and ids and ids[0] == reply[-1] and ids[0] in self._special():
+        if reply and ids and ids[0] == reply[-1] and ids[0] in self.special:
             ids = ids[1:]
         return ids
-
-    def _special(self) -> set[int]:
-        return set(getattr(self.tokenizer, "all_special_ids", []) or [])
 
     def _chat_boundary(self, history: list[Message], message: str) -> str | None:
         """What the chat template writes from the end of an assistant turn's content to the
@@ -258,7 +256,7 @@ class Conversation:
         return after[len(open_) :]
 
     def _no_boundary(self, why: str) -> None:
-        """Refuse (strict), else warn once that turns are joined by newlines."""
+        """Refuse (strict), else warn once that turns are joined by newlines from now on."""
         if self.strict:
             raise UsageError(
                 f"environment.strict_chat_template_boundary: the tokenizer's chat template "
@@ -266,15 +264,14 @@ class Conversation:
                 "use a model whose template renders a conversation turn by turn, or set "
                 "strict_chat_template_boundary: false to join turns by newlines",
             )
-        if not self.warned:
-            import warnings
+        import warnings
 
-            warnings.warn(
-                f"the chat template cannot mark where a turn ends ({why}); turns are joined "
-                "by newlines",
-                stacklevel=2,
-            )
-            self.warned = True
+        warnings.warn(
+            f"the chat template cannot mark where a turn ends ({why}); turns are joined "
+            "by newlines",
+            stacklevel=2,
+        )
+        self.joined = True
 
 
 #: Generates the next turn of each transcript: ``(prompt ids, owners) -> Completions``.
@@ -303,11 +300,10 @@ def play(
             for episode in episodes:
                 _open(episode, data, conversation, bound)
             for turn in range(data.max_turns):
-                running = [e for e in episodes if not e.done]
-                for episode in running:
-                    if len(episode.ids) + reply_room > context:
+                for episode in episodes:
+                    if not episode.done and len(episode.ids) + reply_room > context:
                         episode.done = episode.cut = True
-                running = [e for e in running if not e.done]
+                running = [e for e in episodes if not e.done]
                 if not running:
                     break
                 done = generate([e.ids for e in running], [e.owner for e in running])
@@ -387,7 +383,7 @@ def _call(bound: Bound, data: MultiTurnData, episode: Episode, method: str, call
             f"{where} ran for more than {data.timeout:g} s",
             "make the environment faster, or raise environment.reward_timeout",
         ) from None
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit() in it must not end the run unsaid
         raise TrainingError(
             f"{where} raised {type(error).__name__}: {error_detail(error)}",
             "fix the environment; it is called as reset(seed=...) and step(text)",

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from agile_cli import (
     AgentContext,
     Member,
+    MemberBasics,
     MemberRecord,
     TrainingError,
     TrainingManifest,
@@ -145,7 +145,7 @@ class Scores:
     samples: list[tuple[str, str, str]] = field(default_factory=list)  # prompt, output, target
 
 
-class LLMMember:
+class LLMMember(MemberBasics):
     """One member: an adapter of the shared model and the optimizer that trains it.
 
     It implements the :class:`~agile_cli.Member` contract itself rather than subclass
@@ -179,13 +179,6 @@ class LLMMember:
         self._seed_generators()
         self.optimizers: dict[str, torch.optim.Optimizer] = {"adapter": self._adapter_optimizer()}
         self.build()
-
-    def _seed_generators(self) -> None:
-        """``generator`` (torch) and ``rng`` (numpy), derived from the run's member seed and
-        this index, as an :class:`~agile_cli.Algorithm` member's are."""
-        seed = int(np.random.SeedSequence([self.context.seed, self.index]).generate_state(1)[0])
-        self.generator = torch.Generator().manual_seed(seed)
-        self.rng = np.random.default_rng(seed)
 
     # -- what subclasses implement -----------------------------------------------------------
 
@@ -299,10 +292,6 @@ class LLMMember:
         """The adapter's rank and size, for the progress table."""
         count = sum(p.numel() for p in self.trained_parameters())
         return f"LoRA r={self.shared.rank} ({count:,} weights)"
-
-    def hyperparameters(self) -> dict[str, float | int]:
-        """Current values of every mutable hyperparameter, as this member's spec holds them."""
-        return {name: getattr(self.spec, name) for name in self.spec.mutable_hyperparameters}
 
     def set_hyperparameter(self, name: str, value: float | int) -> None:
         """Replace the spec by a copy with the new value; the adapter's optimizer follows

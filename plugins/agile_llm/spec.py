@@ -547,6 +547,11 @@ class LLMSpec(AlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ()
     default_evo_steps: ClassVar[int] = 5
     mutation_kinds: ClassVar[frozenset[str]] = frozenset({"rl_hp"})
+    #: Whether agile trains this algorithm on multi-turn episodes (env_type: multiturn).
+    trains_multiturn: ClassVar[bool] = True
+    #: Whether its loss weighs each completion (each episode) by one advantage, so that
+    #: turn-level advantages have no place in it.
+    one_advantage_per_episode: ClassVar[bool] = False
 
     # -- what training reads ------------------------------------------------------------------
 
@@ -718,11 +723,11 @@ class LLMSpec(AlgorithmSpec):
         single completions here), a ratio per turn, and turn-level advantages where the loss
         takes one advantage per episode."""
         name = manifest.algorithm_name
-        if name == "LLMPPO":
+        if not self.trains_multiturn:
             return [
                 FieldError(
                     "environment.env_type",
-                    "agile trains LLMPPO's value head on single completions, not on multi-turn "
+                    f"agile trains {name}'s value head on single completions, not on multi-turn "
                     "episodes",
                     "train multi-turn with GRPO, GSPO, CISPO or LLMREINFORCE, or run this "
                     "manifest on Arena with --backend arena",
@@ -739,10 +744,7 @@ class LLMSpec(AlgorithmSpec):
                     "set importance_sampling_level: token, or trajectory (one per episode)",
                 )
             )
-        per_episode = name in ("GSPO", "CISPO", "LLMREINFORCE") or level in {
-            "sequence",
-            "trajectory",
-        }
+        per_episode = self.one_advantage_per_episode or level in {"sequence", "trajectory"}
         if getattr(self, "advantage_granularity", "auto") == "turn" and per_episode:
             errors.append(
                 FieldError(
@@ -993,11 +995,15 @@ class GSPOSpec(_GroupSpec):
     group advantages with the importance ratio and its clipping taken per sequence (the
     length-normalised ratio of the whole completion) rather than per token."""
 
+    one_advantage_per_episode: ClassVar[bool] = True
+
 
 class CISPOSpec(_GroupSpec):
     """Clipped IS-weight Policy Optimization (CISPO; MiniMax-M1, 2025, arXiv:2506.13585): GRPO's
     group advantages with the importance-sampling weight clipped and detached instead of the
     token update, so every token keeps a gradient."""
+
+    one_advantage_per_episode: ClassVar[bool] = True
 
     clip_coef: float | list[float] = Field(  # type: ignore[assignment]
         default=0.2,
@@ -1028,6 +1034,8 @@ class LLMREINFORCESpec(_GenerationSpec):
     Ahmadian et al., 2024, "Back to Basics", arXiv:2402.14740): the policy gradient of each
     completion's (discounted) reward, with a clipped ratio and a KL penalty towards the base
     model; one completion per prompt."""
+
+    one_advantage_per_episode: ClassVar[bool] = True
 
     lr: float = Field(default=5e-6, ge=0, description="AdamW learning rate of the adapters.")
     beta: float = Field(
@@ -1064,6 +1072,8 @@ class LLMPPOSpec(_GenerationSpec):
     human feedback, Ouyang et al., 2022, "InstructGPT", arXiv:2203.02155): a clipped objective
     with advantages from a learned value head (GAE over the completion's tokens) and a KL
     penalty towards the base model."""
+
+    trains_multiturn: ClassVar[bool] = False  # its value head learns from single completions
 
     lr_actor: float = Field(
         default=5e-6, ge=0, description="AdamW learning rate of the policy adapter."

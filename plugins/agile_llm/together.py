@@ -193,13 +193,8 @@ def ppo_step(members: list[Any], rows: list[list[Row]], data: Any) -> list[float
     shared = members[0].shared
     assert shared.adapters is not None
     rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
-    prompts, owners = [], []
-    for i, (member, texts) in enumerate(zip(members, rendered, strict=True)):
-        ids = member.prompt_ids(texts)
-        prompts += ids
-        owners += [i] * len(ids)
-    seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator)) for m in members]
-    done = generate(members, prompts, owners, explore=True, seed=seeds[0])
+    prompts, owners = _prompt_rows(members, rendered, copies=[1] * len(members))
+    done = generate(members, prompts, owners, explore=True, seed=_draw(members))
     labels = done.ids.masked_fill(~done.completion, IGNORE)
     with torch.no_grad():
         with shared.adapters.mixed([members[o].adapter for o in owners]):
@@ -265,13 +260,8 @@ def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[s
     shared = members[0].shared
     assert shared.adapters is not None
     rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
-    prompts, owners = [], []
-    for i, (member, texts) in enumerate(zip(members, rendered, strict=True)):
-        for ids in member.prompt_ids(texts):
-            prompts += [ids] * member.group()
-            owners += [i] * member.group()
-    seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator)) for m in members]
-    done = generate(members, prompts, owners, explore=True, seed=seeds[0])
+    prompts, owners = _prompt_rows(members, rendered, copies=[m.group() for m in members])
+    done = generate(members, prompts, owners, explore=True, seed=_draw(members))
     rollouts, at = [], 0
     for member, batch_rows, texts in zip(members, rows, rendered, strict=True):
         size = len(batch_rows) * member.group()
@@ -282,6 +272,26 @@ def _sample(members: list[Any], rows: list[list[Row]], data: Any) -> list[dict[s
         at += size
     _old_and_reference(members, rollouts)
     return rollouts
+
+
+def _prompt_rows(
+    members: list[Any], rendered: list[list[str]], copies: list[int]
+) -> tuple[list[list[int]], list[int]]:
+    """Every member's prompts (texts ``rendered[i]``) as token ids, each ``copies[i]`` times
+    in a row, and each row's member position."""
+    prompts, owners = [], []
+    for i, (member, texts) in enumerate(zip(members, rendered, strict=True)):
+        for ids in member.prompt_ids(texts):
+            prompts += [ids] * copies[i]
+            owners += [i] * copies[i]
+    return prompts, owners
+
+
+def _draw(members: list[Any]) -> int:
+    """A sampling seed drawn from each member's generator, as each draws when alone (so that
+    its stream stays where it would be); the call samples with the first member's."""
+    seeds = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator)) for m in members]
+    return seeds[0]
 
 
 def generate(
@@ -336,9 +346,8 @@ def play(members: list[Any], rows: list[list[Row]], data: Any, *, explore: bool)
     room = first.output_tokens()
 
     def turn(prompts: list[list[int]], owners: list[int]) -> text.Completions:
-        draws = [int(torch.randint(0, 2**31 - 1, (1,), generator=m.generator))
-                 for m in members] if explore else [0]  # fmt: skip
-        return generate(members, prompts, owners, explore=explore, seed=draws[0])
+        seed = _draw(members) if explore else None
+        return generate(members, prompts, owners, explore=explore, seed=seed)
 
     conversation = first.conversation(data)
     context = shared.context_length
