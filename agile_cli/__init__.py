@@ -115,6 +115,7 @@ _LAZY = {
     "DeterministicActorCritic": (
         "agile_cli.runtime.algorithms.deterministic:DeterministicActorCritic"
     ),
+    "CriticGroup": "agile_cli.runtime.algorithms.deterministic:CriticGroup",
     "DeterministicActorCriticGroup": (
         "agile_cli.runtime.algorithms.deterministic:DeterministicActorCriticGroup"
     ),
@@ -137,7 +138,6 @@ _LAZY = {
     "flat_rows": "agile_cli.runtime.stacked:flat_rows",
     "gym_env_factory": "agile_cli.runtime.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_cli.runtime.gym_vector:gym_vector_env",
-    "RunOptions": "agile_cli.training.loop:RunOptions",
     "Selection": "agile_cli.evolution.selection:Selection",
     "SelectionStrategy": "agile_cli.evolution.selection:SelectionStrategy",
     "last_fitness": "agile_cli.evolution.selection:last_fitness",
@@ -154,7 +154,6 @@ _LAZY = {
     "Runner": "agile_cli.training.runners:Runner",
     "EpisodeProgress": "agile_cli.training.runners:EpisodeProgress",
     "reset_seed": "agile_cli.training.runners:reset_seed",
-    "TrainResult": "agile_cli.training.loop:TrainResult",
     "run_local": "agile_cli.training.trainer:run_local",
     "resume_local": "agile_cli.training.trainer:resume_local",
     "load_agent": "agile_cli.training.evaluation:load_agent",
@@ -184,6 +183,7 @@ if TYPE_CHECKING:
     from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_space
     from agile_cli.runtime.algorithms.centralised import CentralisedActorCritic
     from agile_cli.runtime.algorithms.deterministic import (
+        CriticGroup,
         DeterministicActorCritic,
         DeterministicActorCriticGroup,
     )
@@ -227,7 +227,6 @@ if TYPE_CHECKING:
     from agile_cli.runtime.stacked import flat_rows, stacked_observations
     from agile_cli.training.budget import available_memory, format_bytes
     from agile_cli.training.evaluation import load_agent
-    from agile_cli.training.loop import RunOptions, TrainResult
     from agile_cli.training.members import MemberOutcome, MemberTrainer, RunnerFactory, slot_sizes
     from agile_cli.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
     from agile_cli.training.runners import (
@@ -255,6 +254,7 @@ __all__ = [
     "CentralisedActorCritic",
     "CentralisedActorCriticSpec",
     "ClippedObjectiveSpec",
+    "CriticGroup",
     "DeterministicActorCritic",
     "DeterministicActorCriticGroup",
     "DeterministicActorCriticSpec",
@@ -319,7 +319,6 @@ __all__ = [
     "ReplayBufferSpec",
     "Rollout",
     "RolloutBatch",
-    "RunOptions",
     "RunResult",
     "Runner",
     "RunnerFactory",
@@ -331,7 +330,6 @@ __all__ = [
     "StochasticNetworkSpec",
     "TeamPolicy",
     "TeamRollout",
-    "TrainResult",
     "TrainingError",
     "TrainingManifest",
     "TrainingSpec",

@@ -103,11 +103,12 @@ def smoke_train(
     per_member: bool = False,
 ) -> Any:
     """Train ``manifest`` quietly on the CPU into ``run_dir`` (with ``seed``, as ``--seed``
-    would; ``per_member`` as ``--per-member``); returns the ``TrainResult``."""
-    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    would; ``per_member`` as ``--per-member``); returns the :class:`~agile_cli.RunResult`."""
+    from agile_cli.models.run_options import LocalRunOptions
+    from agile_cli.training.loop import EvolutionLoop
     from agile_cli.training.progress import LogReporter
 
-    options = RunOptions(device="cpu", run_dir=run_dir, seed=seed, per_member=per_member)
+    options = LocalRunOptions(device="cpu", run_dir=run_dir, seed=seed, per_member=per_member)
     return EvolutionLoop(manifest, _registry(registry), options, LogReporter()).run()
 
 
@@ -379,21 +380,22 @@ def _bytes_round_trip(state: dict[str, Any], checkpoint: Any) -> dict[str, Any]:
 
 
 def _resume_problems(manifest: Any, workdir: Path, registry: Any) -> list[str]:
+    from agile_cli.models.run_options import LocalRunOptions
     from agile_cli.training import checkpoint
-    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    from agile_cli.training.loop import EvolutionLoop
     from agile_cli.training.progress import LogReporter
     from agile_cli.training.trainer import resume_local
 
     run_dir = workdir / "conformance-run"
     loop = EvolutionLoop(
-        manifest, registry, RunOptions(device="cpu", run_dir=run_dir), LogReporter()
+        manifest, registry, LocalRunOptions(device="cpu", run_dir=run_dir), LogReporter()
     )
     interrupt_after(loop, members_trained=len(loop.population))
     first = loop.run()
     if not first.interrupted:
         return ["the run could not be interrupted (does it train more than one generation?)"]
     saved = [m["index"] for m in checkpoint.load(run_dir / "checkpoints" / "latest.pt")["members"]]
-    resumed = resume_local(run_dir, registry, RunOptions(device="cpu"), verbose=False)
+    resumed = resume_local(run_dir, registry, LocalRunOptions(device="cpu"), verbose=False)
     problems = []
     if resumed.summary["steps_per_member"] != manifest.training.max_steps:
         problems.append("a resumed run did not train to max_steps")

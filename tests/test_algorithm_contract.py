@@ -14,6 +14,7 @@ import torch
 
 from agile_cli import Family, LearnResult, TrainingError, hookimpl
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
+from agile_cli.runtime.solo import one_member
 from agile_cli.testing import check_conformance, lost_attributes, tiny_manifest, tiny_population
 from agile_cli.training import setup
 from agile_cli.training.runners import OnPolicyRunner, budget_progress, learned_loss
@@ -138,11 +139,12 @@ def test_one_step_batches_discount_with_the_members_mutated_gamma() -> None:
     batch = _batch()
     with torch.no_grad():
         next_value = member.networks["target"](batch.next_obs)["q"].max(dim=1).values
-    _, _, one_step = member.td_terms(batch)
-    torch.testing.assert_close(one_step, batch.rewards + 0.5 * next_value)
+    learner = member.solo_learner()
+    _, _, one_step = learner.td_terms(one_member(batch))
+    torch.testing.assert_close(one_step[0], batch.rewards + 0.5 * next_value)
     discounts = torch.full((8,), 0.25)
-    _, _, n_step = member.td_terms(batch._replace(discounts=discounts))
-    torch.testing.assert_close(n_step, batch.rewards + 0.25 * next_value)
+    _, _, n_step = learner.td_terms(one_member(batch._replace(discounts=discounts)))
+    torch.testing.assert_close(n_step[0], batch.rewards + 0.25 * next_value)
 
 
 def test_a_buffer_holds_n_step_returns_once_rows_come_with_discounts() -> None:

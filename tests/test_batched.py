@@ -36,12 +36,18 @@ def _arch(encoder: tuple[int, ...], latent: int, head: tuple[int, ...], **mlp: A
 
 
 PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}
-CONTINUOUS = ("DDPG", "TD3")
+CONTINUOUS = ("DDPG", "TD3", "SAC")
 
 
-def _population(algorithm: str, archs: list[NetworkArch], **hyperparameters: list[Any]) -> list:
+def _population(
+    algorithm: str,
+    archs: list[NetworkArch],
+    *,
+    discrete: bool = False,
+    **hyperparameters: list[Any],
+) -> list:
     training = {"max_steps": 128, "evo_steps": 64, "pop_size": len(archs)}
-    environment = PENDULUM if algorithm in CONTINUOUS else None
+    environment = PENDULUM if algorithm in CONTINUOUS and not discrete else None
     manifest = tiny_manifest(algorithm, training=training, environment=environment)
     members = tiny_population(manifest, size=len(archs))
     for index, (member, arch) in enumerate(zip(members, archs, strict=True)):
@@ -218,6 +224,31 @@ def test_actor_critic_groups_learn_as_each_member_does(algorithm: str) -> None:
     assert [m.learn_counter for m in stacked] == [m.learn_counter for m in own]
 
 
+def test_discrete_sac_group_learns_as_each_member_does() -> None:
+    members = _population("SAC", ARCHS, discrete=True, lr_actor=[1e-3, 3e-3, 5e-4],
+                          lr_alpha=[1e-3, 1e-2, 3e-4], batch_size=[16, 24, 8],
+                          policy_freq=[1, 2, 1], tau=[0.01, 0.1, 0.5])  # fmt: skip
+    stacked, own = _learn_both_ways(members, [True, False, True], steps=4)
+    _assert_same_members(stacked, own)
+    assert all(m.alpha != 1.0 for i, m in enumerate(stacked) if i != 1)  # the temperature learns
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_sac_group_acts_as_each_member_does(discrete: bool) -> None:
+    members = _population("SAC", ARCHS, discrete=discrete)
+    twins = [m.clone(m.index) for m in members]
+    learner = type(members[0]).group_learner(MemberGroup(twins))
+    width = 4 if discrete else 3
+    obs = np.random.default_rng(0).normal(size=(3 * 2, width)).astype(np.float32)
+    for explore in (True, True, False):
+        stacked = learner.act(obs, explore=explore)
+        own = np.concatenate([m.act(obs[2 * i : 2 * i + 2], explore=explore)
+                              for i, m in enumerate(members)])  # fmt: skip
+        np.testing.assert_allclose(stacked, own, rtol=1e-5, atol=1e-6)
+    for twin, member in zip(twins, members, strict=True):  # the same draws from each generator
+        assert twin.generator.get_state().equal(member.generator.get_state())
+
+
 @pytest.mark.parametrize("ou_noise", [False, True])
 def test_actor_critic_group_acts_as_each_member_does(ou_noise: bool) -> None:
     members = _population("TD3", ARCHS, expl_noise=[0.1, 0.3, 0.2])
@@ -322,7 +353,7 @@ def _metrics(result: Any) -> list[str]:
 # TD3 in one generation: its updates amplify float rounding (Adam on near-zero gradients), so
 # that differences of 1e-7 in one generation grow to 1e-4 in the next, in either direction.
 @pytest.mark.parametrize(
-    ("algorithm", "evo_steps"), [("DQN", 96), ("RainbowDQN", 96), ("TD3", 192)]
+    ("algorithm", "evo_steps"), [("DQN", 96), ("RainbowDQN", 96), ("TD3", 192), ("SAC", 192)]
 )
 def test_batched_generation_equals_members_stepping_alone(
     algorithm: str, evo_steps: int, tmp_path: Path
@@ -364,15 +395,16 @@ def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -
 
 
 def test_per_member_switch_trains_one_by_one(tmp_path: Path) -> None:
+    from agile_cli.models.run_options import LocalRunOptions
     from agile_cli.testing import installed_host
-    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    from agile_cli.training.loop import EvolutionLoop
     from agile_cli.training.progress import LogReporter
 
     manifest = tiny_manifest("DQN")
     registry = installed_host().registry
     for per_member, num_envs in ((False, 4), (True, 2)):
         run_dir = tmp_path / str(per_member)
-        options = RunOptions(device="cpu", run_dir=run_dir, per_member=per_member)
+        options = LocalRunOptions(device="cpu", run_dir=run_dir, per_member=per_member)
         loop = EvolutionLoop(manifest, registry, options, LogReporter())
         assert loop.env.num_envs == num_envs and loop.context.num_envs == 2
         assert isinstance(loop.runner, batched.BatchedOffPolicyRunner) != per_member

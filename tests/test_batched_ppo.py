@@ -269,14 +269,15 @@ def test_recurrent_members_train_through_the_batched_runner_alone(tmp_path: Path
 
 
 def test_on_policy_runs_train_batched_unless_per_member(tmp_path: Path) -> None:
+    from agile_cli.models.run_options import LocalRunOptions
     from agile_cli.testing import installed_host
-    from agile_cli.training.loop import EvolutionLoop, RunOptions
+    from agile_cli.training.loop import EvolutionLoop
     from agile_cli.training.progress import LogReporter
 
     manifest = tiny_manifest("PPO")
     registry = installed_host().registry
     for per_member in (False, True):
-        options = RunOptions(
+        options = LocalRunOptions(
             device="cpu", run_dir=tmp_path / str(per_member), per_member=per_member
         )
         loop = EvolutionLoop(manifest, registry, options, LogReporter())

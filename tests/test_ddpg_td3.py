@@ -58,19 +58,31 @@ def _batch(size: int = 2, actions: torch.Tensor | None = None, **columns) -> Tra
 
 
 def _fix_targets(member, monkeypatch, fixed: dict[str, list[float]]) -> dict[str, torch.Tensor]:
-    """Make the named (target) critics return fixed values; record the actions they got, and
-    those every critic got."""
-    real = member.q_values
+    """Make the named (target) critics of the member's update return fixed values; record the
+    actions they got, and those every critic got."""
+    learner = type(member).group_learner
+    real = learner.q_values
     seen: dict[str, torch.Tensor] = {}
 
-    def q_values(network, obs, actions):
-        seen[network] = actions.detach().clone()
+    def q_values(self, network, obs, actions):
+        seen[network] = actions[0].detach().clone()
         if network in fixed:
-            return torch.tensor(fixed[network])
-        return real(network, obs, actions)
+            return torch.tensor([fixed[network]])
+        return real(self, network, obs, actions)
 
-    monkeypatch.setattr(member, "q_values", q_values)
+    monkeypatch.setattr(learner, "q_values", q_values)
     return seen
+
+
+def _q(member, network: str, obs, unit: torch.Tensor) -> torch.Tensor:
+    """Q(s, a) of the member's critic ``network``, ``[B]``."""
+    obs = member.obs_tensor(obs).unsqueeze(0)
+    return member.solo_learner().q_values(network, obs, unit.unsqueeze(0))[0]
+
+
+def _policy(member, network: str, obs) -> torch.Tensor:
+    """The member's deterministic policy ``network`` on ``obs``, in [-1, 1]."""
+    return member.solo_learner().policy_actions(network, member.obs_tensor(obs).unsqueeze(0))[0]
 
 
 # -- targets -----------------------------------------------------------------------------------
@@ -82,8 +94,8 @@ def test_ddpg_target_is_reward_plus_discounted_target_q(monkeypatch) -> None:
     batch = _batch(3, rewards=torch.tensor([1.0, 0.5, 0.0]),
                    terminated=torch.tensor([0.0, 0.0, 1.0]))  # fmt: skip
     with torch.no_grad():
-        q = member.q_values("critic", member.obs_tensor(batch.obs), member.to_unit(batch.actions))
-        next_actions = member.policy_actions("actor_target", batch.next_obs)
+        q = _q(member, "critic", batch.obs, member.to_unit(batch.actions))
+        next_actions = _policy(member, "actor_target", batch.next_obs)
     result = member.learn(batch)
     target = torch.tensor([1.0 + 0.9 * 2.0, 0.5 - 0.9 * 1.0, 0.0])  # no bootstrap when terminated
     torch.testing.assert_close(result.priorities, (q - target).abs() + 1e-6)
@@ -96,7 +108,7 @@ def test_ddpg_bootstraps_with_n_step_discounts(monkeypatch) -> None:
     _fix_targets(member, monkeypatch, {"critic_target": [2.0, 2.0]})
     batch = _batch(2, discounts=torch.tensor([0.5, 0.25]))
     with torch.no_grad():
-        q = member.q_values("critic", batch.obs, member.to_unit(batch.actions))
+        q = _q(member, "critic", batch.obs, member.to_unit(batch.actions))
     result = member.learn(batch)
     torch.testing.assert_close(result.priorities, (q - torch.tensor([2.0, 1.5])).abs() + 1e-6)
 
@@ -108,8 +120,8 @@ def test_td3_target_takes_the_smaller_target_critic(monkeypatch) -> None:
     batch = _batch(3, terminated=torch.tensor([0.0, 0.0, 1.0]))
     with torch.no_grad():
         unit = member.to_unit(batch.actions)
-        q_1, q_2 = (member.q_values(name, batch.obs, unit) for name in member.critics)
-        mu = member.policy_actions("actor_target", batch.next_obs)
+        q_1, q_2 = (_q(member, name, batch.obs, unit) for name in member.critics)
+        mu = _policy(member, "actor_target", batch.next_obs)
     result = member.learn(batch)
     target = torch.tensor([1.0 + 0.9 * 3.0, 1.0 + 0.9 * 1.0, 1.0])
     torch.testing.assert_close(result.priorities, (q_1 - target).abs() + 1e-6)
@@ -185,7 +197,7 @@ def test_actions_are_rescaled_into_the_box_and_learned_in_unit_scale(name, monke
     assert (explored == box.low).any() and (explored == box.high).any()  # clipped noise
     greedy = member.act(obs, explore=False)
     with torch.no_grad():
-        unit = member.policy_actions("actor", member.obs_tensor(obs)).numpy()
+        unit = _policy(member, "actor", obs).numpy()
     np.testing.assert_allclose(greedy, box.low + (unit + 1) / 2 * (box.high - box.low), rtol=1e-5)
     # the buffer stores environment actions; learning sees them in [-1, 1] again
     seen = _fix_targets(member, monkeypatch, {})

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import installed_host, tiny_manifest
-from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
 from agile_cli.training.runners import EpisodeProgress, GenerationStats, Progress, Runner
 
@@ -43,7 +44,7 @@ class Listening(LogReporter):
 
 def _train(manifest: Any, folder: Path, *, per_member: bool, **extra: Any) -> Any:
     reporter = Listening()
-    options = RunOptions(device="cpu", run_dir=folder, per_member=per_member)
+    options = LocalRunOptions(device="cpu", run_dir=folder, per_member=per_member)
     loop = EvolutionLoop(manifest, installed_host().registry, options, reporter, **extra)
     result = loop.run()
     return reporter, result, loop

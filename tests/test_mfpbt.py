@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from agile_cli import ManifestError, TrainingManifest
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import (
     TINY_SECTIONS,
     TOY_ENVIRONMENT,
@@ -17,7 +18,7 @@ from agile_cli.testing import (
     tiny_manifest,
     tiny_population,
 )
-from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
 from agile_cli.training.trainer import resume_local
 from agile_mfpbt.selection import Clone, Migration, MultiFrequencySelection, plan_subpopulation
@@ -194,11 +195,11 @@ def test_a_resume_in_the_middle_of_the_slow_cycle_keeps_its_count(tmp_path) -> N
     manifest = _manifest(6, RESUMED, max_steps=64 * 5)
     run_dir = tmp_path / "run"
     registry = installed_host().registry
-    loop = EvolutionLoop(manifest, registry, RunOptions(device="cpu", run_dir=run_dir),
+    loop = EvolutionLoop(manifest, registry, LocalRunOptions(device="cpu", run_dir=run_dir),
                          LogReporter())  # fmt: skip
     interrupt_after(loop, members_trained=2 * 6)  # Ctrl-C as the third generation starts
     assert loop.run().interrupted
-    resumed = resume_local(run_dir, registry, RunOptions(device="cpu"), verbose=False)
+    resumed = resume_local(run_dir, registry, LocalRunOptions(device="cpu"), verbose=False)
     assert resumed.summary["generations"] == 5
     selections = _selections(run_dir)
     # the selection that made each generation's population: the slow subpopulation's turn

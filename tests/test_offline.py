@@ -125,10 +125,11 @@ def _batch(obs, actions, rewards, next_obs, terminated) -> Transitions:
 
 
 def test_conservative_penalty_by_hand() -> None:
-    q_values = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
-    q_taken = torch.tensor([1.0, 0.0])
+    q_values = torch.tensor([[[1.0, 2.0], [0.0, 0.0], [9.0, 9.0]]])
+    q_taken = torch.tensor([[1.0, 0.0, 9.0]])
+    rows = torch.tensor([[1.0, 1.0, 0.0]])  # the third row is not the member's
     by_hand = ((math.log(math.e + math.e**2) - 1.0) + (math.log(2.0) - 0.0)) / 2
-    assert conservative_penalty(q_values, q_taken).item() == pytest.approx(by_hand)
+    assert conservative_penalty(q_values, q_taken, rows).item() == pytest.approx(by_hand)
 
 
 @pytest.mark.parametrize("double", [False, True])

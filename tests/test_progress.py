@@ -13,8 +13,9 @@ import click
 import pytest
 from rich.console import Console
 
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import installed_host, tiny_manifest
-from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import (
     GenerationReport,
     LogReporter,
@@ -275,7 +276,7 @@ def test_a_batched_run_reports_steps_as_they_are_done(algorithm: str, tmp_path: 
     manifest = tiny_manifest(algorithm, training={"max_steps": 64, "evo_steps": 64,
                                                   "pop_size": 2})  # fmt: skip
     reporter = Recording()
-    options = RunOptions(device="cpu", run_dir=tmp_path / "run")
+    options = LocalRunOptions(device="cpu", run_dir=tmp_path / "run")
     loop = EvolutionLoop(manifest, installed_host().registry, options, reporter)
     assert loop.batched
     loop.run()

@@ -93,7 +93,7 @@ def test_network_has_a_value_and_an_advantage_head_of_noisy_layers() -> None:
     network = member.networks["q"]
     assert network.head_sizes == {"value": 11, "advantage": 2 * 11}
     assert noisy_layers(network) and not noisy_layers(network.encoder)
-    assert member.log_probs("q", torch.zeros(5, 4)).shape == (5, 2, 11)
+    assert member.solo_learner().log_probs("q", torch.zeros(1, 5, 4)).shape == (1, 5, 2, 11)
 
 
 # -- the target --------------------------------------------------------------------------------
@@ -129,15 +129,19 @@ def test_online_network_chooses_the_next_action_and_the_target_scores_it(
     size = 2
     online_next = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]).log()  # prefers action 0
     target_next = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]).log()  # prefers action 1
-    real = member.log_probs
+    learner = type(member).group_learner
+    real = learner.log_probs
+    calls = []
 
-    def log_probs(network, obs):
-        out = real(network, obs)
-        if network == "q":  # rows size.. are next_obs
-            return torch.cat([out[:size], online_next.expand(size, 2, 3)])
-        return target_next.expand(size, 2, 3)
+    def log_probs(self, network, obs):
+        calls.append(network)
+        if network == "target":
+            return target_next.expand(1, size, 2, 3)
+        if calls.count("q") == 2:  # the online network's pass over next_obs
+            return online_next.expand(1, size, 2, 3)
+        return real(self, network, obs)
 
-    monkeypatch.setattr(member, "log_probs", log_probs)
+    monkeypatch.setattr(learner, "log_probs", log_probs)
     member.learn(_batch(size))
     chosen = target_next.exp()[0]  # the target's distribution of the online choice, action 0
     torch.testing.assert_close(projection_spy["probs"], chosen.expand(size, 3))
@@ -178,8 +182,9 @@ def test_noisy_exploration_varies_actions_greedy_actions_do_not() -> None:
     assert any(not np.array_equal(actions, explored[0]) for actions in explored[1:])
     assert all(layer.training for layer in noisy_layers(member.networks["q"]))
     with torch.no_grad(), mean_weights(member.networks["q"]):
-        mean_q = member.q_values(member.log_probs("q", member.obs_tensor(obs)))
-    assert np.array_equal(greedy, mean_q.argmax(dim=1).numpy())
+        learner = member.solo_learner()
+        mean_q = learner.q_values(learner.log_probs("q", member.obs_tensor(obs).unsqueeze(0)))
+    assert np.array_equal(greedy, mean_q[0].argmax(dim=1).numpy())
 
 
 def test_mutating_noise_std_rescales_every_sigma() -> None:

@@ -19,6 +19,7 @@ import torch
 from torch.distributions import Bernoulli, Beta, Categorical, Independent, Normal
 
 from agile_cli import Family, TrainingManifest
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.nn.sampling import sample
 from agile_cli.testing import (
     TIMING_FIELDS,
@@ -29,7 +30,7 @@ from agile_cli.testing import (
     tiny_manifest,
 )
 from agile_cli.training import checkpoint
-from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
 from agile_cli.training.trainer import resume_local
 from tests.test_training import _evolving, _toy_environment
@@ -80,14 +81,14 @@ def _train_records(
     ``agile train`` would; with ``cut_after``, interrupt it once that many generations have
     finished and resume it from its checkpoint. Returns its metrics records without timings."""
     registry = installed_host().registry
-    options = RunOptions(device="cpu", run_dir=run_dir, seed=7, checkpoint_buffer=True,
+    options = LocalRunOptions(device="cpu", run_dir=run_dir, seed=7, checkpoint_buffer=True,
                          per_member=per_member)  # fmt: skip
     loop = EvolutionLoop(manifest, registry, options, LogReporter())
     if cut_after is not None:
         interrupt_after(loop, members_trained=cut_after * manifest.training.pop_size)
     loop.run()
     if cut_after is not None:  # the resume command keeps the run's options by itself
-        resume_local(run_dir, registry, RunOptions(device="cpu"), verbose=False)
+        resume_local(run_dir, registry, LocalRunOptions(device="cpu"), verbose=False)
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k not in TIMING_FIELDS} for line in lines]
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import installed_host, interrupt_after, tiny_manifest
 from agile_cli.training import checkpoint, run_folder
-from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
 from agile_cli.training.run_folder import RunFolder
 from agile_cli.training.trainer import resume_local
@@ -228,7 +229,7 @@ def test_runs_started_at_once_get_distinct_folders(monkeypatch, tmp_path) -> Non
 def _interrupted(tmp_path: Path, members_trained: int, **options: object) -> Path:
     manifest = tiny_manifest("DQN", training={"max_steps": 192, "evo_steps": 64, "pop_size": 2},
                              mutation={}, tournament_selection={})  # fmt: skip
-    options = RunOptions(device="cpu", run_dir=tmp_path / "run", **options)
+    options = LocalRunOptions(device="cpu", run_dir=tmp_path / "run", **options)
     loop = EvolutionLoop(manifest, installed_host().registry, options, LogReporter())
     interrupt_after(loop, members_trained=members_trained)
     assert loop.run().interrupted
@@ -236,7 +237,9 @@ def _interrupted(tmp_path: Path, members_trained: int, **options: object) -> Pat
 
 
 def _resume(run_dir: Path):
-    return resume_local(run_dir, installed_host().registry, RunOptions(device="cpu"), verbose=False)
+    return resume_local(
+        run_dir, installed_host().registry, LocalRunOptions(device="cpu"), verbose=False
+    )
 
 
 def test_resume_keeps_one_record_per_generation(tmp_path) -> None:
@@ -266,7 +269,7 @@ def test_resume_keeps_the_options_that_shape_the_runs_checkpoints(tmp_path) -> N
 
 def test_resume_says_which_run_options_it_sets_anew(tmp_path, capsys) -> None:
     run_dir = _interrupted(tmp_path, 2, checkpoint_steps=64)
-    options = RunOptions(device="cpu", checkpoint_buffer=True, checkpoint_steps=128)
+    options = LocalRunOptions(device="cpu", checkpoint_buffer=True, checkpoint_steps=128)
     resume_local(run_dir, installed_host().registry, options, verbose=False)
     said = capsys.readouterr().out
     assert "resuming with --checkpoint-buffer (the run started without it)" in said

@@ -20,7 +20,7 @@ from agile_cli.runtime.algorithms.deterministic import (
     SharedEncoderCritic,
 )
 from agile_cli.runtime.buffers import Transitions
-from agile_cli.runtime.group import MemberGroup
+from agile_cli.runtime.group import group_members
 from agile_cli.testing import installed_host, smoke_train, tiny_manifest, tiny_population
 from agile_cli.training import batched, setup
 
@@ -115,7 +115,8 @@ def _q_by_hand(member: DeterministicActorCritic, critic: str, actor: str) -> tor
 
 
 def _q(member: DeterministicActorCritic, critic: str) -> torch.Tensor:
-    return member.q_values(critic, _obs(), torch.full((8, 1), 0.3))
+    actions = torch.full((1, 8, 1), 0.3)
+    return member.solo_learner().q_values(critic, _obs().unsqueeze(0), actions)[0]
 
 
 def assert_tied(member: DeterministicActorCritic) -> None:
@@ -210,14 +211,16 @@ def test_the_actor_loss_reaches_the_encoder_through_the_policy_only() -> None:
     parameters = list(actor.encoder.parameters())
 
     def encoder_gradient(latent_of_critic: torch.Tensor) -> list[torch.Tensor]:
-        actions = member.policy_actions("actor", obs)
+        actions = member.solo_learner().policy_actions("actor", obs.unsqueeze(0))[0]
         q = critic.head("q", torch.cat([actions, latent_of_critic], dim=-1))
         return list(torch.autograd.grad(-q.mean(), parameters))
 
     detached = encoder_gradient(actor.latent(obs).detach())
     through = encoder_gradient(actor.latent(obs))  # what a critic owning the encoder would give
     assert not all(torch.allclose(a, b) for a, b in zip(detached, through, strict=True))
-    member.update_actor("critic", obs)
+    member.solo_learner().update_actor(
+        "critic", obs.unsqueeze(0), torch.ones(1, 8), torch.ones(1, dtype=torch.bool)
+    )
     state = member.optimizers["actor"].state
     for parameter, expected in zip(parameters, detached, strict=True):
         # Adam's first moment after one step: (1 - beta1) * gradient
@@ -311,10 +314,8 @@ def test_members_that_share_encoders_train_one_by_one() -> None:
         assert not batched.applies(_manifest(name), cls)
         assert batched.applies(tiny_manifest(name, environment=PENDULUM), cls)
     members = _members("DDPG", size=2)
-    with pytest.raises(ValueError, match="share_encoders train one by one"):
-        learner = type(members[0]).group_learner
-        assert learner is not None
-        learner(MemberGroup(members))
+    assert not members[0].stacks
+    assert group_members(members) == [[0], [1]]  # each its own group of one
 
 
 def test_ddpg_with_shared_encoders_trains_to_the_end(tmp_path: Path) -> None:

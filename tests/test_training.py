@@ -13,6 +13,7 @@ import yaml
 
 from agile_cli import LocalTrainer, TrainingError
 from agile_cli.models.algorithm import Family
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import (
     check_conformance,
     installed_host,
@@ -21,7 +22,7 @@ from agile_cli.testing import (
     tiny_population,
 )
 from agile_cli.training import checkpoint
-from agile_cli.training.loop import EvolutionLoop, RunOptions
+from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
 from tests.envs.toy_offline import toy_offline_environment
 
@@ -83,7 +84,7 @@ def _evolving(algorithm: str) -> dict:
 
 
 def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
-    run = RunOptions(device="cpu", run_dir=tmp_path / "run", **options)
+    run = LocalRunOptions(device="cpu", run_dir=tmp_path / "run", **options)
     return EvolutionLoop(manifest, installed_host().registry, run, LogReporter())
 
 
@@ -188,7 +189,7 @@ def test_interrupt_saves_and_resume_continues_the_same_population(tmp_path, monk
     from agile_cli.training.trainer import resume_local
 
     resumed = resume_local(tmp_path / "run", installed_host().registry,
-                           RunOptions(device="cpu"), verbose=False)  # fmt: skip
+                           LocalRunOptions(device="cpu"), verbose=False)  # fmt: skip
     assert not resumed.interrupted
     assert resumed.summary["generations"] == 3
     assert resumed.summary["steps_per_member"] == 384

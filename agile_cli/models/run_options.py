@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from agile_cli.models.base import Spec
@@ -9,34 +11,41 @@ from agile_cli.models.base import Spec
 
 class LocalRunOptions(Spec):
     """How a run trains and what it writes: the local backend's options, which a backend that
-    trains elsewhere but keeps the run folder here (e.g. on a Ray cluster) extends."""
+    trains elsewhere but keeps the run folder here (e.g. on a Ray cluster) extends. The one
+    shape of run options, from the command line (and ``LocalTrainer.train``) to the loop."""
 
-    device: str = Field("auto", description="cpu, cuda, cuda:N, or auto (CUDA when present).")
+    device: str = Field(
+        default="auto", description="cpu, cuda, cuda:N, or auto (CUDA when present)."
+    )
     seed: int | None = Field(
-        None, ge=0, description="Seed of everything random; default mutation.rand_seed."
+        default=None, ge=0, description="Seed of everything random; default mutation.rand_seed."
     )
-    run_dir: str | None = Field(
-        None, description="Run folder; default runs/<algorithm>-<env>-<time>."
+    run_dir: Path | None = Field(
+        default=None, description="Run folder; default runs/<algorithm>-<env>-<time>."
     )
-    wb: bool = Field(False, description="Log to Weights & Biases (honours WANDB_MODE).")
-    tensorboard: bool = Field(False, description="Write TensorBoard scalars to the run folder.")
+    wb: bool = Field(default=False, description="Log to Weights & Biases (honours WANDB_MODE).")
+    tensorboard: bool = Field(
+        default=False, description="Write TensorBoard scalars to the run folder."
+    )
     checkpoint_steps: int | None = Field(
-        None, ge=1, description="Keep a population snapshot every N env steps per member."
+        default=None, ge=1, description="Keep a population snapshot every N env steps per member."
     )
     overwrite: bool = Field(
-        False, description="Replace the run already in --run-dir (deletes that run's files)."
+        default=False,
+        description="Replace the run already in --run-dir (deletes that run's files).",
     )
     trust_code: bool = Field(
-        False,
+        default=False,
         description="With --resume: import the code the run names (environment file, "
         "wrappers, reward file) though your agile did not seal it, or a file it names changed "
         "since.",
     )
     checkpoint_buffer: bool = Field(
-        False, description="Include the replay buffer in checkpoints (exact resume, larger files)."
+        default=False,
+        description="Include the replay buffer in checkpoints (exact resume, larger files).",
     )
     threads: int | None = Field(
-        None,
+        default=None,
         ge=1,
         description="torch threads of the training process; default: 1 for evolvable networks "
         "(their operations gain little from more, and lose much when other processes share "
@@ -44,7 +53,7 @@ class LocalRunOptions(Spec):
         "use). Results depend on it: repeat a run with the same number.",
     )
     per_member: bool = Field(
-        False,
+        default=False,
         description="Train the members one after the other (RL: each in its own num_envs "
         "environments; LLM: each its own passes of the base) instead of together, for "
         "debugging.",

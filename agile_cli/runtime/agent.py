@@ -34,6 +34,7 @@ from agile_cli.nn.arch import NetworkArch
 from agile_cli.nn.modules import EvolvableNetwork, preprocess
 from agile_cli.nn.transfer import transfer_optimizer_state
 from agile_cli.runtime.member import MemberBasics
+from agile_cli.runtime.solo import SoloGroup, one_member
 
 if TYPE_CHECKING:
     from agile_cli.runtime.exported import ExportedPolicy
@@ -133,10 +134,32 @@ class Algorithm(MemberBasics, abc.ABC):
     def build(self) -> None:
         """Create the networks and optimizers from ``self.arch``."""
 
-    @abc.abstractmethod
     def act(self, obs: Any, *, explore: bool) -> Any:
         """Actions for a batch of observations (explore: training; otherwise evaluation): an
-        array, or for a multi-agent algorithm a dict of arrays keyed by agent."""
+        array, or for a multi-agent algorithm a dict of arrays keyed by agent. By default,
+        the :attr:`group_learner`'s ``act`` for this member alone (a group of one)."""
+        return self.solo_learner().act(obs, explore=explore)
+
+    def solo_learner(self) -> GroupLearner:
+        """The class's :attr:`group_learner` over this member alone, a group of one
+        (:class:`~agile_cli.runtime.solo.SoloGroup`): its own networks and optimizers, no copy.
+
+        :raises NotImplementedError: the class names no group learner (it then implements
+            ``act`` and ``learn`` itself)."""
+        learner = type(self).group_learner
+        if learner is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} names no group_learner: name one, or implement act "
+                "and learn"
+            )
+        return learner(SoloGroup(self))
+
+    @property
+    def stacks(self) -> bool:
+        """Whether this member's networks may be stacked with other members' (a batched
+        population); True by default. A member whose networks read each other (e.g. a critic
+        borrowing its actor's encoder) returns False and trains as a group of one."""
+        return True
 
     def export_policy(self) -> ExportedPolicy | None:
         """The greedy policy as a standalone torch module, for ``agile export``: raw
@@ -224,19 +247,20 @@ class Algorithm(MemberBasics, abc.ABC):
     ) -> None:
         """Minimise ``loss`` with one step of the named optimizer, clipping the gradient norm
         of its parameters to ``max_grad_norm`` when given (and positive)."""
-        self.optimizers[optimizer].zero_grad(set_to_none=True)
-        loss.backward()
-        if max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self._trained(optimizer), max_grad_norm)
-        self.optimizers[optimizer].step()
+        self.minimise(loss, (optimizer,), max_grad_norm)
 
-    def minimise(self, loss: torch.Tensor, optimizers: tuple[str, ...]) -> None:
+    def minimise(
+        self, loss: torch.Tensor, optimizers: tuple[str, ...], max_grad_norm: float | None = None
+    ) -> None:
         """One gradient step of ``loss`` by each named optimizer; gradients are computed for
-        their parameters only (e.g. an actor's loss leaves its critic's alone)."""
+        their parameters only (e.g. an actor's loss leaves its critic's alone), and their norm
+        over all of them is clipped to ``max_grad_norm`` when given (and positive)."""
         parameters = [p for name in optimizers for p in self._trained(name)]
         for name in optimizers:
             self.optimizers[name].zero_grad(set_to_none=True)
         loss.backward(inputs=parameters)
+        if max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         for name in optimizers:
             self.optimizers[name].step()
 
@@ -431,9 +455,15 @@ class OffPolicyAlgorithm(Algorithm):
 
     spec: Any  # an AlgorithmSpec with a learn_step field
 
-    @abc.abstractmethod
     def learn(self, batch: Any) -> LearnResult:
-        """One gradient step on a :class:`~agile_cli.runtime.buffers.Transitions` batch."""
+        """One gradient step on a :class:`~agile_cli.runtime.buffers.Transitions` batch. By
+        default, the :attr:`~Algorithm.group_learner`'s ``learn_batch`` for this member alone:
+        the one update, on a group of one."""
+        stacked = one_member(batch)
+        rows = torch.ones_like(stacked.rewards)
+        active = torch.ones(1, dtype=torch.bool, device=rows.device)
+        losses, priorities = self.solo_learner().learn_batch(stacked, rows, active)
+        return LearnResult(float(losses[0]), None if priorities is None else priorities[0])
 
     def importance_exponent(self, progress: float) -> float:
         """Prioritised replay's importance-sampling exponent (beta) for the next batch.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -37,6 +37,8 @@ from agile_cli.runtime.stacked import (
 )
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from agile_cli.runtime.agent import Algorithm
     from agile_cli.runtime.buffers import Transitions
 
@@ -278,18 +280,71 @@ def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
         grad.mul_(scale)
 
 
-class GroupLearner(abc.ABC):
-    """What an algorithm provides to act and learn for a :class:`MemberGroup` at once; the
-    algorithm class names it in ``group_learner``. Each method must do, for every member,
-    what the member's own methods do (conformance tests compare them).
+class GroupNetwork(Protocol):
+    """A network of a :class:`Group`: every tensor in and out has the member axis first."""
 
-    :param group: the members, stacked.
+    @property
+    def views(self) -> dict[str, torch.Tensor]:
+        """Each parameter, ``[k, *shape]``."""
+        ...
+
+    def __call__(self, obs: Any, extra: torch.Tensor | None = None) -> dict[str, torch.Tensor]: ...
+
+    def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None: ...
+
+    def mean_weights(self) -> AbstractContextManager[None]: ...
+
+
+class Group(Protocol):
+    """What a :class:`GroupLearner` trains: ``k`` members stacked (:class:`MemberGroup`), or
+    one member alone (:class:`~agile_cli.runtime.solo.SoloGroup`)."""
+
+    members: list[Algorithm]
+    size: int
+    device: torch.device
+
+    def net(self, name: str) -> GroupNetwork: ...
+
+    def hp(self, name: str) -> torch.Tensor: ...
+
+    def gradient_step(
+        self,
+        optimizer: str,
+        losses: torch.Tensor,
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None: ...
+
+    def minimise(
+        self,
+        losses: torch.Tensor,
+        optimizers: tuple[str, ...],
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None: ...
+
+    def soft_update(
+        self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
+    ) -> None: ...
+
+    def write_back(self) -> None: ...
+
+
+class GroupLearner(abc.ABC):
+    """An algorithm's acting and learning, written once for a :class:`Group` of members:
+    every tensor carries the members along its first dimension. The algorithm class names it
+    in ``group_learner``; a batched population runs it on members stacked
+    (:class:`MemberGroup`), and a member alone runs it as a group of one
+    (:class:`~agile_cli.runtime.solo.SoloGroup`: ``Algorithm.act`` and ``learn`` do that by
+    default), so there is one update, and conformance tests hold the two to each other.
+
+    :param group: the members.
     """
 
     #: The members' family: "off_policy" learners implement :meth:`learn_batch`.
     family: ClassVar[str] = "off_policy"
 
-    def __init__(self, group: MemberGroup) -> None:
+    def __init__(self, group: Group) -> None:
         self.group = group
 
     @property
@@ -354,6 +409,8 @@ def group_learner_of(cls: type[Algorithm]) -> type[GroupLearner] | None:
 
 def _member_key(member: Algorithm) -> Hashable | None:
     if group_learner_of(type(member)) is None or member.learned_parameters:
+        return None
+    if not member.stacks:
         return None
     keys = []
     for name, network in member.networks.items():

@@ -30,6 +30,7 @@ import torch
 from agile_cli.errors import TrainingError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
+from agile_cli.models.algorithm import Family
 from agile_cli.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_cli.runtime.algorithms.deterministic import DeterministicActorCritic
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer
@@ -47,6 +48,9 @@ from agile_cli.training.runners import (
     reset_seed,
 )
 
+#: The paradigms whose runners the batched runners replace.
+_CORE_FAMILIES = (Family.OFF_POLICY, Family.ON_POLICY)
+
 
 def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
     """Whether a run of ``manifest`` can train as a batched population: a single-agent
@@ -55,7 +59,7 @@ def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
     actor-critics with ``share_encoders`` train one by one (stacked critics cannot read their
     actor's encoder)."""
     paradigm = manifest.paradigm
-    if paradigm is None or paradigm.multi_agent or paradigm.population is not None:
+    if paradigm is None or paradigm.name not in _CORE_FAMILIES or paradigm.population is not None:
         return False
     shares = getattr(manifest.algorithm, "share_encoders", False)
     if shares and issubclass(cls, DeterministicActorCritic):

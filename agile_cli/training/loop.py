@@ -39,40 +39,6 @@ from agile_cli.training.runners import Runner
 TARGET_WINDOW = 3
 
 
-@dataclass
-class RunOptions:
-    """How to run locally (the command line's flags)."""
-
-    device: str = "auto"
-    seed: int | None = None
-    run_dir: Path | None = None
-    wb: bool = False
-    tensorboard: bool = False
-    checkpoint_steps: int | None = None
-    checkpoint_buffer: bool = False
-    overwrite: bool = False
-    trust_code: bool = False
-    per_member: bool = False
-    threads: int | None = None
-
-    @classmethod
-    def from_spec(cls, spec: LocalRunOptions) -> RunOptions:
-        """The options a backend's validated :class:`~agile_cli.LocalRunOptions` give."""
-        return cls(
-            device=spec.device,
-            seed=spec.seed,
-            run_dir=Path(spec.run_dir) if spec.run_dir else None,
-            wb=spec.wb,
-            tensorboard=spec.tensorboard,
-            checkpoint_steps=spec.checkpoint_steps,
-            checkpoint_buffer=spec.checkpoint_buffer,
-            overwrite=spec.overwrite,
-            trust_code=spec.trust_code,
-            per_member=spec.per_member,
-            threads=spec.threads,
-        )
-
-
 #: Run options that shape what the run writes or how it trains: a resumed run keeps them
 #: (``--resume`` may add to them, never silently drop them).
 RUN_SHAPING_OPTIONS = ("checkpoint_steps", "checkpoint_buffer", "per_member", "threads")
@@ -94,29 +60,6 @@ class LoopState:
     reported: list[int] = field(default_factory=list)
 
 
-@dataclass
-class TrainResult:
-    """What a finished (or interrupted) run returns."""
-
-    population: list[Member]
-    fitnesses: list[float]
-    summary: dict[str, Any]
-    run_dir: Path
-    interrupted: bool = False
-
-    def run_result(self) -> RunResult:
-        """This run as every backend reports one."""
-        return RunResult(
-            name=self.run_dir.name,
-            status="interrupted" if self.interrupted else "completed",
-            metrics=str(self.run_dir / "metrics.jsonl"),
-            summary=self.summary,
-            run_dir=self.run_dir,
-            population=self.population,
-            fitnesses=self.fitnesses,
-        )
-
-
 class EvolutionLoop:
     """Trains a population locally, as the manifest says, writing a run folder."""
 
@@ -124,7 +67,7 @@ class EvolutionLoop:
         self,
         manifest: TrainingManifest,
         registry: Registry,
-        options: RunOptions,
+        options: LocalRunOptions,
         reporter: Reporter,
         folder: RunFolder | None = None,
         runner: RunnerFactory | None = None,
@@ -232,7 +175,7 @@ class EvolutionLoop:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def run(self, *, fresh: bool = True) -> TrainResult:
+    def run(self, *, fresh: bool = True) -> RunResult:
         """Train until the step budget is spent, the target is reached, or Ctrl-C.
 
         Checkpoints are taken at generation boundaries only (and once before the first
@@ -248,7 +191,7 @@ class EvolutionLoop:
         finally:
             self.folder.unlock()
 
-    def _train(self, fresh: bool) -> TrainResult:
+    def _train(self, fresh: bool) -> RunResult:
         training = self.manifest.training
         total = training.max_steps * len(self.population)
         self.reporter.start(
@@ -509,7 +452,7 @@ class EvolutionLoop:
             self.elite = self.population[0].clone(state["elite"]["index"])
             self.elite.load_state_dict(state["elite"])
 
-    def _finish(self, interrupted: bool) -> TrainResult:
+    def _finish(self, interrupted: bool) -> RunResult:
         fitnesses = [last_fitness(member) for member in self.population]
         best = self.population[int(np.argmax(fitnesses))] if fitnesses else None
         if best is not None and not best.record.fitness:
@@ -521,7 +464,16 @@ class EvolutionLoop:
         self.reporter.finish(summary)
         with contextlib.suppress(Exception):  # workers already gone after Ctrl-C
             self.env.close()
-        return TrainResult(self.population, fitnesses, summary, self.folder.path, interrupted)
+        path = self.folder.path
+        return RunResult(
+            name=path.name,
+            status="interrupted" if interrupted else "completed",
+            metrics=str(path / "metrics.jsonl"),
+            summary=summary,
+            run_dir=path,
+            population=self.population,
+            fitnesses=fitnesses,
+        )
 
     def _summary(self, best: Member | None, interrupted: bool) -> dict[str, Any]:
         state = self.state
@@ -554,7 +506,7 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) else float("-inf")
 
 
-def _run_seed(manifest: TrainingManifest, options: RunOptions) -> int:
+def _run_seed(manifest: TrainingManifest, options: LocalRunOptions) -> int:
     if options.seed is not None:
         return options.seed
     return manifest.mutation.rand_seed if manifest.mutation is not None else 0

@@ -6,18 +6,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agile_cli.backend import RunResult
 from agile_cli.errors import TrainingError, UsageError
 from agile_cli.host.plugins import installed_registry
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
+from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import (
     RUN_SHAPING_OPTIONS,
     EvolutionLoop,
-    RunOptions,
-    TrainResult,
 )
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
@@ -102,7 +102,7 @@ class LocalTrainer:
         overwrite: bool = False,
     ) -> tuple[list[Any], list[float]]:
         """Train; returns ``(population, fitnesses)``, the fitnesses aligned with the members."""
-        options = RunOptions(
+        options = LocalRunOptions(
             device=self.device,
             seed=seed,
             run_dir=Path(run_dir) if run_dir is not None else None,
@@ -114,6 +114,7 @@ class LocalTrainer:
         )
         result = run_local(self.manifest, self.registry, options, verbose=verbose)
         self.result = result
+        assert result.population is not None and result.fitnesses is not None  # trained here
         return result.population, result.fitnesses
 
 
@@ -133,11 +134,11 @@ def _reporter(verbose: bool) -> Reporter:
 def run_local(
     manifest: TrainingManifest,
     registry: Registry,
-    options: RunOptions,
+    options: LocalRunOptions,
     *,
     verbose: bool = True,
     runner: RunnerFactory | None = None,
-) -> TrainResult:
+) -> RunResult:
     """Train ``manifest``, writing a new run folder here: in this process, or where the
     backend's ``runner`` trains the members (see :class:`~agile_cli.MemberTrainer`)."""
     if options.run_dir is not None:  # refuse a taken folder before any set-up
@@ -155,11 +156,11 @@ _RESUME_ELSEWHERE = (
 def resume_local(
     run_dir: Path,
     registry: Registry,
-    options: RunOptions,
+    options: LocalRunOptions,
     *,
     verbose: bool = True,
     runner: RunnerFactory | None = None,
-) -> TrainResult:
+) -> RunResult:
     """Continue the run in ``run_dir`` from its latest checkpoint (whichever backend trained
     it), in this process or with the backend's ``runner``."""
     _refuse_fresh_run_options(options)
@@ -177,11 +178,11 @@ def resume_local(
 def _resume(
     folder: RunFolder,
     registry: Registry,
-    options: RunOptions,
+    options: LocalRunOptions,
     *,
     verbose: bool,
     runner: RunnerFactory | None,
-) -> TrainResult:
+) -> RunResult:
     run_dir = folder.path
     if not folder.latest.is_file():
         raise TrainingError(
@@ -195,8 +196,9 @@ def _resume(
     manifest, notes = checked_manifest(state, manifest, folder.latest, trusted=options.trust_code)
     with explain_mismatch():
         _refuse_finished(state, manifest, run_dir)
-        options.seed = int(state["state"]["seed"])
-        notes += _keep_run_options(state.get("run_options") or {}, options)
+        options = options.model_copy(update={"seed": int(state["state"]["seed"])})
+        options, kept = _keep_run_options(state.get("run_options") or {}, options)
+        notes += kept
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder, runner=runner)
     loop.restore(state)
@@ -210,24 +212,26 @@ def _resume(
     return loop.run(fresh=False)
 
 
-def _keep_run_options(saved: dict[str, Any], options: RunOptions) -> list[str]:
-    """Give ``options`` the run-shaping options the run was started with (see
+def _keep_run_options(
+    saved: dict[str, Any], options: LocalRunOptions
+) -> tuple[LocalRunOptions, list[str]]:
+    """``options`` with the run-shaping options the run was started with (see
     :data:`~agile_cli.training.loop.RUN_SHAPING_OPTIONS`) unless the resume command sets them
-    anew; returns a note for each one it sets anew."""
-    notes = []
+    anew, and a note for each one it sets anew."""
+    notes, kept = [], {}
     for name in RUN_SHAPING_OPTIONS:
         given, before = getattr(options, name), saved.get(name)
         flag = "--" + name.replace("_", "-")
         if given in (None, False):
-            setattr(options, name, before if before is not None else given)
+            kept[name] = before if before is not None else given
         elif given != before:
             value = "" if isinstance(given, bool) else f" {given}"
             had = f"with {before}" if before else "without it"
             notes.append(f"resuming with {flag}{value} (the run started {had})")
-    return notes
+    return options.model_copy(update=kept), notes
 
 
-def _refuse_fresh_run_options(options: RunOptions) -> None:
+def _refuse_fresh_run_options(options: LocalRunOptions) -> None:
     given = [flag for flag, value in (("--seed", options.seed), ("--run-dir", options.run_dir),
                                       ("--overwrite", options.overwrite)) if value]  # fmt: skip
     if given:

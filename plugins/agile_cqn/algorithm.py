@@ -9,10 +9,27 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from gymnasium import spaces
 
-from agile_cli import LearnResult, QLearning, Transitions
+from agile_cli import QLearning, QLearningGroup, Transitions, masked_mean
 from agile_cqn.spec import CQNSpec
+
+#: The gradient norm each update is clipped to.
+MAX_GRAD_NORM = 10.0
+
+
+class CQNGroup(QLearningGroup):
+    """CQN's update, for a group of members (a member alone is a group of one)."""
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        q_values, q_taken, td_target = self.td_terms(batch)
+        td_losses = masked_mean(F.smooth_l1_loss(q_taken, td_target, reduction="none"), rows)
+        penalties = conservative_penalty(q_values, q_taken, rows)
+        losses = td_losses + self.group.hp("cql_alpha") * penalties
+        self.group.gradient_step("q", losses, active, max_grad_norm=MAX_GRAD_NORM)
+        self.group.soft_update([("target", "q")], self.group.hp("tau"), active)
+        return losses.detach(), None
 
 
 class CQN(QLearning):
@@ -24,27 +41,16 @@ class CQN(QLearning):
     """
 
     spec: CQNSpec
-
-    def build(self) -> None:
-        if not isinstance(self.action_space, spaces.Discrete):
-            raise NotImplementedError(
-                f"CQN needs Discrete actions, not {type(self.action_space).__name__}"
-            )
-        super().build()
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        q_values, q_taken, td_target = self.td_terms(batch)
-        td_loss = F.smooth_l1_loss(q_taken, td_target)
-        loss = td_loss + self.spec.cql_alpha * conservative_penalty(q_values, q_taken)
-        self.gradient_step("q", loss, max_grad_norm=10.0)
-        self.soft_update([("target", "q")], self.spec.tau)
-        return LearnResult(float(loss.detach()))
+    group_learner = CQNGroup
 
 
-def conservative_penalty(q_values: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:
-    """CQL(H): the batch mean of ``logsumexp_a Q(s, a) - Q(s, a_data)``.
+def conservative_penalty(
+    q_values: torch.Tensor, q_taken: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """CQL(H): each member's batch mean of ``logsumexp_a Q(s, a) - Q(s, a_data)``, ``[k]``.
 
-    :param q_values: ``[B, actions]`` Q-values of every action.
-    :param q_taken: ``[B]`` Q-values of the actions in the dataset.
+    :param q_values: ``[k, B, actions]`` Q-values of every action.
+    :param q_taken: ``[k, B]`` Q-values of the actions in the dataset.
+    :param rows: ``[k, B]``, 1 where the row is the member's.
     """
-    return (torch.logsumexp(q_values, dim=1) - q_taken).mean()
+    return masked_mean(torch.logsumexp(q_values, dim=2) - q_taken, rows)

@@ -10,7 +10,6 @@ import torch
 from agile_cli import (
     DeterministicActorCritic,
     DeterministicActorCriticGroup,
-    LearnResult,
     Transitions,
     masked_mean,
 )
@@ -18,7 +17,7 @@ from agile_ddpg.spec import DDPGSpec
 
 
 class DDPGGroup(DeterministicActorCriticGroup):
-    """:meth:`DDPG.learn` for a group of members at once."""
+    """DDPG's update, for a group of members (a member alone is a group of one)."""
 
     def learn_batch(
         self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
@@ -54,24 +53,8 @@ class DDPG(DeterministicActorCritic):
 
     **Shared encoders.** With ``share_encoders`` the critic has heads only and reads the actor's
     current encoder output without gradient (the target critic the target actor's), so only
-    the actor's loss trains the encoder; such members train one by one.
+    the actor's loss trains the encoder; such members train as groups of one.
     """
 
     spec: DDPGSpec
     group_learner = DDPGGroup
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
-        actions = self.to_unit(batch.actions)
-        with torch.no_grad():
-            next_actions = self.policy_actions("actor_target", next_obs)
-            next_q = self.q_values("critic_target", next_obs, next_actions)
-            td_target = batch.rewards + self.bootstrap(batch) * next_q
-        q = self.q_values("critic", obs, actions)
-        loss = (batch.weights * (q - td_target).pow(2)).mean()
-        self.minimise(loss, ("critic",))
-        self.learn_counter += 1
-        if self.learn_counter % self.spec.policy_freq == 0:
-            self.update_actor("critic", obs)
-            self.soft_update_targets()
-        return LearnResult(float(loss.detach()), (q - td_target).detach().abs() + 1e-6)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agile_cli import LearnResult, QLearning, QLearningGroup, Transitions, masked_mean
+from agile_cli import QLearning, QLearningGroup, Transitions, masked_mean
 from agile_dqn.spec import DQNSpec
 
 #: The gradient norm each update is clipped to.
@@ -18,7 +18,9 @@ MAX_GRAD_NORM = 10.0
 
 
 class DQNGroup(QLearningGroup):
-    """:meth:`DQN.learn` for a group of members at once."""
+    """DQN's update, for a group of members (a member alone is a group of one): the Huber
+    loss between the taken actions' Q-values and their TD targets, weighted by the
+    importance weights, one clipped Adam step, then the target network follows by ``tau``."""
 
     def learn_batch(
         self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
@@ -40,16 +42,9 @@ class DQN(QLearning):
     ``replay_buffer.per_buffer`` it learns from prioritised replay (Schaul et al., 2016),
     weighting the loss by importance weights whose exponent anneals from 0.4 to 1. The
     networks, acting and TD terms come from :class:`agile_cli.QLearning`; a batched
-    population trains members of one architecture together (:class:`DQNGroup`).
+    population trains members of one architecture together; the update, written once for a
+    group of members, is :class:`DQNGroup`'s.
     """
 
     spec: DQNSpec
     group_learner = DQNGroup
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        _, q_taken, td_target = self.td_terms(batch)
-        errors = F.smooth_l1_loss(q_taken, td_target, reduction="none")
-        loss = (batch.weights * errors).mean()
-        self.gradient_step("q", loss, max_grad_norm=MAX_GRAD_NORM)
-        self.soft_update([("target", "q")], self.spec.tau)
-        return LearnResult(float(loss.detach()), (q_taken - td_target).detach().abs() + 1e-6)

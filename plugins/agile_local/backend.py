@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from agile_cli import (
     Backend,
@@ -15,14 +15,9 @@ from agile_cli import (
     TrainingManifest,
 )
 
-if TYPE_CHECKING:  # the training stack (torch) is imported only to train
-    from agile_cli import RunOptions
 
-
-def _run_options(spec: Spec) -> RunOptions:
-    from agile_cli import RunOptions
-
-    return RunOptions.from_spec(cast(LocalRunOptions, spec))  # the CLI validated them
+def _run_options(spec: Spec) -> LocalRunOptions:
+    return cast(LocalRunOptions, spec)  # the CLI validated them
 
 
 class LocalBackend(Backend):
@@ -41,7 +36,7 @@ class LocalBackend(Backend):
             raise ManifestError(lacking, "training on this machine")
         from agile_cli import run_local  # the training stack (torch), imported to train
 
-        return run_local(manifest, registry, _run_options(options), verbose=verbose).run_result()
+        return run_local(manifest, registry, _run_options(options), verbose=verbose)
 
     def resume(
         self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
@@ -49,4 +44,4 @@ class LocalBackend(Backend):
         from agile_cli import resume_local
 
         run_options = _run_options(options)
-        return resume_local(run_dir, registry, run_options, verbose=verbose).run_result()
+        return resume_local(run_dir, registry, run_options, verbose=verbose)

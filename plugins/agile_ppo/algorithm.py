@@ -46,8 +46,11 @@ class PPO(OnPolicyAlgorithm):
     ``max_seq_len: null`` the sequences are whole episodes instead, and a minibatch holds
     episodes while they fit in ``batch_size`` steps (:mod:`agile_ppo.episodes`).
 
-    A batched population trains non-recurrent members of one network layout together
-    (:class:`~agile_ppo.group.PPOGroup`); recurrent members train one by one.
+    Acting, the policy step and the update are written once, for a group of members
+    (:class:`~agile_ppo.group.PPOGroup`): a batched population trains non-recurrent members of
+    one network layout together, and a member alone runs the same code as a group of one.
+    Recurrent members train one by one, on their sequences, with the group learner's
+    objective.
     """
 
     spec: PPOSpec
@@ -82,14 +85,6 @@ class PPO(OnPolicyAlgorithm):
 
     # -- acting ----------------------------------------------------------------------------------
 
-    def _heads(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.spec.share_encoders:
-            out = self.networks["actor_critic"](obs)
-            return out["policy"], out["value"].squeeze(-1)
-        return self.networks["actor"](obs)["policy"], self.networks["critic"](obs)["value"].squeeze(
-            -1
-        )
-
     def _distribution(self, logits: torch.Tensor) -> Distribution:
         if not self.continuous:
             return Categorical(logits=logits)
@@ -107,9 +102,10 @@ class PPO(OnPolicyAlgorithm):
         return np.clip(array, space.low, space.high)  # type: ignore[attr-defined]
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        if not self.recurrent:  # the group learner's, as a group of one
+            return self.solo_learner().act(obs, explore=explore)
         with torch.no_grad():
-            obs = self.obs_tensor(obs)
-            logits = self._step(obs)[0] if self.recurrent else self._heads(obs)[0]
+            logits = self._step(cast(torch.Tensor, self.obs_tensor(obs)))[0]
             if explore:
                 actions = self.sample(self._distribution(logits))
             else:  # the most likely action
@@ -132,12 +128,11 @@ class PPO(OnPolicyAlgorithm):
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> tuple[np.ndarray, PolicyRecord]:
-        with torch.no_grad():
-            state = None
-            if self.recurrent:  # an LSTM encoder takes array observations, never dicts
-                logits, values, state = self._step(cast(torch.Tensor, obs))
-            else:
-                logits, values = self._heads(obs)
+        if not self.recurrent:  # the group learner's, as a group of one
+            chosen, record = cast(PPOGroup, self.solo_learner()).policy_step(obs)
+            return chosen, PolicyRecord(record.actions[0], record.log_probs[0], record.values[0])
+        with torch.no_grad():  # an LSTM encoder takes array observations, never dicts
+            logits, values, state = self._step(cast(torch.Tensor, obs))
             distribution = self._distribution(logits)
             actions = self.sample(distribution)
             log_probs = distribution.log_prob(actions)
@@ -196,7 +191,12 @@ class PPO(OnPolicyAlgorithm):
     def learn(
         self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> LearnResult:
-        batch, size = self._finish(rollout, last_obs)
+        """The group learner's update as a group of one; a recurrent member's on sequences
+        re-run from their stored states, through the group learner's objective."""
+        if not self.recurrent:
+            [loss] = cast(PPOGroup, self.solo_learner()).learn_rollouts([rollout], last_obs)
+            return LearnResult(float(loss or 0.0))
+        batch, size = self._finish(rollout, cast(torch.Tensor, last_obs))
         losses = []
         approx_kl = 0.0
         for _ in range(int(self.spec.update_epochs)):
@@ -220,16 +220,12 @@ class PPO(OnPolicyAlgorithm):
         return [order[start : start + size] for start in range(0, len(batch), size)]
 
     def _finish(
-        self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> tuple[RolloutBatch | SequenceBatch | Episodes, int]:
-        """The rollout with advantages, as steps or (recurrent) sequences, and how many of
-        them (steps, for whole episodes) a minibatch holds."""
+        self, rollout: Rollout, last_obs: torch.Tensor
+    ) -> tuple[SequenceBatch | Episodes, int]:
+        """A recurrent member's rollout with advantages, as sequences, and how many of them
+        (steps, for whole episodes) a minibatch holds."""
         with torch.no_grad():
-            if not self.recurrent:
-                _, last_values = self._heads(last_obs)
-                batch = rollout.finish(last_values, self.spec.gamma, self.spec.gae_lambda)
-                return batch, int(self.spec.batch_size)
-            obs = last_obs.unsqueeze(0)  # type: ignore[union-attr]
+            obs = last_obs.unsqueeze(0)
             _, last_values, _ = self._unroll(obs, self._current_state(obs.shape[1]))
         length = self.spec.max_seq_len
         gamma, gae_lambda = self.spec.gamma, self.spec.gae_lambda
@@ -240,18 +236,14 @@ class PPO(OnPolicyAlgorithm):
         return sequences, max(1, int(self.spec.batch_size) // length)
 
     def _minibatch(
-        self, batch: RolloutBatch | SequenceBatch | Episodes, rows: torch.Tensor
+        self, batch: SequenceBatch | Episodes, rows: torch.Tensor
     ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-        """The valid steps of the minibatch ``rows`` (steps, or sequences), and the current
-        logits and values on them."""
-        if isinstance(batch, SequenceBatch | Episodes):
-            sequences = batch.select(rows)
-            obs, state, starts = sequences.obs, sequences.initial_state, sequences.starts
-            logits, values, _ = self._unroll(obs, state, starts)  # type: ignore[arg-type]
-            return sequences.valid_steps(), logits[sequences.valid], values[sequences.valid]
-        minibatch = RolloutBatch(*(_rows(field, rows) for field in batch))
-        logits, values = self._heads(minibatch.obs)
-        return minibatch, logits, values
+        """The valid steps of the minibatch of sequences ``rows``, and the current logits and
+        values on them."""
+        sequences = batch.select(rows)
+        obs, state, starts = sequences.obs, sequences.initial_state, sequences.starts
+        logits, values, _ = self._unroll(obs, state, starts)  # type: ignore[arg-type]
+        return sequences.valid_steps(), logits[sequences.valid], values[sequences.valid]
 
     def _update(
         self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
@@ -265,34 +257,11 @@ class PPO(OnPolicyAlgorithm):
     def _objective(
         self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clipped-objective loss on a minibatch's steps and the approximate KL."""
-        distribution = self._distribution(logits)
-        log_probs = distribution.log_prob(batch.actions)
-        log_ratio = log_probs - batch.log_probs
-        ratio = log_ratio.exp()
-        advantages = batch.advantages
-        if self.spec.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        clip = float(self.spec.clip_coef)
-        policy_loss = -torch.min(
-            ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
-        ).mean()
-        returns = batch.returns
-        value_loss = (values - returns).pow(2)
-        if self.spec.clip_value_loss:  # keep the value update near the old estimate
-            old = batch.values
-            clipped = old + (values - old).clamp(-clip, clip)
-            value_loss = torch.max(value_loss, (clipped - returns).pow(2))
-        entropy = distribution.entropy().mean()
-        loss = (
-            policy_loss + self.spec.vf_coef * 0.5 * value_loss.mean() - self.spec.ent_coef * entropy
-        )
-        with torch.no_grad():
-            approx_kl = ((ratio - 1.0) - log_ratio).mean()  # Schulman's k3 estimator
-        return loss, approx_kl
-
-
-def _rows(obs: torch.Tensor | dict[str, torch.Tensor], rows: torch.Tensor) -> Any:
-    if isinstance(obs, dict):
-        return {key: value[rows] for key, value in obs.items()}
-    return obs[rows]
+        """:meth:`PPOGroup.objective` on a minibatch's steps, as a group of one: the loss and
+        the approximate KL."""
+        learner = cast(PPOGroup, self.solo_learner())
+        obs = cast(torch.Tensor, batch.obs)  # an LSTM encoder takes arrays, never dicts
+        lead = RolloutBatch(*(field.unsqueeze(0) for field in (obs, *batch[1:])))
+        rows = torch.ones(1, len(batch), device=self.device)
+        losses, approx_kl = learner.objective(lead, logits.unsqueeze(0), values.unsqueeze(0), rows)
+        return losses[0], approx_kl[0]

@@ -30,13 +30,14 @@ if TYPE_CHECKING:
 
 
 class PPOGroup(OnPolicyGroupLearner):
-    """:meth:`PPO.policy_step`, :meth:`PPO.act` and :meth:`PPO.learn` for a group of
-    non-recurrent members (an LSTM encoder does not stack) of one network layout. Each member
-    keeps its own hyperparameters, random streams and minibatch schedule: every member draws
-    its epoch's permutation from its own generator, takes minibatches of its own
-    ``batch_size`` (padded to the group's widest and masked), normalises advantages per
-    minibatch, clips with its own ``clip_coef`` and ``max_grad_norm``, and stops early past its
-    own ``target_kl``; members with fewer minibatches or epochs sit out the later ones."""
+    """PPO's acting, policy step and update, written once for a group of non-recurrent members
+    (a member alone is a group of one); recurrent members run their own sequences through
+    :meth:`objective`. Each member keeps its own hyperparameters, random streams and
+    minibatch schedule: every member draws its epoch's permutation from its own generator,
+    takes minibatches of its own ``batch_size`` (padded to the group's widest and masked),
+    normalises advantages per minibatch, clips with its own ``clip_coef`` and
+    ``max_grad_norm``, and stops early past its own ``target_kl``; members with fewer
+    minibatches or epochs sit out the later ones."""
 
     members: list[PPO]  # type: ignore[assignment]
 
@@ -75,8 +76,8 @@ class PPOGroup(OnPolicyGroupLearner):
         return normal.loc + normal.scale * noise
 
     def _to_env(self, actions: torch.Tensor) -> np.ndarray:
-        """Stacked actions ``[k, E, ...]`` as each member's :meth:`PPO._to_env` makes them,
-        concatenated (every member has the same action space and squashing)."""
+        """Stacked actions ``[k, E, ...]`` as environment actions, in member order (every
+        member has the same action space and squashing)."""
         return self.members[0]._to_env(actions.flatten(0, 1))
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
@@ -135,8 +136,8 @@ class PPOGroup(OnPolicyGroupLearner):
     def _finish(
         self, rollouts: Sequence[Rollout | None], last_obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> tuple[RolloutBatch, torch.Tensor]:
-        """Each learning member's rollout with advantages (its own gamma and gae_lambda), as
-        :meth:`PPO._finish` makes it, stacked: ``[k, N, ...]`` and each member's length."""
+        """Each learning member's rollout with advantages (its own gamma and gae_lambda),
+        stacked: ``[k, N, ...]`` and each member's length."""
         with torch.no_grad():
             _, last_values = self._heads(stacked_observations(last_obs, self.group.size))
         batches = [
@@ -160,10 +161,23 @@ class PPOGroup(OnPolicyGroupLearner):
         self, batch: RolloutBatch, rows: torch.Tensor, active: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One clipped-objective gradient step for the active members on their minibatches
-        ``[k, S]`` (real where ``rows`` is 1), as :meth:`PPO._update` takes it; returns each
-        member's loss and approximate KL ``[k]``."""
-        hp = self.group.hp
+        ``[k, S]`` (real where ``rows`` is 1); returns each member's loss and approximate KL
+        ``[k]``."""
         logits, values = self._heads(cast(torch.Tensor, batch.obs))
+        losses, approx_kl = self.objective(batch, logits, values, rows)
+        max_grad_norm = self.group.hp("max_grad_norm")
+        self.group.gradient_step("policy", losses, active, max_grad_norm=max_grad_norm)
+        return losses.detach(), approx_kl
+
+    def objective(
+        self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each member's clipped-objective loss ``[k]`` on its minibatch ``[k, S]`` (real
+        where ``rows`` is 1), given the current ``logits`` and ``values`` on its steps, and its
+        approximate KL ``[k]`` (Schulman's k3 estimator): the policy's clipped surrogate, half
+        the (optionally clipped) value error weighted by ``vf_coef``, less ``ent_coef`` times
+        the entropy, advantages normalised per minibatch where ``normalize_advantages``."""
+        hp = self.group.hp
         distribution = self._distribution(logits)
         log_ratio = distribution.log_prob(batch.actions) - batch.log_probs
         ratio = log_ratio.exp()
@@ -182,10 +196,9 @@ class PPOGroup(OnPolicyGroupLearner):
             + hp("vf_coef") * 0.5 * masked_mean(value_loss, rows)
             - hp("ent_coef") * entropy
         )
-        self.group.gradient_step("policy", losses, active, max_grad_norm=hp("max_grad_norm"))
         with torch.no_grad():
-            approx_kl = masked_mean((ratio - 1.0) - log_ratio, rows)  # Schulman's k3 estimator
-        return losses.detach(), approx_kl
+            approx_kl = masked_mean((ratio - 1.0) - log_ratio, rows)
+        return losses, approx_kl
 
     def _normalised(self, advantages: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Each member's advantages ``[k, S]`` normalised over its real rows (unbiased std, as

@@ -19,14 +19,11 @@ from gymnasium import spaces
 from agile_cli import (
     GreedyPolicy,
     GroupLearner,
-    LearnResult,
     OffPolicyAlgorithm,
     Transitions,
     flat_rows,
     greedy_action,
     masked_mean,
-    mean_weights,
-    reset_noise,
     scale_sigmas,
     stacked_observations,
 )
@@ -87,8 +84,8 @@ class ExpectedReturns(torch.nn.Module):
 
 
 class RainbowGroup(GroupLearner):
-    """:meth:`RainbowDQN.act` and :meth:`RainbowDQN.learn` for a group of members at once:
-    each member's noise is drawn from its own generator as its own layers would draw it."""
+    """Rainbow's acting and update, for a group of members (a member alone is a group of
+    one): each member's noise is drawn from its own generator, as its own layers draw it."""
 
     members: list[RainbowDQN]  # type: ignore[assignment]
 
@@ -106,11 +103,13 @@ class RainbowGroup(GroupLearner):
         return [member.generator for member in self.members]
 
     def log_probs(self, network: str, obs: Any) -> torch.Tensor:
-        """``[k, B, actions, atoms]``: :meth:`RainbowDQN.log_probs` for every member."""
+        """``[k, B, actions, atoms]`` log-probabilities of each action's return distribution
+        under ``network`` (``"q"`` or ``"target"``), for preprocessed observations."""
         out = self.group.net(network)(obs)
         return dueling_log_probs(out["value"], out["advantage"])
 
     def q_values(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """``[k, B, actions]`` expected returns of the distributions ``log_probs``."""
         return log_probs.exp() @ self.members[0].support
 
     def learn_batch(
@@ -193,50 +192,10 @@ class RainbowDQN(OffPolicyAlgorithm):
         self.add_optimizer("q", ("q",), "lr")
         self.support = torch.linspace(self.spec.v_min, self.spec.v_max, atoms, device=self.device)
 
-    def log_probs(self, network: str, obs: Any) -> torch.Tensor:
-        """``[batch, actions, atoms]`` log-probabilities of each action's return distribution
-        under ``network`` (``"q"`` or ``"target"``), for preprocessed observations."""
-        out = self.networks[network](obs)
-        return dueling_log_probs(out["value"], out["advantage"])
-
-    def q_values(self, log_probs: torch.Tensor) -> torch.Tensor:
-        """``[batch, actions]`` expected returns of the distributions ``log_probs``."""
-        return log_probs.exp() @ self.support
-
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        online = self.networks["q"]
-        if explore:  # a new noise sample for every step
-            reset_noise(online, self.generator)
-        with torch.no_grad(), nullcontext() if explore else mean_weights(online):
-            q = self.q_values(self.log_probs("q", self.obs_tensor(obs)))
-        return q.argmax(dim=1).cpu().numpy()
-
     def export_policy(self) -> GreedyPolicy:
         """The argmax of the expected returns under the mean weights."""
         body = ExpectedReturns(self.networks["q"], self.support)
         return GreedyPolicy(self.observation_space, body, greedy_action(self.action_space))
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        reset_noise(self.networks["q"], self.generator)
-        reset_noise(self.networks["target"], self.generator)
-        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
-        size = batch.rewards.shape[0]
-        rows = torch.arange(size, device=self.device)
-        # One pass of the online network over obs and next_obs; next_obs needs no gradient.
-        both = self.log_probs("q", _concat(obs, next_obs))
-        taken = both[rows, batch.actions.long().view(-1)]
-        with torch.no_grad():
-            # Double Q: the online network chooses the next action, the target evaluates it.
-            next_actions = self.q_values(both[size:].detach()).argmax(dim=1)
-            next_probs = self.log_probs("target", next_obs)[rows, next_actions].exp()
-            discount = self.spec.gamma if batch.discounts is None else batch.discounts
-            discounts = discount * (1.0 - batch.terminated)
-            target = project_distribution(next_probs, batch.rewards, discounts, self.support)
-        cross_entropy = -(target * taken).sum(dim=-1)
-        loss = (batch.weights * cross_entropy).mean()
-        self.gradient_step("q", loss, max_grad_norm=10.0)
-        self.soft_update([("target", "q")], self.spec.tau)
-        return LearnResult(float(loss.detach()), cross_entropy.detach() + self.spec.prior_eps)
 
     def importance_exponent(self, progress: float) -> float:
         """Prioritised replay's importance exponent, annealed from ``beta`` to 1 over training."""
@@ -251,10 +210,3 @@ class RainbowDQN(OffPolicyAlgorithm):
                 scale_sigmas(network, value / self.spec.noise_std)
                 network.noisy_std = float(value)
         super().set_hyperparameter(name, value)
-
-
-def _concat(first: Any, second: Any) -> Any:
-    """Two observation batches as one (dict observations key by key)."""
-    if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]]) for key in first}
-    return torch.cat([first, second])

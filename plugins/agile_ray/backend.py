@@ -3,7 +3,6 @@ Ray workers (on this machine's own Ray instance, or on a cluster)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +12,6 @@ from agile_cli import (
     Backend,
     Registry,
     RunnerFactory,
-    RunOptions,
     RunResult,
     Spec,
     TrainingManifest,
@@ -35,7 +33,7 @@ class RayBackend(Backend):
         spec = _checked(options)
         with _workers(spec) as factory:
             result = run_local(manifest, registry, _driver(spec), verbose=verbose, runner=factory)
-        return result.run_result()
+        return result
 
     def resume(
         self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
@@ -43,7 +41,7 @@ class RayBackend(Backend):
         spec = _checked(options)
         with _workers(spec) as factory:
             result = resume_local(run_dir, registry, _driver(spec), verbose=verbose, runner=factory)
-        return result.run_result()
+        return result
 
 
 def _checked(options: Spec) -> RayOptions:
@@ -57,10 +55,10 @@ def _checked(options: Spec) -> RayOptions:
     return spec
 
 
-def _driver(spec: RayOptions) -> RunOptions:
+def _driver(spec: RayOptions) -> RayOptions:
     """The loop's options: the driver's copies of the members stay on its CPU (the workers
     train on --device)."""
-    return dataclasses.replace(RunOptions.from_spec(spec), device="cpu")
+    return spec.model_copy(update={"device": "cpu"})
 
 
 @contextmanager

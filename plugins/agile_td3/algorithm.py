@@ -13,7 +13,6 @@ import torch
 from agile_cli import (
     DeterministicActorCritic,
     DeterministicActorCriticGroup,
-    LearnResult,
     Transitions,
     masked_mean,
 )
@@ -21,7 +20,7 @@ from agile_td3.spec import TD3Spec
 
 
 class TD3Group(DeterministicActorCriticGroup):
-    """:meth:`TD3.learn` for a group of members at once."""
+    """TD3's update, for a group of members (a member alone is a group of one)."""
 
     members: list[TD3]  # type: ignore[assignment]
 
@@ -50,8 +49,8 @@ class TD3Group(DeterministicActorCriticGroup):
         return losses.detach(), (q_1 - td_target).detach().abs() + 1e-6
 
     def smoothing_noise(self, shape: torch.Size, rows: torch.Tensor) -> torch.Tensor:
-        """Each member's target-policy smoothing noise for its own rows, drawn as
-        :meth:`TD3.smoothing_noise` draws it (zeros elsewhere)."""
+        """Each member's target-policy smoothing noise for its own rows, drawn from its own
+        generator by :meth:`TD3.smoothing_noise` (zeros elsewhere)."""
         noise = torch.zeros(shape, device=rows.device)
         for row, (member, count) in enumerate(zip(self.members, rows.sum(1).tolist(), strict=True)):
             if count:
@@ -77,28 +76,6 @@ class TD3(DeterministicActorCritic):
 
     spec: TD3Spec
     group_learner = TD3Group
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
-        actions = self.to_unit(batch.actions)
-        with torch.no_grad():
-            next_actions = self.policy_actions("actor_target", next_obs)
-            next_actions = (next_actions + self.smoothing_noise(next_actions.shape)).clamp(-1, 1)
-            next_q = torch.minimum(  # clipped double Q: the smaller of the two estimates
-                self.q_values("critic_1_target", next_obs, next_actions),
-                self.q_values("critic_2_target", next_obs, next_actions),
-            )
-            td_target = batch.rewards + self.bootstrap(batch) * next_q
-        q_1 = self.q_values("critic_1", obs, actions)
-        q_2 = self.q_values("critic_2", obs, actions)
-        errors = (q_1 - td_target).pow(2) + (q_2 - td_target).pow(2)
-        loss = (batch.weights * errors).mean()
-        self.minimise(loss, self.critics)
-        self.learn_counter += 1
-        if self.learn_counter % self.spec.policy_freq == 0:  # the delayed policy update
-            self.update_actor("critic_1", obs)
-            self.soft_update_targets()
-        return LearnResult(float(loss.detach()), (q_1 - td_target).detach().abs() + 1e-6)
 
     def smoothing_noise(self, shape: torch.Size) -> torch.Tensor:
         """Target-policy smoothing noise: N(0, policy_noise), clipped to +-noise_clip."""

@@ -5,7 +5,7 @@ update, :meth:`~agile_cli.Algorithm.learn`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from agile_cli.runtime.algorithms.actions import BoxActionScaler, box_action_spa
 from agile_cli.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_cli.runtime.buffers import Transitions
 from agile_cli.runtime.exported import GreedyPolicy, NetworkHead, greedy_action
-from agile_cli.runtime.group import GroupLearner, MemberGroup, masked_mean
+from agile_cli.runtime.group import GroupLearner, masked_mean
 from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
 
@@ -106,10 +106,13 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     environments changes; it is saved with checkpoints. Otherwise the noise is
     ``N(mean_noise, expl_noise)``, drawn afresh at each step.
 
-    **Pieces of an update.** :meth:`policy_actions`, :meth:`q_values`, :meth:`bootstrap` (the
-    discount, n-step aware), :meth:`update_actor` and :meth:`soft_update_targets`;
-    ``learn_counter`` counts learn calls for a policy delay. Prioritised replay's exponent is
-    the default of :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`.
+    **Acting and updates** are written once, for a group of members, in
+    :class:`DeterministicActorCriticGroup` (acting, and the pieces of an update:
+    ``policy_actions``, ``q_values``, ``bootstrap``, ``update_actor``,
+    ``soft_update_targets``); a subclass names a group learner deriving from it that adds
+    the update, and a member alone runs it as a group of one. ``learn_counter`` counts learn
+    calls for a policy delay. Prioritised replay's exponent is the default of
+    :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`.
 
     **Shared encoders.** With ``share_encoders`` each critic is a :class:`SharedEncoderCritic`:
     it has heads only and reads the actor's encoder as it is at that moment (no copy), its
@@ -117,8 +120,8 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     actor's loss trains the encoder. Each target critic reads the target actor's encoder, which
     follows the actor by the soft update. Nothing is copied, so the tie holds at every step;
     :meth:`set_architecture` points the rebuilt critics at the rebuilt actors, and checkpoints
-    and clones keep it (the critics' state holds their heads only). Such members train one by
-    one: the batched population path does not apply.
+    and clones keep it (the critics' state holds their heads only). Such members do not stack
+    (:attr:`stacks`): they train as groups of one.
 
     Activation mutation is skipped, as in the reference implementation.
     """
@@ -176,12 +179,7 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
                 actor = "actor_target" if name.endswith("_target") else "actor"
                 network.borrowed.borrow_from(self.networks[actor])
 
-    # -- acting ----------------------------------------------------------------------------------
-
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        with torch.no_grad():
-            unit = self.policy_actions("actor", self.obs_tensor(obs)).cpu().numpy()
-        return self.noisy_actions(unit) if explore else self.to_env(unit)
+    # -- acting (the group learner acts; these are each member's own part) ---------------------
 
     def export_policy(self) -> GreedyPolicy:
         """The actor's tanh output rescaled into the action bounds, without noise."""
@@ -220,31 +218,11 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
         """Stored environment actions back in [-1, 1], ``[N, action_dim]``."""
         return self.scaler.to_unit(actions)
 
-    # -- pieces of an update ---------------------------------------------------------------------
-
-    def policy_actions(self, network: str, obs: Any) -> torch.Tensor:
-        """The deterministic policy of ``network`` (the actor or its target), in [-1, 1]."""
-        return torch.tanh(self.networks[network](obs)["action"])
-
-    def q_values(self, network: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
-        """Q(s, a) of one critic, shape ``[N]``."""
-        return self.networks[network](obs, actions)["q"].squeeze(-1)
-
-    def bootstrap(self, batch: Transitions) -> torch.Tensor:
-        """What multiplies the next state's value: the discount (the batch's n-step discounts,
-        else ``gamma``), zero where the episode ended."""
-        discount = self.spec.gamma if batch.discounts is None else batch.discounts
-        return discount * (1.0 - batch.terminated)
-
-    def update_actor(self, critic: str, obs: Any) -> None:
-        """Move the actor up the gradient of ``critic``'s Q(s, mu(s))."""
-        actor_loss = -self.q_values(critic, obs, self.policy_actions("actor", obs)).mean()
-        self.minimise(actor_loss, ("actor",))
-
-    def soft_update_targets(self) -> None:
-        """target <- target + tau * (online - target), for the actor and every critic."""
-        pairs = [(f"{name}_target", name) for name in ("actor", *self.critics)]
-        self.soft_update(pairs, self.spec.tau)
+    @property
+    def stacks(self) -> bool:
+        """Members with ``share_encoders`` do not stack: stacked critics cannot read their
+        actor's encoder. They train as groups of one."""
+        return not self.spec.share_encoders
 
     # -- the rest --------------------------------------------------------------------------------
 
@@ -256,31 +234,24 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
         self.ou_noise = np.array(state["ou_noise"], dtype=np.float64)
 
 
-class DeterministicActorCriticGroup(GroupLearner):
-    """Acting and the pieces of an update of :class:`DeterministicActorCritic` for a group of
-    members at once, each piece doing for every member what the member's own method does;
-    a subclass adds :meth:`~agile_cli.GroupLearner.learn_batch`. Shapes gain a leading
-    member dimension: ``[k, B, ...]``."""
+class CriticMember(Protocol):
+    """What :class:`CriticGroup` reads from its members."""
 
-    members: list[DeterministicActorCritic]  # type: ignore[assignment]
+    spec: Any  # with the fields gamma and policy_freq
+    learn_counter: int
 
-    def __init__(self, group: MemberGroup) -> None:
-        super().__init__(group)
-        if any(member.spec.share_encoders for member in self.members):
-            raise ValueError(
-                "members with share_encoders train one by one: stacked critics cannot read "
-                "their actor's encoder"
-            )
+    def obs_tensor(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]: ...
 
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        size = self.group.size
-        with torch.no_grad():
-            stacked = stacked_observations(self.members[0].obs_tensor(obs), size)
-            unit = self.policy_actions("actor", stacked).cpu().numpy()
-        rows = zip(self.members, unit, strict=True)
-        return np.concatenate(
-            [member.noisy_actions(own) if explore else member.to_env(own) for member, own in rows]
-        )
+    def to_unit(self, actions: torch.Tensor) -> torch.Tensor: ...
+
+
+class CriticGroup(GroupLearner):
+    """What actor-critics with Q(s, a) critics over Box actions in [-1, 1] units share, for a
+    group of members (a member alone is a group of one): the batch's inputs, the critics'
+    values, the bootstrap multiplier and a policy delay. Shapes have the member axis first:
+    ``[k, B, ...]``. The members provide what :class:`CriticMember` names."""
+
+    members: list[CriticMember]  # type: ignore[assignment]
 
     def inputs(self, batch: Transitions) -> tuple[Any, Any, torch.Tensor]:
         """A stacked batch's observations and next observations as the networks take them,
@@ -300,30 +271,49 @@ class DeterministicActorCriticGroup(GroupLearner):
         unit = self.members[0].to_unit(actions.reshape(-1, *actions.shape[2:]))
         return unit.reshape(self.group.size, -1, unit.shape[-1])
 
-    def policy_actions(self, network: str, obs: Any) -> torch.Tensor:
-        """The deterministic policy of ``network`` for every member, in [-1, 1]."""
-        return torch.tanh(self.group.net(network)(obs)["action"])
-
     def q_values(self, network: str, obs: Any, actions: torch.Tensor) -> torch.Tensor:
         """Q(s, a) of one critic for every member, ``[k, B]``."""
         return self.group.net(network)(obs, actions)["q"].squeeze(-1)
 
     def bootstrap(self, batch: Transitions) -> torch.Tensor:
-        """Each member's multiplier of the next state's value, ``[k, B]`` (see
-        :meth:`DeterministicActorCritic.bootstrap`)."""
+        """Each member's multiplier of the next state's value, ``[k, B]``: its discount (the
+        batch's n-step discounts, else its ``gamma``), zero where the episode ended."""
         gamma = self.group.hp("gamma").unsqueeze(1)
         discount = gamma if batch.discounts is None else batch.discounts
         return discount * (1.0 - batch.terminated)
 
     def policy_delay(self, active: torch.Tensor) -> torch.Tensor:
         """Count a learn call for the active members; return which of them update their
-        actor now (every ``policy_freq``-th call, as the members' own ``learn`` does)."""
+        actor now (every ``policy_freq``-th call of each)."""
         due = []
         for member, on in zip(self.members, active.tolist(), strict=True):
             if on:
                 member.learn_counter += 1
             due.append(bool(on) and member.learn_counter % member.spec.policy_freq == 0)
         return torch.tensor(due, device=active.device)
+
+
+class DeterministicActorCriticGroup(CriticGroup):
+    """Acting and the pieces of an update of :class:`DeterministicActorCritic`, for a group of
+    members (a member alone is a group of one); a subclass adds
+    :meth:`~agile_cli.GroupLearner.learn_batch`."""
+
+    members: list[DeterministicActorCritic]  # type: ignore[assignment]
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        size = self.group.size
+        with torch.no_grad():
+            stacked = stacked_observations(self.members[0].obs_tensor(obs), size)
+            unit = self.policy_actions("actor", stacked).cpu().numpy()
+        rows = zip(self.members, unit, strict=True)
+        return np.concatenate(
+            [member.noisy_actions(own) if explore else member.to_env(own) for member, own in rows]
+        )
+
+    def policy_actions(self, network: str, obs: Any) -> torch.Tensor:
+        """The deterministic policy of ``network`` (the actor or its target) for every
+        member, in [-1, 1]."""
+        return torch.tanh(self.group.net(network)(obs)["action"])
 
     def update_actor(self, critic: str, obs: Any, rows: torch.Tensor, active: torch.Tensor) -> None:
         """Move each active member's actor up the gradient of its ``critic``'s Q(s, mu(s))."""

@@ -20,11 +20,11 @@ from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
 class QLearning(OffPolicyAlgorithm):
     """The frame of deep Q-learning over Discrete actions (DQN, CQN): an online Q-network
-    ``q`` (the policy) and its target network ``target``, epsilon-greedy acting, the TD terms of
-    an update (:meth:`td_terms`) and checkpoint state; prioritised replay's exponent is the
-    default of :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`. A subclass adds
-    :meth:`~agile_cli.Algorithm.learn`; its spec has the fields ``lr``, ``gamma``, ``tau`` and
-    ``double``.
+    ``q`` (the policy) and its target network ``target``, the epsilon schedule and checkpoint
+    state; prioritised replay's exponent is the default of
+    :meth:`~agile_cli.OffPolicyAlgorithm.importance_exponent`. Acting and the TD terms of an
+    update are :class:`QLearningGroup`'s; a subclass names a ``group_learner`` deriving from it
+    that adds the update. Its spec has the fields ``lr``, ``gamma``, ``tau`` and ``double``.
 
     Exploration is epsilon-greedy: epsilon starts at ``training.eps_start`` and is multiplied by
     ``training.eps_decay`` after every vector step, down to ``training.eps_end``. With
@@ -48,11 +48,6 @@ class QLearning(OffPolicyAlgorithm):
         self.add_optimizer("q", ("q",), "lr")
         self.epsilon = self.schedule.eps_start
 
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        with torch.no_grad():
-            greedy = self.networks["q"](self.obs_tensor(obs))["q"].argmax(dim=1).cpu().numpy()
-        return self.epsilon_greedy(greedy) if explore else greedy
-
     def export_policy(self) -> GreedyPolicy:
         """The argmax of the online Q-network's values."""
         body = NetworkHead(self.networks["q"], "q")
@@ -73,30 +68,6 @@ class QLearning(OffPolicyAlgorithm):
         """The ``training`` section's epsilon schedule (which algorithms of this frame call for)."""
         return cast(EpsilonGreedyTraining, self.context.training)
 
-    def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The online Q-values of every action ``[B, actions]``, those of the actions taken
-        ``[B]``, and their TD targets ``[B]`` (double-Q when ``double``; n-step discounts when
-        the buffer holds n-step returns)."""
-        online, target = self.networks["q"], self.networks["target"]
-        obs, next_obs = self.obs_tensor(batch.obs), self.obs_tensor(batch.next_obs)
-        size = batch.rewards.shape[0]
-        if self.spec.double:  # one pass over obs and next_obs; next_obs needs no gradient
-            q_both = online(_concat(obs, next_obs))["q"]
-            q_values, online_next = q_both[:size], q_both[size:].detach()
-        else:
-            q_values = online(obs)["q"]
-        q_taken = q_values.gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
-        with torch.no_grad():
-            next_q = target(next_obs)["q"]
-            if self.spec.double:  # the online network chooses, the target network evaluates
-                choice = online_next.argmax(dim=1, keepdim=True)
-                next_value = next_q.gather(1, choice).squeeze(1)
-            else:
-                next_value = next_q.max(dim=1).values
-            discount = self.spec.gamma if batch.discounts is None else batch.discounts
-            td_target = batch.rewards + discount * (1.0 - batch.terminated) * next_value
-        return q_values, q_taken, td_target
-
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}
 
@@ -104,16 +75,10 @@ class QLearning(OffPolicyAlgorithm):
         self.epsilon = state["epsilon"]
 
 
-def _concat(first: Any, second: Any) -> Any:
-    """Two observation batches as one (dict observations key by key)."""
-    if isinstance(first, dict):
-        return {key: torch.cat([first[key], second[key]]) for key in first}
-    return torch.cat([first, second])
-
-
 class QLearningGroup(GroupLearner):
-    """Epsilon-greedy acting and the TD terms of :class:`QLearning` for a group of members at
-    once; a subclass adds :meth:`~agile_cli.GroupLearner.learn_batch`."""
+    """Epsilon-greedy acting and the TD terms of :class:`QLearning`, for a group of members
+    (each drawing its exploration from its own generator); a subclass adds
+    :meth:`~agile_cli.GroupLearner.learn_batch`."""
 
     members: list[QLearning]  # type: ignore[assignment]
 
@@ -128,7 +93,10 @@ class QLearningGroup(GroupLearner):
         return np.concatenate([member.epsilon_greedy(row) for member, row in rows])
 
     def td_terms(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """As :meth:`QLearning.td_terms`, stacked: ``[k, B, actions]``, ``[k, B]``, ``[k, B]``."""
+        """The online Q-values of every action ``[k, B, actions]``, those of the actions taken
+        ``[k, B]``, and their TD targets ``[k, B]``: double-Q when ``double`` (the online
+        network chooses the next action, the target network values it), with each member's
+        ``gamma``, or the batch's n-step discounts when the buffer holds n-step returns."""
         online, target = self.group.net("q"), self.group.net("target")
         first = self.members[0]
         members = self.group.size

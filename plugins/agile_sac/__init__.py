@@ -1,0 +1,1 @@
+"""Soft Actor-Critic for agile, batched across the population from the start."""
