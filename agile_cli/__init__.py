@@ -68,6 +68,7 @@ from agile_cli.models.replay_buffer import NStepBufferArgs, ReplayBufferSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
+from agile_cli.paradigm import Paradigm
 from agile_cli.runtime.member import Member, MemberBasics
 from agile_cli.signals import interrupt_held
 
@@ -300,6 +301,7 @@ __all__ = [
     "OnPolicyAlgorithm",
     "OnPolicyGroupLearner",
     "OnPolicyRunner",
+    "Paradigm",
     "ParadigmEntry",
     "PluginError",
     "PolicyRecord",

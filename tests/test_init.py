@@ -309,7 +309,7 @@ class LevelSpec(EnvironmentSpec):
 class LevelPlugin:
     @hookimpl
     def agile_register_paradigms(self, register: Any) -> None:
-        register(name="levels", runner="x:runner")
+        register(name="levels", implementation="x:Levels")
 
     @hookimpl
     def agile_register_algorithms(self, register: Any) -> None:

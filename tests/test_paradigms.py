@@ -11,7 +11,7 @@ from agile_cli import Family, RegisterAlgorithm, TrainingManifest, hookimpl
 from agile_cli.host.plugins import build_host
 
 from .conftest import MINIMAL
-from .plugins.toy_paradigm import FitterSpec, MalformedRunnerPlugin, ToyParadigmPlugin
+from .plugins.toy_paradigm import FitterSpec, LineSpec, MalformedRunnerPlugin, ToyParadigmPlugin
 
 REGRESSION = """\
 algorithm: {name: Fitter, lr: 0.05}
@@ -49,13 +49,40 @@ def test_the_toy_paradigm_trains_through_the_cli(toy_host, run, write, tmp_path:
     assert -0.2 < fitness <= 0.0
 
 
-def test_a_runner_factory_must_make_a_runner(make_host, run, write, tmp_path: Path) -> None:
+def test_a_paradigm_s_runner_must_be_a_runner(make_host, run, write, tmp_path: Path) -> None:
     host = make_host(("bogus", MalformedRunnerPlugin()))
     manifest = write("bogus.yaml", "algorithm: {name: Bogus}\nenvironment: {name: line}\n")
     result = run("train", str(manifest), "--run-dir", str(tmp_path / "b"), "--quiet", host=host)
     assert result.exit_code == 1
-    assert "the bogus paradigm's runner factory" in result.output
+    assert "the bogus paradigm's runner (tests.plugins.toy_paradigm:NotARunner)" in result.output
     assert "made a object, not an agile_cli.Runner" in result.output
+
+
+class NotAParadigm:
+    """A registration whose implementation is a plain function, not a Paradigm subclass."""
+
+    @hookimpl
+    def agile_register_paradigms(self, register) -> None:
+        register(name="bogus", implementation="tests.plugins.toy_paradigm:LineBuilder")
+
+    @hookimpl
+    def agile_register_algorithms(self, register) -> None:
+        register(name="Bogus", spec=FitterSpec, family="bogus",
+                 implementation="tests.plugins.toy_paradigm:Fitter")  # fmt: skip
+
+    @hookimpl
+    def agile_register_environments(self, register) -> None:
+        register(name="bogus-line", spec=LineSpec, families=["bogus"],
+                 implementation="tests.plugins.toy_paradigm:LineBuilder")  # fmt: skip
+
+
+def test_an_implementation_that_is_not_a_paradigm_is_named(make_host, run, write, tmp_path) -> None:
+    host = make_host(("bogus", NotAParadigm()))
+    manifest = write("bogus.yaml", "algorithm: {name: Bogus}\nenvironment: {name: line}\n")
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "b"), "--quiet", host=host)
+    assert result.exit_code == 1
+    assert "(tests.plugins.toy_paradigm:LineBuilder) is not an agile_cli.Paradigm" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_the_paradigm_s_training_field_is_validated_with_its_path(toy_host, run, write) -> None:
@@ -130,8 +157,14 @@ def test_first_party_paradigms_are_a_plugin_too() -> None:
 @pytest.mark.parametrize(
     ("registration", "error"),
     [
-        ({"runner": "no_colon"}, "paradigm 'broken': 'no_colon' is not a 'module:callable'"),
-        ({"runner": "m:f", "training": dict}, "'broken' comes with <class 'dict'>, not a subclass"),
+        (
+            {"implementation": "no_colon"},
+            "paradigm 'broken': 'no_colon' is not a 'module:callable'",
+        ),
+        (
+            {"implementation": "m:f", "training": dict},
+            "'broken' comes with <class 'dict'>, not a subclass",
+        ),
     ],
 )
 def test_a_malformed_paradigm_is_refused(make_host, registration: dict, error: str) -> None:

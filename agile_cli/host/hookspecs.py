@@ -43,30 +43,32 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
 
     Called once when the plugin host is built, for every plugin before any algorithm or
     environment builder is registered, so those may name a paradigm of any plugin as their
-    ``family``. For each paradigm call ``register(name=..., runner="module:factory", ...)``:
+    ``family``. For each paradigm call ``register(name=..., implementation="module:Class",
+    ...)``:
 
-    - ``runner``: ``factory(manifest, env, buffer)`` returns an :class:`~agile_cli.Runner`,
-      whose ``train(member, steps, progress) -> GenerationStats`` trains one member for one
-      generation of ``steps`` steps, calling ``progress(n)`` as steps are done, and whose
-      ``evaluate(member, rounds, max_steps) -> float`` scores it (by default greedy episodes;
-      override it to score otherwise). ``agile evaluate`` calls the factory with ``buffer``
-      None to score a saved member, so a runner must not need the buffer to evaluate;
-    - ``buffer`` (optional): ``factory(manifest, env, device)`` returns what the population
-      shares (e.g. a replay buffer); given, the manifest's ``replay_buffer`` section applies;
-    - ``environment`` (optional): ``factory(env, manifest)`` wraps the built environment;
+    - ``implementation``: a :class:`~agile_cli.Paradigm` subclass, imported only when
+      training starts. Its ``runner(manifest, env, buffer)`` returns an
+      :class:`~agile_cli.Runner`, whose ``train(member, steps, progress) -> GenerationStats``
+      trains one member for one generation of ``steps`` steps, calling ``progress(n)`` as
+      steps are done, and whose ``evaluate(member, rounds, max_steps) -> float`` scores it
+      (by default greedy episodes; override it to score otherwise). ``agile evaluate`` asks
+      for a runner with ``buffer`` None to score a saved member, so a runner must not need the
+      buffer to evaluate. Optionally, ``buffer(manifest, env, device)`` returns what the
+      population shares (e.g. a replay buffer), ``environment(manifest, env)`` wraps the
+      built environment, and ``population(manifest, cls, env, context, size)`` returns
+      ``size`` members of the algorithm class ``cls`` with indices ``0..size-1``, for members
+      not built one by one from the network section (e.g. LoRA adapters over one shared
+      model; ``agile evaluate`` asks for one and loads the saved member's state into it);
+    - ``replay_buffer``: the paradigm's ``buffer`` keeps a replay buffer, so the manifest's
+      ``replay_buffer`` section applies;
+    - ``builds_population``: the paradigm's ``population`` builds the members;
     - ``multi_agent``: members take dicts of spaces keyed by agent;
     - ``training``: a :class:`~agile_cli.TrainingSpec` subclass adding the paradigm's own
       fields to the ``training`` section;
     - ``algorithm_fields``: ``{name: type}`` every algorithm's spec must declare (the runner
       reads them);
     - ``description``: one line for ``agile plugins``;
-    - ``population`` (optional): ``factory(manifest, cls, env, context, size)`` returns
-      ``size`` members of the algorithm class ``cls`` with indices ``0..size-1``, for members
-      that are not built one by one from the network section (e.g. LoRA adapters over one
-      shared model). ``agile evaluate`` calls it with ``size`` 1 and loads the saved member's
-      state into that one.
-
-    The factories are imported only when training starts.
+    - ``step_unit``: what ``training.max_steps`` counts, as progress names it.
     """
 
 

@@ -14,6 +14,7 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
 from agile_cli.models.base import Spec, suggest
 from agile_cli.models.selection import SelectionSpec, TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
+from agile_cli.paradigm import Paradigm
 
 
 def load_object(reference: str) -> Any:
@@ -39,60 +40,53 @@ class ParadigmEntry:
     """A training paradigm a plugin registered: how the members of its algorithms train.
 
     :param name: what algorithms and environment builders name as their ``family``.
-    :param runner: ``"module:factory"``; ``factory(manifest, env, buffer)`` returns the object
-        whose ``train(member, steps, progress)`` trains one member for one generation (and,
-        optionally, ``evaluate(member, rounds, max_steps)`` scores it).
-    :param buffer: ``"module:factory"``; ``factory(manifest, env, device)`` returns the store of
-        experience the whole population shares; None: the paradigm keeps none.
-    :param environment: ``"module:factory"``; ``factory(env, manifest)`` wraps the built
-        environment; None: used as built.
+    :param implementation: ``"module:Class"``, a :class:`~agile_cli.Paradigm` subclass that
+        builds what a run needs (imported only to train).
     :param multi_agent: members take dicts of spaces keyed by agent (``observation_spaces``,
         ``action_spaces``) instead of one ``observation_space`` and ``action_space``.
     :param training: the ``training`` section's spec (a :class:`~agile_cli.TrainingSpec`
         subclass with the paradigm's own fields).
     :param algorithm_fields: ``name -> type`` of the spec fields every algorithm of the paradigm
         must declare, because the runner reads them.
-    :param population: ``"module:factory"``; ``factory(manifest, cls, env, context, size)``
-        returns ``size`` members of the algorithm class ``cls`` with indices 0, 1, ... (e.g.
-        adapters sharing one model); None: each member is built alone from the network section
-        and the environment's spaces. A paradigm that builds its own population also sizes its
-        own memory.
+    :param replay_buffer: the paradigm keeps a replay buffer (its ``buffer`` builds one), so
+        the manifest's ``replay_buffer`` section applies.
+    :param builds_population: the paradigm builds its population itself (its ``population``),
+        and sizes its own memory; otherwise each member is built alone from the network
+        section and the environment's spaces.
     :param step_unit: what the paradigm's ``training.max_steps`` and ``evo_steps`` count, as
         progress and summaries name it (``env steps``; an LLM's ``prompts``; an offline
         learner's ``updates``).
     """
 
     name: str
-    runner: str
-    buffer: str | None
-    environment: str | None
+    implementation: str
     multi_agent: bool
     training: type[TrainingSpec]
     algorithm_fields: tuple[tuple[str, type], ...]
     description: str
     plugin: str
-    population: str | None = None
+    replay_buffer: bool = False
+    builds_population: bool = False
     step_unit: str = "env steps"
 
     @property
     def uses_replay_buffer(self) -> bool:
         """Whether the manifest's ``replay_buffer`` section applies."""
-        return self.buffer is not None
+        return self.replay_buffer
 
-    def build_runner(self, manifest: Any, env: Any, buffer: Any) -> Any:
-        return load_object(self.runner)(manifest, env, buffer)
+    def load(self) -> Paradigm:
+        """The paradigm's implementation (imports its module, and so the training stack).
 
-    def build_buffer(self, manifest: Any, env: Any, device: Any) -> Any:
-        return None if self.buffer is None else load_object(self.buffer)(manifest, env, device)
-
-    def wrap_environment(self, env: Any, manifest: Any) -> Any:
-        return env if self.environment is None else load_object(self.environment)(env, manifest)
-
-    def build_population(
-        self, manifest: Any, cls: type, env: Any, context: Any, size: int
-    ) -> list[Any]:
-        assert self.population is not None, "only for paradigms that build their population"
-        return list(load_object(self.population)(manifest, cls, env, context, size))
+        :raises PluginError: it is not a :class:`~agile_cli.Paradigm` subclass.
+        """
+        cls = load_object(self.implementation)
+        if not (isinstance(cls, type) and issubclass(cls, Paradigm)):
+            raise PluginError(
+                f"the {self.name} paradigm's implementation ({self.implementation}) is not an "
+                "agile_cli.Paradigm subclass",
+                f"fix plugin '{self.plugin}'",
+            )
+        return cls()
 
 
 @dataclass(frozen=True)
@@ -196,14 +190,13 @@ class RegisterParadigm(Protocol):
         self,
         *,
         name: str,
-        runner: str,
-        buffer: str | None = None,
-        environment: str | None = None,
+        implementation: str,
         multi_agent: bool = False,
         training: type[TrainingSpec] = TrainingSpec,
         algorithm_fields: Mapping[str, type] | None = None,
         description: str = "",
-        population: str | None = None,
+        replay_buffer: bool = False,
+        builds_population: bool = False,
         step_unit: str = "env steps",
     ) -> None: ...
 
@@ -308,24 +301,22 @@ class Registry:
         def register(
             *,
             name: str,
-            runner: str,
-            buffer: str | None = None,
-            environment: str | None = None,
+            implementation: str,
             multi_agent: bool = False,
             training: type[TrainingSpec] = TrainingSpec,
             algorithm_fields: Mapping[str, type] | None = None,
             description: str = "",
-            population: str | None = None,
+            replay_buffer: bool = False,
+            builds_population: bool = False,
             step_unit: str = "env steps",
         ) -> None:
             name = _plain(name)
             _require_subclass(name, training, TrainingSpec)
-            for reference in (runner, buffer, environment, population):
-                _check_reference(name, reference)
+            _check_reference(name, implementation)
             fields = tuple((algorithm_fields or {}).items())
-            entry = ParadigmEntry(name, runner, buffer, environment, bool(multi_agent), training,
-                                  fields, description, plugin, population,
-                                  str(step_unit))  # fmt: skip
+            entry = ParadigmEntry(name, implementation, bool(multi_agent), training, fields,
+                                  description, plugin, bool(replay_buffer),
+                                  bool(builds_population), str(step_unit))  # fmt: skip
             _add(self.paradigms, "paradigm", entry)
 
         return register

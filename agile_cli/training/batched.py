@@ -59,7 +59,7 @@ def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
     actor-critics with ``share_encoders`` train one by one (stacked critics cannot read their
     actor's encoder)."""
     paradigm = manifest.paradigm
-    if paradigm is None or paradigm.name not in _CORE_FAMILIES or paradigm.population is not None:
+    if paradigm is None or paradigm.name not in _CORE_FAMILIES or paradigm.builds_population:
         return False
     shares = getattr(manifest.algorithm, "share_encoders", False)
     if shares and issubclass(cls, DeterministicActorCritic):

@@ -84,7 +84,7 @@ def check_fits(
         environments), so every member holds its rollout at the same time.
     :raises UsageError: (exit 2) the run needs more memory than is available.
     """
-    own = manifest.paradigm is not None and manifest.paradigm.population is not None
+    own = manifest.paradigm is not None and manifest.paradigm.builds_population
     # A paradigm that builds its own population sizes its own memory.
     needs = () if own else tuple(n for n in _needs(manifest, env, batched) if n.nbytes > 0)
     on_cuda = getattr(device, "type", "cpu") == "cuda"

@@ -54,7 +54,7 @@ def load_agent(
         )
         cls = setup.algorithm_class(manifest, registry)
         with explain_mismatch():
-            if manifest.paradigm is not None and manifest.paradigm.population is not None:
+            if manifest.paradigm is not None and manifest.paradigm.builds_population:
                 agent = setup.build_population(manifest, cls, env, context, size=1)[0]
             else:
                 arch = NetworkArch.from_dict(saved["arch"])

@@ -142,7 +142,7 @@ class EpisodeTracker:
 
 
 class Runner(abc.ABC, Generic[A]):
-    """What a paradigm's runner factory returns: it trains one member for one generation and
+    """What a paradigm's ``runner`` returns: it trains one member for one generation and
     scores it.
 
     :param env: what the members act in (the environment the paradigm's builder made).

@@ -45,7 +45,7 @@ def build_environment_from(
     if entry is None:
         raise TrainingError(f"no environment builder for {paradigm.name} algorithms")
     env = entry.load()().build(spec, seed=seed)
-    return paradigm.wrap_environment(env, manifest)
+    return paradigm.load().environment(manifest, env)
 
 
 def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
@@ -82,9 +82,9 @@ def build_population(
     size: int | None = None,
 ) -> list[Member]:
     """``size`` (default ``pop_size``) fresh members with indices 0, 1, ...: each built alone
-    from the network section, or all together by the paradigm's population factory."""
+    from the network section, or all together by the paradigm's ``population``."""
     paradigm = _paradigm(manifest)
-    if paradigm.population is not None:
+    if paradigm.builds_population:
         return _paradigm_population(manifest, paradigm, cls, env, context, size)
     spaces = member_spaces(manifest, env)
     if arch is None:
@@ -140,10 +140,10 @@ def _paradigm_population(
     size: int | None,
 ) -> list[Member]:
     wanted = size or manifest.training.pop_size
-    members = paradigm.build_population(manifest, cls, env, context, wanted)
+    members = list(paradigm.load().population(manifest, cls, env, context, wanted))
     if len(members) != wanted or not all(isinstance(m, Member) for m in members):
         raise TrainingError(
-            f"the {paradigm.name} paradigm's population factory ({paradigm.population}) "
+            f"the {paradigm.name} paradigm's population ({paradigm.implementation}) "
             f"returned {len(members)} object(s), not {wanted} agile_cli.Member members",
             f"fix the factory of plugin '{paradigm.plugin}'",
         )
@@ -194,16 +194,16 @@ def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
 def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
     """What the whole population shares (a replay buffer), as the paradigm builds it; None
     when it keeps nothing."""
-    return _paradigm(manifest).build_buffer(manifest, env, device)
+    return _paradigm(manifest).load().buffer(manifest, env, device)
 
 
 def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Runner[Any]:
     """The runner that trains one member for one generation, as the paradigm builds it."""
     paradigm = _paradigm(manifest)
-    runner = paradigm.build_runner(manifest, env, buffer)
+    runner = paradigm.load().runner(manifest, env, buffer)
     if not isinstance(runner, Runner):
         raise TrainingError(
-            f"the {paradigm.name} paradigm's runner factory ({paradigm.runner}) made a "
+            f"the {paradigm.name} paradigm's runner ({paradigm.implementation}) made a "
             f"{type(runner).__name__}, not an agile_cli.Runner",
             f"make the runner subclass agile_cli.Runner (plugin '{paradigm.plugin}')",
         )

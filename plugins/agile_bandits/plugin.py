@@ -11,8 +11,8 @@ from agile_cli import Family, RegisterAlgorithm, RegisterEnvironment, RegisterPa
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.BANDIT,
-        runner="agile_bandits.runner:bandit_runner",
-        buffer="agile_bandits.runner:replay_buffer",
+        implementation="agile_bandits.runner:Bandit",
+        replay_buffer=True,
         training=BanditTraining,
         algorithm_fields={"learn_step": int, "gamma": float},
         description="pull arms in episodes of episode_steps, learn from the shared buffer",

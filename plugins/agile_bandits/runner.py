@@ -26,6 +26,7 @@ from agile_bandits.spec import BanditTraining
 from agile_cli import (
     GenerationStats,
     OffPolicyAlgorithm,
+    Paradigm,
     ReplayBuffer,
     Runner,
     TrainingManifest,
@@ -88,11 +89,14 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         return float(np.mean(totals))
 
 
-def replay_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
-    """Every member's (context, arm, reward) rows (the bandit paradigm's buffer factory)."""
-    return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+class Bandit(Paradigm):
+    """Pull arms in episodes of ``episode_steps``, learn from the buffer the population
+    shares."""
 
+    def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+        """Every member's (context, arm, reward) rows."""
+        return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
 
-def bandit_runner(manifest: TrainingManifest, env: Any, buffer: ReplayBuffer) -> BanditRunner:
-    episode_steps = cast(BanditTraining, manifest.training).episode_steps
-    return BanditRunner(env, buffer, episode_steps=episode_steps)
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> BanditRunner:
+        episode_steps = cast(BanditTraining, manifest.training).episode_steps
+        return BanditRunner(env, buffer, episode_steps=episode_steps)

@@ -31,9 +31,8 @@ ALGORITHMS: dict[str, tuple[type[spec.LLMSpec], str]] = {
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.LLM,
-        runner="agile_llm.runner:llm_runner",
-        environment="agile_llm.environment:prepare",
-        population="agile_llm.population:build_population",
+        implementation="agile_llm.runner:LanguageModels",
+        builds_population=True,
         training=spec.LLMTraining,
         description="fine-tune LoRA adapters of one frozen language model on prompts",
         step_unit="prompts",

@@ -448,7 +448,7 @@ def _starting_adapter(path: str | None) -> StartingAdapter | None:
 def build_population(
     manifest: TrainingManifest, cls: type[Member], env: Any, context: AgentContext, size: int
 ) -> list[Member]:
-    """The paradigm's population factory: ``size`` members of ``cls`` over one base model."""
+    """The paradigm's population: ``size`` members of ``cls`` over one base model."""
     if not issubclass(cls, LLMMember):
         raise TrainingError(
             f"{manifest.algorithm_name}'s implementation {cls.__name__} is not an "

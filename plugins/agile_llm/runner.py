@@ -19,10 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agile_cli import GenerationStats, Runner, TrainingManifest
+from agile_cli import AgentContext, GenerationStats, Member, Paradigm, Runner, TrainingManifest
 from agile_llm import together
+from agile_llm.environment import prepare
 from agile_llm.multiturn import EVAL_EPISODES, MultiTurnData
-from agile_llm.population import LLMMember, Scores
+from agile_llm.population import LLMMember, Scores, build_population
 
 Progress = Callable[[int], None]
 
@@ -151,8 +152,29 @@ class LLMRunner(Runner[LLMMember]):
         return lines
 
 
-def llm_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> LLMRunner:
-    """The paradigm's runner factory."""
+class LanguageModels(Paradigm):
+    """Fine-tune LoRA adapters of one frozen language model on prompts: the environment is the
+    prompts (or multi-turn episodes), and the population is built together, over one base."""
+
+    def environment(self, manifest: TrainingManifest, env: Any) -> Any:
+        return prepare(env, manifest)
+
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> LLMRunner:
+        return llm_runner(manifest, env)
+
+    def population(
+        self,
+        manifest: TrainingManifest,
+        cls: type[Member],
+        env: Any,
+        context: AgentContext,
+        size: int,
+    ) -> list[Member]:
+        return build_population(manifest, cls, env, context, size)
+
+
+def llm_runner(manifest: TrainingManifest, env: Any) -> LLMRunner:
+    """The runner for ``env``'s prompts, or its held-out multi-turn episodes."""
     training = manifest.training
     eval_rows = getattr(training, "eval_rows", None)
     epochs = getattr(training, "num_epochs", None)

@@ -12,8 +12,8 @@ from agile_offline.spec import OfflineEnvSpec
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.OFFLINE,
-        runner="agile_offline.runner:offline_runner",
-        buffer="agile_offline.runner:replay_buffer",
+        implementation="agile_offline.runner:Offline",
+        replay_buffer=True,
         algorithm_fields={"gamma": float},
         description="learn from a fixed dataset copied into a replay buffer, without acting",
         step_unit="updates",

@@ -12,6 +12,7 @@ import torch
 from agile_cli import (
     GenerationStats,
     OffPolicyAlgorithm,
+    Paradigm,
     ReplayBuffer,
     Runner,
     TrainingError,
@@ -82,10 +83,12 @@ class OfflineRunner(Runner[OffPolicyAlgorithm]):
         return stats
 
 
-def replay_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
-    """The buffer the dataset is copied into (the offline paradigm's buffer factory)."""
-    return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+class Offline(Paradigm):
+    """Learn from a fixed dataset copied into a replay buffer, without acting."""
 
+    def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+        """The buffer the dataset is copied into."""
+        return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
 
-def offline_runner(manifest: TrainingManifest, env: Any, buffer: ReplayBuffer) -> OfflineRunner:
-    return OfflineRunner(env, buffer)
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> OfflineRunner:
+        return OfflineRunner(env, buffer)

@@ -1,4 +1,5 @@
-"""What the RL paradigms build for a run: runners, replay buffers and team environments."""
+"""The RL paradigms' implementations: what each builds for a run (runners, replay buffers,
+team environments)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from agile_cli import (
     NStepAccumulator,
     OffPolicyRunner,
     OnPolicyRunner,
+    Paradigm,
     ReplayBuffer,
     TrainingManifest,
     experience,
@@ -19,46 +21,54 @@ from agile_cli import (
 from agile_paradigms.spec import OffPolicyTraining, TeamTraining
 
 
-def replay_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
-    return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+class OffPolicy(Paradigm):
+    """Act, store transitions in the replay buffer the population shares, learn from batches
+    of it (through an n-step accumulator when the buffer holds n-step returns)."""
+
+    def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+        return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> OffPolicyRunner:
+        spec = experience.replay_spec(manifest)
+        n_step = None
+        if spec.n_step_buffer:
+            gamma = experience.discount(manifest)
+            n_step = NStepAccumulator(spec.n_step_buffer_args.n_step, gamma, env.num_envs)
+        delay = cast(OffPolicyTraining, manifest.training).learning_delay
+        return OffPolicyRunner(env, buffer, learning_delay=delay, n_step=n_step)
 
 
-def team_replay_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
-    gamma = experience.discount(manifest)
-    return experience.team_replay_buffer(manifest, env, device, gamma=gamma)
+class OnPolicy(Paradigm):
+    """Collect a rollout of ``learn_step`` steps, learn from it, repeat."""
+
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> OnPolicyRunner:
+        return OnPolicyRunner(env)
 
 
-def team_environment(env: Any, manifest: TrainingManifest) -> Any:
-    training = cast(TeamTraining, manifest.training)
-    return experience.team_environment(env, sum_scores=training.sum_scores)
+class Team(Paradigm):
+    """What both multi-agent paradigms share: the agents' parallel environment as one team."""
+
+    def environment(self, manifest: TrainingManifest, env: Any) -> Any:
+        training = cast(TeamTraining, manifest.training)
+        return experience.team_environment(env, sum_scores=training.sum_scores)
 
 
-def off_policy_runner(
-    manifest: TrainingManifest, env: Any, buffer: ReplayBuffer
-) -> OffPolicyRunner:
-    """Learns from the shared buffer, through an n-step accumulator when the buffer holds
-    n-step returns."""
-    spec = experience.replay_spec(manifest)
-    n_step = None
-    if spec.n_step_buffer:
+class TeamOffPolicy(Team):
+    """A team acts; every agent's transitions go to the replay buffer the population shares."""
+
+    def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
         gamma = experience.discount(manifest)
-        n_step = NStepAccumulator(spec.n_step_buffer_args.n_step, gamma, env.num_envs)
-    delay = cast(OffPolicyTraining, manifest.training).learning_delay
-    return OffPolicyRunner(env, buffer, learning_delay=delay, n_step=n_step)
+        return experience.team_replay_buffer(manifest, env, device, gamma=gamma)
+
+    def runner(
+        self, manifest: TrainingManifest, env: Any, buffer: Any
+    ) -> MultiAgentOffPolicyRunner:
+        delay = cast(OffPolicyTraining, manifest.training).learning_delay
+        return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
 
 
-def on_policy_runner(manifest: TrainingManifest, env: Any, buffer: None) -> OnPolicyRunner:
-    return OnPolicyRunner(env)
+class TeamOnPolicy(Team):
+    """A team collects a rollout per agent and learns from it."""
 
-
-def team_off_policy_runner(
-    manifest: TrainingManifest, env: Any, buffer: ReplayBuffer
-) -> MultiAgentOffPolicyRunner:
-    delay = cast(OffPolicyTraining, manifest.training).learning_delay
-    return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
-
-
-def team_on_policy_runner(
-    manifest: TrainingManifest, env: Any, buffer: None
-) -> MultiAgentOnPolicyRunner:
-    return MultiAgentOnPolicyRunner(env)
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> MultiAgentOnPolicyRunner:
+        return MultiAgentOnPolicyRunner(env)

@@ -5,30 +5,29 @@ from __future__ import annotations
 from agile_cli import Family, RegisterParadigm, hookimpl
 from agile_paradigms.spec import OffPolicyTraining, TeamOffPolicyTraining, TeamTraining
 
-_FACTORIES = "agile_paradigms.factories"
+_IMPLEMENTATIONS = "agile_paradigms.factories"
 
 
 @hookimpl
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.OFF_POLICY,
-        runner=f"{_FACTORIES}:off_policy_runner",
-        buffer=f"{_FACTORIES}:replay_buffer",
+        implementation=f"{_IMPLEMENTATIONS}:OffPolicy",
+        replay_buffer=True,
         training=OffPolicyTraining,
         algorithm_fields={"learn_step": int, "gamma": float},
         description="act, store transitions in a shared replay buffer, learn from batches",
     )
     register(
         name=Family.ON_POLICY,
-        runner=f"{_FACTORIES}:on_policy_runner",
+        implementation=f"{_IMPLEMENTATIONS}:OnPolicy",
         algorithm_fields={"learn_step": int},
         description="collect a rollout of learn_step steps, learn from it, repeat",
     )
     register(
         name=Family.MULTI_AGENT_OFF_POLICY,
-        runner=f"{_FACTORIES}:team_off_policy_runner",
-        buffer=f"{_FACTORIES}:team_replay_buffer",
-        environment=f"{_FACTORIES}:team_environment",
+        implementation=f"{_IMPLEMENTATIONS}:TeamOffPolicy",
+        replay_buffer=True,
         multi_agent=True,
         training=TeamOffPolicyTraining,
         algorithm_fields={"gamma": float},
@@ -36,8 +35,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     )
     register(
         name=Family.MULTI_AGENT_ON_POLICY,
-        runner=f"{_FACTORIES}:team_on_policy_runner",
-        environment=f"{_FACTORIES}:team_environment",
+        implementation=f"{_IMPLEMENTATIONS}:TeamOnPolicy",
         multi_agent=True,
         training=TeamTraining,
         description="a team collects a rollout per agent and learns from it",

@@ -22,6 +22,7 @@ from agile_cli import (
     EnvironmentSpec,
     GenerationStats,
     LearnResult,
+    Paradigm,
     RegisterAlgorithm,
     RegisterEnvironment,
     RegisterParadigm,
@@ -116,9 +117,10 @@ class RegressionRunner(Runner[Fitter]):
         return -float(np.mean((member.act(x, explore=False) - SLOPE * x) ** 2))
 
 
-def regression_runner(manifest: TrainingManifest, env: Line, buffer: None) -> RegressionRunner:
-    training = cast(RegressionTraining, manifest.training)
-    return RegressionRunner(env, training.samples_per_step)
+class Regression(Paradigm):
+    def runner(self, manifest: TrainingManifest, env: Line, buffer: None) -> RegressionRunner:
+        training = cast(RegressionTraining, manifest.training)
+        return RegressionRunner(env, training.samples_per_step)
 
 
 class ToyParadigmPlugin:
@@ -126,7 +128,7 @@ class ToyParadigmPlugin:
     def agile_register_paradigms(self, register: RegisterParadigm) -> None:
         register(
             name="regression",
-            runner=f"{__name__}:regression_runner",
+            implementation=f"{__name__}:Regression",
             training=RegressionTraining,
             description="fit y = 2x from samples",
         )
@@ -142,16 +144,17 @@ class ToyParadigmPlugin:
                  implementation=f"{__name__}:LineBuilder")  # fmt: skip
 
 
-def not_a_runner(manifest: TrainingManifest, env: Line, buffer: None) -> object:
-    return object()
+class NotARunner(Paradigm):
+    def runner(self, manifest: TrainingManifest, env: Line, buffer: None) -> Any:
+        return object()
 
 
 class MalformedRunnerPlugin:
-    """A paradigm whose runner factory returns something that is not a Runner."""
+    """A paradigm whose runner is not a Runner."""
 
     @hookimpl
     def agile_register_paradigms(self, register: RegisterParadigm) -> None:
-        register(name="bogus", runner=f"{__name__}:not_a_runner")
+        register(name="bogus", implementation=f"{__name__}:NotARunner")
 
     @hookimpl
     def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
