@@ -28,9 +28,15 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 RUN_TOLERANCE = dict(rtol=1e-3, atol=1e-4)
 
 
-def _arch(encoder: tuple[int, ...], latent: int, head: tuple[int, ...], **mlp: Any) -> NetworkArch:
+def _arch(
+    encoder: tuple[int, ...],
+    latent: int,
+    head: tuple[int, ...],
+    latent_norm: bool = False,
+    **mlp: Any,
+) -> NetworkArch:
     return NetworkArch(
-        encoder=MLPArch(hidden_size=encoder, **mlp), latent_dim=latent,
+        encoder=MLPArch(hidden_size=encoder, latent_norm=latent_norm, **mlp), latent_dim=latent,
         min_latent_dim=8, max_latent_dim=128, head=MLPArch(hidden_size=head, **mlp),
     )  # fmt: skip
 
@@ -92,13 +98,15 @@ def _assert_same_members(batched_members: list, own: list, tolerance: dict = TOL
 # -- stacked networks ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layer_norm", [True, False])
-def test_stacked_network_equals_each_member_padded_or_not(layer_norm: bool) -> None:
-    archs = [
-        _arch((16,), 16, (16,), layer_norm=layer_norm),
-        _arch((48,), 8, (32,), layer_norm=layer_norm),
-        _arch((16,), 24, (16,), layer_norm=layer_norm),
-    ]
+@pytest.mark.parametrize(
+    ("layer_norm", "latent_norm"), [(True, False), (False, False), (True, True)]
+)
+def test_stacked_network_equals_each_member_padded_or_not(
+    layer_norm: bool, latent_norm: bool
+) -> None:
+    norms = {"layer_norm": layer_norm, "latent_norm": latent_norm}
+    archs = [_arch((16,), 16, (16,), **norms), _arch((48,), 8, (32,), **norms),
+             _arch((16,), 24, (16,), **norms)]  # fmt: skip
     members = _population("DDPG", archs)  # critics read (s, a): the extra head input
     group = MemberGroup(members)
     obs = torch.randn(3, 5, *members[0].observation_space.shape)

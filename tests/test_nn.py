@@ -651,3 +651,32 @@ def test_noisy_network_survives_every_mutation_keeping_overlapping_weights() -> 
             reset_noise(new, torch.Generator().manual_seed(3))
             _check_shapes(new, obs)
             net = new
+
+
+# -- a normalised latent (DQN's) -----------------------------------------------------------------
+
+
+def test_a_normalised_latent_has_zero_mean_and_unit_variance_per_row() -> None:
+    space = SPACES["vector"]
+    arch = arch_from_spec(NetworkSpec(), space, latent_norm=True)
+    assert arch.encoder.latent_norm and not arch.head.latent_norm
+    network = _net(arch, space)
+    encoder = network.encoder
+    with torch.no_grad():
+        pre_activation = encoder.out_norm(encoder.out(torch.relu(torch.randn(7, 64))))
+    torch.testing.assert_close(pre_activation.mean(-1), torch.zeros(7), atol=1e-5, rtol=0)
+    variance = pre_activation.var(-1, unbiased=False)
+    torch.testing.assert_close(variance, torch.ones(7), atol=1e-3, rtol=0)
+    assert not list(encoder.out_norm.parameters())  # no learned scale or shift: no new state
+
+
+def test_only_the_algorithms_that_ask_normalise_their_latent_and_old_archs_do_not() -> None:
+    space = SPACES["vector"]
+    assert not arch_from_spec(NetworkSpec(), space).encoder.latent_norm
+    no_norm = NetworkSpec(encoder_config={"hidden_size": [32], "layer_norm": False})
+    assert not arch_from_spec(no_norm, space, latent_norm=True).encoder.latent_norm
+    arch = arch_from_spec(NetworkSpec(), space, latent_norm=True)
+    saved = arch.to_dict()
+    del saved["encoder"]["latent_norm"]  # as an architecture saved before the field existed
+    old = replace(arch, encoder=replace(arch.encoder, latent_norm=False))
+    assert NetworkArch.from_dict(saved) == old

@@ -78,6 +78,8 @@ class AlgorithmSpec(Spec):
     #: The environment ``agile init ALGORITHM`` writes when none is given; None: the
     #: paradigm's usual one (CartPole-v1 for single-agent Gymnasium algorithms).
     starter_environment: ClassVar[str | None] = None
+    #: MLP encoders with layer norm also normalise their latent (no learned scale or shift).
+    normalised_latent: ClassVar[bool] = False
 
     def check_manifest(self, manifest: Any) -> list[FieldError]:
         """Rules that involve other sections; paths are relative to the manifest root.

@@ -101,6 +101,11 @@ class MLPArch:
     max_hidden_layers: int = 3
     min_mlp_nodes: int = 8
     max_mlp_nodes: int = 500
+    #: As an encoder, the latent is layer-normalised (no learned scale or shift) before its
+    #: activation: for MLP encoders with ``layer_norm`` of algorithms that ask for it (DQN's:
+    #: the heads read features of one scale). Architectures saved before it existed read back
+    #: without it, and so compute what they did.
+    latent_norm: bool = False
 
     @property
     def depth(self) -> int:
@@ -520,7 +525,7 @@ def _from_config(
     cls: type[MLPArch | CNNArch | SimBaArch],
     config: MLPConfig | CNNEncoderConfig | SimBaEncoderConfig,
 ) -> Any:
-    values = {field.name: getattr(config, field.name) for field in fields(cls)}
+    values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
     kwargs: dict[str, Any] = {
         key: tuple(v) if isinstance(v, list) else v for key, v in values.items()
     }
@@ -595,7 +600,11 @@ _ENCODER_BUILDERS: dict[str, Callable[[Any], EncoderArch]] = {
 
 
 def arch_from_spec(
-    network: NetworkSpec, observation_space: gymnasium.spaces.Space, *, recurrent: bool = False
+    network: NetworkSpec,
+    observation_space: gymnasium.spaces.Space,
+    *,
+    recurrent: bool = False,
+    latent_norm: bool = False,
 ) -> NetworkArch:
     """The architecture a validated ``network`` section describes for an observation space.
 
@@ -607,13 +616,18 @@ def arch_from_spec(
     :param observation_space: the environment's (single, unbatched) observation space.
     :param recurrent: the algorithm carries a hidden state (``algorithm.recurrent``), which
         takes an LSTM encoder, the only one that does.
+    :param latent_norm: an MLP encoder with layer norm normalises its latent too (the
+        algorithm's spec asks for it: ``normalised_latent``).
     :raises ManifestError: the declared encoder cannot read this observation space (e.g. SimBa,
         which reads vectors, on images), ``simba: true`` comes with an MLP's encoder_config,
         or an LSTM encoder and ``recurrent`` go one without the other.
     """
     kind = _encoder_kind(network, observation_space, recurrent)
+    encoder = _ENCODER_BUILDERS[kind](network.encoder_config)
+    if isinstance(encoder, MLPArch):
+        encoder = replace(encoder, latent_norm=latent_norm and encoder.layer_norm)
     return NetworkArch(
-        encoder=_ENCODER_BUILDERS[kind](network.encoder_config),
+        encoder=encoder,
         latent_dim=network.latent_dim,
         min_latent_dim=network.min_latent_dim,
         max_latent_dim=network.max_latent_dim,

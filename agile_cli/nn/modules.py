@@ -103,7 +103,8 @@ class MLP(nn.Module):
 
     As a head, the output takes ``output_activation`` and, with ``output_vanish``, weights
     scaled by 0.1. As an encoder (``latent=True``) the output is a latent that heads read: it
-    takes the hidden activation and is initialised like a hidden layer.
+    takes the hidden activation, is initialised like a hidden layer and, with the
+    architecture's ``latent_norm``, is layer-normalised (no learned scale or shift) first.
 
     With ``noisy_std`` the hidden and output layers are :class:`~agile_cli.nn.noisy.NoisyLinear`
     (parameters ``weight_mu``, ``weight_sigma``, ``bias_mu``, ``bias_sigma``), their means
@@ -138,6 +139,9 @@ class MLP(nn.Module):
         )
         self.acts = nn.ModuleList(make_activation(arch.activation) for _ in arch.hidden_size)
         self.out = linear(widths[-1], n_out, out_gain)
+        self.out_norm: nn.Module = nn.Identity()
+        if latent and arch.latent_norm:
+            self.out_norm = nn.LayerNorm(n_out, elementwise_affine=False)
         self.out_act = make_activation(arch.activation if latent else arch.output_activation)
         if arch.output_vanish and not latent:
             with torch.no_grad():
@@ -149,7 +153,7 @@ class MLP(nn.Module):
         x = _flat(x)
         for layer, norm, act in zip(self.layers, self.norms, self.acts, strict=True):
             x = act(norm(layer(x)))
-        return self.out_act(self.out(x))
+        return self.out_act(self.out_norm(self.out(x)))
 
 
 def channels_last(shape: tuple[int, ...]) -> bool:

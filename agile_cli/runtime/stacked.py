@@ -233,6 +233,8 @@ class StackedNetwork:
                 x = self._layer_norm(f"{prefix}.norms.{index}", layer, x)
             x = self._masked(layer, act(x))
         x = self._linear(f"{prefix}.out", x)
+        if isinstance(module.out_norm, nn.LayerNorm):  # a normalised latent, no affine part
+            x = self._normalised(f"{prefix}.out", x)
         return self._masked(f"{prefix}.out", module.out_act(x))
 
     def _linear(self, layer: str, x: torch.Tensor) -> torch.Tensor:
@@ -255,15 +257,17 @@ class StackedNetwork:
 
     def _layer_norm(self, norm: str, layer: str, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.views[f"{norm}.weight"], self.views[f"{norm}.bias"]
+        return torch.addcmul(bias.unsqueeze(1), self._normalised(layer, x), weight.unsqueeze(1))
+
+    def _normalised(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        """``layer``'s output normalised over each member's own units (no affine part)."""
         if layer not in self.masks:
-            x = F.layer_norm(x, x.shape[-1:], eps=_LAYER_NORM_EPS)
-        else:  # statistics over each member's own units
-            mask, count = self.masks[layer]
-            mean = (x * mask).sum(-1, keepdim=True) / count
-            centred = (x - mean) * mask
-            variance = centred.pow(2).sum(-1, keepdim=True) / count
-            x = centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
-        return torch.addcmul(bias.unsqueeze(1), x, weight.unsqueeze(1))
+            return F.layer_norm(x, x.shape[-1:], eps=_LAYER_NORM_EPS)
+        mask, count = self.masks[layer]
+        mean = (x * mask).sum(-1, keepdim=True) / count
+        centred = (x - mean) * mask
+        variance = centred.pow(2).sum(-1, keepdim=True) / count
+        return centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
 
     def _masked(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         masked = self.masks.get(layer)

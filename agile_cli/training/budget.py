@@ -233,7 +233,10 @@ def member_parameters(manifest: TrainingManifest, env: Any) -> int:
     total = 0
     for observation, action in pairs:
         try:
-            arch = arch_from_spec(manifest.evolvable_network, observation, recurrent=recurrent)
+            arch = arch_from_spec(
+                manifest.evolvable_network, observation, recurrent=recurrent,
+                latent_norm=manifest.algorithm.normalised_latent,
+            )  # fmt: skip
         except (NotImplementedError, ValueError):
             continue  # building the population reports it
         total += network_parameters(arch, observation, _flat_size(action))

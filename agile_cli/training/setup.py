@@ -176,9 +176,11 @@ def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
     else:
         observed = [env.single_observation_space]
     recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
+    norm = manifest.algorithm.normalised_latent
     try:
         archs = [
-            arch_from_spec(manifest.evolvable_network, s, recurrent=recurrent) for s in observed
+            arch_from_spec(manifest.evolvable_network, s, recurrent=recurrent, latent_norm=norm)
+            for s in observed
         ]
     except NotImplementedError as exc:
         raise TrainingError(str(exc)) from None

@@ -20,7 +20,12 @@ class DQNSpec(AlgorithmSpec):
     tau: float = Field(
         1e-3, gt=0, le=1, description="Soft update rate of the target network (1 copies it)."
     )
-    double: bool = Field(False, description="Double DQN: the online network picks the action.")
+    double: bool = Field(
+        True,
+        description="Double DQN: the online network picks the next action, the target network "
+        "values it. True by default, as in AgileRL 2.58 (its older schema said false): on "
+        "CartPole with population 4 it learnt faster than the single-network target.",
+    )
     cudagraphs: bool = Field(
         False, description="Accepted for compatibility; agile compiles nothing and ignores it."
     )
@@ -32,3 +37,4 @@ class DQNSpec(AlgorithmSpec):
     supports_per: ClassVar[bool] = True
     supports_n_step: ClassVar[bool] = True
     training_spec: ClassVar[type[TrainingSpec] | None] = EpsilonGreedyTraining
+    normalised_latent: ClassVar[bool] = True
