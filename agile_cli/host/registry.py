@@ -14,7 +14,6 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
 from agile_cli.models.base import Spec, suggest
 from agile_cli.models.selection import SelectionSpec, TournamentSelectionSpec
 from agile_cli.models.training import TrainingSpec
-from agile_cli.paradigm import Paradigm
 
 
 def load_object(reference: str) -> Any:
@@ -74,19 +73,10 @@ class ParadigmEntry:
         """Whether the manifest's ``replay_buffer`` section applies."""
         return self.replay_buffer
 
-    def load(self) -> Paradigm:
-        """The paradigm's implementation (imports its module, and so the training stack).
-
-        :raises PluginError: it is not a :class:`~agile_cli.Paradigm` subclass.
-        """
-        cls = load_object(self.implementation)
-        if not (isinstance(cls, type) and issubclass(cls, Paradigm)):
-            raise PluginError(
-                f"the {self.name} paradigm's implementation ({self.implementation}) is not an "
-                "agile_cli.Paradigm subclass",
-                f"fix plugin '{self.plugin}'",
-            )
-        return cls()
+    def load(self) -> Any:
+        """The paradigm's implementation class (imports its module, and so the training
+        stack); the training set-up checks that it is a :class:`~agile_cli.Paradigm`."""
+        return load_object(self.implementation)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from agile_cli.errors import TrainingError, UsageError
 from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch, arch_from_spec
+from agile_cli.paradigm import Paradigm
 from agile_cli.runtime.agent import AgentContext
 from agile_cli.runtime.member import Member, missing_methods
 from agile_cli.training.runners import Runner
@@ -45,12 +46,29 @@ def build_environment_from(
     if entry is None:
         raise TrainingError(f"no environment builder for {paradigm.name} algorithms")
     env = entry.load()().build(spec, seed=seed)
-    return paradigm.load().environment(manifest, env)
+    return paradigm_of(manifest).environment(manifest, env)
 
 
 def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
     assert manifest.paradigm is not None, "a resolved manifest names its paradigm"
     return manifest.paradigm
+
+
+def paradigm_of(manifest: TrainingManifest) -> Paradigm:
+    """The implementation of the manifest's paradigm.
+
+    :raises TrainingError: the registration names something that is not an
+        :class:`~agile_cli.Paradigm` subclass.
+    """
+    entry = _paradigm(manifest)
+    cls = entry.load()
+    if not (isinstance(cls, type) and issubclass(cls, Paradigm)):
+        raise TrainingError(
+            f"the {entry.name} paradigm's implementation ({entry.implementation}) is not an "
+            "agile_cli.Paradigm subclass",
+            f"fix plugin '{entry.plugin}'",
+        )
+    return cls()
 
 
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Member]:
@@ -140,7 +158,7 @@ def _paradigm_population(
     size: int | None,
 ) -> list[Member]:
     wanted = size or manifest.training.pop_size
-    members = list(paradigm.load().population(manifest, cls, env, context, wanted))
+    members = list(paradigm_of(manifest).population(manifest, cls, env, context, wanted))
     if len(members) != wanted or not all(isinstance(m, Member) for m in members):
         raise TrainingError(
             f"the {paradigm.name} paradigm's population ({paradigm.implementation}) "
@@ -196,13 +214,13 @@ def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
 def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
     """What the whole population shares (a replay buffer), as the paradigm builds it; None
     when it keeps nothing."""
-    return _paradigm(manifest).load().buffer(manifest, env, device)
+    return paradigm_of(manifest).buffer(manifest, env, device)
 
 
 def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Runner[Any]:
     """The runner that trains one member for one generation, as the paradigm builds it."""
     paradigm = _paradigm(manifest)
-    runner = paradigm.load().runner(manifest, env, buffer)
+    runner = paradigm_of(manifest).runner(manifest, env, buffer)
     if not isinstance(runner, Runner):
         raise TrainingError(
             f"the {paradigm.name} paradigm's runner ({paradigm.implementation}) made a "
