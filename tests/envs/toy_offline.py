@@ -31,6 +31,13 @@ def write_cartpole_dataset(path: Path, rows: int = 200, seed: int = 0, **extra: 
 
 @functools.cache
 def toy_offline_environment() -> dict:
-    """The ``environment`` section of a CartPole offline run on a random dataset."""
-    path = write_cartpole_dataset(Path(tempfile.mkdtemp(prefix="agile-offline-")) / "toy.h5")
+    """The ``environment`` section of a CartPole offline run on a random dataset (written once
+    per test process, and removed when it exits)."""
+    folder = tempfile.TemporaryDirectory(prefix="agile-offline-")
+    _KEPT.append(folder)
+    path = write_cartpole_dataset(Path(folder.name) / "toy.h5")
     return {"name": "CartPole-v1", "num_envs": 2, "sync": True, "dataset_path": str(path)}
+
+
+#: The dataset folders of this process, deleted when it exits.
+_KEPT: list[tempfile.TemporaryDirectory[str]] = []
