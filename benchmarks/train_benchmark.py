@@ -249,7 +249,10 @@ def main() -> None:
         help="With --populations: also train each size with --per-member and report the ratios.",
     )
     parser.add_argument("extra", nargs="*", help="More `agile train` flags, after --.")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)  # argparse loses `--` after nargs="+"
+    args = parser.parse_args(argv[:cut])
+    args.extra = [*args.extra, *argv[cut + 1 :]]
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="agile-bench-"))
     seeds = args.seeds or [1, 2, 3]
     if not args.populations or args.seeds:
