@@ -232,6 +232,21 @@ def test_actor_critic_groups_learn_as_each_member_does(algorithm: str) -> None:
     assert [m.learn_counter for m in stacked] == [m.learn_counter for m in own]
 
 
+def test_cqn_group_learns_as_each_member_does() -> None:
+    from tests.envs.toy_offline import toy_offline_environment
+
+    training = {"max_steps": 128, "evo_steps": 64, "pop_size": 3}
+    manifest = tiny_manifest("CQN", training=training, environment=toy_offline_environment())
+    members = tiny_population(manifest, size=3)
+    for member, arch, lr, alpha in zip(members, ARCHS, [1e-3, 3e-3, 5e-4], [0.5, 1.0, 2.0],
+                                       strict=True):  # fmt: skip
+        member.set_architecture(arch)
+        member.set_hyperparameter("lr", lr)
+        member.spec = member.spec.model_copy(update={"cql_alpha": alpha})
+    stacked, own = _learn_both_ways(members, [True, False, True])
+    _assert_same_members(stacked, own)
+
+
 def test_discrete_sac_group_learns_as_each_member_does() -> None:
     members = _population("SAC", ARCHS, discrete=True, lr_actor=[1e-3, 3e-3, 5e-4],
                           lr_alpha=[1e-3, 1e-2, 3e-4], batch_size=[16, 24, 8],
