@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli import Family, LearnResult, TrainingError, hookimpl
+from agile_cli import Family, LearnResult, QLearning, TrainingError, hookimpl
 from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
 from agile_cli.runtime.solo import one_member
 from agile_cli.testing import check_conformance, lost_attributes, tiny_manifest, tiny_population
@@ -63,10 +63,14 @@ class FloatPPO(PPO):
         return super().learn(rollout, last_obs).loss
 
 
+class Unfinished(QLearning):
+    """The Q-learning frame without an update: no group learner, no act, no learn."""
+
+
 class Variants:
     @hookimpl
     def agile_register_algorithms(self, register: Any) -> None:
-        for cls in (TemperatureDQN, ResettingTemperatureDQN):
+        for cls in (TemperatureDQN, ResettingTemperatureDQN, Unfinished):
             register(
                 name=cls.__name__, spec=DQNSpec, family=Family.OFF_POLICY,
                 implementation=f"{__name__}:{cls.__name__}",
@@ -208,6 +212,13 @@ def test_learn_gives_its_loss_in_a_learn_result_and_nothing_else() -> None:
     assert learned_loss(LearnResult(1.5)) == 1.5
     with pytest.raises(TrainingError, match=r"learn\(\) returned float, not agile_cli"):
         learned_loss(2.0)  # type: ignore[arg-type]
+
+
+def test_an_algorithm_without_an_update_is_named_before_training(registry: Any) -> None:
+    manifest = tiny_manifest("Unfinished", registry=registry)
+    refusal = "names no group_learner and implements no act or learn"
+    with pytest.raises(TrainingError, match=refusal):
+        setup.algorithm_class(manifest, registry)
 
 
 def test_the_on_policy_runner_refuses_a_bare_float_from_learn_saying_why(agile_host: Any) -> None:

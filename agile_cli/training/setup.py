@@ -14,7 +14,7 @@ from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.nn.arch import NetworkArch, arch_from_spec
 from agile_cli.paradigm import Paradigm
-from agile_cli.runtime.agent import AgentContext
+from agile_cli.runtime.agent import AgentContext, Algorithm, OffPolicyAlgorithm
 from agile_cli.runtime.member import Member, missing_methods
 from agile_cli.training.runners import Runner
 
@@ -88,7 +88,22 @@ def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Memb
             f"{', '.join(missing)} of the agile_cli.Member contract",
             "subclass agile_cli.Algorithm, or give the class every method agile_cli.Member lists",
         )
+    if issubclass(cls, Algorithm) and cls.group_learner is None:
+        defaults = [name for name in ("act", "learn") if _inherits_default(cls, name)]
+        if defaults:
+            raise TrainingError(
+                f"{entry.implementation} names no group_learner and implements no "
+                f"{' or '.join(defaults)}",
+                "name a group learner (group_learner = ...), or implement act and learn",
+            )
     return cls
+
+
+def _inherits_default(cls: type[Algorithm], name: str) -> bool:
+    """Whether ``cls`` takes method ``name`` from the base classes that run a group learner."""
+    defaults = (vars(Algorithm).get(name), vars(OffPolicyAlgorithm).get(name))
+    own = getattr(cls, name, None)
+    return own is not None and own in defaults
 
 
 def build_population(
