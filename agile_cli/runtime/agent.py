@@ -461,7 +461,7 @@ class OffPolicyAlgorithm(Algorithm):
         the one update, on a group of one."""
         stacked = one_member(batch)
         rows = torch.ones_like(stacked.rewards)
-        active = torch.ones(1, dtype=torch.bool, device=rows.device)
+        active = torch.ones(1, dtype=torch.bool)  # on the CPU: reading it never waits on a GPU
         losses, priorities = self.solo_learner().learn_batch(stacked, rows, active)
         return LearnResult(float(losses[0]), None if priorities is None else priorities[0])
 

@@ -99,7 +99,63 @@ class StackedAdam:
             flat.sub_(first * size / denominator)
 
 
-class MemberGroup:
+class GroupNetwork(Protocol):
+    """A network of a :class:`Group`: every tensor in and out has the member axis first."""
+
+    @property
+    def views(self) -> dict[str, torch.Tensor]:
+        """Each parameter, ``[k, *shape]``."""
+        ...
+
+    def __call__(self, obs: Any, extra: torch.Tensor | None = None) -> dict[str, torch.Tensor]: ...
+
+    def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None: ...
+
+    def mean_weights(self) -> AbstractContextManager[None]: ...
+
+
+class Group(Protocol):
+    """What a :class:`GroupLearner` trains: ``k`` members stacked (:class:`MemberGroup`), or
+    one member alone (:class:`~agile_cli.runtime.solo.SoloGroup`); both derive from it and
+    share :meth:`gradient_step`."""
+
+    members: list[Algorithm]
+    size: int
+    device: torch.device
+
+    def net(self, name: str) -> GroupNetwork: ...
+
+    def hp(self, name: str) -> torch.Tensor: ...
+
+    def gradient_step(
+        self,
+        optimizer: str,
+        losses: torch.Tensor,
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None:
+        """Minimise each active member's loss (``losses`` ``[k]``) with one step of its
+        optimizer ``optimizer`` (:meth:`minimise` of that one), clipping each member's gradient
+        norm to ``max_grad_norm`` when given, a number or one per member ``[k]`` (zero or less:
+        no clipping, as :meth:`~agile_cli.Algorithm.gradient_step` does for one member)."""
+        self.minimise(losses, (optimizer,), active, max_grad_norm)
+
+    def minimise(
+        self,
+        losses: torch.Tensor,
+        optimizers: tuple[str, ...],
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None: ...
+
+    def soft_update(
+        self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
+    ) -> None: ...
+
+    def write_back(self) -> None: ...
+
+
+class MemberGroup(Group):
     """``k`` members of one algorithm whose networks stack (see :func:`group_members`).
 
     :param members: the members, in the order their rows take.
@@ -132,20 +188,6 @@ class MemberGroup:
             values = torch.tensor(numbers, device=self.device)
             self._hyperparameters[name] = values
         return values
-
-    def gradient_step(
-        self,
-        optimizer: str,
-        losses: torch.Tensor,
-        active: torch.Tensor,
-        max_grad_norm: float | torch.Tensor | None = None,
-    ) -> None:
-        """Minimise each active member's loss (``losses`` ``[k]``) with one step of its
-        optimizer ``optimizer``, clipping each member's gradient norm to ``max_grad_norm``
-        when given, a number or one per member ``[k]`` (as
-        :meth:`~agile_cli.Algorithm.gradient_step` does for one member, where zero means no
-        clipping)."""
-        self.minimise(losses, (optimizer,), active, max_grad_norm)
 
     def minimise(
         self,
@@ -278,56 +320,6 @@ def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
     scale = torch.where(max_norm > 0, scale, torch.ones_like(scale)).unsqueeze(1)
     for grad in grads:
         grad.mul_(scale)
-
-
-class GroupNetwork(Protocol):
-    """A network of a :class:`Group`: every tensor in and out has the member axis first."""
-
-    @property
-    def views(self) -> dict[str, torch.Tensor]:
-        """Each parameter, ``[k, *shape]``."""
-        ...
-
-    def __call__(self, obs: Any, extra: torch.Tensor | None = None) -> dict[str, torch.Tensor]: ...
-
-    def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None: ...
-
-    def mean_weights(self) -> AbstractContextManager[None]: ...
-
-
-class Group(Protocol):
-    """What a :class:`GroupLearner` trains: ``k`` members stacked (:class:`MemberGroup`), or
-    one member alone (:class:`~agile_cli.runtime.solo.SoloGroup`)."""
-
-    members: list[Algorithm]
-    size: int
-    device: torch.device
-
-    def net(self, name: str) -> GroupNetwork: ...
-
-    def hp(self, name: str) -> torch.Tensor: ...
-
-    def gradient_step(
-        self,
-        optimizer: str,
-        losses: torch.Tensor,
-        active: torch.Tensor,
-        max_grad_norm: float | torch.Tensor | None = None,
-    ) -> None: ...
-
-    def minimise(
-        self,
-        losses: torch.Tensor,
-        optimizers: tuple[str, ...],
-        active: torch.Tensor,
-        max_grad_norm: float | torch.Tensor | None = None,
-    ) -> None: ...
-
-    def soft_update(
-        self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
-    ) -> None: ...
-
-    def write_back(self) -> None: ...
 
 
 class GroupLearner(abc.ABC):

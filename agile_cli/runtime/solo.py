@@ -21,6 +21,8 @@ from torch import nn
 
 from agile_cli.nn.noisy import mean_weights, reset_noise
 from agile_cli.runtime.buffers import Transitions
+from agile_cli.runtime.group import Group
+from agile_cli.runtime.stacked import flat_rows, stacked_observations
 
 if TYPE_CHECKING:
     from agile_cli.runtime.agent import Algorithm
@@ -42,7 +44,7 @@ class SoloNetwork:
         return {name: p.unsqueeze(0) for name, p in self.network.named_parameters()}
 
     def __call__(self, obs: Any, extra: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        own = _first(obs)
+        own = flat_rows(obs)
         out = self.network(own) if extra is None else self.network(own, extra[0])
         return {name: value.unsqueeze(0) for name, value in out.items()}
 
@@ -58,7 +60,7 @@ class SoloNetwork:
             yield
 
 
-class SoloGroup:
+class SoloGroup(Group):
     """A member as a group of one (see the module): what a group learner calls on a
     :class:`~agile_cli.MemberGroup`, done on the member's own networks and optimizers.
 
@@ -79,16 +81,6 @@ class SoloGroup:
         """The member's hyperparameter ``name`` as a ``[1]`` float tensor."""
         value = float(getattr(self.members[0].spec, name))
         return torch.tensor([value], device=self.device)
-
-    def gradient_step(
-        self,
-        optimizer: str,
-        losses: torch.Tensor,
-        active: torch.Tensor,
-        max_grad_norm: float | torch.Tensor | None = None,
-    ) -> None:
-        """One step of the member's optimizer ``optimizer`` on ``losses`` ``[1]``."""
-        self.minimise(losses, (optimizer,), active, max_grad_norm)
 
     def minimise(
         self,
@@ -117,18 +109,5 @@ class SoloGroup:
 
 def one_member(batch: Transitions) -> Transitions:
     """A batch ``[B, ...]`` with a member dimension in front, ``[1, B, ...]``."""
-    return Transitions(
-        *(None if field is None else _lead(field) for field in batch)  # type: ignore[arg-type]
-    )
-
-
-def _lead(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: item.unsqueeze(0) for key, item in value.items()}
-    return value.unsqueeze(0)
-
-
-def _first(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: item[0] for key, item in value.items()}
-    return value[0]
+    fields = (None if field is None else stacked_observations(field, 1) for field in batch)
+    return Transitions(*fields)  # type: ignore[arg-type]
