@@ -1,7 +1,7 @@
 """Writing an agent's greedy policy as a file that runs without agile: TorchScript, which
 ``torch.jit.load`` reads, or ONNX, which ``onnxruntime.InferenceSession`` runs.
 
-The policy is the module :meth:`~agile_cli.Algorithm.export_policy` returns; it is traced on a
+The policy is the module :meth:`~agile_rl.Algorithm.export_policy` returns; it is traced on a
 few observations sampled from its spaces, with the batch dimension left free. Torch and onnx
 are imported here, on use.
 """
@@ -11,15 +11,14 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from agile_cli.errors import AgileError, UsageError
 
 if TYPE_CHECKING:
     import torch
 
-    from agile_cli.runtime.exported import ExportedPolicy
-    from agile_cli.runtime.member import Member
+    from agile_cli.member import Member, PolicyModule
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".ts"}
 """Each format and the suffix of its default file name."""
@@ -34,7 +33,7 @@ def default_path(source: Path, fmt: str) -> Path:
     return stem.with_suffix(FORMATS[fmt])
 
 
-def exported_policy(agent: Member, name: str) -> ExportedPolicy:
+def exported_policy(agent: Member, name: str) -> PolicyModule:
     """The agent's greedy policy module, on the CPU.
 
     :param name: the algorithm's name, for the refusal.
@@ -52,7 +51,7 @@ def exported_policy(agent: Member, name: str) -> ExportedPolicy:
     return policy.cpu().eval()
 
 
-def write(policy: ExportedPolicy, fmt: str, path: Path) -> None:
+def write(policy: PolicyModule, fmt: str, path: Path) -> None:
     """Write ``policy`` to ``path`` as ``fmt`` (``onnx`` or ``torchscript``).
 
     :raises AgileError: (exit 1) onnx is not installed.
@@ -70,7 +69,7 @@ def write(policy: ExportedPolicy, fmt: str, path: Path) -> None:
             _write_onnx(policy, example, path)
 
 
-def _write_onnx(policy: ExportedPolicy, example: tuple[object, ...], path: Path) -> None:
+def _write_onnx(policy: PolicyModule, example: tuple[object, ...], path: Path) -> None:
     """The legacy (tracing) exporter: the dynamo one needs onnxscript, and these policies
     are plain feed-forward graphs."""
     if importlib.util.find_spec("onnx") is None:
@@ -82,14 +81,15 @@ def _write_onnx(policy: ExportedPolicy, example: tuple[object, ...], path: Path)
     import torch
 
     names = [*policy.input_names, *policy.output_names]
+    module = cast("torch.nn.Module", policy)  # the contract: a torch module
     torch.onnx.export(
-        policy, tuple(example), str(path), input_names=policy.input_names,
+        module, tuple(example), str(path), input_names=policy.input_names,
         output_names=policy.output_names, dynamic_axes={name: {0: "batch"} for name in names},
         opset_version=ONNX_OPSET, dynamo=False,
     )  # fmt: skip
 
 
-def describe(policy: ExportedPolicy, fmt: str, path: Path) -> list[str]:
+def describe(policy: PolicyModule, fmt: str, path: Path) -> list[str]:
     """What ``agile export`` prints: the inputs and outputs, and how to run the file."""
     import torch
 
@@ -106,7 +106,7 @@ def describe(policy: ExportedPolicy, fmt: str, path: Path) -> list[str]:
     return [*lines, "usage:", *(f"  {line}" for line in _usage(policy, fmt, path))]
 
 
-def _usage(policy: ExportedPolicy, fmt: str, path: Path) -> list[str]:
+def _usage(policy: PolicyModule, fmt: str, path: Path) -> list[str]:
     if fmt == "torchscript":
         args = ", ".join(policy.input_names)
         what = "a tensor" if len(policy.output_names) == 1 else "a tuple of tensors, one per output"

@@ -4,10 +4,12 @@ A plugin registers a paradigm with ``agile_register_paradigms`` (its name, its `
 section's spec, the fields its algorithms must have...) and names a :class:`Paradigm`
 subclass as its ``implementation``, imported only to train. The core asks it for what a run
 needs, one method per thing, each taking the manifest first: the environment the members
-step (:meth:`Paradigm.environment`), what the population shares (:meth:`Paradigm.buffer`),
-the runner that trains members for a generation (:meth:`Paradigm.runner`) and, for a
-paradigm whose members are built together, the population itself
-(:meth:`Paradigm.population`).
+step (:meth:`Paradigm.environment`), the members (:meth:`Paradigm.population`), what they
+share (:meth:`Paradigm.buffer`), the runner that trains them for a generation
+(:meth:`Paradigm.runner`) and the memory all that takes (:meth:`Paradigm.memory_needs`). A
+paradigm that can train several members at once as one computation says so
+(:meth:`Paradigm.trains_together`) and gives the runner that does
+(:meth:`Paradigm.population_runner`).
 """
 
 from __future__ import annotations
@@ -19,18 +21,32 @@ if TYPE_CHECKING:
     import torch
 
     from agile_cli.manifest import TrainingManifest
-    from agile_cli.runtime.agent import AgentContext
-    from agile_cli.runtime.member import Member
-    from agile_cli.training.runners import Runner
+    from agile_cli.member import AgentContext, Member
+    from agile_cli.memory import Need
+    from agile_cli.runner import Runner
 
 
 class Paradigm(abc.ABC):
-    """What a paradigm builds for a run (see the module). Only :meth:`runner` is required."""
+    """What a paradigm builds for a run (see the module). :meth:`population` and
+    :meth:`runner` are required; the rest have defaults."""
 
     def environment(self, manifest: TrainingManifest, env: Any) -> Any:
         """The environment the members step: ``env`` as the builder made it, or wrapped
         (e.g. a team of agents as one). By default ``env`` itself."""
         return env
+
+    @abc.abstractmethod
+    def population(
+        self,
+        manifest: TrainingManifest,
+        cls: type[Member],
+        env: Any,
+        context: AgentContext,
+        size: int,
+    ) -> list[Member]:
+        """``size`` fresh members of the algorithm class ``cls`` with indices 0, 1, ...,
+        ``size - 1``, for ``env``'s spaces: every run starts from these, and resuming,
+        ``agile evaluate`` and the remote backends load saved states into them."""
 
     def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
         """The store of experience the whole population shares (a replay buffer), or None
@@ -40,21 +56,27 @@ class Paradigm(abc.ABC):
 
     @abc.abstractmethod
     def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> Runner[Any]:
-        """The :class:`~agile_cli.Runner` whose ``train(member, steps, progress)`` trains one
-        member for one generation in ``env`` (and, optionally, ``evaluate(member, rounds,
-        max_steps)`` scores it); ``buffer`` is what :meth:`buffer` built, or None where
-        nothing is shared (scoring)."""
+        """The :class:`~agile_cli.Runner` that trains members for one generation in ``env``
+        and scores them; ``buffer`` is what :meth:`buffer` built, or None where nothing is
+        shared (scoring)."""
 
-    def population(
-        self,
-        manifest: TrainingManifest,
-        cls: type[Member],
-        env: Any,
-        context: AgentContext,
-        size: int,
-    ) -> list[Member]:
-        """``size`` members of the algorithm class ``cls`` with indices 0, 1, ..., built
-        together (e.g. adapters sharing one model), for a paradigm registered with
-        ``builds_population=True``, which then also sizes its own memory. Others never
-        receive this call: the core builds each member alone from the network section."""
-        raise NotImplementedError(f"{type(self).__name__} does not build its population")
+    def memory_needs(self, manifest: TrainingManifest, env: Any, members: int) -> list[Need]:
+        """What the run will hold in memory, as far as it can be told before it is built:
+        networks, buffers, rollouts (``members`` of them train at once). The core adds the
+        dataset the environment declared and refuses a run that cannot fit. None by
+        default (a paradigm that sizes its own memory checks it while building)."""
+        return []
+
+    def trains_together(self, manifest: TrainingManifest, cls: type[Member]) -> bool:
+        """Whether members of ``cls`` can train as one computation, in one environment with
+        the population's ``num_envs`` for each member (:meth:`population_runner`). No by
+        default; ``--per-member`` and the remote backends never ask."""
+        return False
+
+    def population_runner(
+        self, manifest: TrainingManifest, runner: Runner[Any], size: int
+    ) -> Runner[Any]:
+        """The runner that trains ``size`` members at once in place of :meth:`runner`'s
+        ``runner``, asked only where :meth:`trains_together` said yes. By default
+        ``runner`` itself."""
+        return runner

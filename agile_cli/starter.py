@@ -5,8 +5,10 @@ Nothing here imports torch or an environment package: the specs are pydantic mod
 written manifest is checked the way ``agile validate`` checks a file. Fields that validation
 warns about (written at their default, they may still mean "set on purpose") and fields
 accepted only for compatibility are written commented out, so the manifest validates without
-warnings. The training budget is one a first run finishes, from a small table of well-known
-environments (:data:`KNOWN_ENVIRONMENTS`), which also gives their kind of actions.
+warnings. Plugins' specs give the values that differ from the defaults (``starter_values``,
+``AlgorithmSpec.starter_sections``): this module knows no plugin. The training budget is one a
+first run finishes, the specs' or from a small table of well-known environments
+(:data:`KNOWN_ENVIRONMENTS`), which also gives their kind of actions.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined, to_jsonable_python
 
 from agile_cli.errors import AgileError, UsageError
-from agile_cli.host.registry import TOURNAMENT, AlgorithmEntry, Registry
-from agile_cli.models.base import suggest
+from agile_cli.host.registry import TOURNAMENT, AlgorithmEntry, EnvironmentEntry, Registry
+from agile_cli.models.base import Spec, StarterValue, suggest
 from agile_cli.models.mutation import KIND_FIELDS, MutationProbabilities, MutationSpec
 from agile_cli.validation import training_spec_for
 
@@ -38,9 +40,6 @@ _WARNED_PATH = re.compile(r"^([\w.]+):")
 #: Starter values that differ from a field's default, and why.
 _POPULATION = 4
 _POPULATION_NOTE = "(default 1; a starter evolves a population of 4)"
-#: Single-agent environment of the starters, unless the spec names its own.
-DISCRETE_ENVIRONMENT = "CartPole-v1"
-MULTI_AGENT_ENVIRONMENT = "mpe2.simple_speaker_listener_v4"
 _PLACEHOLDER = "Placeholder, replace it: "
 
 
@@ -72,17 +71,10 @@ KNOWN_ENVIRONMENTS = {
     "Pendulum-v1": KnownEnvironment("Box", 50_000, -200),
     "MountainCarContinuous-v0": KnownEnvironment("Box", 100_000, 90),
     "LunarLanderContinuous-v3": KnownEnvironment("Box", 300_000, 200),
-    MULTI_AGENT_ENVIRONMENT: KnownEnvironment(None, 100_000),
+    "mpe2.simple_speaker_listener_v4": KnownEnvironment(None, 100_000),
 }
 #: Steps per member of a first run on an environment not in the table.
 MODEST_STEPS = 100_000
-#: Paradigms whose steps are not an environment's: a first run's budget, as their shipped
-#: configs (configs/training/cqn, neural_ucb, dpo), and what it counts.
-_FAMILY_BUDGETS = {
-    "offline": (20_000, "budget"),
-    "bandit": (2_000, "budget"),
-    "llm": (3_200, "budget of prompts (200 iterations of 16)"),
-}
 
 
 @dataclass(frozen=True)
@@ -156,7 +148,9 @@ def starter_manifest(registry: Registry, algorithm: str, environment: str | None
             f"{entry.name}",
             "install the plugin that provides them",
         )
-    values, notes = _family_values(registry, entry, builder.name, environment)
+    contributed = _contributed(registry, entry, builder.spec)
+    usual = _usual_name(contributed, builder)
+    values, notes = _starter_values(contributed, environment, usual, builder.name)
     named = Entry("name", entry.name, "Algorithm name (case-sensitive).")
     algorithm_fields = [named, *_fields(entry.spec, values.get("algorithm", {}), notes)]
     sections = [
@@ -171,7 +165,7 @@ def starter_manifest(registry: Registry, algorithm: str, environment: str | None
         sections.append(_section("replay_buffer", entry.spec.replay_buffer_spec, values, notes))
     name = values["environment"]["name"]
     starter = Starter(sections, _header(entry, name, builder.name, environment is None))
-    starter.doubt = _doubt(_default_name(registry, entry, builder.name), environment)
+    starter.doubt = _doubt(usual, environment)
     _settle(starter, registry)
     return starter
 
@@ -227,50 +221,77 @@ def _summary(spec: type[BaseModel]) -> str:
     return " ".join(doc.split())
 
 
-# -- values per family ------------------------------------------------------------------------
+# -- values the specs contribute ---------------------------------------------------------------
 
 
-def _family_values(
-    registry: Registry, entry: AlgorithmEntry, builder: str, environment: str | None
+def _contributed(
+    registry: Registry, entry: AlgorithmEntry, environment: type[Spec]
+) -> dict[str, dict[str, StarterValue]]:
+    """What the specs ask ``agile init`` to write (``section -> field -> value``): each
+    section's spec's ``starter_values``, then the algorithm's for other sections
+    (``starter_sections``) and its ``starter_environment``."""
+    spec = entry.spec
+    own: dict[str, type[Spec]] = {
+        "algorithm": spec,
+        "environment": environment,
+        "training": training_spec_for(entry, registry),
+        "network": spec.network_spec,
+        "replay_buffer": spec.replay_buffer_spec,
+    }
+    contributed = {section: dict(model.starter_values) for section, model in own.items()}
+    for section, fields in spec.starter_sections().items():
+        contributed.setdefault(section, {}).update(fields)
+    if spec.starter_environment is not None:
+        contributed["environment"]["name"] = StarterValue(spec.starter_environment)
+    return contributed
+
+
+def _usual_name(contributed: dict[str, dict[str, StarterValue]], builder: EnvironmentEntry) -> str:
+    """The environment a starter names when none is given: the one the specs give, else the
+    builder spec's default name, else the builder's name (a placeholder)."""
+    given = contributed["environment"].get("name")
+    if given is not None:
+        return str(given.value)
+    default = builder.spec.model_fields["name"].default
+    return default if isinstance(default, str) else builder.name
+
+
+def _starter_values(
+    contributed: dict[str, dict[str, StarterValue]],
+    environment: str | None,
+    usual: str,
+    builder: str,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Starter values (``section -> field -> value``) that differ from the defaults, and the
-    notes explaining them (``section.field -> note``)."""
-    family = entry.family
-    env: dict[str, Any] = {}
+    notes explaining them (``section.field -> note``): what the specs contribute, the
+    environment (``usual`` unless one is named) and a first run's budget."""
     notes: dict[str, str] = {"training.pop_size": _POPULATION_NOTE}
-    values: dict[str, dict[str, Any]] = {"environment": env,
-                                         "training": {"pop_size": _POPULATION}}  # fmt: skip
-    if family == "offline":
-        env["dataset_path"] = "data/dataset.h5"
-        notes["environment.dataset_path"] = (
-            _PLACEHOLDER + "an HDF5 dataset recorded on this environment, e.g. by "
-            "`agile dataset collect RUN_DIR --out data/dataset.h5`"
-        )
-    elif family == "bandit":
-        env.update(name="Table", features="data/features.csv", targets="data/targets.csv")
-        notes["environment.features"] = _PLACEHOLDER + "a CSV table of context features"
-        notes["environment.targets"] = _PLACEHOLDER + "a CSV column of labels (one arm each)"
-    elif family == "llm":
-        _llm_values(entry, values, notes)
-    if environment is not None:
-        env["name"] = environment
-    elif "name" not in env:
-        env["name"] = _default_name(registry, entry, builder)
-        if env["name"] == builder and builder not in _GYM_BUILDERS:
-            notes["environment.name"] = _PLACEHOLDER + "an environment the builder knows"
-    _budget(family, env["name"], values["training"], notes)
+    values: dict[str, dict[str, Any]] = {"training": {"pop_size": _POPULATION}}
+    for section, fields in contributed.items():
+        for name, starter in fields.items():
+            values.setdefault(section, {})[name] = starter.value
+            note = _PLACEHOLDER + starter.note if starter.placeholder else starter.note
+            if note:
+                notes[f"{section}.{name}"] = note
+    name = values.setdefault("environment", {})["name"] = environment or usual
+    if environment is None and usual == builder and "name" not in contributed["environment"]:
+        notes["environment.name"] = _PLACEHOLDER + "an environment the builder knows"
+    _budget(contributed["training"].get("max_steps"), name, values["training"], notes)
     return values, notes
 
 
-def _budget(family: str, environment: str, training: dict[str, Any], notes: dict[str, str]) -> None:
+def _budget(
+    budget: StarterValue | None, environment: str, training: dict[str, Any], notes: dict[str, str]
+) -> None:
     """A budget a first run finishes (the default, 1,000,000 steps per member, takes hours):
-    the paradigm's or the known environment's, else a modest one to raise; and the
+    the one the specs give, else the known environment's, else a modest one to raise; and the
     environment's target score where it has one."""
     known = KNOWN_ENVIRONMENTS.get(environment)
     default = "(default 1,000,000; "
-    if family in _FAMILY_BUDGETS:
-        training["max_steps"], what = _FAMILY_BUDGETS[family]
-        notes["training.max_steps"] = f"{default}a first run's {what}: raise it for a full run)"
+    if budget is not None:
+        training["max_steps"] = budget.value
+        what = budget.note or "a first run's budget"
+        notes["training.max_steps"] = f"{default}{what}: raise it for a full run)"
     elif known is not None:
         training["max_steps"] = known.max_steps
         notes["training.max_steps"] = (
@@ -288,40 +309,6 @@ def _budget(family: str, environment: str, training: dict[str, Any], notes: dict
             f"(default null; a good score on {environment}: the run stops early once the best "
             "member reaches it)"
         )
-
-
-#: Builders that take Gymnasium ids (the offline one, to evaluate on).
-_GYM_BUILDERS = ("gymnasium", "offline", "pettingzoo")
-
-
-def _default_name(registry: Registry, entry: AlgorithmEntry, builder: str) -> str:
-    """A Gymnasium (or PettingZoo) id the algorithm can train on: its spec's
-    ``starter_environment``, else CartPole-v1; for another builder, its spec's default name,
-    else the builder's name."""
-    if builder == "pettingzoo":
-        return MULTI_AGENT_ENVIRONMENT
-    if builder not in _GYM_BUILDERS:
-        default = registry.environments[builder].spec.model_fields["name"].default
-        return default if isinstance(default, str) else builder
-    return entry.spec.starter_environment or DISCRETE_ENVIRONMENT
-
-
-def _llm_values(
-    entry: AlgorithmEntry, values: dict[str, dict[str, Any]], notes: dict[str, str]
-) -> None:
-    env = values["environment"]
-    env.update(name="llm", dataset="data/train.jsonl")
-    notes["environment.dataset"] = _PLACEHOLDER + "your .jsonl/.parquet/.csv file or a Hub id"
-    if getattr(entry.spec, "env_type", None) == "reasoning":
-        env.update(prompt_template={"user_0": "{question}"}, reward_file_path="reward.py",
-                   reward_fn_name="reward")  # fmt: skip
-        notes["environment.prompt_template"] = _PLACEHOLDER + "turns filled from your columns"
-        notes["environment.reward_file_path"] = _PLACEHOLDER + "your Python reward file"
-        notes["environment.reward_fn_name"] = _PLACEHOLDER + "the function in it"
-    values["network"] = {"pretrained_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"}
-    notes["network.pretrained_model_name_or_path"] = (
-        _PLACEHOLDER + "any causal LM (`agile llm tiny-model models/tiny-llm` makes a tiny one)"
-    )
 
 
 # -- sections -----------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def tiny_population(manifest: Any, registry: Any = None, size: int | None = None
     """Fresh members for ``manifest`` on the CPU (the environment is built and closed)."""
     import torch
 
-    from agile_cli.runtime.agent import AgentContext
+    from agile_cli.member import AgentContext
     from agile_cli.training import setup
 
     registry = _registry(registry)
@@ -145,11 +145,11 @@ def _reproducibility_problems(
 ) -> list[str]:
     """Two runs with one seed must log the same metrics, batched and (for an algorithm that
     batches) one by one as well."""
-    from agile_cli.training import batched, setup
+    from agile_cli.training import setup
 
     manifest = tiny_manifest(algorithm, registry=registry, **sections)
     paths = {False: ""}
-    if batched.applies(manifest, setup.algorithm_class(manifest, registry)):
+    if setup.trains_together(manifest, setup.algorithm_class(manifest, registry)):
         paths = {False: " (batched)", True: " (one by one)"}
     for per_member, label in paths.items():
         problems = _seeded_problems(manifest, workdir, registry, per_member, label)
@@ -281,7 +281,7 @@ def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
         env.close()
 
 
-#: Member attributes that :meth:`~agile_cli.runtime.agent.Algorithm.state_dict` saves itself or that
+#: Member attributes that :meth:`~agile_rl.runtime.agent.Algorithm.state_dict` saves itself or that
 #: describe the member's setting rather than what it learned.
 _SAVED_OR_SETTING = frozenset(
     {

@@ -60,8 +60,8 @@ def fresh_scores(manifest_path: Path) -> dict[str, float]:
     import torch
 
     from agile_cli import TrainingManifest, installed_registry
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     manifest = TrainingManifest.get_validated(manifest_path, registry=registry)
@@ -99,8 +99,8 @@ def throughput(path: Path) -> dict[str, float]:
     import torch
 
     from agile_cli import TrainingManifest, installed_registry
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     manifest = TrainingManifest.get_validated(path, registry=registry)

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, resource, sys, time, torch
 from agile_cli import TrainingManifest, installed_registry
-from agile_cli.runtime.agent import AgentContext
+from agile_rl.runtime.agent import AgentContext
 from agile_cli.training import setup
 model, together, name = sys.argv[1], sys.argv[5] == "1", sys.argv[6]
 size, iterations, batch = (int(value) for value in sys.argv[2:5])

@@ -131,8 +131,10 @@ def smoke(root: Path, evo_steps: int, timeout: float) -> int:
                 target.unlink(missing_ok=True)
             seconds = time.perf_counter() - started
             failures += code != 0
-            print(f"{'OK' if code == 0 else f'FAILED ({code})':12} {name}  {seconds:.0f} s"
-                  + ("" if code == 0 else "\n    " + "\n    ".join(said.splitlines()[-6:])))
+            print(
+                f"{'OK' if code == 0 else f'FAILED ({code})':12} {name}  {seconds:.0f} s"
+                + ("" if code == 0 else "\n    " + "\n    ".join(said.splitlines()[-6:]))
+            )
             if code == 0:
                 print("    " + _evolutions(run_dir) + (f"; {stand_in}" if stand_in else ""))
     return 1 if failures else 0
@@ -184,13 +186,17 @@ def compare(args: argparse.Namespace) -> int:
                 records = _train(_variant(data, label, args), seed, Path(work), label)
                 curve = [(r["global_steps"], r["best_fitness"]) for r in records]
                 results[label][seed] = curve
-                print(f"{label:10} seed {seed}: final {curve[-1][1]:9.2f}  best "
-                      f"{max(f for _, f in curve):9.2f}  at {curve[-1][0]:,} steps "
-                      f"({time.perf_counter() - started:.0f} s)", flush=True)
+                print(
+                    f"{label:10} seed {seed}: final {curve[-1][1]:9.2f}  best "
+                    f"{max(f for _, f in curve):9.2f}  at {curve[-1][0]:,} steps "
+                    f"({time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
     _table(results, args.seeds)
     if args.json:
-        Path(args.json).write_text(json.dumps({k: {str(s): c for s, c in v.items()}
-                                               for k, v in results.items()}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({k: {str(s): c for s, c in v.items()} for k, v in results.items()}, indent=1)
+        )
     return 0
 
 

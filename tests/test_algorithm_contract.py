@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli import Family, LearnResult, QLearning, TrainingError, hookimpl
-from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
-from agile_cli.runtime.solo import one_member
+from agile_cli import Family, TrainingError, hookimpl
 from agile_cli.testing import check_conformance, lost_attributes, tiny_manifest, tiny_population
 from agile_cli.training import setup
-from agile_cli.training.runners import OnPolicyRunner, budget_progress, learned_loss
 from agile_dqn.algorithm import DQN
 from agile_dqn.spec import DQNSpec
 from agile_ppo.algorithm import PPO
+from agile_rl import LearnResult, QLearning
+from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
+from agile_rl.runtime.solo import one_member
+from agile_rl.training.runners import OnPolicyRunner, budget_progress, learned_loss
 
 
 class TemperatureDQN(DQN):
@@ -210,15 +211,15 @@ def test_the_default_importance_exponent_anneals() -> None:
 
 def test_learn_gives_its_loss_in_a_learn_result_and_nothing_else() -> None:
     assert learned_loss(LearnResult(1.5)) == 1.5
-    with pytest.raises(TrainingError, match=r"learn\(\) returned float, not agile_cli"):
+    with pytest.raises(TrainingError, match=r"learn\(\) returned float, not agile_rl"):
         learned_loss(2.0)  # type: ignore[arg-type]
 
 
 def test_an_algorithm_without_an_update_is_named_before_training(registry: Any) -> None:
     manifest = tiny_manifest("Unfinished", registry=registry)
     refusal = "names no group_learner and implements no act or learn"
-    with pytest.raises(TrainingError, match=refusal):
-        setup.algorithm_class(manifest, registry)
+    with pytest.raises(TrainingError, match=refusal):  # as the members are built
+        tiny_population(manifest, registry, size=1)
 
 
 def test_the_on_policy_runner_refuses_a_bare_float_from_learn_saying_why(agile_host: Any) -> None:

@@ -191,7 +191,7 @@ def test_table_xor_entrypoint_errors_name_the_field(run, write, environment, pat
 def test_runner_trains_in_episodes_and_evaluates_greedily() -> None:
     member = _member(batch_size=8, learn_step=2)
     env = BanditEnv(FEATURES, np.array([1, 0, 2, 0] * 16), seed=0)
-    from agile_cli.runtime.buffers import ReplayBuffer
+    from agile_rl.runtime.buffers import ReplayBuffer
 
     buffer = ReplayBuffer(100, env.single_observation_space, env.single_action_space, gamma=1.0)
     calls = []

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli.nn.arch import MLPArch, NetworkArch
-from agile_cli.nn.modules import EvolvableNetwork
-from agile_cli.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
-from agile_cli.runtime.group import MemberGroup, group_members
 from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
-from agile_cli.training import batched
-from agile_cli.training.runners import OffPolicyRunner
+from agile_cli.training import setup
+from agile_rl.nn.arch import MLPArch, NetworkArch
+from agile_rl.nn.modules import EvolvableNetwork
+from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from agile_rl.runtime.group import MemberGroup, group_members
+from agile_rl.training import batched
+from agile_rl.training.runners import OffPolicyRunner
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 #: Whole generations: float rounding moves continuous actions a little, and that compounds.
@@ -395,10 +396,10 @@ def test_batched_generation_equals_members_stepping_alone(
 
 def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -> None:
     from agile_cli.testing import installed_host
-    from agile_cli.training.runners import GenerationStats
+    from agile_rl.training.runners import GenerationStats
 
     manifest = tiny_manifest("DQN", training={"pop_size": 3, "max_steps": 128, "evo_steps": 64})
-    env = batched.population_environment(manifest, installed_host().registry, 0, 3)
+    env = setup.population_environment(manifest, installed_host().registry, 0, 3)
     obs, _ = env.reset(seed=0)
     assert env.num_envs == 6 and len({tuple(row) for row in obs.round(6)}) == 6  # own seeds
     runner = batched.BatchedOffPolicyRunner(
@@ -484,8 +485,8 @@ def test_threads_follow_the_cpus_this_process_may_use_and_the_threads_option(
 
 
 def test_a_subclass_that_changes_learning_trains_one_by_one_unless_it_names_a_learner() -> None:
-    from agile_cli.runtime.group import group_learner_of
     from agile_dqn.algorithm import DQN, DQNGroup
+    from agile_rl.runtime.group import group_learner_of
 
     class LouderDQN(DQN):  # its own learn: DQNGroup would not do what it does
         def learn(self, batch: Any) -> Any:

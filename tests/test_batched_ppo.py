@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli.nn.arch import MLPArch, NetworkArch
-from agile_cli.runtime.group import MemberGroup
-from agile_cli.runtime.on_policy_group import epoch_minibatches
-from agile_cli.runtime.rollout import Rollout
 from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
-from agile_cli.training import batched
-from agile_cli.training.batched_on_policy import BatchedOnPolicyRunner
+from agile_cli.training import setup
+from agile_rl.nn.arch import MLPArch, NetworkArch
+from agile_rl.runtime.group import MemberGroup
+from agile_rl.runtime.on_policy_group import epoch_minibatches
+from agile_rl.runtime.rollout import Rollout
+from agile_rl.training import batched
+from agile_rl.training.batched_on_policy import BatchedOnPolicyRunner
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 ENVS = 2
@@ -288,10 +289,10 @@ def test_on_policy_runs_train_batched_unless_per_member(tmp_path: Path) -> None:
 def _generation(members: list[Any], *, singles: bool) -> list[Any]:
     """One generation of ``members`` in a fresh population environment, then their fitness."""
     from agile_cli.testing import installed_host
-    from agile_cli.training.runners import OnPolicyRunner
+    from agile_rl.training.runners import OnPolicyRunner
 
     manifest = tiny_manifest("PPO", training={"max_steps": 128, "evo_steps": 64, "pop_size": 3})
-    env = batched.population_environment(manifest, installed_host().registry, 0, len(members))
+    env = setup.population_environment(manifest, installed_host().registry, 0, len(members))
     runner = BatchedOnPolicyRunner(OnPolicyRunner(env), len(members))
     real = batched.group_members
     if singles:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,10 +11,12 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import TrainingManifest, UsageError
-from agile_cli.nn.arch import arch_from_spec
-from agile_cli.nn.modules import EvolvableNetwork
+from agile_cli import memory as host_memory
 from agile_cli.testing import installed_host
-from agile_cli.training import budget, setup
+from agile_cli.training import setup
+from agile_rl.nn.arch import arch_from_spec
+from agile_rl.nn.modules import EvolvableNetwork
+from agile_rl.training import budget
 
 from .conftest import CONFIGS, MINIMAL, ROOT
 
@@ -27,9 +30,19 @@ def memory(monkeypatch):
     """Set how much host memory this machine has available."""
 
     def set_available(nbytes: int | None) -> None:
-        monkeypatch.setattr(budget, "available_memory", lambda: nbytes)
+        monkeypatch.setattr(host_memory, "available_memory", lambda: nbytes)
 
     return set_available
+
+
+def check_fits(
+    manifest: TrainingManifest, env: object, device: torch.device, *, batched: bool = False
+) -> host_memory.Estimate:
+    """What a local run checks before building: the RL needs, ``pop_size`` members' worth of
+    rollouts when batched, and the dataset the environment declared."""
+    members = manifest.training.pop_size if batched else 1
+    needs = [*budget.needs(manifest, env, members), host_memory.dataset_need(env)]
+    return host_memory.check(needs, device)
 
 
 def _manifest(**sections) -> TrainingManifest:
@@ -46,7 +59,7 @@ def test_a_huge_replay_buffer_is_refused_with_the_figure_and_the_field(memory) -
     manifest = _manifest(replay_buffer={"max_size": 1e9})
     env = _env(manifest)
     with pytest.raises(UsageError) as excinfo:
-        budget.check_fits(manifest, env, CPU)
+        check_fits(manifest, env, CPU)
     env.close()
     # CartPole: 2 x 4 float32 observations, an int64 action, reward, termination, discount
     assert excinfo.value.message == (
@@ -63,7 +76,7 @@ def test_the_parts_add_up(memory) -> None:
         network={"head_config": {"hidden_size": [8192, 8192], "max_mlp_nodes": 8192}},
     )
     with pytest.raises(UsageError) as excinfo:
-        budget.check_fits(manifest, _env(manifest), CPU)
+        check_fits(manifest, _env(manifest), CPU)
     assert excinfo.value.message.startswith("replay_buffer.max_size: the replay buffer needs")
     assert "5.9 GiB with the rest of the run, more than the 5.5 GiB" in excinfo.value.message
 
@@ -72,11 +85,11 @@ def test_a_shipped_manifest_fits(memory) -> None:
     memory(None)  # unknown: nothing is refused
     manifest = TrainingManifest.get_validated(next(p for p in CONFIGS if p.parent.name == "dqn"))
     env = _env(manifest)
-    estimate = budget.check_fits(manifest, env, CPU)
+    estimate = check_fits(manifest, env, CPU)
     env.close()
     assert estimate.host_available is None and 0 < estimate.total < 2**30
-    memory(budget._mem_available(budget.Path("/proc/meminfo")) or 8 * GIB)
-    assert budget.check_fits(manifest, _env(manifest), CPU).total == estimate.total
+    memory(host_memory._mem_available(Path("/proc/meminfo")) or 8 * GIB)
+    assert check_fits(manifest, _env(manifest), CPU).total == estimate.total
 
 
 @pytest.mark.parametrize(
@@ -127,7 +140,7 @@ def test_an_on_policy_rollout_is_counted(memory) -> None:
     )  # fmt: skip
     env = _env(manifest)
     with pytest.raises(UsageError) as excinfo:
-        budget.check_fits(manifest, env, CPU)
+        check_fits(manifest, env, CPU)
     env.close()
     # observations as float32 (2 + 64 values), an int64 action, six float32 columns
     assert excinfo.value.message.startswith(
@@ -143,9 +156,9 @@ def test_a_batched_population_holds_every_members_rollout_at_once(memory) -> Non
          "training": {"pop_size": 4}}
     )  # fmt: skip
     env = _env(manifest)  # as if it were the population's: 4 members x 2 environments
-    assert budget.check_fits(manifest, env, CPU).total < GIB
+    assert check_fits(manifest, env, CPU).total < GIB
     with pytest.raises(UsageError) as excinfo:
-        budget.check_fits(manifest, env, CPU, batched=True)
+        check_fits(manifest, env, CPU, batched=True)
     env.close()
     assert "4 members' rollouts at once needs 1.1 GiB" in excinfo.value.message
     assert "--per-member" in excinfo.value.hint
@@ -153,22 +166,22 @@ def test_a_batched_population_holds_every_members_rollout_at_once(memory) -> Non
 
 def test_the_device_is_compared_with_its_own_free_memory(memory, monkeypatch) -> None:
     memory(None)
-    monkeypatch.setattr(budget, "device_memory", lambda device: GIB)
+    monkeypatch.setattr(host_memory, "device_memory", lambda device: GIB)
     manifest = _manifest(replay_buffer={"max_size": 100_000_000})
     with pytest.raises(UsageError, match=r"more than the 1\.0 GiB cuda:0 has free"):
-        budget.check_fits(manifest, _env(manifest), torch.device("cuda:0"))
-    assert budget.check_fits(_manifest(), _env(_manifest()), torch.device("cuda:0")).total > 0
+        check_fits(manifest, _env(manifest), torch.device("cuda:0"))
+    assert check_fits(_manifest(), _env(_manifest()), torch.device("cuda:0")).total > 0
 
 
 def test_memory_available_reads_meminfo(tmp_path) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       32000000 kB\nMemAvailable:   22437888 kB\n")
-    assert budget._mem_available(meminfo) == 22437888 * 1024
-    assert budget._mem_available(tmp_path / "absent") is None
-    assert budget.available_memory() > 0
-    assert budget.format_bytes(372) == "372 B"
-    assert budget.format_bytes(int(37.2 * GIB)) == "37.2 GiB"
-    assert budget.format_bytes(3 * 2**50) == "3,072.0 TiB"
+    assert host_memory._mem_available(meminfo) == 22437888 * 1024
+    assert host_memory._mem_available(tmp_path / "absent") is None
+    assert host_memory.available_memory() > 0
+    assert host_memory.format_bytes(372) == "372 B"
+    assert host_memory.format_bytes(int(37.2 * GIB)) == "37.2 GiB"
+    assert host_memory.format_bytes(3 * 2**50) == "3,072.0 TiB"
 
 
 HUGE_NETWORK = (
@@ -204,7 +217,7 @@ def test_agile_train_refuses_a_replay_buffer_that_cannot_fit(run, write, tmp_pat
         "building 1 member",
         "error: replay_buffer.max_size: the replay buffer needs 4.8 GiB (100,000,000 "
         "transitions of 52 B), more than the 4.0 GiB this machine has available "
-        "(lower replay_buffer.max_size)"
+        "(lower replay_buffer.max_size)",
     ]
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agile_cli.runtime.buffers import (
+from agile_rl.runtime.buffers import (
     NStepAccumulator,
     NStepBatch,
     PrioritizedReplayBuffer,

@@ -230,11 +230,11 @@ def test_resume_of_someone_elses_run_that_names_code_needs_trust(run, write, tmp
 
 
 def test_a_checkpoint_larger_than_free_memory_is_refused_unread(tmp_path, monkeypatch) -> None:
-    from agile_cli.training import budget
+    from agile_cli import memory
 
     path = tmp_path / "big.pt"
     checkpoint.save_atomically({"format": checkpoint.FORMAT_VERSION, "x": torch.zeros(4096)}, path)
-    monkeypatch.setattr(budget, "available_memory", lambda: 1024)
+    monkeypatch.setattr(memory, "available_memory", lambda: 1024)
     with pytest.raises(TrainingError, match=r"more than the 1\.0 KiB of memory"):
         checkpoint.load(path)
 

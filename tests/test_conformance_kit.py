@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from agile_cli import Family, LearnResult, hookimpl
+from agile_cli import Family, hookimpl
 from agile_cli.testing import check_conformance
 from agile_dqn.algorithm import DQN
 from agile_dqn.spec import DQNSpec
+from agile_rl import LearnResult
 
 
 class LeakyTensorDQN(DQN):

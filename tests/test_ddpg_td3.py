@@ -10,9 +10,6 @@ from gymnasium import spaces
 
 from agile_cli import FieldError, ManifestError, TrainingError
 from agile_cli.evolution.mutation import Mutator
-from agile_cli.nn.arch import arch_from_spec
-from agile_cli.runtime.agent import AgentContext
-from agile_cli.runtime.buffers import Transitions
 from agile_cli.testing import (
     check_conformance,
     installed_host,
@@ -20,6 +17,9 @@ from agile_cli.testing import (
     tiny_manifest,
     tiny_population,
 )
+from agile_rl.nn.arch import arch_from_spec
+from agile_rl.runtime.agent import AgentContext
+from agile_rl.runtime.buffers import Transitions
 
 PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}
 OBSERVATIONS = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)

@@ -17,9 +17,9 @@ from click.testing import CliRunner, Result
 from agile_cli import UsageError, load_agent
 from agile_cli.cli import cli
 from agile_cli.export import exported_policy, write
-from agile_cli.runtime.exported import sample_observations
 from agile_cli.testing import TINY_SECTIONS, installed_host, tiny_manifest, tiny_population
 from agile_cli.training import setup
+from agile_rl.runtime.exported import sample_observations
 
 # Tiny budgets: two members, a couple of generations, short evaluation episodes.
 TINY = {"mutation": {}, "tournament_selection": {}, "network": TINY_SECTIONS["network"]}
@@ -216,7 +216,7 @@ def test_export_never_replaces_the_runs_own_files(trained: Callable[[str], Path]
 def test_an_algorithm_without_an_export_is_refused(
     trained: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agile_cli import QLearning
+    from agile_rl import QLearning
 
     run_dir = trained("dqn")
     monkeypatch.setattr(QLearning, "export_policy", lambda self: None)

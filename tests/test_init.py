@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +13,7 @@ import yaml
 from click.testing import Result
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, EnvironmentSpec, hookimpl
+from agile_cli import AlgorithmSpec, EnvironmentSpec, StarterValue, TrainingSpec, hookimpl
 from agile_cli.host.plugins import installed_registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.starter import hyperparameter_bounds
@@ -348,3 +348,68 @@ def test_a_starter_that_cannot_validate_says_why(make_host, run: Run) -> None:
     assert "level: null" in result.stdout
     assert "Placeholder, replace it: required, fill it in" in result.stdout
     assert "note: does not validate as written: environment.level" in result.stderr
+
+
+class ShelfSpec(EnvironmentSpec):
+    """Items to stock, from a shelf file."""
+
+    name: str = Field(description="Label.")
+    shelf: str | None = Field(default=None, description="The shelf file.")
+    aisle: int = Field(default=1, ge=1, description="Aisle to stock.")
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "name": StarterValue("Pantry"),
+        "shelf": StarterValue("data/shelf.csv", "your shelf file", placeholder=True),
+    }
+
+
+class StockingTraining(TrainingSpec):
+    """The stocking paradigm's training section."""
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "max_steps": StarterValue(500, "a first run's budget of shelves"),
+    }
+
+
+class StockerSpec(AlgorithmSpec):
+    """A made-up algorithm that stocks shelves."""
+
+    restock: int = Field(default=1, ge=1, description="Items restocked per step.")
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "restock": StarterValue(3, "(default 1; a starter restocks three)"),
+    }
+
+    @classmethod
+    def starter_sections(cls) -> dict[str, dict[str, StarterValue]]:
+        return {"environment": {"aisle": StarterValue(7, "the aisle it was tuned on")}}
+
+
+class StockingPlugin:
+    @hookimpl
+    def agile_register_paradigms(self, register: Any) -> None:
+        register(name="stocking", implementation="x:Stocking", training=StockingTraining)
+
+    @hookimpl
+    def agile_register_algorithms(self, register: Any) -> None:
+        register(name="Stocker", spec=StockerSpec, family="stocking", implementation="x:Stocker")
+
+    @hookimpl
+    def agile_register_environments(self, register: Any) -> None:
+        register(name="shelves", spec=ShelfSpec, families=["stocking"], implementation="x:Shelves")
+
+
+def test_a_third_party_plugin_s_specs_give_the_starter_values(make_host, run: Run) -> None:
+    """Only the specs know these values: the core names no family, builder or plugin."""
+    host = make_host(("stocking", StockingPlugin()))
+    text = _starter(run, "Stocker", host=host)
+    data = yaml.safe_load(text)
+    assert data["environment"]["name"] == "Pantry"  # not the builder's name, a placeholder
+    assert (data["environment"]["shelf"], data["environment"]["aisle"]) == ("data/shelf.csv", 7)
+    assert data["algorithm"]["restock"] == 3
+    assert data["training"]["max_steps"] == 500
+    read = _read(text)
+    assert "Placeholder, replace it: your shelf file" in read
+    assert "the aisle it was tuned on" in read and "a starter restocks three" in read
+    assert "(default 1,000,000; a first run's budget of shelves: raise it for a full run)" in read
+    assert "an environment the builder knows" not in read
+    manifest = TrainingManifest.get_validated(data, registry=host.registry)
+    assert manifest.warnings == ()

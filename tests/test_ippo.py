@@ -12,16 +12,16 @@ from torch.distributions import Bernoulli, Categorical, Independent, Normal
 
 from agile_cli import FieldError, ManifestError
 from agile_cli.environment import MultiAgentVectorEnv
-from agile_cli.nn.arch import arch_from_spec
-from agile_cli.runtime.agent import AgentContext
-from agile_cli.runtime.team_env import TeamEnv
 from agile_cli.testing import check_conformance, installed_host, smoke_train, tiny_manifest
-from agile_cli.training.multi_agent_on_policy import (
+from agile_ippo.distributions import action_head
+from agile_rl.nn.arch import arch_from_spec
+from agile_rl.runtime.agent import AgentContext
+from agile_rl.runtime.team_env import TeamEnv
+from agile_rl.training.multi_agent_on_policy import (
     GroupRows,
     MultiAgentOnPolicyRunner,
     TeamRollout,
 )
-from agile_ippo.distributions import action_head
 
 TOY = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
        "sync": True, "config": {"length": 6, "speaker_leaves_at": 4}}  # fmt: skip

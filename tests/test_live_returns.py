@@ -17,7 +17,7 @@ from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import installed_host, tiny_manifest
 from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
-from agile_cli.training.runners import EpisodeProgress, GenerationStats, Progress, Runner
+from agile_rl.training.runners import EpisodeProgress, GenerationStats, Progress, Runner
 
 TEAM = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
         "sync": True, "config": {"length": 6, "speaker_leaves_at": 4}}  # fmt: skip

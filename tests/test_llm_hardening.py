@@ -87,8 +87,8 @@ def test_encode_tokenises_only_the_budget_at_the_end_it_keeps() -> None:
 def member_over_long_rows(tiny: Path, tmp_path: Path, algorithm: str, size: int) -> Any:
     """A member of ``algorithm`` whose data has one row with every text field ``size``
     characters long, its tokenizer a :class:`Spy`."""
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     rows = [dict(row) for row in ROWS]
     rows[0] = {key: "7" * size for key in rows[0]}

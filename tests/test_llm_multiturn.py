@@ -91,8 +91,8 @@ def manifest(tiny: Path, name: str = "GRPO", **extra: Any) -> dict[str, Any]:
 
 
 def _population(tiny: Path, size: int, name: str = "GRPO", **extra: Any) -> tuple[list[Any], Any]:
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     parsed = TrainingManifest.get_validated(manifest(tiny, name, **extra), registry=registry)

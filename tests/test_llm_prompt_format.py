@@ -49,8 +49,8 @@ def chatty(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _member(chatty: Path, tmp_path: Path, algorithm: str, **environment: Any) -> tuple[Any, Any]:
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")

@@ -23,8 +23,8 @@ from .test_llm_training import manifest
 def _population(
     tiny: Path, data: Path, size: int, name: str = "SFT", **algorithm: Any
 ) -> tuple[list[Any], Any]:
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     content = manifest(name, tiny, data, **algorithm)

@@ -128,8 +128,8 @@ def test_resume_continues_the_population(
 
 
 def test_selection_copies_the_adapter_and_its_optimizer(tiny: Path, data: Path) -> None:
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     parsed = TrainingManifest.get_validated(manifest("SFT", tiny, data), registry=registry)
@@ -157,8 +157,8 @@ def test_selection_copies_the_adapter_and_its_optimizer(tiny: Path, data: Path) 
 
 
 def test_one_base_model_is_shared_by_every_member(tiny: Path, data: Path) -> None:
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     parsed = TrainingManifest.get_validated(manifest("GRPO", tiny, data), registry=registry)

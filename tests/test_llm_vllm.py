@@ -94,8 +94,8 @@ def _content(tiny: Path, data: Path) -> dict[str, Any]:
 
 
 def _population(tiny: Path, data: Path) -> tuple[list[Any], Any]:
-    from agile_cli.runtime.agent import AgentContext
     from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     parsed = TrainingManifest.get_validated(_content(tiny, data), registry=registry)

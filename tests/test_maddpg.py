@@ -9,11 +9,11 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agile_cli import CentralisedActorCriticSpec
-from agile_cli.nn.arch import arch_from_spec
-from agile_cli.runtime.agent import AgentContext
-from agile_cli.runtime.buffers import MultiAgentReplayBuffer, Transitions
 from agile_cli.testing import installed_host, smoke_train, tiny_manifest
+from agile_rl import CentralisedActorCriticSpec
+from agile_rl.nn.arch import arch_from_spec
+from agile_rl.runtime.agent import AgentContext
+from agile_rl.runtime.buffers import MultiAgentReplayBuffer, Transitions
 
 TOY = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
        "sync": True}  # fmt: skip

@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agile_cli import Algorithm, Member, TrainingError, installed_registry
+from agile_cli import Member, TrainingError, installed_registry
 from agile_cli.evolution.mutation import Mutator
+from agile_cli.member import missing_methods
 from agile_cli.models.mutation import MutationSpec
-from agile_cli.runtime.member import missing_methods
 from agile_cli.testing import tiny_manifest, tiny_population
 from agile_cli.training import setup
+from agile_rl import Algorithm
 
 #: The contract's methods and the attributes its members' constructors set.
 METHODS = sorted(
@@ -137,12 +138,11 @@ def test_a_class_lacking_part_of_the_contract_is_refused_by_name() -> None:
     with pytest.raises(TrainingError) as refused:
         setup.algorithm_class(*_loaded(Partial))
     assert refused.value.message == (
-        "my_plugin:Partial is not an agile_cli Algorithm subclass, and lacks clone, "
-        "state_dict of the agile_cli.Member contract"
+        "my_plugin:Partial lacks clone, state_dict of the agile_cli.Member contract"
     )
     with pytest.raises(TrainingError) as refused:
         setup.algorithm_class(*_loaded(len))
-    assert refused.value.message == "my_plugin:len is not an agile_cli Algorithm subclass"
+    assert refused.value.message == "my_plugin:len is not a class of members"
 
 
 def test_a_class_with_the_whole_contract_is_accepted() -> None:

@@ -14,7 +14,7 @@ import torch
 
 from agile_cli.errors import ManifestError
 from agile_cli.models.network import NetworkSpec
-from agile_cli.nn import (
+from agile_rl.nn import (
     CNNArch,
     MLPArch,
     MultiInputArch,
@@ -22,9 +22,9 @@ from agile_cli.nn import (
     SimBaArch,
     arch_from_spec,
 )
-from agile_cli.nn.modules import EvolvableNetwork, SimBa, preprocess
-from agile_cli.nn.noisy import NoisyLinear, mean_weights, noisy_layers, reset_noise
-from agile_cli.nn.transfer import transfer_optimizer_state
+from agile_rl.nn.modules import EvolvableNetwork, SimBa, preprocess
+from agile_rl.nn.noisy import NoisyLinear, mean_weights, noisy_layers, reset_noise
+from agile_rl.nn.transfer import transfer_optimizer_state
 
 HEADS = {"policy": 3, "value": 1}
 BATCH = 4
@@ -305,7 +305,7 @@ def test_preprocess() -> None:
 
 
 def test_importing_the_package_does_not_import_torch() -> None:
-    code = "import agile_cli.nn, sys; assert 'torch' not in sys.modules"
+    code = "import agile_rl.nn, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -315,8 +315,8 @@ def test_head_extra_input_keeps_its_weights_when_the_latent_mutates() -> None:
     import torch
 
     from agile_cli.models import NetworkSpec
-    from agile_cli.nn.arch import arch_from_spec
-    from agile_cli.nn.modules import EvolvableNetwork
+    from agile_rl.nn.arch import arch_from_spec
+    from agile_rl.nn.modules import EvolvableNetwork
 
     space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     arch = arch_from_spec(NetworkSpec(latent_dim=32), space)

@@ -11,13 +11,13 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import EnvironmentNotFoundError
-from agile_cli.runtime.buffers import ReplayBuffer, Transitions
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
 from agile_cqn.algorithm import conservative_penalty
 from agile_offline.builder import OfflineBuilder
 from agile_offline.dataset import transitions_from_columns
 from agile_offline.runner import OfflineRunner
 from agile_offline.spec import OfflineEnvSpec
+from agile_rl.runtime.buffers import ReplayBuffer, Transitions
 from tests.envs.toy_offline import toy_offline_environment, write_cartpole_dataset
 
 h5py = pytest.importorskip("h5py")
@@ -337,9 +337,9 @@ def _declare(path, rows: int, **dtypes) -> None:
 @pytest.fixture
 def eight_gib(monkeypatch):
     """This machine has 8 GiB available, whatever it really has."""
-    from agile_cli.training import budget
+    from agile_cli import memory
 
-    monkeypatch.setattr(budget, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**30)
 
 
 @pytest.fixture

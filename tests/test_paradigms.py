@@ -150,8 +150,8 @@ def test_first_party_paradigms_are_a_plugin_too() -> None:
     registry = build_host().registry
     for family in Family:
         if family is not Family.LLM:  # registered by the LLM plugin, once there is one
-            assert registry.paradigm(family.value).plugin in {"paradigms", "offline", "bandits"}
-    assert registry.paradigm("off_policy").plugin == "paradigms"
+            assert registry.paradigm(family.value).plugin in {"rl", "offline", "bandits"}
+    assert registry.paradigm("off_policy").plugin == "rl"
 
 
 @pytest.mark.parametrize(

@@ -275,7 +275,7 @@ def test_malformed_spec_is_named(make_host) -> None:
 
 
 def test_only_and_disabled_plugins(monkeypatch, run) -> None:
-    controls = LoadingControls.from_environment({"AGILE_PLUGINS": "paradigms, gymnasium, ppo"})
+    controls = LoadingControls.from_environment({"AGILE_PLUGINS": "rl, gymnasium, ppo"})
     host = build_host(controls=controls)
     assert sorted(host.registry.algorithms) == ["PPO"]
     rows = {info.name: info for info in host.plugins}

@@ -1,5 +1,7 @@
-"""First-party plugins are ordinary plugins: they use only ``agile_cli``'s public names, never
-another plugin, and any one of them can be removed without breaking the others."""
+"""First-party plugins are ordinary plugins: they use only ``agile_cli``'s public names and, for
+the RL ones, the public names of the RL library plugin ``agile_rl``, never another plugin; the
+core imports no plugin; and any one of them can be removed without breaking the others (those
+built on the RL library need it)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 import agile_cli
+import agile_rl
 from agile_cli.host.plugins import (
     BUILTIN_DISTRIBUTION,
     ENTRY_POINT_GROUP,
@@ -23,6 +26,8 @@ from agile_cli.validation import validate_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "plugins"
+#: Plugins whose public API other plugins may build on, with the names they offer.
+LIBRARIES = {"agile_rl": set(agile_rl.__all__)}
 CONFIGS = sorted((ROOT / "configs" / "training").glob("*/*.yaml"))
 
 
@@ -55,6 +60,14 @@ def _problems(module: str, names: list[str], own: str, plugins: set[str]) -> lis
     if module == "agile_cli":
         private = [name for name in names if name not in agile_cli.__all__]
         return [f"imports {name!r}, not in agile_cli.__all__" for name in private]
+    if top in LIBRARIES and top != own:
+        if module != top:
+            return [f"imports the private module {module}"]
+        return [
+            f"imports {name!r}, not in {top}.__all__"
+            for name in names
+            if name not in LIBRARIES[top]
+        ]
     if top in plugins and top != own:
         return [f"imports another plugin, {module}"]
     return []
@@ -78,9 +91,25 @@ def test_first_party_plugins_import_only_the_public_api() -> None:
     assert not violations, "\n".join(["first-party plugins bypass the public API:", *violations])
 
 
+def test_the_core_imports_no_plugin() -> None:
+    plugins = _plugin_packages()
+    found = []
+    for path in sorted((ROOT / "agile_cli").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found += [
+            f"{path.relative_to(ROOT)}:{line}: imports {module}"
+            for line, module, _ in _imports(tree)
+            if module.split(".")[0] in plugins
+        ]
+    assert not found, "\n".join(["the core imports plugins:", *found])
+
+
 def test_the_check_catches_private_and_cross_plugin_imports() -> None:
-    plugins = {"agile_ddpg", "agile_td3"}
-    assert _problems("agile_cli.runtime.buffers", ["Transitions"], "agile_td3", plugins)
+    plugins = {"agile_ddpg", "agile_td3", "agile_rl"}
+    assert _problems("agile_rl.runtime.buffers", ["Transitions"], "agile_td3", plugins)
+    assert _problems("agile_rl", ["not_public"], "agile_td3", plugins)
+    assert not _problems("agile_rl", ["ReplayBuffer"], "agile_td3", plugins)
+    assert not _problems("agile_rl.runtime.buffers", ["Transitions"], "agile_rl", plugins)
     assert _problems("agile_cli", ["limits", "not_public"], "agile_td3", plugins) == [
         "imports 'not_public', not in agile_cli.__all__"
     ]
@@ -89,11 +118,17 @@ def test_the_check_catches_private_and_cross_plugin_imports() -> None:
     assert not _problems("torch", [], "agile_td3", plugins)
 
 
-def test_every_public_name_resolves() -> None:
-    missing = [name for name in agile_cli.__all__ if not hasattr(agile_cli, name)]
-    assert not missing
-    assert len(agile_cli.__all__) == len(set(agile_cli.__all__))
-    assert set(agile_cli._LAZY) <= set(agile_cli.__all__)
+@pytest.mark.parametrize("package", [agile_cli, agile_rl], ids=["agile_cli", "agile_rl"])
+def test_every_public_name_resolves(package: object) -> None:
+    names: list[str] = package.__all__  # type: ignore[attr-defined]
+    assert not [name for name in names if not hasattr(package, name)]
+    assert len(names) == len(set(names))
+    assert set(package._LAZY) <= set(names)  # type: ignore[attr-defined]
+
+
+def test_a_name_that_moved_to_the_rl_library_says_where() -> None:
+    with pytest.raises(AttributeError, match="agile_rl"):
+        agile_cli.Algorithm  # noqa: B018
 
 
 # -- removing one first-party plugin ---------------------------------------------------------
@@ -110,6 +145,17 @@ def _first_party_entry_points() -> list[tuple[str, str]]:
 
 
 FIRST_PARTY = _first_party_entry_points()
+
+
+def _built_on(library: str) -> set[str]:
+    """The entry-point names of the first-party plugins that import ``library``."""
+    found = set()
+    for name, top in FIRST_PARTY:
+        for path in (PLUGINS / top).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if top != library and any(m.split(".")[0] == library for _, m, _ in _imports(tree)):
+                found.add(name)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -155,12 +201,15 @@ def test_removing_one_first_party_plugin_leaves_the_others_working(
 ) -> None:
     _block(monkeypatch, package)
     host = build_host(controls=LoadingControls(disabled=frozenset({removed})))
-    assert not host.failed, host.warnings
+    dependents = _built_on(package)  # they need what they build on, and only they fail
+    assert {info.name for info in host.failed} <= dependents, host.warnings
     registry = host.registry
     tables = (registry.algorithms, registry.environments, registry.backends)
     for entry in [entry for table in tables for entry in table.values()]:
-        entry.load()  # its implementation imports without the removed plugin
-    kept = [path for path, needed in owners.items() if removed not in needed]
+        if entry.plugin not in dependents:
+            entry.load()  # its implementation imports without the removed plugin
+    gone = {removed, *dependents}
+    kept = [path for path, needed in owners.items() if not needed & gone]
     assert kept
     for path in kept:
         validate_mapping(yaml.safe_load(path.read_text()), registry, str(path))

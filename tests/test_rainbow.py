@@ -8,10 +8,10 @@ import torch
 
 import agile_rainbow.algorithm as rainbow
 from agile_cli import ManifestError, TrainingManifest
-from agile_cli.nn.noisy import mean_weights, noisy_layers
-from agile_cli.runtime.buffers import Transitions
 from agile_cli.testing import check_conformance, tiny_manifest, tiny_population
 from agile_rainbow.algorithm import dueling_log_probs, project_distribution
+from agile_rl.nn.noisy import mean_weights, noisy_layers
+from agile_rl.runtime.buffers import Transitions
 
 REPLAY = {"max_size": 1000, "per_buffer": True, "n_step_buffer": True}
 

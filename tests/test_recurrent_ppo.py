@@ -12,14 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli import LearnResult
 from agile_cli.errors import ManifestError
 from agile_cli.models.network import NetworkSpec
-from agile_cli.nn.arch import MLPArch, NetworkArch, arch_from_spec
-from agile_cli.nn.modules import EvolvableNetwork
-from agile_cli.nn.recurrent_arch import LSTMArch
-from agile_cli.nn.transfer import transfer_optimizer_state
-from agile_cli.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
 from agile_cli.testing import (
     check_conformance,
     installed_host,
@@ -28,10 +22,16 @@ from agile_cli.testing import (
     tiny_population,
 )
 from agile_cli.training import setup
-from agile_cli.training.runners import EpisodeTracker, OnPolicyRunner, first_episode_returns
 from agile_ppo.algorithm import PPO
 from agile_ppo.episodes import Episodes, episode_spans, packed
 from agile_ppo.wrappers import MaskVelocity
+from agile_rl import LearnResult
+from agile_rl.nn.arch import MLPArch, NetworkArch, arch_from_spec
+from agile_rl.nn.modules import EvolvableNetwork
+from agile_rl.nn.recurrent_arch import LSTMArch
+from agile_rl.nn.transfer import transfer_optimizer_state
+from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
+from agile_rl.training.runners import EpisodeTracker, OnPolicyRunner, first_episode_returns
 
 ENVS = Path(__file__).parent / "pomdp"
 LSTM_NETWORK = {

@@ -20,7 +20,6 @@ from torch.distributions import Bernoulli, Beta, Categorical, Independent, Norma
 
 from agile_cli import Family, TrainingManifest
 from agile_cli.models.run_options import LocalRunOptions
-from agile_cli.nn.sampling import sample
 from agile_cli.testing import (
     TIMING_FIELDS,
     installed_host,
@@ -33,6 +32,7 @@ from agile_cli.training import checkpoint
 from agile_cli.training.loop import EvolutionLoop
 from agile_cli.training.progress import LogReporter
 from agile_cli.training.trainer import resume_local
+from agile_rl.nn.sampling import sample
 from tests.test_training import _evolving, _toy_environment
 
 _REGISTRY = installed_host().registry

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli.runtime.rollout import Rollout, compute_gae
+from agile_rl.runtime.rollout import Rollout, compute_gae
 
 
 def test_gae_matches_a_hand_computed_episode() -> None:
@@ -53,7 +53,7 @@ def test_rollout_leaves_out_reset_steps() -> None:
 
 @pytest.mark.parametrize(("total", "learn_step"), [(512, 512), (512, 768), (512, 384), (7, 2048)])
 def test_rollouts_split_a_generation_exactly(total: int, learn_step: int) -> None:
-    from agile_cli.training.runners import rollout_lengths
+    from agile_rl.training.runners import rollout_lengths
 
     lengths = rollout_lengths(total, learn_step, num_envs=8)
     assert sum(lengths) == total

@@ -13,9 +13,9 @@ from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
 from agile_cli import ManifestError
-from agile_cli.runtime.buffers import Transitions
-from agile_cli.runtime.solo import one_member
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_rl.runtime.buffers import Transitions
+from agile_rl.runtime.solo import one_member
 from agile_sac.algorithm import SACGroup
 
 PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}

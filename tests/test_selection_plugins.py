@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from agile_cli import (
-    Algorithm,
     FieldError,
     RegisterSelection,
     Selection,
@@ -21,6 +20,7 @@ from agile_cli import (
     last_fitness,
 )
 from agile_cli.testing import smoke_train, tiny_manifest
+from agile_rl import Algorithm
 
 
 class HalvingSpec(SelectionSpec):

@@ -15,14 +15,15 @@ import torch
 
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.manifest import TrainingManifest
-from agile_cli.runtime.algorithms.deterministic import (
+from agile_cli.testing import installed_host, smoke_train, tiny_manifest, tiny_population
+from agile_cli.training import setup
+from agile_rl.runtime.algorithms.deterministic import (
     DeterministicActorCritic,
     SharedEncoderCritic,
 )
-from agile_cli.runtime.buffers import Transitions
-from agile_cli.runtime.group import group_members
-from agile_cli.testing import installed_host, smoke_train, tiny_manifest, tiny_population
-from agile_cli.training import batched, setup
+from agile_rl.runtime.buffers import Transitions
+from agile_rl.runtime.group import group_members
+from agile_rl.training import batched
 
 PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}
 NAMES = ["DDPG", "TD3"]

@@ -13,7 +13,7 @@ from agile_cli.host.registry import Registry
 
 if TYPE_CHECKING:
     from agile_cli.manifest import TrainingManifest
-    from agile_cli.runtime.member import Member
+    from agile_cli.member import Member
 
 #: The most characters ``agile evaluate`` shows of one line a paradigm adds under its score.
 DETAIL_WIDTH = 400

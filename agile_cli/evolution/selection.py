@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from agile_cli.member import Member
 from agile_cli.models.selection import TournamentSelectionSpec
-from agile_cli.runtime.member import Member
 
 
 @dataclass

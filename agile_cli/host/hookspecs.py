@@ -47,21 +47,21 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     ...)``:
 
     - ``implementation``: a :class:`~agile_cli.Paradigm` subclass, imported only when
-      training starts. Its ``runner(manifest, env, buffer)`` returns an
-      :class:`~agile_cli.Runner`, whose ``train(member, steps, progress) -> GenerationStats``
-      trains one member for one generation of ``steps`` steps, calling ``progress(n)`` as
-      steps are done, and whose ``evaluate(member, rounds, max_steps) -> float`` scores it
-      (by default greedy episodes; override it to score otherwise). ``agile evaluate`` asks
-      for a runner with ``buffer`` None to score a saved member, so a runner must not need the
+      training starts. Its ``population(manifest, cls, env, context, size)`` returns
+      ``size`` members of the algorithm class ``cls`` with indices ``0..size-1`` (the RL
+      paradigms build each alone from the network section; the LLM paradigm builds LoRA
+      adapters over one shared model), into which resuming and ``agile evaluate`` load saved
+      states. Its ``runner(manifest, env, buffer)`` returns an :class:`~agile_cli.Runner`,
+      whose ``train(member, steps, progress) -> GenerationStats`` trains one member for one
+      generation of ``steps`` steps, calling ``progress(n)`` as steps are done, and whose
+      ``evaluate(member, rounds, max_steps) -> float`` scores it. ``agile evaluate`` asks for
+      a runner with ``buffer`` None to score a saved member, so a runner must not need the
       buffer to evaluate. Optionally, ``buffer(manifest, env, device)`` returns what the
       population shares (e.g. a replay buffer), ``environment(manifest, env)`` wraps the
-      built environment, and ``population(manifest, cls, env, context, size)`` returns
-      ``size`` members of the algorithm class ``cls`` with indices ``0..size-1``, for members
-      not built one by one from the network section (e.g. LoRA adapters over one shared
-      model; ``agile evaluate`` asks for one and loads the saved member's state into it);
+      built environment, ``memory_needs`` names what the run will hold in memory, and
+      ``trains_together`` / ``population_runner`` train several members as one computation;
     - ``replay_buffer``: the paradigm's ``buffer`` keeps a replay buffer, so the manifest's
       ``replay_buffer`` section applies;
-    - ``builds_population``: the paradigm's ``population`` builds the members;
     - ``multi_agent``: members take dicts of spaces keyed by agent;
     - ``training``: a :class:`~agile_cli.TrainingSpec` subclass adding the paradigm's own
       fields to the ``training`` section;
@@ -85,7 +85,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     - ``family`` names the training paradigm (a :class:`~agile_cli.Family` value for the
       first-party ones, or any name a plugin registered with ``agile_register_paradigms``): it
       picks the runner, the shared buffer and the environment builders;
-    - ``implementation`` names the :class:`~agile_cli.Algorithm` subclass, imported only when
+    - ``implementation`` names the :class:`~agile_rl.Algorithm` subclass, imported only when
       training starts;
     - ``aliases`` (optional) maps other spellings ``algorithm.name`` may give to the fields
       each implies, e.g. ``{"Recurrent PPO": {"recurrent": True}, "RecurrentPPO": {...}}``

@@ -49,9 +49,6 @@ class ParadigmEntry:
         must declare, because the runner reads them.
     :param replay_buffer: the paradigm keeps a replay buffer (its ``buffer`` builds one), so
         the manifest's ``replay_buffer`` section applies.
-    :param builds_population: the paradigm builds its population itself (its ``population``),
-        and sizes its own memory; otherwise each member is built alone from the network
-        section and the environment's spaces.
     :param step_unit: what the paradigm's ``training.max_steps`` and ``evo_steps`` count, as
         progress and summaries name it (``env steps``; an LLM's ``prompts``; an offline
         learner's ``updates``).
@@ -65,7 +62,6 @@ class ParadigmEntry:
     description: str
     plugin: str
     replay_buffer: bool = False
-    builds_population: bool = False
     step_unit: str = "env steps"
 
     @property
@@ -186,7 +182,6 @@ class RegisterParadigm(Protocol):
         algorithm_fields: Mapping[str, type] | None = None,
         description: str = "",
         replay_buffer: bool = False,
-        builds_population: bool = False,
         step_unit: str = "env steps",
     ) -> None: ...
 
@@ -297,16 +292,16 @@ class Registry:
             algorithm_fields: Mapping[str, type] | None = None,
             description: str = "",
             replay_buffer: bool = False,
-            builds_population: bool = False,
             step_unit: str = "env steps",
         ) -> None:
             name = _plain(name)
             _require_subclass(name, training, TrainingSpec)
             _check_reference(name, implementation)
             fields = tuple((algorithm_fields or {}).items())
-            entry = ParadigmEntry(name, implementation, bool(multi_agent), training, fields,
-                                  description, plugin, bool(replay_buffer),
-                                  bool(builds_population), str(step_unit))  # fmt: skip
+            entry = ParadigmEntry(
+                name, implementation, bool(multi_agent), training, fields, description, plugin,
+                bool(replay_buffer), str(step_unit),
+            )  # fmt: skip
             _add(self.paradigms, "paradigm", entry)
 
         return register

@@ -10,7 +10,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, field_validator, mode
 
 from agile_cli.errors import FieldError
 from agile_cli.models import limits
-from agile_cli.models.base import Spec
+from agile_cli.models.base import Spec, StarterValue
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.training import TrainingSpec
@@ -80,6 +80,14 @@ class AlgorithmSpec(Spec):
     starter_environment: ClassVar[str | None] = None
     #: MLP encoders with layer norm also normalise their latent (no learned scale or shift).
     normalised_latent: ClassVar[bool] = False
+
+    @classmethod
+    def starter_sections(cls) -> dict[str, dict[str, StarterValue]]:
+        """What ``agile init`` writes for this algorithm in other sections instead of their
+        defaults, ``section -> field -> value`` (the reward function a reasoning algorithm
+        needs under ``environment``, say), over what those sections' specs give in their
+        ``starter_values``. None by default."""
+        return {}
 
     def check_manifest(self, manifest: Any) -> list[FieldError]:
         """Rules that involve other sections; paths are relative to the manifest root.

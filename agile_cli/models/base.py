@@ -8,13 +8,29 @@ import numbers
 import types
 import typing
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from agile_cli.errors import FieldError
+
+
+@dataclass(frozen=True)
+class StarterValue:
+    """What ``agile init`` writes for one field of a starter manifest instead of its default.
+
+    :param value: the value written.
+    :param note: why, a comment line under the field's description.
+    :param placeholder: the value stands for the user's own (a data file, a model): the note
+        then begins by saying to replace it.
+    """
+
+    value: Any
+    note: str = ""
+    placeholder: bool = False
 
 
 class Spec(BaseModel):
@@ -28,6 +44,9 @@ class Spec(BaseModel):
     boolean. What YAML, JSON and Python callers cannot write otherwise is accepted: an integral
     float (``1e6``) for an integer, an integer for a float, numpy numbers, a list for a tuple
     (and a tuple for a list), an enum's value for the enum, and a string for a path.
+
+    ``starter_values`` maps fields of the spec's own section to what ``agile init`` writes for
+    them instead of their defaults (a placeholder data file, a first run's budget).
     """
 
     model_config = ConfigDict(
@@ -42,6 +61,8 @@ class Spec(BaseModel):
         # validates against only a few of them.
         defer_build=True,
     )
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {}
 
     @field_validator("*", mode="before")
     @classmethod

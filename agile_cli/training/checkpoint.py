@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from agile_cli import memory
 from agile_cli.errors import TrainingError, printable
 from agile_cli.signals import interrupt_held
-from agile_cli.training import budget
 
 FORMAT_VERSION = 2
 POPULATION = "population"
@@ -134,11 +134,11 @@ def _check_entries(path: Path, entries: list[zipfile.ZipInfo]) -> None:
         raise TrainingError(f"{path} is not an agile checkpoint (it has compressed entries)")
     if sum(entry.file_size for entry in entries) > path.stat().st_size:
         raise TrainingError(f"{path} is not an agile checkpoint (its entries exceed the file)")
-    size, available = path.stat().st_size, budget.available_memory()
+    size, available = path.stat().st_size, memory.available_memory()
     if available is not None and size > available:
         raise TrainingError(
-            f"{path} is {budget.format_bytes(size)}, more than the "
-            f"{budget.format_bytes(available)} of memory this machine has available to read it"
+            f"{path} is {memory.format_bytes(size)}, more than the "
+            f"{memory.format_bytes(available)} of memory this machine has available to read it"
         )
 
 

@@ -12,12 +12,9 @@ import numpy as np
 from agile_cli.errors import AgileError, UsageError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.nn.arch import NetworkArch
-from agile_cli.runtime.agent import AgentContext
-from agile_cli.runtime.member import Member
+from agile_cli.member import AgentContext, Member
 from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.resume import check_compatible, explain_mismatch
-from agile_cli.training.runners import Runner, first_episode_returns
 
 
 def load_agent(
@@ -54,11 +51,7 @@ def load_agent(
         )
         cls = setup.algorithm_class(manifest, registry)
         with explain_mismatch():
-            if manifest.paradigm is not None and manifest.paradigm.builds_population:
-                agent = setup.build_population(manifest, cls, env, context, size=1)[0]
-            else:
-                arch = NetworkArch.from_dict(saved["arch"])
-                agent = setup.network_member(manifest, cls, spaces, arch, context, saved["index"])
+            agent = setup.build_population(manifest, cls, env, context, size=1)[0]
             agent.load_state_dict(saved)
     finally:
         env.close()
@@ -151,7 +144,8 @@ def score(
     env = setup.build_environment_from(spec, manifest, registry, seed)
     try:
         runner = setup.build_runner(manifest, env, None)  # scoring shares no experience
-        if type(runner).evaluate is not Runner.evaluate:
+        returns = runner.episode_returns(agent, episodes, manifest.training.eval_steps, seed)
+        if returns is None:  # the paradigm scores its own way
             if run_seed is not None:
                 env.close()
                 held_out = setup.seeds(run_seed())["environment"]
@@ -159,7 +153,6 @@ def score(
                 runner = setup.build_runner(manifest, env, None)
             fitness = float(runner.evaluate(agent, episodes, manifest.training.eval_steps))
             return Evaluation(fitness=fitness, details=list(runner.details(agent)))
-        returns = first_episode_returns(agent, env, manifest.training.eval_steps, seed=seed)
     finally:
         env.close()
     return Evaluation(returns=[float(value) for value in returns])

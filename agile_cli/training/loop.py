@@ -21,19 +21,17 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
+from agile_cli.member import AgentContext, Member
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.run_options import LocalRunOptions
-from agile_cli.runtime.agent import AgentContext
-from agile_cli.runtime.member import Member
+from agile_cli.runner import Runner
 from agile_cli.signals import interrupt_held
-from agile_cli.training import batched, budget, checkpoint, setup, trust
-from agile_cli.training.batched_on_policy import batched_runner
+from agile_cli.training import checkpoint, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter, RunnerProgress
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
-from agile_cli.training.runners import Runner
 
 #: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
 TARGET_WINDOW = 3
@@ -86,14 +84,16 @@ class EvolutionLoop:
         self.device = setup.resolve_device(options.device)
         self.cls = setup.algorithm_class(manifest, registry)
         remote = runner is not None
-        self.batched = not (remote or options.per_member) and batched.applies(manifest, self.cls)
+        together = not (remote or options.per_member)
+        self.batched = together and setup.trains_together(manifest, self.cls)
         self.threads = torch_threads(manifest, requested=options.threads)
         if note := busy_machine_note(self.threads):
             reporter.note(note)
         self.env = self._environment(registry)
         try:
             if not remote:  # remote workers hold the environments and buffers
-                budget.check_fits(manifest, self.env, self.device, batched=self.batched)
+                held = manifest.training.pop_size if self.batched else 1
+                setup.check_memory(manifest, self.env, self.device, held)
             self.context = AgentContext(
                 device=self.device,
                 num_envs=self.env.num_envs // (manifest.training.pop_size if self.batched else 1),
@@ -133,19 +133,15 @@ class EvolutionLoop:
         seed = self.seeds["environment"]
         if self.batched:
             size = self.manifest.training.pop_size
-            return batched.population_environment(self.manifest, registry, seed, size)
+            return setup.population_environment(self.manifest, registry, seed, size)
         return setup.build_environment(self.manifest, registry, seed)
 
     def _runner(self, runner: Runner[Any]) -> Runner[Any]:
-        """The paradigm's runner, or when the population trains batched, the batched runner
-        of its family in its place.
-
-        :raises TrainingError: the paradigm's runner is not one of the core's, which a batched
-            runner replaces.
-        """
+        """The paradigm's runner, or when the population trains batched, the paradigm's
+        runner of the whole population in its place."""
         if not self.batched:
             return runner
-        return batched_runner(runner, self.manifest.training.pop_size)
+        return setup.population_runner(self.manifest, runner, self.manifest.training.pop_size)
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:
@@ -329,9 +325,6 @@ class EvolutionLoop:
         selection = self.selection.metrics(self.population) if self.selection else {}
         if selection:
             record["selection"] = selection
-        if isinstance(self.runner, batched.BatchedRunner):  # this generation's groups
-            indices = [m.index for m in self.population]
-            record["groups"] = [[indices[i] for i in group] for group in self.runner.groups]
         return record
 
     def _report_record(self, report: GenerationReport) -> dict[str, Any]:

@@ -22,11 +22,9 @@ import torch
 from agile_cli.host.plugins import installed_registry
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.runtime.agent import AgentContext
-from agile_cli.runtime.member import Member
-from agile_cli.training import batched, setup
-from agile_cli.training.batched_on_policy import batched_runner
-from agile_cli.training.runners import GenerationStats, Progress, Runner
+from agile_cli.member import AgentContext, Member
+from agile_cli.runner import GenerationStats, Progress, Runner
+from agile_cli.training import setup
 
 #: What a backend gives the loop to train members its own way: called with the validated
 #: manifest, the run's seed and a way to tell the user something (a line under the progress
@@ -88,7 +86,7 @@ class MemberTrainer:
         self.device = setup.resolve_device(device)
         self.members = members
         cls = setup.algorithm_class(self.manifest, registry)
-        self.batched = members > 1 and not per_member and batched.applies(self.manifest, cls)
+        self.batched = members > 1 and not per_member and setup.trains_together(self.manifest, cls)
         self.env = self._environment(registry, slot_seed(seed, slot))
         context = AgentContext(
             device=self.device,
@@ -104,11 +102,13 @@ class MemberTrainer:
 
     def _environment(self, registry: Registry, seed: int) -> Any:
         if self.batched:
-            return batched.population_environment(self.manifest, registry, seed, self.members)
+            return setup.population_environment(self.manifest, registry, seed, self.members)
         return setup.build_environment(self.manifest, registry, seed)
 
     def _runner(self, runner: Runner[Any]) -> Runner[Any]:
-        return batched_runner(runner, self.members) if self.batched else runner
+        if not self.batched:
+            return runner
+        return setup.population_runner(self.manifest, runner, self.members)
 
     def member(self, state: dict[str, Any]) -> Member:
         """A member restored from ``state`` (a :meth:`~agile_cli.Member.state_dict`)."""
@@ -128,7 +128,7 @@ class MemberTrainer:
         them (``rounds`` evaluation rounds of at most ``eval_steps`` steps).
 
         :param progress: called as the runner's is (``progress(n)`` as steps are done); an
-            :class:`~agile_cli.training.runners.EpisodeProgress` also hears of each finished
+            :class:`~agile_rl.training.runners.EpisodeProgress` also hears of each finished
             training episode's return, for a backend that shows them while the members train.
         """
         if len(states) != self.members:

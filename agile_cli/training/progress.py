@@ -142,7 +142,7 @@ def _amount(value: float) -> str:
 
 class RunnerProgress:
     """What the loop hands its runner as the progress callback: ``progress(n)`` advances the
-    reporter by ``n`` steps, and, as an :class:`~agile_cli.training.runners.EpisodeProgress`,
+    reporter by ``n`` steps, and, as an :class:`~agile_rl.training.runners.EpisodeProgress`,
     ``progress.episodes(returns)`` tells it of finished training episodes."""
 
     def __init__(self, reporter: Reporter) -> None:

@@ -162,7 +162,7 @@ class RunFolder:
 
     @property
     def portable_elite(self) -> Path:
-        """Where :meth:`~agile_cli.Algorithm.save_portable` writes the elite."""
+        """Where :meth:`~agile_rl.Algorithm.save_portable` writes the elite."""
         return self.path / "elite"
 
     @property

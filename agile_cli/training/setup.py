@@ -3,20 +3,19 @@ and, through the algorithm's paradigm, the shared buffer and the runner."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
 from typing import Any
 
 import numpy as np
 import torch
 
+from agile_cli import memory
 from agile_cli.errors import TrainingError, UsageError
 from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.nn.arch import NetworkArch, arch_from_spec
+from agile_cli.member import AgentContext, Member, missing_methods
 from agile_cli.paradigm import Paradigm
-from agile_cli.runtime.agent import AgentContext, Algorithm, OffPolicyAlgorithm
-from agile_cli.runtime.member import Member, missing_methods
-from agile_cli.training.runners import Runner
+from agile_cli.runner import Runner
 
 
 def resolve_device(device: str) -> torch.device:
@@ -49,6 +48,20 @@ def build_environment_from(
     return paradigm_of(manifest).environment(manifest, env)
 
 
+def population_environment(
+    manifest: TrainingManifest, registry: Registry, seed: int, members: int
+) -> Any:
+    """One vector environment of ``members x num_envs`` sub-environments. Subprocess
+    environments run in this process instead once there would be more than twice as many as
+    CPU cores (the processes would only compete for them)."""
+    spec = manifest.environment
+    count = int(spec.num_envs) * members  # type: ignore[attr-defined]
+    update: dict[str, Any] = {"num_envs": count}
+    if "sync" in type(spec).model_fields and count > 2 * (os.cpu_count() or 1):
+        update["sync"] = True
+    return build_environment_from(spec.model_copy(update=update), manifest, registry, seed)
+
+
 def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
     assert manifest.paradigm is not None, "a resolved manifest names its paradigm"
     return manifest.paradigm
@@ -72,38 +85,23 @@ def paradigm_of(manifest: TrainingManifest) -> Paradigm:
 
 
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Member]:
-    """The implementation class of the manifest's algorithm (imported now): an
-    :class:`~agile_cli.Algorithm` subclass, or any class with the methods of
-    :class:`~agile_cli.Member`.
+    """The implementation class of the manifest's algorithm (imported now): a class with the
+    methods of :class:`~agile_cli.Member` (an RL algorithm has them from
+    :class:`~agile_rl.Algorithm`).
 
     :raises TrainingError: it is not a class, or it lacks some of those methods (named).
     """
     entry = registry.algorithms[manifest.algorithm_name]
     cls = entry.load()
     if not isinstance(cls, type):
-        raise TrainingError(f"{entry.implementation} is not an agile_cli Algorithm subclass")
+        raise TrainingError(f"{entry.implementation} is not a class of members")
     if missing := missing_methods(cls):
         raise TrainingError(
-            f"{entry.implementation} is not an agile_cli Algorithm subclass, and lacks "
-            f"{', '.join(missing)} of the agile_cli.Member contract",
-            "subclass agile_cli.Algorithm, or give the class every method agile_cli.Member lists",
+            f"{entry.implementation} lacks {', '.join(missing)} of the agile_cli.Member contract",
+            "give the class every method agile_cli.Member lists (an RL algorithm: subclass "
+            "agile_rl.Algorithm)",
         )
-    if issubclass(cls, Algorithm) and cls.group_learner is None:
-        defaults = [name for name in ("act", "learn") if _inherits_default(cls, name)]
-        if defaults:
-            raise TrainingError(
-                f"{entry.implementation} names no group_learner and implements no "
-                f"{' or '.join(defaults)}",
-                "name a group learner (group_learner = ...), or implement act and learn",
-            )
     return cls
-
-
-def _inherits_default(cls: type[Algorithm], name: str) -> bool:
-    """Whether ``cls`` takes method ``name`` from the base classes that run a group learner."""
-    defaults = (vars(Algorithm).get(name), vars(OffPolicyAlgorithm).get(name))
-    own = getattr(cls, name, None)
-    return own is not None and own in defaults
 
 
 def build_population(
@@ -111,41 +109,28 @@ def build_population(
     cls: type[Member],
     env: Any,
     context: AgentContext,
-    arch: NetworkArch | None = None,
     size: int | None = None,
 ) -> list[Member]:
-    """``size`` (default ``pop_size``) fresh members with indices 0, 1, ...: each built alone
-    from the network section, or all together by the paradigm's ``population``."""
-    paradigm = _paradigm(manifest)
-    if paradigm.builds_population:
-        return _paradigm_population(manifest, paradigm, cls, env, context, size)
-    spaces = member_spaces(manifest, env)
-    if arch is None:
-        arch = _arch(manifest, env)
-    members = []
-    for index in range(size or manifest.training.pop_size):
-        try:
-            member = network_member(manifest, cls, spaces, arch, context, index)
-        except NotImplementedError as exc:
-            name, said = manifest.algorithm_name, str(exc)
-            raise TrainingError(said if said.startswith(name) else f"{name}: {said}") from None
-        members.append(member)
+    """``size`` (default ``pop_size``) fresh members with indices 0, 1, ..., as the
+    manifest's paradigm builds them.
+
+    :raises TrainingError: the algorithm refuses the environment's spaces (it raised
+        ``NotImplementedError``), or the paradigm returned something else than members.
+    """
+    entry = _paradigm(manifest)
+    wanted = size or manifest.training.pop_size
+    try:
+        members = list(paradigm_of(manifest).population(manifest, cls, env, context, wanted))
+    except NotImplementedError as exc:
+        name, said = manifest.algorithm_name, str(exc)
+        raise TrainingError(said if said.startswith(name) else f"{name}: {said}") from None
+    if len(members) != wanted or not all(isinstance(m, Member) for m in members):
+        raise TrainingError(
+            f"the {entry.name} paradigm's population ({entry.implementation}) "
+            f"returned {len(members)} object(s), not {wanted} agile_cli.Member members",
+            f"fix the paradigm of plugin '{entry.plugin}'",
+        )
     return members
-
-
-def network_member(
-    manifest: TrainingManifest,
-    cls: type[Member],
-    spaces: dict[str, Any],
-    arch: NetworkArch,
-    context: AgentContext,
-    index: int,
-) -> Member:
-    """One member built alone from the network section: ``cls`` constructed as
-    :class:`~agile_cli.Algorithm` is, from the spec, :func:`member_spaces`, the architecture,
-    the context and its index."""
-    build: Callable[..., Member] = cls  # the contract says nothing of constructors
-    return build(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
 
 
 def build_one_member(manifest: TrainingManifest, registry: Registry, env: Any) -> Member:
@@ -162,25 +147,6 @@ def build_one_member(manifest: TrainingManifest, registry: Registry, env: Any) -
     )  # fmt: skip
     cls = algorithm_class(manifest, registry)
     return build_population(manifest, cls, env, context, size=1)[0]
-
-
-def _paradigm_population(
-    manifest: TrainingManifest,
-    paradigm: ParadigmEntry,
-    cls: type[Member],
-    env: Any,
-    context: AgentContext,
-    size: int | None,
-) -> list[Member]:
-    wanted = size or manifest.training.pop_size
-    members = list(paradigm_of(manifest).population(manifest, cls, env, context, wanted))
-    if len(members) != wanted or not all(isinstance(m, Member) for m in members):
-        raise TrainingError(
-            f"the {paradigm.name} paradigm's population ({paradigm.implementation}) "
-            f"returned {len(members)} object(s), not {wanted} agile_cli.Member members",
-            f"fix the factory of plugin '{paradigm.plugin}'",
-        )
-    return members
 
 
 def member_spaces(manifest: TrainingManifest, env: Any) -> dict[str, Any]:
@@ -201,31 +167,6 @@ def describe_spaces(spaces: dict[str, Any]) -> dict[str, str]:
     return {name: repr(space) for name, space in spaces.items()}
 
 
-def _arch(manifest: TrainingManifest, env: Any) -> NetworkArch:
-    """The architecture of the network section; a team's agents share one, which must suit
-    every agent's observations."""
-    if _paradigm(manifest).multi_agent:
-        observed = list(env.single_observation_spaces.values())
-    else:
-        observed = [env.single_observation_space]
-    recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
-    norm = manifest.algorithm.normalised_latent
-    try:
-        archs = [
-            arch_from_spec(manifest.evolvable_network, s, recurrent=recurrent, latent_norm=norm)
-            for s in observed
-        ]
-    except NotImplementedError as exc:
-        raise TrainingError(str(exc)) from None
-    kinds = {type(arch.encoder).__name__ for arch in archs}
-    if len(kinds) > 1:
-        raise TrainingError(
-            f"the agents' observations call for different encoders ({', '.join(sorted(kinds))})",
-            "a team shares one architecture: flatten or wrap the observations so they match",
-        )
-    return archs[0]
-
-
 def build_buffer(manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
     """What the whole population shares (a replay buffer), as the paradigm builds it; None
     when it keeps nothing."""
@@ -243,6 +184,33 @@ def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Runner[An
             f"make the runner subclass agile_cli.Runner (plugin '{paradigm.plugin}')",
         )
     return runner
+
+
+def trains_together(manifest: TrainingManifest, cls: type[Member]) -> bool:
+    """Whether the paradigm trains members of ``cls`` as one computation."""
+    return paradigm_of(manifest).trains_together(manifest, cls)
+
+
+def population_runner(manifest: TrainingManifest, runner: Runner[Any], size: int) -> Runner[Any]:
+    """The paradigm's runner that trains ``size`` members at once in place of ``runner``."""
+    together = paradigm_of(manifest).population_runner(manifest, runner, size)
+    if not isinstance(together, Runner):
+        paradigm = _paradigm(manifest)
+        raise TrainingError(
+            f"the {paradigm.name} paradigm's population_runner ({paradigm.implementation}) made "
+            f"a {type(together).__name__}, not an agile_cli.Runner",
+            f"make it subclass agile_cli.Runner (plugin '{paradigm.plugin}')",
+        )
+    return together
+
+
+def check_memory(
+    manifest: TrainingManifest, env: Any, device: Any, members: int
+) -> memory.Estimate:
+    """Refuse a run whose paradigm's needs (``members`` training at once) and declared dataset
+    cannot fit in the memory available (:mod:`agile_cli.memory`)."""
+    needs = paradigm_of(manifest).memory_needs(manifest, env, members)
+    return memory.check([*needs, memory.dataset_need(env)], device)
 
 
 def seeds(seed: int) -> dict[str, int]:

@@ -21,7 +21,7 @@ import numpy as np
 from agile_cli.errors import AgileError, EnvironmentNotFoundError, UsageError
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.runtime.member import Member
+from agile_cli.member import Member
 from agile_cli.training import setup
 from agile_cli.training.run_folder import check_writable
 

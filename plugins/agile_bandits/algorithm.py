@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, jacrev
 
-from agile_cli import (
+from agile_rl import (
     GreedyPolicy,
     LearnResult,
     NetworkArch,

@@ -23,16 +23,8 @@ import numpy as np
 import torch
 
 from agile_bandits.spec import BanditTraining
-from agile_cli import (
-    GenerationStats,
-    OffPolicyAlgorithm,
-    Paradigm,
-    ReplayBuffer,
-    Runner,
-    TrainingManifest,
-    experience,
-    reset_seed,
-)
+from agile_cli import GenerationStats, Runner, TrainingManifest, reset_seed
+from agile_rl import OffPolicyAlgorithm, ReplayBuffer, RLParadigm, experience
 
 Progress = Callable[[int], None]
 
@@ -89,7 +81,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         return float(np.mean(totals))
 
 
-class Bandit(Paradigm):
+class Bandit(RLParadigm):
     """Pull arms in episodes of ``episode_steps``, learn from the buffer the population
     shares."""
 

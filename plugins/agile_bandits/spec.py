@@ -5,6 +5,7 @@ Light: pydantic and agile_cli only, so ``agile validate`` never imports torch fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from pydantic import Field, field_serializer, field_validator, model_validator
 from agile_cli import (
     AlgorithmSpec,
     EnvironmentSpec,
+    StarterValue,
     TrainingSpec,
     check_entrypoint,
     limits,
@@ -86,6 +88,16 @@ class BanditEnvSpec(EnvironmentSpec):
     config: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments for the entrypoint."
     )
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "name": StarterValue("Table"),
+        "features": StarterValue(
+            "data/features.csv", "a CSV table of context features", placeholder=True
+        ),
+        "targets": StarterValue(
+            "data/targets.csv", "a CSV column of labels (one arm each)", placeholder=True
+        ),
+    }
 
     _entrypoint_shape = field_validator("entrypoint")(check_entrypoint)
 
@@ -163,3 +175,7 @@ class BanditTraining(TrainingSpec):
         le=limits.EPISODE_STEPS,
         description="Bandits only: steps per training episode.",
     )
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "max_steps": StarterValue(2_000, "a first run's budget"),
+    }

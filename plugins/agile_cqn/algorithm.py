@@ -2,7 +2,7 @@
 
 Kumar, Zhou, Tucker and Levine, "Conservative Q-Learning for Offline Reinforcement Learning",
 NeurIPS 2020 (the CQL(H) penalty on a discrete-action Q-network); the Q-network, target
-network and double-Q target are DQN's (:class:`agile_cli.QLearning`).
+network and double-Q target are DQN's (:class:`agile_rl.QLearning`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agile_cli import QLearning, QLearningGroup, Transitions, masked_mean
 from agile_cqn.spec import CQNSpec
+from agile_rl import QLearning, QLearningGroup, Transitions, masked_mean
 
 #: The gradient norm each update is clipped to.
 MAX_GRAD_NORM = 10.0

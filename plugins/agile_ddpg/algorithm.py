@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from agile_cli import (
+from agile_ddpg.spec import DDPGSpec
+from agile_rl import (
     DeterministicActorCritic,
     DeterministicActorCriticGroup,
     Transitions,
     masked_mean,
 )
-from agile_ddpg.spec import DDPGSpec
 
 
 class DDPGGroup(DeterministicActorCriticGroup):
@@ -42,7 +42,7 @@ class DDPG(DeterministicActorCritic):
 
     Acting, action scaling (tanh into [-1, 1], then the Box bounds), Gaussian or
     Ornstein-Uhlenbeck exploration noise, target networks and checkpoint state come from
-    :class:`agile_cli.DeterministicActorCritic`.
+    :class:`agile_rl.DeterministicActorCritic`.
 
     **Updates.** The critic regresses onto ``r + discount * (1 - terminated) * Q'(s', mu'(s'))``
     from the target networks; every ``policy_freq``-th learn call the actor climbs Q(s, mu(s))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agile_cli import DeterministicActorCriticSpec
+from agile_rl import DeterministicActorCriticSpec
 
 
 class DDPGSpec(DeterministicActorCriticSpec):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from agile_cli import QLearning, QLearningGroup, Transitions, masked_mean
 from agile_dqn.spec import DQNSpec
+from agile_rl import QLearning, QLearningGroup, Transitions, masked_mean
 
 #: The gradient norm each update is clipped to.
 MAX_GRAD_NORM = 10.0
@@ -41,7 +41,7 @@ class DQN(QLearning):
     ``replay_buffer.n_step_buffer`` it bootstraps from n-step returns; with
     ``replay_buffer.per_buffer`` it learns from prioritised replay (Schaul et al., 2016),
     weighting the loss by importance weights whose exponent anneals from 0.4 to 1. The
-    networks, acting and TD terms come from :class:`agile_cli.QLearning`; a batched
+    networks, acting and TD terms come from :class:`agile_rl.QLearning`; a batched
     population trains members of one architecture together; the update, written once for a
     group of members, is :class:`DQNGroup`'s.
     """

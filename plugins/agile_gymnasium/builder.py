@@ -6,12 +6,13 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
-from agile_cli import EnvironmentBuilder, gym_env_factory, gym_vector_env
+from agile_cli import EnvironmentBuilder
 from agile_gymnasium.spec import GymEnvSpec
+from agile_rl import gym_env_factory, gym_vector_env
 
 
 class GymBuilder(EnvironmentBuilder):
-    """Resolves and builds single-agent environments (with :func:`agile_cli.gym_vector_env`)."""
+    """Resolves and builds single-agent environments (with :func:`agile_rl.gym_vector_env`)."""
 
     def check(self, spec: GymEnvSpec) -> None:  # type: ignore[override]
         """Resolve the environment and build one copy, without a vector around it."""

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_cli import (
+from agile_ippo.distributions import ActionHead, action_head
+from agile_ippo.spec import IPPOSpec
+from agile_rl import (
     GreedyPolicy,
     LearnResult,
     LogStd,
@@ -28,11 +30,9 @@ from agile_cli import (
     greedy_action,
     preprocess,
 )
-from agile_ippo.distributions import ActionHead, action_head
-from agile_ippo.spec import IPPOSpec
 
 if TYPE_CHECKING:
-    from agile_cli import TeamRollout
+    from agile_rl import TeamRollout
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
 

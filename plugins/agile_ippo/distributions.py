@@ -18,7 +18,7 @@ import torch
 from gymnasium import spaces
 from torch.nn import functional
 
-from agile_cli import gumbel_argmax, normal_draws, uniform_draws
+from agile_rl import gumbel_argmax, normal_draws, uniform_draws
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from agile_cli import ClippedObjectiveSpec, FieldError, limits
+from agile_cli import FieldError, limits
+from agile_rl import ClippedObjectiveSpec
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest

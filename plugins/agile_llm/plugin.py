@@ -32,7 +32,6 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.LLM,
         implementation="agile_llm.runner:LanguageModels",
-        builds_population=True,
         training=spec.LLMTraining,
         description="fine-tune LoRA adapters of one frozen language model on prompts",
         step_unit="prompts",

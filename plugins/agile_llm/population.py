@@ -149,7 +149,7 @@ class LLMMember(MemberBasics):
     """One member: an adapter of the shared model and the optimizer that trains it.
 
     It implements the :class:`~agile_cli.Member` contract itself rather than subclass
-    :class:`~agile_cli.Algorithm`: an adapter has no spaces, no architecture and no networks
+    :class:`~agile_rl.Algorithm`: an adapter has no spaces, no architecture and no networks
     built from a network section, so only hyperparameter mutation applies to it. Subclasses
     implement :meth:`train_step` and :meth:`score`.
     """

@@ -50,6 +50,7 @@ from agile_cli import (
     EnvironmentSpec,
     FieldError,
     Spec,
+    StarterValue,
     TrainingSpec,
     limits,
     located_error,
@@ -159,6 +160,14 @@ class FinetuningNetworkSpec(Spec):
         ),
     )
 
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "pretrained_model_name_or_path": StarterValue(
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "any causal LM (`agile llm tiny-model models/tiny-llm` makes a tiny one)",
+            placeholder=True,
+        ),
+    }
+
 
 # --------------------------------------------------------------------------------------------
 # training
@@ -200,6 +209,10 @@ class LLMTraining(TrainingSpec):
             "every time; an agile addition); null: the whole test split."
         ),
     )
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "max_steps": StarterValue(3_200, "a first run's budget of prompts (200 iterations of 16)"),
+    }
 
     def generation_steps(self, algorithm: Any) -> int:
         """``evo_steps`` iterations of the algorithm's ``batch_size`` prompts, in prompts."""
@@ -304,6 +317,13 @@ class LLMEnvSpec(EnvironmentSpec):
         description="Multi-turn: fail (true) or warn (false) when the chat template cannot "
         "mark where a turn ends.",
     )
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "name": StarterValue("llm"),
+        "dataset": StarterValue(
+            "data/train.jsonl", "your .jsonl/.parquet/.csv file or a Hub id", placeholder=True
+        ),
+    }
 
     @model_validator(mode="before")
     @classmethod
@@ -456,6 +476,16 @@ _IGNORED_ENVIRONMENT_FIELDS = (
 )
 
 
+#: What ``agile init`` writes for a reasoning algorithm's environment.
+_REASONING_STARTER = {
+    "prompt_template": StarterValue(
+        {"user_0": "{question}"}, "turns filled from your columns", placeholder=True
+    ),
+    "reward_file_path": StarterValue("reward.py", "your Python reward file", placeholder=True),
+    "reward_fn_name": StarterValue("reward", "the function in it", placeholder=True),
+}
+
+
 class LLMSpec(AlgorithmSpec):
     """What every LLM fine-tuning algorithm shares: the base model, its adapters and the
     optimiser. Subclasses set ``env_type``, the environment type their data must be."""
@@ -552,6 +582,13 @@ class LLMSpec(AlgorithmSpec):
     #: Whether its loss weighs each completion (each episode) by one advantage, so that
     #: turn-level advantages have no place in it.
     one_advantage_per_episode: ClassVar[bool] = False
+
+    @classmethod
+    def starter_sections(cls) -> dict[str, dict[str, StarterValue]]:
+        """A reasoning algorithm's starter names a prompt template and a reward function."""
+        if cls.env_type != "reasoning":
+            return {}
+        return {"environment": dict(_REASONING_STARTER)}
 
     # -- what training reads ------------------------------------------------------------------
 

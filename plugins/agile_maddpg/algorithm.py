@@ -6,8 +6,8 @@ NeurIPS 2017.
 
 from __future__ import annotations
 
-from agile_cli import CentralisedActorCritic
 from agile_maddpg.spec import MADDPGSpec
+from agile_rl import CentralisedActorCritic
 
 
 class MADDPG(CentralisedActorCritic):
@@ -16,7 +16,7 @@ class MADDPG(CentralisedActorCritic):
     Every agent has its own actor, reading only its own observations, and its own critic
     ``Q_i(x, a_1, ..., a_n)`` reading every agent's observations ``x`` and actions, so the
     agents may differ in observation and action spaces. Acting, exploration and action scaling
-    come from :class:`agile_cli.CentralisedActorCritic`.
+    come from :class:`agile_rl.CentralisedActorCritic`.
 
     **Updates.** Critic ``i`` regresses onto ``r_i + gamma * (1 - terminated_i) * Q'_i(x',
     a'_1, ..., a'_n)`` with every next action from the target actors (greedy for Discrete

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agile_cli import CentralisedActorCriticSpec
+from agile_rl import CentralisedActorCriticSpec
 
 
 class MADDPGSpec(CentralisedActorCriticSpec):

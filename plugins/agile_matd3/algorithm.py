@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from agile_cli import CentralisedActorCritic
 from agile_matd3.spec import MATD3Spec
+from agile_rl import CentralisedActorCritic
 
 # Target-policy smoothing of Box agents' target actions, in [-1, 1] units (Fujimoto et al.'s
 # values); Discrete agents' target actions stay greedy.
@@ -22,7 +22,7 @@ SMOOTHING_CLIP = 0.5
 
 class MATD3(CentralisedActorCritic):
     """MADDPG with two centralised critics per agent, delayed actor updates and smoothed
-    targets (the frame of both is :class:`agile_cli.CentralisedActorCritic`).
+    targets (the frame of both is :class:`agile_rl.CentralisedActorCritic`).
 
     Both of agent ``i``'s critics regress onto ``r_i + gamma * (1 - terminated_i) *
     min(Q'_i1, Q'_i2)(x', a')``, where each Box agent's target action carries clipped Gaussian

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import CentralisedActorCriticSpec
+from agile_rl import CentralisedActorCriticSpec
 
 
 class MATD3Spec(CentralisedActorCriticSpec):

@@ -1,6 +1,6 @@
 """Building offline environments: a Gymnasium vector env to evaluate on, with the dataset.
 
-:meth:`OfflineBuilder.build` returns the vector environment :func:`agile_cli.gym_vector_env`
+:meth:`OfflineBuilder.build` returns the vector environment :func:`agile_rl.gym_vector_env`
 builds, with two attributes added: ``load_dataset``, a callable taking no argument that reads
 the whole dataset and returns an :class:`~agile_offline.dataset.OfflineDataset` of numpy arrays
 (``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``); and ``dataset_nbytes``, the
@@ -18,9 +18,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from agile_cli import EnvironmentBuilder, gym_env_factory, gym_vector_env
+from agile_cli import EnvironmentBuilder
 from agile_offline import dataset
 from agile_offline.spec import OfflineEnvSpec
+from agile_rl import gym_env_factory, gym_vector_env
 
 
 class OfflineBuilder(EnvironmentBuilder):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agile_cli import Family, RegisterCommand, RegisterEnvironment, RegisterParadigm, hookimpl
 from agile_offline.command import dataset
-from agile_offline.spec import OfflineEnvSpec
+from agile_offline.spec import OfflineEnvSpec, OfflineTraining
 
 
 @hookimpl
@@ -14,6 +14,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         name=Family.OFFLINE,
         implementation="agile_offline.runner:Offline",
         replay_buffer=True,
+        training=OfflineTraining,
         algorithm_fields={"gamma": float},
         description="learn from a fixed dataset copied into a replay buffer, without acting",
         step_unit="updates",

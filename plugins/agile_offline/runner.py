@@ -9,16 +9,8 @@ from typing import Any
 
 import torch
 
-from agile_cli import (
-    GenerationStats,
-    OffPolicyAlgorithm,
-    Paradigm,
-    ReplayBuffer,
-    Runner,
-    TrainingError,
-    TrainingManifest,
-    experience,
-)
+from agile_cli import GenerationStats, TrainingError, TrainingManifest
+from agile_rl import EpisodeRunner, OffPolicyAlgorithm, ReplayBuffer, RLParadigm, experience
 
 Progress = Callable[[int], None]
 
@@ -26,7 +18,7 @@ CHUNK = 10_000  # transitions copied into the buffer at a time
 PROGRESS_EVERY = 100  # gradient steps between progress reports
 
 
-class OfflineRunner(Runner[OffPolicyAlgorithm]):
+class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
     """Fills the shared buffer from the environment's dataset once, then learns from it.
 
     The environment carries the dataset as ``env.load_dataset()``, which returns numpy arrays
@@ -83,7 +75,7 @@ class OfflineRunner(Runner[OffPolicyAlgorithm]):
         return stats
 
 
-class Offline(Paradigm):
+class Offline(RLParadigm):
     """Learn from a fixed dataset copied into a replay buffer, without acting."""
 
     def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:

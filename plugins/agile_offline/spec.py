@@ -1,10 +1,14 @@
-"""The ``environment`` section for offline algorithms (CQN)."""
+"""The ``environment`` and ``training`` sections for offline algorithms (CQN)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
-from agile_cli import GymnasiumEnvSpec, located_error
+from agile_cli import StarterValue, TrainingSpec, located_error
+from agile_rl import GymnasiumEnvSpec
 
 
 class OfflineEnvSpec(GymnasiumEnvSpec):
@@ -26,6 +30,16 @@ class OfflineEnvSpec(GymnasiumEnvSpec):
         description="Download a missing Minari dataset; refused: agile never downloads data.",
     )
 
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "name": StarterValue("CartPole-v1"),
+        "dataset_path": StarterValue(
+            "data/dataset.h5",
+            "an HDF5 dataset recorded on this environment, e.g. by "
+            "`agile dataset collect RUN_DIR --out data/dataset.h5`",
+            placeholder=True,
+        ),
+    }
+
     @model_validator(mode="after")
     def _one_source(self) -> OfflineEnvSpec:
         if (self.minari_dataset_id is None) == (self.dataset_path is None):
@@ -42,3 +56,12 @@ class OfflineEnvSpec(GymnasiumEnvSpec):
                 "this machine's Minari root, and drop remote",
             )
         return self
+
+
+class OfflineTraining(TrainingSpec):
+    """The offline paradigm's ``training`` section: the core's fields; ``max_steps`` counts
+    updates."""
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "max_steps": StarterValue(20_000, "a first run's budget"),
+    }

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pydantic import Field
 
-from agile_cli import VectorEnvironmentSpec
+from agile_cli import StarterValue, VectorEnvironmentSpec
 
 
 class PettingZooEnvSpec(VectorEnvironmentSpec):
@@ -19,3 +22,7 @@ class PettingZooEnvSpec(VectorEnvironmentSpec):
             "Module exposing parallel_env (e.g. mpe2.simple_spread_v3), or a label with entrypoint."
         ),
     )
+
+    starter_values: ClassVar[Mapping[str, StarterValue]] = {
+        "name": StarterValue("mpe2.simple_speaker_listener_v4"),
+    }

@@ -16,7 +16,10 @@ import numpy as np
 import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from agile_cli import (
+from agile_ppo.episodes import Episodes
+from agile_ppo.group import PPOGroup
+from agile_ppo.spec import PPOSpec
+from agile_rl import (
     GreedyPolicy,
     LearnResult,
     LogStd,
@@ -30,9 +33,6 @@ from agile_cli import (
     SequenceBatch,
     greedy_action,
 )
-from agile_ppo.episodes import Episodes
-from agile_ppo.group import PPOGroup
-from agile_ppo.spec import PPOSpec
 
 
 class PPO(OnPolicyAlgorithm):

@@ -3,7 +3,7 @@
 A finished rollout is cut into one sequence per episode of each sub-environment: a sequence
 is a run of consecutive real steps of one sub-environment. Under next-step autoreset an
 episode's last step is followed by a step that only resets the sub-environment (invalid, see
-:meth:`~agile_cli.Rollout.add`), so the runs are exactly the episodes, cut where they end
+:meth:`~agile_rl.Rollout.add`), so the runs are exactly the episodes, cut where they end
 and begin; an episode still running when the rollout ends gives the steps it has so far, and
 its next part starts the next rollout's first sequence of that sub-environment, from the
 hidden state carried over. Every sequence is re-run from the state stored at its first step
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from agile_cli import RecurrentState, SequenceBatch
+from agile_rl import RecurrentState, SequenceBatch
 
 
 def episode_spans(valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -61,7 +61,7 @@ class Episodes:
     """A finished rollout and its whole-episode sequences (see the module).
 
     :param steps: the rollout as ``[T, N, ...]`` fields (obs, actions, log_probs, values,
-        advantages, returns and valid, in :class:`~agile_cli.SequenceBatch`'s order).
+        advantages, returns and valid, in :class:`~agile_rl.SequenceBatch`'s order).
     :param states: the hidden state each step was acted from, step ``t`` of
         sub-environment ``n`` at ``t * N + n`` along dimension 1.
     :param env: ``[S]`` each sequence's sub-environment.

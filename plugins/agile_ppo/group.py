@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from agile_cli import (
+from agile_rl import (
     OnPolicyGroupLearner,
     PolicyRecord,
     Rollout,
@@ -63,7 +63,7 @@ class PPOGroup(OnPolicyGroupLearner):
 
     def _sample(self, distribution: Distribution) -> torch.Tensor:
         """One sample per row, each member's rows drawn from its own generator as
-        :meth:`~agile_cli.Algorithm.sample` draws them."""
+        :meth:`~agile_rl.Algorithm.sample` draws them."""
         generators = [member.generator for member in self.members]
         if isinstance(distribution, Categorical):
             logits = distribution.logits

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from agile_cli import ClippedObjectiveSpec, FieldError, limits
+from agile_cli import FieldError, limits
+from agile_rl import ClippedObjectiveSpec
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest

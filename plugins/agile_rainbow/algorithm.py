@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agile_cli import (
+from agile_rainbow.spec import RainbowDQNSpec
+from agile_rl import (
     GreedyPolicy,
     GroupLearner,
     OffPolicyAlgorithm,
@@ -27,7 +28,6 @@ from agile_cli import (
     scale_sigmas,
     stacked_observations,
 )
-from agile_rainbow.spec import RainbowDQNSpec
 
 
 def project_distribution(

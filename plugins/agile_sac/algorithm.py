@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from agile_cli import (
+from agile_rl import (
     BoxActionScaler,
     CriticGroup,
     GreedyPolicy,

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import torch
 
-from agile_cli import (
+from agile_rl import (
     DeterministicActorCritic,
     DeterministicActorCriticGroup,
     Transitions,
@@ -66,7 +66,7 @@ class TD3(DeterministicActorCritic):
     where ``a' = clip(mu'(s') + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``; every
     ``policy_freq``-th learn call the actor climbs ``Q1(s, mu(s))`` and the targets follow. Each
     critic has its own optimizer, and both follow ``lr_critic``. Actions, exploration, n-step
-    returns and prioritised replay work as in DDPG (:class:`agile_cli.DeterministicActorCritic`
+    returns and prioritised replay work as in DDPG (:class:`agile_rl.DeterministicActorCritic`
     gives both their frame); the new priorities are critic 1's absolute TD errors. With
     ``share_encoders`` both critics read the actor's encoder, and both target critics the target
     actor's, as in DDPG.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agile_cli import DeterministicActorCriticSpec
+from agile_rl import DeterministicActorCriticSpec
 
 
 class TD3Spec(DeterministicActorCriticSpec):

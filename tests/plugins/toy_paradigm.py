@@ -16,13 +16,10 @@ from gymnasium import spaces
 from pydantic import Field
 
 from agile_cli import (
-    Algorithm,
     AlgorithmSpec,
     EnvironmentBuilder,
     EnvironmentSpec,
     GenerationStats,
-    LearnResult,
-    Paradigm,
     RegisterAlgorithm,
     RegisterEnvironment,
     RegisterParadigm,
@@ -31,6 +28,7 @@ from agile_cli import (
     TrainingSpec,
     hookimpl,
 )
+from agile_rl import Algorithm, LearnResult, RLParadigm
 
 SLOPE = 2.0
 
@@ -117,7 +115,7 @@ class RegressionRunner(Runner[Fitter]):
         return -float(np.mean((member.act(x, explore=False) - SLOPE * x) ** 2))
 
 
-class Regression(Paradigm):
+class Regression(RLParadigm):
     def runner(self, manifest: TrainingManifest, env: Line, buffer: None) -> RegressionRunner:
         training = cast(RegressionTraining, manifest.training)
         return RegressionRunner(env, training.samples_per_step)
@@ -144,7 +142,7 @@ class ToyParadigmPlugin:
                  implementation=f"{__name__}:LineBuilder")  # fmt: skip
 
 
-class NotARunner(Paradigm):
+class NotARunner(RLParadigm):
     def runner(self, manifest: TrainingManifest, env: Line, buffer: None) -> Any:
         return object()
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch.distributions import Categorical
 
-from agile_cli import LearnResult, OnPolicyAlgorithm, Rollout
 from agile_reinforce.spec import REINFORCESpec
+from agile_rl import LearnResult, OnPolicyAlgorithm, Rollout
 
 
 class REINFORCE(OnPolicyAlgorithm):

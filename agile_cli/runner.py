@@ -1,0 +1,148 @@
+"""The runner contract: what a paradigm's runner does for the evolution loop.
+
+A paradigm (:class:`~agile_cli.Paradigm`) builds one :class:`Runner` for a run; the loop asks it
+to train the population for a generation (:meth:`Runner.train_population`) and to score it
+(:meth:`Runner.evaluate_population`), passing a :data:`Progress` callback for the live display
+and reading back one :class:`GenerationStats` per member.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from agile_cli.member import Member
+
+A = TypeVar("A", bound=Member)
+
+#: What a runner calls as it trains: ``progress(n)`` each time ``n`` more steps are done. The
+#: loop's callback is also an :class:`EpisodeProgress`, which hears of finished episodes (a
+#: runner tells it through :meth:`GenerationStats.add_episodes`); a runner that only calls
+#: ``progress(n)`` still works, and the live display then shows no episode returns.
+Progress = Callable[[int], None]
+
+
+@runtime_checkable
+class EpisodeProgress(Protocol):
+    """A :data:`Progress` callback that also hears of episodes as they finish, so that the
+    live display shows recent episode returns between evaluations.
+
+    The evolution loop hands runners one; a caller of ``Runner.train`` may hand a plain
+    ``progress(n)`` function instead. Runners need not check which:
+    :meth:`GenerationStats.add_episodes` tells the callback only when it is one of these.
+    """
+
+    def __call__(self, steps: int, /) -> None:
+        """``steps`` more steps are done."""
+
+    def episodes(self, returns: Sequence[float], /) -> None:
+        """Episodes just finished with these returns (any member's, in the order they
+        finished)."""
+
+
+@dataclass
+class GenerationStats:
+    """What one member did in one generation.
+
+    :param exhausted: the member has nothing left to train on (e.g. a dataset read as many
+        times as the manifest allows); once every member says so, the run ends after this
+        generation, before its step budget is spent.
+    """
+
+    steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    exhausted: bool = False
+
+    def add_episodes(self, returns: Sequence[float], progress: Progress | None = None) -> None:
+        """Record episodes that just finished with ``returns``, and tell ``progress`` of them
+        when it listens for episodes (an :class:`EpisodeProgress`)."""
+        if not len(returns):
+            return
+        values = [float(value) for value in returns]
+        self.episode_returns += values
+        if isinstance(progress, EpisodeProgress):
+            progress.episodes(values)
+
+
+#: What an environment reset starts, as a word of its seed.
+_PURPOSES = {"train": 0, "score": 1}
+
+
+def reset_seed(members: Sequence[Member], purpose: str, round_: int = 0) -> int:
+    """The seed of the ``env.reset`` that starts training (``purpose`` "train") or scoring
+    ("score") ``members``: drawn from the run's seed and how far the members have trained,
+    so that a run resumed from a checkpoint resets its environments exactly as the
+    uninterrupted run did. Training seeds also depend on which members train; every member
+    of a generation is scored on the same seeds (round ``round_`` of ``training.eval_loop``),
+    so that their fitnesses compare like with like.
+    """
+    import numpy as np
+
+    first = members[0]
+    words = [first.context.seed, _PURPOSES[purpose], first.record.steps, round_]
+    if purpose == "train":
+        words += [member.index for member in members]
+    return int(np.random.SeedSequence(words).generate_state(1)[0])
+
+
+class Runner(abc.ABC, Generic[A]):
+    """What a paradigm's ``runner`` returns: it trains one member for one generation and
+    scores it.
+
+    :param env: what the members act in (the environment the paradigm's builder made).
+    """
+
+    #: Whether :meth:`train_population` may train the members together, where the runner
+    #: can (``--per-member`` clears it: one after the other, for debugging).
+    together: bool = True
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    @abc.abstractmethod
+    def train(self, member: A, steps: int, progress: Progress) -> GenerationStats:
+        """Train ``member`` for about ``steps`` steps, calling ``progress(n)`` as ``n`` more are
+        done and adding them to ``member.record.steps``; episodes that finish go to the stats
+        with :meth:`GenerationStats.add_episodes` (``progress`` included, for the display)."""
+
+    def evaluate(self, member: A, rounds: int, max_steps: int | None) -> float:
+        """The member's fitness: the mean return of each sub-environment's first greedy
+        episode, over ``rounds`` rounds of at most ``max_steps`` steps (override to score
+        members another way). The base class has no way to score: a runner overrides this or
+        :meth:`evaluate_population`."""
+        raise NotImplementedError(f"{type(self).__name__} does not score members")
+
+    def episode_returns(
+        self, member: A, episodes: int, max_steps: int | None, seed: int
+    ) -> list[float] | None:
+        """For ``agile evaluate``: the return of each of ``episodes`` episodes the member plays
+        without exploring (at most ``max_steps`` steps, environments reset from ``seed``), or
+        None (the default) where members are scored only by :meth:`evaluate`."""
+        return None
+
+    def train_population(
+        self, members: list[A], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """Train every member for about ``steps`` steps: one after the other with
+        :meth:`train` (a batched runner trains them together)."""
+        return [self.train(member, steps, progress) for member in members]
+
+    def evaluate_population(
+        self, members: list[A], rounds: int, max_steps: int | None
+    ) -> list[float]:
+        """Every member's fitness: :meth:`evaluate` of each in turn."""
+        return [float(self.evaluate(member, rounds, max_steps)) for member in members]
+
+    def generation_metrics(self) -> dict[str, Any]:
+        """What to add to the generation's line of ``metrics.jsonl`` about how the last
+        :meth:`train_population` ran (e.g. a remote backend's transfer costs); none by
+        default."""
+        return {}
+
+    def details(self, member: A) -> list[str]:
+        """Lines ``agile evaluate`` prints under the score :meth:`evaluate` just gave
+        ``member`` (override to show more, e.g. sample outputs); none by default."""
+        return []

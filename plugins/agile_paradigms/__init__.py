@@ -1,1 +1,0 @@
-"""agile's reinforcement-learning paradigms: single- and multi-agent, on- and off-policy."""

@@ -1,0 +1,71 @@
+"""Building blocks for paradigm plugins: the shared replay buffers and the team environment.
+
+A paradigm's ``buffer`` and ``environment`` factories (see ``agile_register_paradigms``) may
+call these instead of writing their own; they read only the manifest's public sections.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+if TYPE_CHECKING:
+    import torch
+
+    from agile_cli import ReplayBufferSpec, TrainingManifest
+    from agile_rl.runtime.buffers import ReplayBuffer
+    from agile_rl.runtime.team_env import TeamEnv
+
+
+class Discounted(Protocol):
+    """An algorithm spec with a discount factor (a paradigm that needs one requires the field
+    with ``algorithm_fields={"gamma": float}``)."""
+
+    gamma: float
+
+
+def discount(manifest: TrainingManifest) -> float:
+    """The algorithm's ``gamma``, which the paradigm made every algorithm declare."""
+    return float(cast(Discounted, manifest.algorithm).gamma)
+
+
+def replay_spec(manifest: TrainingManifest) -> ReplayBufferSpec:
+    """The manifest's ``replay_buffer`` section (filled in for every paradigm with a buffer)."""
+    spec = manifest.replay_buffer
+    assert spec is not None, "validation fills replay_buffer in for paradigms with a buffer"
+    return spec
+
+
+def replay_buffer(
+    manifest: TrainingManifest, env: Any, device: torch.device, *, gamma: float
+) -> ReplayBuffer:
+    """A single-agent replay buffer as the ``replay_buffer`` section describes it (prioritised
+    when ``per_buffer``), for ``env``'s observation and action spaces."""
+    from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
+
+    spec = replay_spec(manifest)
+    spaces = (env.single_observation_space, env.single_action_space)
+    if spec.per_buffer:
+        return PrioritizedReplayBuffer(
+            spec.max_size, *spaces, gamma=gamma, alpha=spec.per_buffer_args.alpha, device=device
+        )
+    return ReplayBuffer(spec.max_size, *spaces, gamma=gamma, device=device)
+
+
+def team_replay_buffer(
+    manifest: TrainingManifest, env: Any, device: torch.device, *, gamma: float
+) -> ReplayBuffer:
+    """A replay buffer of every agent's transitions, for a :class:`TeamEnv`'s spaces."""
+    from agile_rl.runtime.buffers import MultiAgentReplayBuffer
+
+    return MultiAgentReplayBuffer(
+        replay_spec(manifest).max_size, env.single_observation_spaces, env.single_action_spaces,
+        gamma=gamma, device=device,
+    )  # fmt: skip
+
+
+def team_environment(env: Any, *, sum_scores: bool) -> TeamEnv:
+    """A multi-agent vector environment as one team: rewards summed into one score (or kept
+    per agent) and a copy's episode ending when every agent is done."""
+    from agile_rl.runtime.team_env import TeamEnv
+
+    return TeamEnv(env, sum_scores)

@@ -1,0 +1,636 @@
+"""Architecture descriptions of evolvable networks, and their mutations as pure functions.
+
+A :class:`NetworkArch` says what a network looks like (an encoder, a latent width and an MLP
+head) without building it, so it can be mutated, compared, logged and written to a checkpoint
+without torch. :mod:`agile_rl.nn.modules` builds torch modules from it.
+
+Every mutation returns a new description together with the random arguments it drew (which
+layer, how many nodes), so the caller can log what changed. A mutation that would leave its
+bounds changes nothing, as in AgileRL's evolvable modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
+
+import numpy as np
+
+from agile_cli import (
+    CNNEncoderConfig,
+    FieldError,
+    LSTMEncoderConfig,
+    ManifestError,
+    MLPConfig,
+    MultiInputEncoderConfig,
+    NetworkSpec,
+    SimBaEncoderConfig,
+)
+from agile_rl.nn.activations import check_activation
+from agile_rl.nn.recurrent_arch import LSTMArch
+
+if TYPE_CHECKING:
+    import gymnasium
+
+
+_NODE_STEPS = (16, 32, 64)
+_LATENT_STEPS = (8, 16, 32)
+_CHANNEL_STEPS = (8, 16, 32)
+_KERNEL_SIZES = (3, 5, 7)
+
+Args = dict[str, int]
+
+
+def _step(value: int, step: int, low: int, high: int) -> int:
+    """``value + step`` when that stays on the bounded side it moves towards, else ``value``."""
+    moved = value + step
+    if (step > 0 and moved <= high) or (step < 0 and moved >= low):
+        return moved
+    return value
+
+
+def _resize_one(
+    sizes: tuple[int, ...],
+    steps: tuple[int, ...],
+    grow: bool,
+    bounds: tuple[int, int],
+    rng: np.random.Generator,
+) -> tuple[tuple[int, ...], Args]:
+    """Grow or shrink one randomly chosen entry of ``sizes`` by a random step."""
+    layer = int(rng.integers(len(sizes)))
+    amount = int(rng.choice(steps))
+    resized = list(sizes)
+    resized[layer] = _step(sizes[layer], amount if grow else -amount, *bounds)
+    return tuple(resized), {"layer": layer, "nodes": amount}
+
+
+def _resize_latent(
+    value: int, grow: bool, bounds: tuple[int, int], rng: np.random.Generator
+) -> tuple[int, Args]:
+    amount = int(rng.choice(_LATENT_STEPS))
+    return _step(value, amount if grow else -amount, *bounds), {"nodes": amount}
+
+
+@dataclass(frozen=True)
+class ArchMethod:
+    """One architecture mutation a network offers.
+
+    :param name: namespaced name, e.g. ``head.add_layer`` or ``encoder.add_channel``.
+    :param kind: ``"layer"`` (adds or removes a layer) or ``"node"`` (resizes one).
+    """
+
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class MLPArch:
+    """A multi-layer perceptron: hidden widths, activations, initialisation and bounds."""
+
+    kind: ClassVar[str] = "mlp"
+    node_methods: ClassVar[tuple[str, ...]] = ("add_node", "remove_node")
+    layer_methods: ClassVar[tuple[str, ...]] = ("add_layer", "remove_layer")
+
+    hidden_size: tuple[int, ...]
+    activation: str = "ReLU"
+    output_activation: str | None = None
+    layer_norm: bool = True
+    init_layers: bool = True
+    output_vanish: bool = True
+    min_hidden_layers: int = 1
+    max_hidden_layers: int = 3
+    min_mlp_nodes: int = 8
+    max_mlp_nodes: int = 500
+    #: As an encoder, the latent is layer-normalised (no learned scale or shift) before its
+    #: activation: for MLP encoders with ``layer_norm`` of algorithms that ask for it (DQN's:
+    #: the heads read features of one scale). Architectures saved before it existed read back
+    #: without it, and so compute what they did.
+    latent_norm: bool = False
+
+    @property
+    def depth(self) -> int:
+        """How many hidden layers: what the layer mutations change."""
+        return len(self.hidden_size)
+
+    def add_layer(self, rng: np.random.Generator) -> tuple[MLPArch, Args]:
+        """Append a copy of the last layer; at the most layers allowed, add nodes instead."""
+        if len(self.hidden_size) >= self.max_hidden_layers:
+            return self.add_node(rng)
+        width = self.hidden_size[-1]
+        args = {"layer": len(self.hidden_size), "nodes": width}
+        return replace(self, hidden_size=(*self.hidden_size, width)), args
+
+    def remove_layer(self, rng: np.random.Generator) -> tuple[MLPArch, Args]:
+        """Drop the last layer; at the fewest layers allowed, add nodes instead."""
+        if len(self.hidden_size) <= self.min_hidden_layers:
+            return self.add_node(rng)
+        args = {"layer": len(self.hidden_size) - 1}
+        return replace(self, hidden_size=self.hidden_size[:-1]), args
+
+    def add_node(self, rng: np.random.Generator) -> tuple[MLPArch, Args]:
+        """Widen a random layer by 16, 32 or 64 nodes, unless that passes ``max_mlp_nodes``."""
+        return self._resize(True, rng)
+
+    def remove_node(self, rng: np.random.Generator) -> tuple[MLPArch, Args]:
+        """Narrow a random layer by 16, 32 or 64 nodes, unless that passes ``min_mlp_nodes``."""
+        return self._resize(False, rng)
+
+    def _resize(self, grow: bool, rng: np.random.Generator) -> tuple[MLPArch, Args]:
+        bounds = (self.min_mlp_nodes, self.max_mlp_nodes)
+        sizes, args = _resize_one(self.hidden_size, _NODE_STEPS, grow, bounds, rng)
+        return replace(self, hidden_size=sizes), args
+
+    def with_activation(self, activation: str) -> MLPArch:
+        """The same MLP with another hidden activation (the output activation is kept)."""
+        check_activation(activation)
+        return replace(self, activation=activation)
+
+    def describe(self) -> str:
+        """E.g. ``mlp[64,64]``."""
+        return f"mlp[{','.join(map(str, self.hidden_size))}]"
+
+
+@dataclass(frozen=True)
+class CNNArch:
+    """A stack of 2-D convolutions: channels, kernels and strides of each layer, and bounds."""
+
+    kind: ClassVar[str] = "cnn"
+    node_methods: ClassVar[tuple[str, ...]] = ("add_channel", "remove_channel", "change_kernel")
+
+    channel_size: tuple[int, ...]
+    kernel_size: tuple[int, ...]
+    stride_size: tuple[int, ...]
+    activation: str = "ReLU"
+    layer_norm: bool = False
+    init_layers: bool = True
+    min_hidden_layers: int = 1
+    max_hidden_layers: int = 6
+    min_channel_size: int = 8
+    max_channel_size: int = 256
+
+    def add_channel(self, rng: np.random.Generator) -> tuple[CNNArch, Args]:
+        """Add 8, 16 or 32 channels to a random layer, unless that passes the maximum."""
+        return self._resize(True, rng)
+
+    def remove_channel(self, rng: np.random.Generator) -> tuple[CNNArch, Args]:
+        """Remove 8, 16 or 32 channels from a random layer, unless that passes the minimum."""
+        return self._resize(False, rng)
+
+    def _resize(self, grow: bool, rng: np.random.Generator) -> tuple[CNNArch, Args]:
+        bounds = (self.min_channel_size, self.max_channel_size)
+        sizes, args = _resize_one(self.channel_size, _CHANNEL_STEPS, grow, bounds, rng)
+        return replace(self, channel_size=sizes), {
+            "layer": args["layer"],
+            "channels": args["nodes"],
+        }
+
+    def change_kernel(self, rng: np.random.Generator) -> tuple[CNNArch, Args]:
+        """Give a random layer another kernel size out of 3, 5 and 7.
+
+        A kernel wider than the image at that layer is clamped when the module is built.
+        """
+        layer = int(rng.integers(len(self.kernel_size)))
+        kernel = int(
+            rng.choice([size for size in _KERNEL_SIZES if size != self.kernel_size[layer]])
+        )
+        kernels = list(self.kernel_size)
+        kernels[layer] = kernel
+        return replace(self, kernel_size=tuple(kernels)), {"layer": layer, "kernel": kernel}
+
+    def with_activation(self, activation: str) -> CNNArch:
+        """The same CNN with another activation."""
+        check_activation(activation)
+        return replace(self, activation=activation)
+
+    def describe(self) -> str:
+        """E.g. ``cnn[32k3s1,32k3s1]`` (channels, kernel, stride of each layer)."""
+        layers = zip(self.channel_size, self.kernel_size, self.stride_size, strict=True)
+        return f"cnn[{','.join(f'{c}k{k}s{s}' for c, k, s in layers)}]"
+
+
+@dataclass(frozen=True)
+class MultiInputArch:
+    """Encoder of a gymnasium ``Dict`` observation: one sub-encoder per entry, concatenated.
+
+    :param latent_dim: output width of each sub-encoder (mutated by ``encoder.add_node``).
+    :param vector_space_mlp: give vector entries their own MLP (``mlp``) instead of passing
+        them through flattened.
+    :param mlp: the MLP of vector entries; its activation and init also serve the layer that
+        joins the sub-encoders.
+    :param cnn: the CNN of image entries.
+    """
+
+    kind: ClassVar[str] = "multiinput"
+    node_methods: ClassVar[tuple[str, ...]] = ("add_node", "remove_node")
+
+    latent_dim: int
+    vector_space_mlp: bool
+    min_latent_dim: int
+    max_latent_dim: int
+    mlp: MLPArch
+    cnn: CNNArch
+
+    def add_node(self, rng: np.random.Generator) -> tuple[MultiInputArch, Args]:
+        """Widen every sub-encoder's output by 8, 16 or 32, within the latent bounds."""
+        return self._resize(True, rng)
+
+    def remove_node(self, rng: np.random.Generator) -> tuple[MultiInputArch, Args]:
+        """Narrow every sub-encoder's output by 8, 16 or 32, within the latent bounds."""
+        return self._resize(False, rng)
+
+    def _resize(self, grow: bool, rng: np.random.Generator) -> tuple[MultiInputArch, Args]:
+        bounds = (self.min_latent_dim, self.max_latent_dim)
+        latent, args = _resize_latent(self.latent_dim, grow, bounds, rng)
+        return replace(self, latent_dim=latent), args
+
+    def with_activation(self, activation: str) -> MultiInputArch:
+        """The same encoder with another activation in every sub-encoder."""
+        return replace(
+            self, mlp=self.mlp.with_activation(activation), cnn=self.cnn.with_activation(activation)
+        )
+
+    def describe(self) -> str:
+        """E.g. ``multiinput(cnn[32k3s1], flat -> 64)``."""
+        vector = self.mlp.describe() if self.vector_space_mlp else "flat"
+        return f"multiinput({self.cnn.describe()}, {vector} -> {self.latent_dim})"
+
+
+@dataclass(frozen=True)
+class SimBaArch:
+    """SimBa's residual encoder for vector observations (Lee et al., 2024, "SimBa: Simplicity
+    Bias for Scaling Up Parameters in Deep Reinforcement Learning").
+
+    A linear embedding to ``hidden_size``, ``num_blocks`` residual blocks
+    ``x + MLP(LayerNorm(x))`` whose MLP is ``hidden -> scale_factor * hidden -> hidden`` with a
+    ReLU, a final LayerNorm, and a linear layer to the latent.
+
+    Evolution resizes the blocks (``add_node``/``remove_node``) and nothing else, as in
+    AgileRL, where an encoder offers node mutations only and layers are added to the head.
+    ``add_block``/``remove_block`` are there for code that changes the depth on purpose; like
+    the MLP's ``layer_methods`` of an encoder, :class:`NetworkArch` does not offer them.
+
+    The ReLU inside the blocks is part of the design (the residual stream and its LayerNorms
+    assume it), so activation mutation leaves a SimBa encoder as it is.
+
+    :param hidden_size: width of the embedding and of the residual stream.
+    :param num_blocks: residual blocks.
+    :param output_activation: activation of the latent, if any.
+    :param scale_factor: how much wider each block's inner layer is than ``hidden_size``.
+    """
+
+    kind: ClassVar[str] = "simba"
+    node_methods: ClassVar[tuple[str, ...]] = ("add_node", "remove_node")
+    layer_methods: ClassVar[tuple[str, ...]] = ("add_block", "remove_block")
+
+    hidden_size: int
+    num_blocks: int
+    output_activation: str | None = None
+    scale_factor: int = 4
+    min_blocks: int = 1
+    max_blocks: int = 4
+    min_mlp_nodes: int = 16
+    max_mlp_nodes: int = 500
+
+    def add_block(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Append a residual block; at the most blocks allowed, add nodes instead."""
+        if self.num_blocks >= self.max_blocks:
+            return self.add_node(rng)
+        return replace(self, num_blocks=self.num_blocks + 1), {"block": self.num_blocks}
+
+    def remove_block(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Drop the last residual block; at the fewest blocks allowed, add nodes instead."""
+        if self.num_blocks <= self.min_blocks:
+            return self.add_node(rng)
+        return replace(self, num_blocks=self.num_blocks - 1), {"block": self.num_blocks - 1}
+
+    def add_node(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Widen the blocks by 16, 32 or 64 nodes, unless that passes ``max_mlp_nodes``."""
+        return self._resize(True, rng)
+
+    def remove_node(self, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        """Narrow the blocks by 16, 32 or 64 nodes, unless that passes ``min_mlp_nodes``."""
+        return self._resize(False, rng)
+
+    def _resize(self, grow: bool, rng: np.random.Generator) -> tuple[SimBaArch, Args]:
+        amount = int(rng.choice(_NODE_STEPS))
+        bounds = (self.min_mlp_nodes, self.max_mlp_nodes)
+        hidden = _step(self.hidden_size, amount if grow else -amount, *bounds)
+        return replace(self, hidden_size=hidden), {"nodes": amount}
+
+    def with_activation(self, activation: str) -> SimBaArch:
+        """This encoder unchanged: its blocks keep SimBa's ReLU (see the class docstring)."""
+        check_activation(activation)
+        return self
+
+    def describe(self) -> str:
+        """E.g. ``simba[128x2]`` (block width, number of blocks)."""
+        return f"simba[{self.hidden_size}x{self.num_blocks}]"
+
+
+EncoderArch = MLPArch | CNNArch | MultiInputArch | SimBaArch | LSTMArch
+_KINDS: dict[str, type[EncoderArch]] = {
+    cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch, SimBaArch, LSTMArch)
+}
+
+
+def _to_json(arch: EncoderArch) -> dict[str, Any]:
+    data: dict[str, Any] = {"kind": arch.kind}
+    for field in fields(arch):
+        value = getattr(arch, field.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif is_dataclass(value):
+            value = _to_json(value)  # type: ignore[arg-type]
+        data[field.name] = value
+    return data
+
+
+def _from_json(data: Mapping[str, Any]) -> EncoderArch:
+    kind = data.get("kind")
+    if kind not in _KINDS:
+        raise ValueError(f"unknown architecture kind {kind!r}; expected one of {sorted(_KINDS)}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, list):
+            values[key] = tuple(value)
+        elif isinstance(value, Mapping):
+            values[key] = _from_json(value)
+        elif key != "kind":
+            values[key] = value
+    return _KINDS[kind](**values)
+
+
+@dataclass(frozen=True)
+class NetworkArch:
+    """A whole network: an encoder to a latent of ``latent_dim``, and an MLP head on top."""
+
+    encoder: EncoderArch
+    latent_dim: int
+    min_latent_dim: int
+    max_latent_dim: int
+    head: MLPArch
+
+    def mutation_methods(self) -> list[ArchMethod]:
+        """Every architecture mutation this network offers."""
+        methods = [ArchMethod("latent.add_node", "node"), ArchMethod("latent.remove_node", "node")]
+        methods += [ArchMethod(f"encoder.{name}", "node") for name in self.encoder.node_methods]
+        methods += [ArchMethod(f"head.{name}", "layer") for name in MLPArch.layer_methods]
+        methods += [ArchMethod(f"head.{name}", "node") for name in MLPArch.node_methods]
+        return methods
+
+    def apply(self, method: str, rng: np.random.Generator) -> tuple[NetworkArch, Args]:
+        """Apply one mutation by name; return the new architecture and the arguments drawn.
+
+        :param method: the name of one of :meth:`mutation_methods`.
+        :param rng: source of the random choices.
+        :raises ValueError: the name is not one of :meth:`mutation_methods`.
+        """
+        names = [candidate.name for candidate in self.mutation_methods()]
+        if method not in names:
+            raise ValueError(f"unknown architecture mutation {method!r}; expected one of {names}")
+        part, operation = method.split(".", 1)
+        if part == "latent":
+            bounds = (self.min_latent_dim, self.max_latent_dim)
+            latent, args = _resize_latent(self.latent_dim, operation == "add_node", bounds, rng)
+            return replace(self, latent_dim=latent), args
+        if part == "head":
+            head, args = getattr(self.head, operation)(rng)
+            return replace(self, head=head), args
+        encoder, args = getattr(self.encoder, operation)(rng)
+        return replace(self, encoder=encoder), args
+
+    def with_activation(self, activation: str) -> NetworkArch:
+        """The same network with another hidden activation in encoder and head.
+
+        Output activations are untouched.
+        """
+        return replace(
+            self,
+            encoder=self.encoder.with_activation(activation),
+            head=self.head.with_activation(activation),
+        )
+
+    def describe(self) -> str:
+        """A short human-readable summary, e.g. ``mlp[64,64] -> 64 -> mlp[64]``."""
+        return f"{self.encoder.describe()} -> {self.latent_dim} -> {self.head.describe()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict that :meth:`from_dict` turns back into an equal architecture."""
+        return {
+            "encoder": _to_json(self.encoder),
+            "latent_dim": self.latent_dim,
+            "min_latent_dim": self.min_latent_dim,
+            "max_latent_dim": self.max_latent_dim,
+            "head": _to_json(self.head),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NetworkArch:
+        """The architecture :meth:`to_dict` wrote.
+
+        :param data: the dict, e.g. read back from a JSON checkpoint.
+        :raises ValueError: the dict does not describe a network architecture.
+        """
+        head = _from_json(data["head"])
+        if not isinstance(head, MLPArch):
+            raise ValueError(f"the head must be an mlp, not {head.kind}")
+        return cls(
+            encoder=_from_json(data["encoder"]),
+            latent_dim=int(data["latent_dim"]),
+            min_latent_dim=int(data["min_latent_dim"]),
+            max_latent_dim=int(data["max_latent_dim"]),
+            head=head,
+        )
+
+
+def is_image_space(space: gymnasium.spaces.Space) -> TypeGuard[gymnasium.spaces.Box]:
+    """Whether ``space`` holds images: a 3-D ``Box``, channels-first or channels-last."""
+    from gymnasium import spaces
+
+    return isinstance(space, spaces.Box) and len(space.shape) == 3
+
+
+def observed_kind(space: gymnasium.spaces.Space) -> str:
+    """The encoder an observation space calls for: ``multiinput``, ``cnn`` or ``mlp``."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return "multiinput"
+    return "cnn" if is_image_space(space) else "mlp"
+
+
+def _mismatch(path: str, message: str, hint: str) -> ManifestError:
+    return ManifestError([FieldError(path, message, hint)])
+
+
+def _encoder_kind(
+    network: NetworkSpec, space: gymnasium.spaces.Space, recurrent: bool = False
+) -> str:
+    declared = network.arch
+    observed = observed_kind(space)
+    if recurrent or declared == "lstm":
+        return _recurrent_kind(declared, observed, recurrent, space)
+    if declared == "simba":
+        if observed != "mlp":
+            raise _simba_mismatch(network, space, observed)
+        return declared
+    if declared is None or declared == observed or (declared, observed) == ("mlp", "cnn"):
+        return observed if declared is None else declared
+    wanted = {"multiinput": "a Dict", "cnn": "an image (3-D Box)", "mlp": "a non-Dict"}[declared]
+    raise _mismatch(
+        "network.encoder_config.arch",
+        f"'{declared}' needs {wanted} observation space, but the environment's is {space}",
+        f"remove arch to let the observation space choose ('{observed}')",
+    )
+
+
+def _recurrent_kind(
+    declared: str | None, observed: str, recurrent: bool, space: gymnasium.spaces.Space
+) -> str:
+    """``lstm``, the one encoder that carries a hidden state, if it fits the algorithm and
+    the observation space."""
+    if not recurrent:
+        raise _mismatch(
+            "network.encoder_config.arch",
+            "'lstm' needs a recurrent algorithm, but algorithm.recurrent is not true",
+            "set algorithm.recurrent: true, or remove arch",
+        )
+    if declared not in (None, "lstm"):
+        raise _mismatch(
+            "network.encoder_config.arch",
+            f"'{declared}' carries no hidden state, but algorithm.recurrent is true",
+            "write arch: lstm, or remove arch",
+        )
+    if observed != "mlp":
+        raise _mismatch(
+            "algorithm.recurrent",
+            f"the LSTM encoder reads vector observations, but the environment's is {space}",
+            "set recurrent: false",
+        )
+    return "lstm"
+
+
+def _simba_mismatch(
+    network: NetworkSpec, space: gymnasium.spaces.Space, observed: str
+) -> ManifestError:
+    written = "simba" if "simba" in network.model_fields_set else "encoder_config.arch"
+    return _mismatch(
+        f"network.{written}",
+        f"SimBa is an encoder for vector observations, but the environment's is {space}",
+        f"remove {written} to let the observation space choose ('{observed}')",
+    )
+
+
+def _from_config(
+    cls: type[MLPArch | CNNArch | SimBaArch],
+    config: MLPConfig | CNNEncoderConfig | SimBaEncoderConfig,
+) -> Any:
+    values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
+    kwargs: dict[str, Any] = {
+        key: tuple(v) if isinstance(v, list) else v for key, v in values.items()
+    }
+    return cls(**kwargs)
+
+
+def _default_cnn() -> CNNArch:
+    return CNNArch(channel_size=(32, 32), kernel_size=(3, 3), stride_size=(1, 1))
+
+
+def _mlp_encoder(config: Any) -> MLPArch:
+    if isinstance(config, MLPConfig):
+        return _from_config(MLPArch, config)
+    return MLPArch(hidden_size=(64, 64))
+
+
+def _cnn_encoder(config: Any) -> CNNArch:
+    if isinstance(config, CNNEncoderConfig):
+        return _from_config(CNNArch, config)
+    # An MLP-shaped encoder_config without arch cannot describe an image encoder: use defaults.
+    return _default_cnn()
+
+
+def _multi_input_encoder(config: Any) -> MultiInputArch:
+    if not isinstance(config, MultiInputEncoderConfig):
+        return MultiInputArch(64, False, 8, 128, MLPArch(hidden_size=(64,)), _default_cnn())
+    mlp = config.mlp_config
+    cnn = config.cnn_config
+    return MultiInputArch(
+        latent_dim=config.latent_dim,
+        vector_space_mlp=config.vector_space_mlp,
+        min_latent_dim=config.min_latent_dim,
+        max_latent_dim=config.max_latent_dim,
+        mlp=_from_config(MLPArch, mlp) if mlp is not None else MLPArch(hidden_size=(64,)),
+        cnn=_from_config(CNNArch, cnn) if cnn is not None else _default_cnn(),
+    )
+
+
+def _simba_encoder(config: Any) -> SimBaArch:
+    if isinstance(config, SimBaEncoderConfig):
+        return _from_config(SimBaArch, config)
+    if config is None:
+        return SimBaArch(hidden_size=128, num_blocks=2)
+    # ``simba: true`` beside an MLP-shaped encoder_config: say so rather than drop its fields.
+    raise _mismatch(
+        "network.encoder_config",
+        "describes an MLP encoder, but network.simba is true",
+        "give SimBa's fields, e.g. {hidden_size: 128, num_blocks: 2}, or remove simba",
+    )
+
+
+def _lstm_encoder(config: Any) -> LSTMArch:
+    if isinstance(config, LSTMEncoderConfig):
+        names = [f.name for f in fields(LSTMArch) if f.name in LSTMEncoderConfig.model_fields]
+        return LSTMArch(**{name: getattr(config, name) for name in names})
+    if config is None:
+        return LSTMArch(hidden_state_size=128)
+    raise _mismatch(
+        "network.encoder_config",
+        "describes an MLP encoder, but algorithm.recurrent is true",
+        "give the LSTM's fields, e.g. {hidden_state_size: 64}, or remove encoder_config",
+    )
+
+
+_ENCODER_BUILDERS: dict[str, Callable[[Any], EncoderArch]] = {
+    "mlp": _mlp_encoder,
+    "cnn": _cnn_encoder,
+    "multiinput": _multi_input_encoder,
+    "simba": _simba_encoder,
+    "lstm": _lstm_encoder,
+}
+
+
+def arch_from_spec(
+    network: NetworkSpec,
+    observation_space: gymnasium.spaces.Space,
+    *,
+    recurrent: bool = False,
+    latent_norm: bool = False,
+) -> NetworkArch:
+    """The architecture a validated ``network`` section describes for an observation space.
+
+    The encoder is the one ``encoder_config.arch`` names (or SimBa, with ``simba: true``; an
+    LSTM for a recurrent algorithm), else the one the space calls for (Dict -> multi-input,
+    3-D Box -> CNN, anything else -> MLP); fields the spec leaves out take their defaults.
+
+    :param network: the validated ``network`` section.
+    :param observation_space: the environment's (single, unbatched) observation space.
+    :param recurrent: the algorithm carries a hidden state (``algorithm.recurrent``), which
+        takes an LSTM encoder, the only one that does.
+    :param latent_norm: an MLP encoder with layer norm normalises its latent too (the
+        algorithm's spec asks for it: ``normalised_latent``).
+    :raises ManifestError: the declared encoder cannot read this observation space (e.g. SimBa,
+        which reads vectors, on images), ``simba: true`` comes with an MLP's encoder_config,
+        or an LSTM encoder and ``recurrent`` go one without the other.
+    """
+    kind = _encoder_kind(network, observation_space, recurrent)
+    encoder = _ENCODER_BUILDERS[kind](network.encoder_config)
+    if isinstance(encoder, MLPArch):
+        encoder = replace(encoder, latent_norm=latent_norm and encoder.layer_norm)
+    return NetworkArch(
+        encoder=encoder,
+        latent_dim=network.latent_dim,
+        min_latent_dim=network.min_latent_dim,
+        max_latent_dim=network.max_latent_dim,
+        head=_from_config(MLPArch, network.head_config),
+    )

@@ -1,0 +1,182 @@
+"""The RL paradigms' implementations: what each builds for a run (members, runners, replay
+buffers, team environments), on :class:`RLParadigm`, the base any RL paradigm can build on."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+
+from agile_cli import AgentContext, Member, Need, Paradigm, Runner, TrainingError, TrainingManifest
+from agile_rl import experience
+from agile_rl.nn.arch import NetworkArch, arch_from_spec
+from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm
+from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
+from agile_rl.spec import OffPolicyTraining, TeamTraining
+from agile_rl.training import batched, budget
+from agile_rl.training.batched_on_policy import batched_runner
+from agile_rl.training.multi_agent_on_policy import MultiAgentOnPolicyRunner
+from agile_rl.training.runners import MultiAgentOffPolicyRunner, OffPolicyRunner, OnPolicyRunner
+
+
+class RLParadigm(Paradigm):
+    """The base of the RL paradigms: each member is built alone from the manifest's network
+    section (:class:`~agile_rl.Algorithm`'s constructor), and the run's memory is estimated
+    from the networks, the replay buffer and the rollouts (:mod:`agile_rl.training.budget`)."""
+
+    def population(
+        self,
+        manifest: TrainingManifest,
+        cls: type[Member],
+        env: Any,
+        context: AgentContext,
+        size: int,
+    ) -> list[Member]:
+        check_algorithm_class(cls, manifest.algorithm_name)
+        spaces = _spaces(manifest, env)
+        arch = network_arch(manifest, list(_observed(manifest, env)))
+        build: Any = cls  # the contract says nothing of constructors
+        return [
+            build(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
+            for index in range(size)
+        ]
+
+    def memory_needs(self, manifest: TrainingManifest, env: Any, members: int) -> list[Need]:
+        return budget.needs(manifest, env, members)
+
+
+def check_algorithm_class(cls: type[Member], name: str) -> None:
+    """Refuse an :class:`~agile_rl.Algorithm` subclass that names no group learner and
+    implements no ``act`` (or, off-policy, no ``learn``): it could not act or learn.
+
+    :raises TrainingError: naming what is missing and what to do.
+    """
+    if not issubclass(cls, Algorithm) or cls.group_learner is not None:
+        return
+    defaults = [method for method in ("act", "learn") if _inherits_default(cls, method)]
+    if defaults:
+        raise TrainingError(
+            f"{cls.__module__}:{cls.__qualname__} names no group_learner and implements no "
+            f"{' or '.join(defaults)}",
+            "name a group learner (group_learner = ...), or implement act and learn",
+        )
+
+
+def _inherits_default(cls: type[Algorithm], name: str) -> bool:
+    """Whether ``cls`` takes method ``name`` from the base classes that run a group learner."""
+    defaults = (vars(Algorithm).get(name), vars(OffPolicyAlgorithm).get(name))
+    own = getattr(cls, name, None)
+    return own is not None and own in defaults
+
+
+def network_arch(manifest: TrainingManifest, observed: list[Any]) -> NetworkArch:
+    """The architecture of the network section for members observing ``observed`` spaces; a
+    team's agents share one, which must suit every agent's observations.
+
+    :raises TrainingError: the section cannot read these observations, or the agents' call
+        for different encoders.
+    """
+    recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
+    norm = manifest.algorithm.normalised_latent
+    try:
+        archs = [
+            arch_from_spec(manifest.evolvable_network, s, recurrent=recurrent, latent_norm=norm)
+            for s in observed
+        ]
+    except NotImplementedError as exc:
+        raise TrainingError(str(exc)) from None
+    kinds = {type(arch.encoder).__name__ for arch in archs}
+    if len(kinds) > 1:
+        raise TrainingError(
+            f"the agents' observations call for different encoders ({', '.join(sorted(kinds))})",
+            "a team shares one architecture: flatten or wrap the observations so they match",
+        )
+    return archs[0]
+
+
+def _multi_agent(manifest: TrainingManifest) -> bool:
+    return manifest.paradigm is not None and manifest.paradigm.multi_agent
+
+
+def _observed(manifest: TrainingManifest, env: Any) -> Any:
+    if _multi_agent(manifest):
+        return env.single_observation_spaces.values()
+    return [env.single_observation_space]
+
+
+def _spaces(manifest: TrainingManifest, env: Any) -> dict[str, Any]:
+    if _multi_agent(manifest):
+        return {
+            "observation_spaces": env.single_observation_spaces,
+            "action_spaces": env.single_action_spaces,
+        }
+    return {
+        "observation_space": env.single_observation_space,
+        "action_space": env.single_action_space,
+    }
+
+
+class Batched(RLParadigm):
+    """A single-agent paradigm whose members train batched where their algorithm has a group
+    learner (:func:`agile_rl.training.batched.applies`)."""
+
+    def trains_together(self, manifest: TrainingManifest, cls: type[Member]) -> bool:
+        return batched.applies(manifest, cls)
+
+    def population_runner(
+        self, manifest: TrainingManifest, runner: Runner[Any], size: int
+    ) -> Runner[Any]:
+        return batched_runner(runner, size)
+
+
+class OffPolicy(Batched):
+    """Act, store transitions in the replay buffer the population shares, learn from batches
+    of it (through an n-step accumulator when the buffer holds n-step returns)."""
+
+    def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+        return experience.replay_buffer(manifest, env, device, gamma=experience.discount(manifest))
+
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> OffPolicyRunner:
+        spec = experience.replay_spec(manifest)
+        n_step = None
+        if spec.n_step_buffer:
+            gamma = experience.discount(manifest)
+            n_step = NStepAccumulator(spec.n_step_buffer_args.n_step, gamma, env.num_envs)
+        delay = cast(OffPolicyTraining, manifest.training).learning_delay
+        return OffPolicyRunner(env, buffer, learning_delay=delay, n_step=n_step)
+
+
+class OnPolicy(Batched):
+    """Collect a rollout of ``learn_step`` steps, learn from it, repeat."""
+
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> OnPolicyRunner:
+        return OnPolicyRunner(env)
+
+
+class Team(RLParadigm):
+    """What both multi-agent paradigms share: the agents' parallel environment as one team."""
+
+    def environment(self, manifest: TrainingManifest, env: Any) -> Any:
+        training = cast(TeamTraining, manifest.training)
+        return experience.team_environment(env, sum_scores=training.sum_scores)
+
+
+class TeamOffPolicy(Team):
+    """A team acts; every agent's transitions go to the replay buffer the population shares."""
+
+    def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
+        gamma = experience.discount(manifest)
+        return experience.team_replay_buffer(manifest, env, device, gamma=gamma)
+
+    def runner(
+        self, manifest: TrainingManifest, env: Any, buffer: Any
+    ) -> MultiAgentOffPolicyRunner:
+        delay = cast(OffPolicyTraining, manifest.training).learning_delay
+        return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
+
+
+class TeamOnPolicy(Team):
+    """A team collects a rollout per agent and learns from it."""
+
+    def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> MultiAgentOnPolicyRunner:
+        return MultiAgentOnPolicyRunner(env)

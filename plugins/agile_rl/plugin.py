@@ -1,0 +1,42 @@
+"""Registers the four RL paradigms (light: the runners are imported only to train)."""
+
+from __future__ import annotations
+
+from agile_cli import Family, RegisterParadigm, hookimpl
+from agile_rl.spec import OffPolicyTraining, TeamOffPolicyTraining, TeamTraining
+
+_IMPLEMENTATIONS = "agile_rl.paradigms"
+
+
+@hookimpl
+def agile_register_paradigms(register: RegisterParadigm) -> None:
+    register(
+        name=Family.OFF_POLICY,
+        implementation=f"{_IMPLEMENTATIONS}:OffPolicy",
+        replay_buffer=True,
+        training=OffPolicyTraining,
+        algorithm_fields={"learn_step": int, "gamma": float},
+        description="act, store transitions in a shared replay buffer, learn from batches",
+    )
+    register(
+        name=Family.ON_POLICY,
+        implementation=f"{_IMPLEMENTATIONS}:OnPolicy",
+        algorithm_fields={"learn_step": int},
+        description="collect a rollout of learn_step steps, learn from it, repeat",
+    )
+    register(
+        name=Family.MULTI_AGENT_OFF_POLICY,
+        implementation=f"{_IMPLEMENTATIONS}:TeamOffPolicy",
+        replay_buffer=True,
+        multi_agent=True,
+        training=TeamOffPolicyTraining,
+        algorithm_fields={"gamma": float},
+        description="a team acts, every agent's transitions go to a shared replay buffer",
+    )
+    register(
+        name=Family.MULTI_AGENT_ON_POLICY,
+        implementation=f"{_IMPLEMENTATIONS}:TeamOnPolicy",
+        multi_agent=True,
+        training=TeamTraining,
+        description="a team collects a rollout per agent and learns from it",
+    )

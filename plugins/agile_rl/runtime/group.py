@@ -1,0 +1,445 @@
+"""A group of members whose networks stack, trained as one computation.
+
+:class:`MemberGroup` copies ``k`` members' networks and Adam states into stacked tensors
+(:mod:`agile_rl.runtime.stacked`) for a generation, gives an algorithm's
+:class:`GroupLearner` batched forward passes, per-member hyperparameters as tensors, gradient
+steps and soft updates for all members at once, and copies everything back into the members
+at the end (:meth:`MemberGroup.write_back`), so that evolution, checkpoints and evaluation
+see ordinary members.
+
+Every update takes an ``active`` mask: the members that learn in this call. The others are
+left exactly as they were (their losses are masked out of the gradient, and their Adam step,
+moments and parameters do not move), which is how members with different ``learn_step`` or
+policy delays share one computation.
+
+:func:`group_members` splits a population into groups: members of one algorithm class whose
+networks have the same layout, padded within :data:`~agile_rl.runtime.stacked.MAX_PADDING`
+(or, for small networks, :data:`~agile_rl.runtime.stacked.PADDING_ALLOWANCE`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+import torch
+
+from agile_rl.runtime.stacked import (
+    MAX_PADDING,
+    PADDING_ALLOWANCE,
+    StackedNetwork,
+    corner,
+    layout_key,
+    padded_shapes,
+    parameter_count,
+)
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from agile_rl.runtime.agent import Algorithm
+    from agile_rl.runtime.buffers import Transitions
+
+_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which members' optimizers use
+_EPS = 1e-8
+
+
+class StackedAdam:
+    """Adam over stacked networks, each member with its own learning rate and step count;
+    the same update as ``torch.optim.Adam`` (default betas and eps) makes per member.
+
+    :param flats: the ``[k, P]`` flat parameters of each network it trains.
+    :param lr: ``[k]`` learning rates.
+    :param steps: ``[k]`` steps taken so far.
+    :param moments: first and second moments, one pair of ``[k, P]`` per flat.
+    """
+
+    def __init__(
+        self,
+        flats: list[torch.Tensor],
+        lr: torch.Tensor,
+        steps: torch.Tensor,
+        moments: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
+        self.flats = flats
+        self.lr = lr
+        self.steps = steps
+        self.moments = moments
+
+    def step(
+        self,
+        grads: list[torch.Tensor],
+        active: torch.Tensor,
+        used: Sequence[torch.Tensor | None] | None = None,
+    ) -> None:
+        """One Adam step for the active members (``active`` a ``[k]`` float of 0 and 1).
+
+        :param used: for each flat, None, or a ``[P]`` float mask of the parameters the loss
+            reached: the others are skipped, as ``torch.optim.Adam`` skips a parameter
+            without a gradient.
+        """
+        beta1, beta2 = _BETAS
+        self.steps += active
+        taken = self.steps.clamp(min=1.0)
+        step_size = (self.lr / (1 - beta1**taken) * active).unsqueeze(1)
+        correction = (1 - beta2**taken).sqrt().unsqueeze(1)
+        first_weight = ((1 - beta1) * active).unsqueeze(1)
+        second_weight = ((1 - beta2) * active).unsqueeze(1)
+        columns = used or [None] * len(self.flats)
+        for index, (flat, grad) in enumerate(zip(self.flats, grads, strict=True)):
+            first, second = self.moments[index]
+            mask = columns[index]
+            weights = [w if mask is None else w * mask for w in (first_weight, second_weight)]
+            first.lerp_(grad, weights[0])
+            second.lerp_(grad * grad, weights[1])
+            denominator = (second.sqrt() / correction).add_(_EPS)
+            size = step_size if mask is None else step_size * mask
+            flat.sub_(first * size / denominator)
+
+
+class GroupNetwork(Protocol):
+    """A network of a :class:`Group`: every tensor in and out has the member axis first."""
+
+    @property
+    def views(self) -> dict[str, torch.Tensor]:
+        """Each parameter, ``[k, *shape]``."""
+        ...
+
+    def __call__(self, obs: Any, extra: torch.Tensor | None = None) -> dict[str, torch.Tensor]: ...
+
+    def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None: ...
+
+    def mean_weights(self) -> AbstractContextManager[None]: ...
+
+
+class Group(Protocol):
+    """What a :class:`GroupLearner` trains: ``k`` members stacked (:class:`MemberGroup`), or
+    one member alone (:class:`~agile_rl.runtime.solo.SoloGroup`); both derive from it and
+    share :meth:`gradient_step`."""
+
+    members: list[Algorithm]
+    size: int
+    device: torch.device
+
+    def net(self, name: str) -> GroupNetwork: ...
+
+    def hp(self, name: str) -> torch.Tensor: ...
+
+    def gradient_step(
+        self,
+        optimizer: str,
+        losses: torch.Tensor,
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None:
+        """Minimise each active member's loss (``losses`` ``[k]``) with one step of its
+        optimizer ``optimizer`` (:meth:`minimise` of that one), clipping each member's gradient
+        norm to ``max_grad_norm`` when given, a number or one per member ``[k]`` (zero or less:
+        no clipping, as :meth:`~agile_rl.Algorithm.gradient_step` does for one member)."""
+        self.minimise(losses, (optimizer,), active, max_grad_norm)
+
+    def minimise(
+        self,
+        losses: torch.Tensor,
+        optimizers: tuple[str, ...],
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None: ...
+
+    def soft_update(
+        self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
+    ) -> None: ...
+
+    def write_back(self) -> None: ...
+
+
+class MemberGroup(Group):
+    """``k`` members of one algorithm whose networks stack (see :func:`group_members`).
+
+    :param members: the members, in the order their rows take.
+    """
+
+    def __init__(self, members: Sequence[Algorithm]) -> None:
+        self.members = list(members)
+        self.size = len(self.members)
+        first = self.members[0]
+        self.device = first.device
+        self._hyperparameters: dict[str, torch.Tensor] = {}
+        trained = {name for plan in first._plans.values() for name in plan.networks}
+        self.networks = {
+            n: StackedNetwork([m.networks[n] for m in self.members], trainable=n in trained)
+            for n in first.networks
+        }
+        self.optimizers = {name: self._optimizer(name) for name in first._plans}
+
+    # -- what learners use -------------------------------------------------------------------
+
+    def net(self, name: str) -> StackedNetwork:
+        """The stacked network ``name``: call it on ``[k, B, ...]`` observations."""
+        return self.networks[name]
+
+    def hp(self, name: str) -> torch.Tensor:
+        """The members' values of hyperparameter ``name`` as a ``[k]`` float tensor."""
+        values = self._hyperparameters.get(name)
+        if values is None:
+            numbers = [float(getattr(m.spec, name)) for m in self.members]
+            values = torch.tensor(numbers, device=self.device)
+            self._hyperparameters[name] = values
+        return values
+
+    def minimise(
+        self,
+        losses: torch.Tensor,
+        optimizers: tuple[str, ...],
+        active: torch.Tensor,
+        max_grad_norm: float | torch.Tensor | None = None,
+    ) -> None:
+        """One step of each named optimizer on the active members' ``losses``; gradients are
+        computed for those optimizers' parameters only."""
+        weight = active.to(losses.dtype)
+        networks = [n for name in optimizers for n in self._plan(name).networks]
+        views = [v for n in networks for v in self.networks[n].views.values()]
+        grads = torch.autograd.grad((losses * weight).sum(), views, allow_unused=True)
+        flat_grads, used = self._flat_grads(networks, grads)
+        if max_grad_norm is not None:
+            _clip(flat_grads, max_grad_norm)
+        start = 0
+        for name in optimizers:
+            end = start + len(self._plan(name).networks)
+            self.optimizers[name].step(flat_grads[start:end], weight, used[start:end])
+            start = end
+
+    def soft_update(
+        self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
+    ) -> None:
+        """``target <- target + tau * (online - target)`` per active member, for each
+        ``(target, online)`` pair of network names (``tau`` ``[k]``)."""
+        weight = (tau * active.to(tau.dtype)).unsqueeze(1)
+        with torch.no_grad():
+            for target, online in pairs:
+                self.networks[target].flat.lerp_(self.networks[online].flat, weight)
+
+    # -- copying back --------------------------------------------------------------------------
+
+    def write_back(self) -> None:
+        """Copy every member's networks and optimizer states back into the member."""
+        for name, stacked in self.networks.items():
+            stacked.write_back([m.networks[name] for m in self.members])
+        for name, optimizer in self.optimizers.items():
+            self._store_states(name, optimizer)
+
+    def _store_states(self, name: str, optimizer: StackedAdam) -> None:
+        """Each member's Adam state of optimizer ``name`` (none for a member that never
+        stepped: its optimizer keeps its empty state)."""
+        steps = optimizer.steps.tolist()
+        for index, network in enumerate(self._plan(name).networks):
+            firsts, seconds = self._moment_views(network, optimizer.moments[index])
+            for row, member in enumerate(self.members):
+                if steps[row] == 0:
+                    continue
+                state = member.optimizers[name].state
+                step = torch.tensor(steps[row], dtype=torch.float32, device=self.device)
+                for parameter_name, parameter in member.networks[network].named_parameters():
+                    own = corner(parameter.shape)
+                    state[parameter] = {
+                        "step": step.clone(),
+                        "exp_avg": firsts[parameter_name][row][own].clone(),
+                        "exp_avg_sq": seconds[parameter_name][row][own].clone(),
+                    }
+
+    def _moment_views(
+        self, network: str, moments: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        stacked = self.networks[network]
+        return stacked.views_of(moments[0]), stacked.views_of(moments[1])
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _plan(self, optimizer: str) -> Any:
+        return self.members[0]._plans[optimizer]
+
+    def _optimizer(self, name: str) -> StackedAdam:
+        """Optimizer ``name`` of every member, stacked: their learning rates, step counts and
+        Adam moments (zeros where a member has not stepped)."""
+        plan = self._plan(name)
+        if plan.parameters:
+            raise ValueError("learned parameters outside networks do not stack")
+        flats = [self.networks[n].flat for n in plan.networks]
+        steps = torch.zeros(self.size, device=self.device)
+        moments = [(torch.zeros_like(f), torch.zeros_like(f)) for f in flats]
+        for index, network in enumerate(plan.networks):
+            firsts, seconds = self._moment_views(network, moments[index])
+            for row, member in enumerate(self.members):
+                for parameter_name, parameter in member.networks[network].named_parameters():
+                    state = member.optimizers[name].state.get(parameter)
+                    if state:
+                        own = corner(parameter.shape)
+                        firsts[parameter_name][row][own].copy_(state["exp_avg"])
+                        seconds[parameter_name][row][own].copy_(state["exp_avg_sq"])
+                        steps[row] = float(state["step"])
+        return StackedAdam(flats, self.hp(plan.lr_attribute), steps, moments)
+
+    def _flat_grads(
+        self, networks: list[str], grads: Sequence[torch.Tensor | None]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Each network's gradients as one ``[k, P]`` tensor, and, where the loss did not
+        reach some of its parameters, the ``[P]`` mask of those it reached."""
+        flat_grads: list[torch.Tensor] = []
+        used: list[torch.Tensor | None] = []
+        start = 0
+        for network in networks:
+            stacked = self.networks[network]
+            parts = grads[start : start + len(stacked.views)]
+            start += len(stacked.views)
+            views = list(stacked.views.values())
+            pieces = [
+                torch.zeros_like(v) if g is None else g for g, v in zip(parts, views, strict=True)
+            ]
+            flat_grads.append(torch.cat([p.reshape(self.size, -1) for p in pieces], dim=1))
+            if any(grad is None for grad in parts):
+                reached = [torch.full((v[0].numel(),), float(g is not None), device=self.device)
+                           for g, v in zip(parts, views, strict=True)]  # fmt: skip
+                used.append(torch.cat(reached))
+            else:
+                used.append(None)
+        return flat_grads, used
+
+
+def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
+    """Scale each member's gradients so that their norm (over every tensor) is at most
+    ``max_norm`` (one per member, or one for all; 0 or less: not clipped), as
+    ``torch.nn.utils.clip_grad_norm_`` does for one member."""
+    if not isinstance(max_norm, torch.Tensor):
+        if max_norm <= 0:
+            return
+        max_norm = torch.full((grads[0].shape[0],), float(max_norm), device=grads[0].device)
+    norms = torch.stack([g.pow(2).sum(1) for g in grads]).sum(0).sqrt()
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    scale = torch.where(max_norm > 0, scale, torch.ones_like(scale)).unsqueeze(1)
+    for grad in grads:
+        grad.mul_(scale)
+
+
+class GroupLearner(abc.ABC):
+    """An algorithm's acting and learning, written once for a :class:`Group` of members:
+    every tensor carries the members along its first dimension. The algorithm class names it
+    in ``group_learner``; a batched population runs it on members stacked
+    (:class:`MemberGroup`), and a member alone runs it as a group of one
+    (:class:`~agile_rl.runtime.solo.SoloGroup`: ``Algorithm.act`` and ``learn`` do that by
+    default), so there is one update, and conformance tests hold the two to each other.
+
+    :param group: the members.
+    """
+
+    #: The members' family: "off_policy" learners implement :meth:`learn_batch`.
+    family: ClassVar[str] = "off_policy"
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+
+    @property
+    def members(self) -> list[Algorithm]:
+        return self.group.members
+
+    @abc.abstractmethod
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        """Actions for observations of the members' environments, ``[k * E, ...]`` in member
+        order, as each member's ``act`` would return them, concatenated."""
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One gradient step for the active members (``active`` ``[k]`` bool) on a stacked
+        batch ``[k, B, ...]`` of which each member uses the rows where ``rows`` (``[k, B]``,
+        0 or 1) is 1; returns each member's loss ``[k]`` and, for prioritised replay, new
+        priorities ``[k, B]``."""
+        raise NotImplementedError
+
+
+def masked_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Each member's mean of ``values`` ``[k, B]`` over its rows (``rows`` 0 or 1)."""
+    return (values * rows).sum(1) / rows.sum(1).clamp(min=1.0)
+
+
+def group_members(members: Sequence[Algorithm]) -> list[list[int]]:
+    """Indices of ``members`` split into groups that stack: one algorithm class with a group
+    learner, networks of one layout, and once padded at most :data:`MAX_PADDING` times each
+    member's parameters (or :data:`PADDING_ALLOWANCE` more); every other member is a group of
+    its own."""
+    by_key: dict[Hashable, list[int]] = {}
+    groups: list[list[int]] = []
+    for index, member in enumerate(members):
+        key = _member_key(member)
+        if key is None:
+            groups.append([index])
+        else:
+            by_key.setdefault(key, []).append(index)
+    for indices in by_key.values():
+        groups += _split_by_padding(members, indices)
+    return sorted(groups)
+
+
+#: Methods a group learner redoes for the members: a subclass that overrides one of them
+#: trains one by one unless it names a group learner of its own.
+GROUP_METHODS = frozenset({"build", "act", "learn", "policy_step"})
+
+
+def group_learner_of(cls: type[Algorithm]) -> type[GroupLearner] | None:
+    """The group learner that trains members of ``cls`` together: the one it, or a base class,
+    names in ``group_learner``, provided no class in between overrides one of
+    :data:`GROUP_METHODS` (the learner would not do what those members do)."""
+    for klass in cls.__mro__:
+        if "group_learner" in vars(klass):
+            learner: type[GroupLearner] | None = vars(klass)["group_learner"]
+            return learner
+        if GROUP_METHODS & set(vars(klass)):
+            return None
+    return None
+
+
+def _member_key(member: Algorithm) -> Hashable | None:
+    if group_learner_of(type(member)) is None or member.learned_parameters:
+        return None
+    if not member.stacks:
+        return None
+    keys = []
+    for name, network in member.networks.items():
+        key = layout_key(network)
+        if key is None:
+            return None
+        keys.append((name, key))
+    return (type(member), tuple(keys))
+
+
+def _split_by_padding(members: Sequence[Algorithm], indices: list[int]) -> list[list[int]]:
+    """Greedy, largest first: a member joins the first group it pads within bounds."""
+    sizes = {i: _parameters(members[i]) for i in indices}
+    groups: list[list[int]] = []
+    for index in sorted(indices, key=lambda i: -sizes[i]):
+        for group in groups:
+            if _pads_within_bounds([members[i] for i in [*group, index]], sizes[index]):
+                group.append(index)
+                break
+        else:
+            groups.append([index])
+    return [sorted(group) for group in groups]
+
+
+def _pads_within_bounds(members: Sequence[Algorithm], smallest: int) -> bool:
+    """Whether ``members``, the smallest of which has ``smallest`` parameters, stack within
+    :data:`MAX_PADDING` (or :data:`PADDING_ALLOWANCE`) of every member's own size."""
+    padded = _padded_size(members)
+    return padded <= max(MAX_PADDING * smallest, smallest + PADDING_ALLOWANCE)
+
+
+def _parameters(member: Algorithm) -> int:
+    return sum(p.numel() for p in member.parameters())
+
+
+def _padded_size(members: Sequence[Algorithm]) -> int:
+    names = members[0].networks
+    return sum(
+        parameter_count(padded_shapes([m.networks[name] for m in members])) for name in names
+    )

@@ -1,0 +1,304 @@
+"""Several members' copies of one network as stacked tensors: one batched forward for all.
+
+A :class:`StackedNetwork` holds, for ``k`` members, every parameter of a network as one tensor
+with the members along dimension 0, all of them views into one flat ``[k, P]`` buffer, so
+that an optimizer step, a gradient norm or a soft update is one operation for the whole group
+whatever the number of layers. Its forward pass runs the members' MLPs as batched matrix
+products (``baddbmm``): ``k`` small networks cost about as much as one.
+
+**Padding.** Members whose networks have the same layout (the same layers, activations and
+norms) but different widths (node mutations) stack too: every parameter is padded with
+zeros to the widest member's shape, and each member's extra hidden units are masked to zero
+after their activation; layer norms take their statistics over the member's own units only.
+Padded units then neither change a member's outputs nor receive any gradient, so they stay
+zero, and a member computes exactly what its own network does (up to float rounding). The
+price is compute: a member is evaluated at the group's widest shape, which
+:func:`~agile_rl.runtime.group.group_members` bounds by :data:`MAX_PADDING` (or
+:data:`PADDING_ALLOWANCE`, for small networks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agile_rl.nn.arch import MLPArch, NetworkArch
+from agile_rl.nn.modules import MLP, EvolvableNetwork, LogStd
+from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
+
+#: A member joins a padded group only if the group's network has at most this many times its
+#: own parameters (compute spent on padding is bounded by it).
+MAX_PADDING = 2.0
+
+#: ...or, for small networks, at most this many parameters more than its own: a group of its
+#: own would cost more, since a small network's step is mostly per-operation overhead (on a
+#: CPU, one more DQN learn step of a 9k-parameter network costs about what the arithmetic of
+#: some 60k more parameters does; more on a GPU).
+PADDING_ALLOWANCE = 65_536
+
+#: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
+_UNSTACKABLE = frozenset({"Softmax", "GumbelSoftmax", "PReLU"})
+
+_LAYER_NORM_EPS = 1e-5
+
+
+def layout_key(network: nn.Module) -> Hashable | None:
+    """What must be equal for two networks to stack (their widths may differ); None for a
+    network this module cannot stack (an encoder other than an MLP, noisy layers, ...)."""
+    if isinstance(network, LogStd):
+        return ("log_std", tuple(network.log_std.shape))
+    if not isinstance(network, EvolvableNetwork):
+        return None
+    arch = network.arch
+    encoder, head = arch.encoder, arch.head
+    if not isinstance(encoder, MLPArch):
+        return None
+    if {encoder.activation, head.activation} & _UNSTACKABLE:
+        return None
+    return (
+        _widthless(arch),
+        tuple(sorted(network.head_sizes.items())),
+        network.head_extra,
+        network.noisy_std is not None,
+        repr(network.observation_space),
+    )
+
+
+def _widthless(arch: NetworkArch) -> NetworkArch:
+    """``arch`` with every width set to zero: what node mutations leave unchanged."""
+    encoder = arch.encoder
+    assert isinstance(encoder, MLPArch)
+    return replace(
+        arch,
+        encoder=replace(encoder, hidden_size=(0,) * len(encoder.hidden_size)),
+        latent_dim=0,
+        head=replace(arch.head, hidden_size=(0,) * len(arch.head.hidden_size)),
+    )
+
+
+def padded_shapes(networks: Sequence[nn.Module]) -> dict[str, tuple[int, ...]]:
+    """Each parameter's shape padded to the widest of ``networks`` (same layout)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for network in networks:
+        for name, parameter in network.named_parameters():
+            old = shapes.get(name, (0,) * parameter.dim())
+            shapes[name] = tuple(max(a, b) for a, b in zip(old, parameter.shape, strict=True))
+    return shapes
+
+
+def parameter_count(shapes: dict[str, tuple[int, ...]]) -> int:
+    """The number of parameters of a network whose parameters have ``shapes``."""
+    return sum(math.prod(shape) for shape in shapes.values())
+
+
+class StackedNetwork:
+    """``k`` members' copies of one network (same layout), stacked and padded.
+
+    :param networks: each member's network, in group order.
+    :param trainable: whether its parameters take gradients (False for target networks).
+    """
+
+    def __init__(self, networks: Sequence[nn.Module], *, trainable: bool) -> None:
+        template = networks[0]
+        self.template = template
+        self.size = len(networks)
+        self.shapes = padded_shapes(networks)
+        device = next(template.parameters()).device
+        total = parameter_count(self.shapes)
+        self.flat = torch.zeros(self.size, total, device=device)
+        self.views = {
+            name: view.requires_grad_(trainable) for name, view in self.views_of(self.flat).items()
+        }
+        self._load(networks)
+        self.masks = self._masks(networks)
+        self.noise = self._noise_buffers()
+        self._noisy_layers = [_noisy_layers(network) for network in networks]
+        self.mean_only = False
+
+    def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
+        :attr:`flat` (the parameters, or e.g. an optimizer's moments of them)."""
+        views, offset = {}, 0
+        for name, shape in self.shapes.items():
+            count = math.prod(shape)
+            views[name] = flat[:, offset : offset + count].view(self.size, *shape)
+            offset += count
+        return views
+
+    # -- copying in and out ------------------------------------------------------------------
+
+    def _load(self, networks: Sequence[nn.Module]) -> None:
+        with torch.no_grad():
+            for row, network in enumerate(networks):
+                for name, parameter in network.named_parameters():
+                    self.views[name][row][corner(parameter.shape)].copy_(parameter)
+
+    def write_back(self, networks: Sequence[nn.Module]) -> None:
+        """Copy each member's part of the stacked parameters into its own network."""
+        with torch.no_grad():
+            for row, network in enumerate(networks):
+                for name, parameter in network.named_parameters():
+                    parameter.copy_(self.views[name][row][corner(parameter.shape)])
+
+    # -- padding masks -----------------------------------------------------------------------
+
+    def _masks(self, networks: Sequence[nn.Module]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """For every layer whose output width differs between members: its ``[k, 1, W]``
+        mask of real units and ``[k, 1, 1]`` count of them."""
+        masks = {}
+        parameters = [dict(network.named_parameters()) for network in networks]
+        for name, shape in self.shapes.items():
+            if not name.endswith((".weight", ".weight_mu")) or len(shape) != 2:
+                continue
+            widths = [own[name].shape[0] for own in parameters]
+            if min(widths) == shape[0]:
+                continue
+            layer = name.removesuffix("_mu").removesuffix(".weight")
+            width = torch.tensor(widths, device=self.flat.device).view(-1, 1, 1)
+            mask = (torch.arange(shape[0], device=self.flat.device).view(1, 1, -1) < width).float()
+            masks[layer] = (mask, width.float())
+        return masks
+
+    # -- noisy layers (Fortunato et al., 2018) -----------------------------------------------
+
+    def _noise_buffers(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Zero noise ``eps_in [k, in]`` and ``eps_out [k, out]`` for every noisy layer."""
+        buffers = {}
+        for name, shape in self.shapes.items():
+            if name.endswith(".weight_mu"):
+                out_width, in_width = shape
+                zeros = partial(torch.zeros, self.size, device=self.flat.device)
+                buffers[name.removesuffix(".weight_mu")] = (zeros(in_width), zeros(out_width))
+        return buffers
+
+    def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None:
+        """A new noise sample for every member's noisy layers, drawn as
+        :func:`~agile_rl.nn.noisy.reset_noise` draws it for the member's own network (one
+        draw from its generator, split among its layers in module order); a member whose
+        generator is None keeps its noise."""
+        for row, generator in enumerate(generators):
+            if generator is None:
+                continue
+            layers = self._noisy_layers[row]
+            sizes = [inputs + outputs for _, inputs, outputs in layers]
+            noise = signed_sqrt(draw_normals(sum(sizes), generator).to(self.flat.device))
+            for (name, inputs, outputs), part in zip(layers, noise.split(sizes), strict=True):
+                eps_in, eps_out = self.noise[name]
+                eps_in[row, :inputs] = part[:inputs]
+                eps_out[row, :outputs] = part[inputs:]
+
+    @contextmanager
+    def mean_weights(self) -> Iterator[None]:
+        """Inside, noisy layers compute with their mean weights (greedy actions)."""
+        self.mean_only = True
+        try:
+            yield
+        finally:
+            self.mean_only = False
+
+    # -- the forward pass --------------------------------------------------------------------
+
+    def __call__(
+        self, obs: torch.Tensor, extra: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Every head's output ``[k, B, width]`` on observations ``[k, B, ...]`` (and the
+        extra head input ``[k, B, ...]``, e.g. actions, when the network has one)."""
+        template = self.template
+        assert isinstance(template, EvolvableNetwork), "only networks have a forward pass"
+        encoder = template.encoder
+        assert isinstance(encoder, MLP)
+        latent = self._mlp("encoder", encoder, obs.reshape(*obs.shape[:2], -1))
+        if template.head_extra:
+            if extra is None:
+                raise ValueError("this network's heads also need the extra input")
+            latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
+        return {
+            name: self._mlp(f"heads.{name}", head, latent)  # type: ignore[arg-type]
+            for name, head in template.heads.items()
+        }
+
+    def _mlp(self, prefix: str, module: MLP, x: torch.Tensor) -> torch.Tensor:
+        for index, act in enumerate(module.acts):
+            layer = f"{prefix}.layers.{index}"
+            x = self._linear(layer, x)
+            if f"{prefix}.norms.{index}.weight" in self.views:
+                x = self._layer_norm(f"{prefix}.norms.{index}", layer, x)
+            x = self._masked(layer, act(x))
+        x = self._linear(f"{prefix}.out", x)
+        if isinstance(module.out_norm, nn.LayerNorm):  # a normalised latent, no affine part
+            x = self._normalised(f"{prefix}.out", x)
+        return self._masked(f"{prefix}.out", module.out_act(x))
+
+    def _linear(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        if layer in self.noise:
+            weight, bias = self._noisy(layer)
+        else:
+            weight, bias = self.views[f"{layer}.weight"], self.views[f"{layer}.bias"]
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    def _noisy(self, layer: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A noisy layer's weight and bias: ``mu + sigma * eps``, or ``mu`` in mean mode."""
+        views = self.views
+        weight, bias = views[f"{layer}.weight_mu"], views[f"{layer}.bias_mu"]
+        if self.mean_only:
+            return weight, bias
+        eps_in, eps_out = self.noise[layer]
+        noise = eps_out.unsqueeze(2) * eps_in.unsqueeze(1)
+        weight = torch.addcmul(weight, views[f"{layer}.weight_sigma"], noise)
+        return weight, torch.addcmul(bias, views[f"{layer}.bias_sigma"], eps_out)
+
+    def _layer_norm(self, norm: str, layer: str, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.views[f"{norm}.weight"], self.views[f"{norm}.bias"]
+        return torch.addcmul(bias.unsqueeze(1), self._normalised(layer, x), weight.unsqueeze(1))
+
+    def _normalised(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        """``layer``'s output normalised over each member's own units (no affine part)."""
+        if layer not in self.masks:
+            return F.layer_norm(x, x.shape[-1:], eps=_LAYER_NORM_EPS)
+        mask, count = self.masks[layer]
+        mean = (x * mask).sum(-1, keepdim=True) / count
+        centred = (x - mean) * mask
+        variance = centred.pow(2).sum(-1, keepdim=True) / count
+        return centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
+
+    def _masked(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        masked = self.masks.get(layer)
+        return x if masked is None else x * masked[0]
+
+
+def corner(shape: torch.Size | tuple[int, ...]) -> tuple[slice, ...]:
+    """The index of a member's own part of a padded tensor: its leading corner."""
+    return tuple(slice(0, size) for size in shape)
+
+
+def _noisy_layers(network: nn.Module) -> list[tuple[str, int, int]]:
+    """Name, input and output width of each noisy layer of ``network``, in module order."""
+    return [
+        (name, module.in_features, module.out_features)
+        for name, module in network.named_modules()
+        if isinstance(module, NoisyLinear)
+    ]
+
+
+def stacked_observations(obs: Any, members: int) -> Any:
+    """Preprocessed observations of ``members`` members' environments, ``[members * E, ...]``
+    in member order, as ``[members, E, ...]`` (dict observations key by key)."""
+    if isinstance(obs, dict):
+        return {key: stacked_observations(value, members) for key, value in obs.items()}
+    return obs.reshape(members, -1, *obs.shape[1:])
+
+
+def flat_rows(obs: Any) -> Any:
+    """Stacked observations ``[k, B, ...]`` as ``[k * B, ...]`` (dicts key by key): the
+    inverse of :func:`stacked_observations`, e.g. to preprocess them."""
+    if isinstance(obs, dict):
+        return {key: flat_rows(value) for key, value in obs.items()}
+    return obs.reshape(-1, *obs.shape[2:])

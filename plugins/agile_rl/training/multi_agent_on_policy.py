@@ -1,0 +1,160 @@
+"""One generation of on-policy training for a team (the multi-agent on-policy family).
+
+The runner steps a :class:`~agile_rl.runtime.team_env.TeamEnv` as :class:`OnPolicyRunner` steps a
+single-agent vector env, and hands the member a :class:`TeamRollout` after each rollout.
+
+**Rollout layout.** A :class:`TeamRollout` holds one :class:`~agile_rl.runtime.rollout.Rollout` per
+entry of the member's ``groups`` (agents whose rows one network batch serves). With ``N``
+environment copies, row ``a * N + n`` of a group's rollout is the group's ``a``-th agent in copy
+``n`` (agent-major: the per-agent ``[N, ...]`` arrays concatenated). Each row carries that
+agent's own reward, termination and truncation, so generalised advantages are computed per
+agent (:func:`~agile_rl.compute_gae` with one column per row), bootstrapping through
+truncations as single-agent PPO does. A row is valid, and kept for learning, when its copy's
+step was a real one (not an autoreset step) and the agent had not finished its episode
+before it (an agent that left early reports terminated with zero reward until its team ends).
+
+**What the member provides.** ``obs_tensor(obs)`` returns the observations by group, each
+``[A * N, ...]`` in that row order; ``policy_step(obs_tensor)`` returns the actions by agent
+and a :class:`~agile_rl.PolicyRecord` by group; ``learn(rollout, last_obs)`` gets the
+finished :class:`TeamRollout` and ``obs_tensor`` of the observations after its last step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import numpy as np
+import torch
+
+from agile_rl.runtime.multi_agent import MultiAgentOnPolicyAlgorithm
+from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
+from agile_rl.training.runners import (
+    EpisodeRunner,
+    EpisodeTracker,
+    GenerationStats,
+    Progress,
+    learned_loss,
+    reset_seed,
+    rollout_lengths,
+)
+
+if TYPE_CHECKING:
+    from agile_rl.nn.modules import Observation
+
+
+class GroupRows(NamedTuple):
+    """One vector step of every group's agents, by group, rows as in a :class:`TeamRollout`."""
+
+    rewards: dict[str, np.ndarray]
+    terminated: dict[str, np.ndarray]
+    truncated: dict[str, np.ndarray]
+    valid: dict[str, np.ndarray]
+
+
+class TeamRollout:
+    """One rollout of a team: a :class:`~agile_rl.runtime.rollout.Rollout` per group of agents.
+
+    :param groups: the agents of each group, in row order.
+    """
+
+    def __init__(self, groups: Mapping[str, list[str]]) -> None:
+        self.groups = {group: list(agents) for group, agents in groups.items()}
+        self.rollouts = {group: Rollout() for group in self.groups}
+
+    def __len__(self) -> int:
+        """Vector steps recorded."""
+        return len(next(iter(self.rollouts.values())))
+
+    def add(
+        self,
+        obs: Mapping[str, torch.Tensor | dict[str, torch.Tensor]],
+        records: Mapping[str, PolicyRecord],
+        rows: GroupRows,
+    ) -> None:
+        """Record one vector step: each group's observations and policy record, and its
+        agents' rewards, flags and validity."""
+        for group, rollout in self.rollouts.items():
+            rollout.add(
+                obs[group], records[group], rows.rewards[group], rows.terminated[group],
+                rows.truncated[group], rows.valid[group],
+            )  # fmt: skip
+
+    def finish(
+        self, group: str, last_values: torch.Tensor, gamma: float, gae_lambda: float
+    ) -> RolloutBatch:
+        """One group's valid rows with advantages and returns, flattened over time and rows.
+
+        :param last_values: ``[A * N]`` values of the group's observations after the last step.
+        """
+        return self.rollouts[group].finish(last_values, gamma, gae_lambda)
+
+
+class _AgentTracker:
+    """Turns the per-agent arrays of a team step into group rows, and remembers which agents
+    have finished their episode (their later steps are not learnt from)."""
+
+    def __init__(self, groups: Mapping[str, list[str]], num_envs: int) -> None:
+        self.groups = {group: list(agents) for group, agents in groups.items()}
+        self.done = {
+            group: np.zeros(len(agents) * num_envs, dtype=bool)
+            for group, agents in self.groups.items()
+        }
+
+    def step(self, infos: Mapping[str, Any], team_valid: np.ndarray) -> GroupRows:
+        rows = GroupRows({}, {}, {}, {})
+        for group, agents in self.groups.items():
+            rows.rewards[group] = _rows(infos["agent_rewards"], agents)
+            terminated = rows.terminated[group] = _rows(infos["agent_terminated"], agents)
+            truncated = rows.truncated[group] = _rows(infos["agent_truncated"], agents)
+            rows.valid[group] = np.tile(team_valid, len(agents)) & ~self.done[group]
+            self.done[group] = terminated | truncated
+        return rows
+
+
+def _rows(per_agent: Mapping[str, np.ndarray], agents: list[str]) -> np.ndarray:
+    if len(agents) == 1:
+        return np.asarray(per_agent[agents[0]])
+    return np.concatenate([per_agent[agent] for agent in agents])
+
+
+class MultiAgentOnPolicyRunner(EpisodeRunner[MultiAgentOnPolicyAlgorithm]):
+    """Collects team rollouts of ``learn_step`` environment steps and learns after each.
+
+    Episode returns are the team's (the agents' rewards summed, or averaged without
+    ``training.sum_scores``), as evaluation scores them.
+    """
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.num_envs = env.num_envs
+
+    def train(
+        self, member: MultiAgentOnPolicyAlgorithm, steps: int, progress: Progress
+    ) -> GenerationStats:
+        stats = GenerationStats()
+        tracker = EpisodeTracker(self.num_envs)
+        agents = _AgentTracker(member.groups, self.num_envs)
+        total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
+        obs, _ = self.env.reset(seed=reset_seed([member], "train"))
+        member.reset_state()
+        for length in rollout_lengths(total, int(member.spec.learn_step), self.num_envs):
+            rollout = TeamRollout(member.groups)
+            for _ in range(length):
+                obs_tensor = member.obs_tensor(obs)
+                actions, records = member.policy_step(obs_tensor)
+                obs, rewards, terminated, truncated, infos = self.env.step(actions)
+                valid, finished = tracker.step(rewards, terminated, truncated)
+                if not valid.all():  # those steps only reset: obs starts new episodes
+                    member.reset_state(~valid)
+                # A team's observations and records are keyed by group.
+                team_obs = cast("Mapping[str, Observation]", obs_tensor)
+                team_records = cast("Mapping[str, PolicyRecord]", records)
+                rollout.add(team_obs, team_records, agents.step(infos, valid))
+                stats.add_episodes(finished, progress)
+                stats.steps += self.num_envs
+                member.record.steps += self.num_envs
+                progress(self.num_envs)
+            stats.losses.append(learned_loss(member.learn(rollout, member.obs_tensor(obs))))
+        return stats
