@@ -147,6 +147,7 @@ def _reproducibility_problems(
     batches) one by one as well."""
     from agile_cli.training import setup
 
+    registry = _registry(registry)
     manifest = tiny_manifest(algorithm, registry=registry, **sections)
     paths = {False: ""}
     if setup.trains_together(manifest, setup.algorithm_class(manifest, registry)):

@@ -420,3 +420,82 @@ def test_datasets_must_agree_in_rows_and_hold_numbers(tmp_path) -> None:
         file.create_dataset("terminals", data=1.0)
     with pytest.raises(EnvironmentNotFoundError, match="actions is not an array of rows"):
         OfflineBuilder().check(_spec(tmp_path / "group.h5"))
+
+
+# -- a population learning together ---------------------------------------------------------------
+
+
+def _offline_population(tmp_path, together: bool):
+    """Three CQN members of different batch sizes, learning rates and penalties, trained for a
+    generation of 30 gradient steps by the offline runner, together or one by one."""
+    from agile_cli.testing import installed_host
+    from agile_cli.training import setup
+
+    tmp_path.mkdir()
+    manifest = tiny_manifest(
+        "CQN",
+        environment={**CARTPOLE, "dataset_path": str(write_cartpole_dataset(tmp_path / "d.h5"))},
+        training={"pop_size": 3},
+    )
+    members = tiny_population(manifest)
+    for member, (size, lr, alpha) in zip(
+        members, [(16, 1e-3, 1.0), (24, 3e-3, 0.5), (8, 1e-3, 2.0)], strict=True
+    ):
+        member.set_hyperparameter("batch_size", size)
+        member.set_hyperparameter("lr", lr)
+        member.set_hyperparameter("cql_alpha", alpha)
+    env = setup.build_environment(manifest, installed_host().registry, seed=0)
+    runner = setup.build_runner(
+        manifest, env, setup.build_buffer(manifest, env, torch.device("cpu"))
+    )
+    runner.together = together
+    reported: list[int] = []
+    stats = runner.train_population(members, 30, reported.append)
+    env.close()
+    return members, stats, reported
+
+
+def test_offline_members_learn_together_as_each_does_alone(tmp_path) -> None:
+    together, stats, reported = _offline_population(tmp_path / "a", together=True)
+    alone, alone_stats, _ = _offline_population(tmp_path / "b", together=False)
+    assert sum(reported) == 3 * 30
+    for grouped, single, s, t in zip(together, alone, stats, alone_stats, strict=True):
+        assert grouped.record.steps == single.record.steps == s.steps == 30
+        assert np.allclose(s.losses, t.losses, rtol=1e-4, atol=1e-6)
+        for name, network in grouped.networks.items():
+            for (key, value), other in zip(
+                network.state_dict().items(),
+                single.networks[name].state_dict().values(),
+                strict=True,
+            ):
+                assert torch.allclose(value, other, rtol=1e-4, atol=1e-6), (name, key)
+
+
+def test_offline_members_that_stack_form_one_group() -> None:
+    from agile_rl import learning_groups
+
+    members = tiny_population(tiny_manifest("CQN", environment=toy_offline_environment(),
+                                            training={"pop_size": 3}))  # fmt: skip
+    groups = learning_groups(members, "off_policy")
+    assert [positions for positions, _ in groups] == [[0, 1, 2]]
+    assert groups[0][1] is not None
+
+
+def test_a_group_learner_returning_no_pair_is_named(tmp_path) -> None:
+    from agile_cli import TrainingError
+    from agile_cqn.algorithm import CQNGroup
+    from agile_rl import MemberGroup, learn_stacked
+
+    class Lossy(CQNGroup):
+        def learn_batch(self, batch, rows, active):  # the losses alone, not (losses, priorities)
+            return super().learn_batch(batch, rows, active)[0]
+
+    env = OfflineBuilder().build(_spec(write_cartpole_dataset(tmp_path / "d.h5")), seed=0)
+    buffer = ReplayBuffer(1000, env.single_observation_space, env.single_action_space, gamma=0.99)
+    OfflineRunner(env, buffer).fill()
+    env.close()
+    members = tiny_population(tiny_manifest("CQN", environment=toy_offline_environment(),
+                                            training={"pop_size": 2}))  # fmt: skip
+    with pytest.raises(TrainingError, match=r"Lossy\.learn_batch returned Tensor") as refused:
+        learn_stacked(Lossy(MemberGroup(members)), buffer, [True, True])
+    assert "return losses, None" in str(refused.value.hint)

@@ -10,7 +10,16 @@ from typing import Any
 import torch
 
 from agile_cli import GenerationStats, TrainingError, TrainingManifest
-from agile_rl import EpisodeRunner, OffPolicyAlgorithm, ReplayBuffer, RLParadigm, experience
+from agile_rl import (
+    EpisodeRunner,
+    GroupLearner,
+    OffPolicyAlgorithm,
+    ReplayBuffer,
+    RLParadigm,
+    experience,
+    learn_stacked,
+    learning_groups,
+)
 
 Progress = Callable[[int], None]
 
@@ -73,6 +82,55 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
         if pending:
             progress(pending)
         return stats
+
+    def train_population(
+        self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """``steps`` gradient steps for every member. Members whose networks stack take each
+        step together, as one update of their group learner on a batch of each one's own;
+        the others, and every member under ``--per-member``, one after the other."""
+        groups = learning_groups(members, "off_policy") if self.together else []
+        if all(learner is None for _, learner in groups):
+            return super().train_population(members, steps, progress)
+        if len(self.buffer) == 0:
+            self.fill()
+        stats = [GenerationStats() for _ in members]
+        pending = 0
+        try:
+            for _ in range(steps):
+                for positions, learner in groups:
+                    self._step_group(members, positions, learner, stats)
+                pending += 1
+                if pending == PROGRESS_EVERY:
+                    progress(len(members) * pending)
+                    pending = 0
+            if pending:
+                progress(len(members) * pending)
+        finally:
+            for _, learner in groups:
+                if learner is not None:
+                    learner.group.write_back()
+        return stats
+
+    def _step_group(
+        self,
+        members: list[OffPolicyAlgorithm],
+        positions: list[int],
+        learner: GroupLearner | None,
+        stats: list[GenerationStats],
+    ) -> None:
+        """One gradient step for the members at ``positions``: together through ``learner``,
+        or, for a member alone (``learner`` None), as :meth:`train` takes it."""
+        if learner is None:
+            member = members[positions[0]]
+            batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
+            losses = [member.learn(batch).loss]
+        else:
+            losses = learn_stacked(learner, self.buffer, [True] * len(positions))
+        for position, loss in zip(positions, losses, strict=True):
+            stats[position].losses.append(loss)
+            stats[position].steps += 1
+            members[position].record.steps += 1
 
 
 class Offline(RLParadigm):

@@ -85,6 +85,8 @@ _LAZY = {
     "gym_env_factory": "agile_rl.runtime.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_rl.runtime.gym_vector:gym_vector_env",
     "OffPolicyRunner": "agile_rl.training.runners:OffPolicyRunner",
+    "learning_groups": "agile_rl.training.batched:learning_groups",
+    "learn_stacked": "agile_rl.training.batched:learn_stacked",
     "OnPolicyRunner": "agile_rl.training.runners:OnPolicyRunner",
     "MultiAgentOffPolicyRunner": "agile_rl.training.runners:MultiAgentOffPolicyRunner",
     "MultiAgentOnPolicyRunner": "agile_rl.training.multi_agent_on_policy:MultiAgentOnPolicyRunner",
@@ -148,6 +150,7 @@ if TYPE_CHECKING:
         compute_gae,
     )
     from agile_rl.runtime.stacked import flat_rows, stacked_observations
+    from agile_rl.training.batched import learn_stacked, learning_groups
     from agile_rl.training.budget import needs as member_needs
     from agile_rl.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
     from agile_rl.training.runners import (
@@ -215,7 +218,9 @@ __all__ = [
     "gumbel_argmax",
     "gym_env_factory",
     "gym_vector_env",
+    "learn_stacked",
     "learned_loss",
+    "learning_groups",
     "masked_mean",
     "mean_weights",
     "member_needs",

@@ -33,10 +33,11 @@ class Transitions(NamedTuple):
     """A sampled batch, batch dimension first, on the buffer's device.
 
     Observations come in their stored dtype (uint8 images, int64 Discrete indices, float32
-    otherwise); the networks preprocess them. ``rewards`` are n-step returns for n-step
-    transitions, ``terminated`` is 1.0 where the episode really ended, ``weights`` are
-    importance weights (ones unless prioritised) and ``indices`` the slots drawn, for priority
-    updates.
+    otherwise); ``obs_tensor`` makes them network input (see
+    :func:`~agile_rl.runtime.stacked.stacked_observations` for stacked batches). ``rewards``
+    are n-step returns for n-step transitions, ``terminated`` is 1.0 where the episode really
+    ended, ``weights`` are importance weights (ones unless prioritised) and ``indices`` the
+    slots drawn, for priority updates.
 
     ``discounts`` multiplies the bootstrap value when the buffer holds n-step returns
     (``gamma**k`` for a k-step transition, ``gamma`` the manifest's); it is None for a buffer of

@@ -328,7 +328,8 @@ class GroupLearner(abc.ABC):
     in ``group_learner``; a batched population runs it on members stacked
     (:class:`MemberGroup`), and a member alone runs it as a group of one
     (:class:`~agile_rl.runtime.solo.SoloGroup`: ``Algorithm.act`` and ``learn`` do that by
-    default), so there is one update, and conformance tests hold the two to each other.
+    default), so there is one update. Equivalence tests (not the conformance kit) hold the
+    two to each other, to float rounding.
 
     :param group: the members.
     """

@@ -29,7 +29,7 @@ import torch
 from agile_cli import Family, Member, TrainingError, TrainingManifest
 from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_rl.runtime.algorithms.deterministic import DeterministicActorCritic
-from agile_rl.runtime.buffers import PrioritizedReplayBuffer
+from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from agile_rl.runtime.group import GroupLearner, MemberGroup, group_learner_of, group_members
 from agile_rl.training.runners import (
     EpisodeTracker,
@@ -166,17 +166,13 @@ class BatchedRunner(Runner[Any]):
         """The population split into groups that stack (:func:`~agile_rl.runtime.group.
         group_members`), each with what acts for it; a group of one, or of a class whose
         group learner is of another family, acts member by member."""
-        self.groups = group_members(members)
+        groups = learning_groups(members, self.family)
+        self.groups = [positions for positions, _ in groups]
         self.group_indices = [[members[i].index for i in group] for group in self.groups]
-        slots = []
-        for positions in self.groups:
-            chosen = [members[i] for i in positions]
-            learner = group_learner_of(type(chosen[0]))
-            if len(chosen) > 1 and learner is not None and learner.family == self.family:
-                slots.append(_Slot(learner(MemberGroup(chosen)), positions, self._rows(positions)))
-            else:
-                slots += [_Slot(_Single(members[i]), [i], self._rows([i])) for i in positions]
-        return slots
+        return [
+            _Slot(learner or _Single(members[positions[0]]), positions, self._rows(positions))
+            for positions, learner in groups
+        ]
 
     def _rows(self, positions: list[int]) -> np.ndarray:
         """The population environment's rows of the members at ``positions``."""
@@ -300,22 +296,63 @@ class BatchedOffPolicyRunner(BatchedRunner):
                     stats[position].losses.append(loss)
 
     def _learn_group(self, learner: GroupLearner, active: list[bool]) -> list[float]:
-        members = learner.members
-        sizes = [int(m.spec.batch_size) if on else 0 for m, on in zip(members, active, strict=True)]
-        prioritised = isinstance(self.buffer, PrioritizedReplayBuffer)
-        betas = None
-        if prioritised:
-            betas = [m.importance_exponent(budget_progress(m)) for m in members]  # type: ignore[attr-defined]
-        generators = [m.generator for m in members]
-        batch, rows = self.buffer.sample_stacked(sizes, generators, betas)
-        mask = torch.tensor(active, device=rows.device)
-        losses, priorities = learner.learn_batch(batch, rows, mask)
-        if prioritised and priorities is not None:
-            for row, size in enumerate(sizes):
-                if size:
-                    indices, values = batch.indices[row, :size], priorities[row, :size]
-                    self.buffer.update_priorities(indices, values)  # type: ignore[attr-defined]
-        return [float(loss) for loss in losses.tolist()]
+        return learn_stacked(learner, self.buffer, active)
+
+
+def learning_groups(
+    members: Sequence[Algorithm], family: str
+) -> list[tuple[list[int], GroupLearner | None]]:
+    """``members`` split into the groups that learn as one computation: each group's positions
+    in ``members`` and its group learner (of ``family``), or None for a member that learns
+    alone (its class has no group learner of that family, or no other member stacks with
+    it, see :func:`~agile_rl.runtime.group.group_members`). A runner that built groups
+    calls ``learner.group.write_back()`` once it is done with them."""
+    groups: list[tuple[list[int], GroupLearner | None]] = []
+    for positions in group_members(members):
+        chosen = [members[i] for i in positions]
+        learner = group_learner_of(type(chosen[0]))
+        if len(chosen) > 1 and learner is not None and learner.family == family:
+            groups.append((positions, learner(MemberGroup(chosen))))
+        else:
+            groups += [([i], None) for i in positions]
+    return groups
+
+
+def learn_stacked(
+    learner: GroupLearner, buffer: ReplayBuffer, active: Sequence[bool]
+) -> list[float]:
+    """One gradient step for each ``active`` member of ``learner``'s group, each on a batch of
+    its own ``batch_size`` drawn from ``buffer`` with its own generator (and, prioritised, its
+    own importance exponent), as it draws one alone; returns each member's loss (an inactive
+    member's is not meaningful)."""
+    members = learner.members
+    sizes = [int(m.spec.batch_size) if on else 0 for m, on in zip(members, active, strict=True)]
+    prioritised = isinstance(buffer, PrioritizedReplayBuffer)
+    betas = None
+    if prioritised:
+        betas = [m.importance_exponent(budget_progress(m)) for m in members]  # type: ignore[attr-defined]
+    generators = [m.generator for m in members]
+    batch, rows = buffer.sample_stacked(sizes, generators, betas)
+    mask = torch.tensor(active, device=rows.device)
+    losses, priorities = _learned(learner, learner.learn_batch(batch, rows, mask))
+    if prioritised and priorities is not None:
+        for row, size in enumerate(sizes):
+            if size:
+                indices, values = batch.indices[row, :size], priorities[row, :size]
+                buffer.update_priorities(indices, values)  # type: ignore[attr-defined]
+    return [float(loss) for loss in losses.tolist()]
+
+
+def _learned(learner: GroupLearner, result: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``learn_batch``'s ``(losses, priorities)``, or an error naming the learner."""
+    if not (isinstance(result, tuple) and len(result) == 2 and torch.is_tensor(result[0])):
+        raise TrainingError(
+            f"{type(learner).__name__}.learn_batch returned {type(result).__name__}, not "
+            "(losses, priorities)",
+            "return a [k] tensor of losses and, for prioritised replay, [k, B] priorities "
+            "(else None): return losses, None",
+        )
+    return result[0], result[1]
 
 
 def _take(obs: Any, rows: np.ndarray) -> Any:
