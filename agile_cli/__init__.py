@@ -87,6 +87,7 @@ _LAZY = {
     "resume_local": "agile_cli.training.trainer:resume_local",
     "load_agent": "agile_cli.training.evaluation:load_agent",
     "build_environment_from": "agile_cli.training.setup:build_environment_from",
+    "member_spaces": "agile_cli.training.setup:member_spaces",
     "MemberTrainer": "agile_cli.training.members:MemberTrainer",
     "MemberOutcome": "agile_cli.training.members:MemberOutcome",
     "RunnerFactory": "agile_cli.training.members:RunnerFactory",
@@ -106,7 +107,7 @@ if TYPE_CHECKING:
     from agile_cli.memory import available_memory, format_bytes
     from agile_cli.training.evaluation import load_agent
     from agile_cli.training.members import MemberOutcome, MemberTrainer, RunnerFactory, slot_sizes
-    from agile_cli.training.setup import build_environment_from
+    from agile_cli.training.setup import build_environment_from, member_spaces
     from agile_cli.training.trainer import LocalTrainer, resume_local, run_local
 
 __all__ = [
@@ -183,6 +184,7 @@ __all__ = [
     "limits",
     "load_agent",
     "located_error",
+    "member_spaces",
     "not_an_environment",
     "plugin_host",
     "printable",

@@ -7,7 +7,16 @@ from typing import Any, cast
 
 import torch
 
-from agile_cli import AgentContext, Member, Need, Paradigm, Runner, TrainingError, TrainingManifest
+from agile_cli import (
+    AgentContext,
+    Member,
+    Need,
+    Paradigm,
+    Runner,
+    TrainingError,
+    TrainingManifest,
+    member_spaces,
+)
 from agile_rl import experience
 from agile_rl.nn.arch import NetworkArch, arch_from_spec
 from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm
@@ -33,8 +42,8 @@ class RLParadigm(Paradigm):
         size: int,
     ) -> list[Member]:
         check_algorithm_class(cls, manifest.algorithm_name)
-        spaces = _spaces(manifest, env)
-        arch = network_arch(manifest, list(_observed(manifest, env)))
+        spaces = member_spaces(manifest, env)
+        arch = network_arch(manifest, _observed(manifest, env))
         build: Any = cls  # the contract says nothing of constructors
         return [
             build(manifest.algorithm, **spaces, arch=arch, context=context, index=index)
@@ -94,26 +103,12 @@ def network_arch(manifest: TrainingManifest, observed: list[Any]) -> NetworkArch
     return archs[0]
 
 
-def _multi_agent(manifest: TrainingManifest) -> bool:
-    return manifest.paradigm is not None and manifest.paradigm.multi_agent
-
-
-def _observed(manifest: TrainingManifest, env: Any) -> Any:
-    if _multi_agent(manifest):
-        return env.single_observation_spaces.values()
-    return [env.single_observation_space]
-
-
-def _spaces(manifest: TrainingManifest, env: Any) -> dict[str, Any]:
-    if _multi_agent(manifest):
-        return {
-            "observation_spaces": env.single_observation_spaces,
-            "action_spaces": env.single_action_spaces,
-        }
-    return {
-        "observation_space": env.single_observation_space,
-        "action_space": env.single_action_space,
-    }
+def _observed(manifest: TrainingManifest, env: Any) -> list[Any]:
+    """Every space the members' networks read: each agent's for a team, else the one."""
+    spaces = member_spaces(manifest, env)
+    if "observation_spaces" in spaces:
+        return list(spaces["observation_spaces"].values())
+    return [spaces["observation_space"]]
 
 
 class Batched(RLParadigm):
