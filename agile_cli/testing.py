@@ -411,8 +411,11 @@ def _resume_problems(manifest: Any, workdir: Path, registry: Any) -> list[str]:
 def interrupt_after(loop: Any, members_trained: int) -> None:
     """Make ``loop`` raise KeyboardInterrupt (as Ctrl-C would) once ``members_trained`` member
     generations have been trained."""
+    from agile_cli.runner import Runner
+
     calls = {"count": 0}
-    if loop.batched:  # the whole population trains at once: interrupt before a generation
+    if type(loop.runner).train_population is not Runner.train_population:
+        # the runner trains the population its own way (at once): interrupt before a generation
         real_population = loop.runner.train_population
 
         def train_population(members: Any, steps: int, progress: Callable[[int], None]) -> Any:

@@ -239,3 +239,50 @@ def test_parquet_without_pandas_or_pyarrow_says_what_to_install(tmp_path, monkey
     assert "pip install pandas pyarrow" in error.value.hint
     with pytest.raises(EnvironmentNotFoundError, match="h5py"):
         load_table("x.h5", tmp_path, "environment.features")
+
+
+# -- members learning together ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["NeuralUCB", "NeuralTS"])
+def test_a_group_learns_what_each_member_learns_alone(algorithm) -> None:
+    from agile_rl import MemberGroup, ReplayBuffer, learn_stacked
+
+    manifest = tiny_manifest(algorithm, environment=TABLE, training={"pop_size": 2})
+    stacked = tiny_population(manifest)
+    alone = [member.clone(member.index) for member in stacked]
+    for members in (stacked, alone):
+        members[1].set_hyperparameter("batch_size", 11)
+        members[1].set_hyperparameter("lr", 3e-3)
+    first = stacked[0]
+    buffer = ReplayBuffer(128, first.observation_space, first.action_space, gamma=1.0)
+    rng = np.random.default_rng(0)
+    buffer.add(FEATURES.astype(np.float32), rng.integers(3, size=64), rng.random(64),
+               FEATURES.astype(np.float32), np.ones(64, dtype=bool))  # fmt: skip
+    learner = type(first).group_learner(MemberGroup(stacked))
+    for step in range(5):
+        active = [True, step % 2 == 0]
+        grouped = learn_stacked(learner, buffer, active)
+        for member, on, loss in zip(alone, active, grouped, strict=True):
+            if on:
+                own = member.learn(buffer.sample(int(member.spec.batch_size), member.generator))
+                assert own.loss == pytest.approx(loss, rel=1e-5)
+    learner.group.write_back()
+    for together, single in zip(stacked, alone, strict=True):
+        for a, b in zip(together.networks["q"].parameters(), single.networks["q"].parameters(),
+                        strict=True):  # fmt: skip
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_members_play_in_lockstep_and_learn_as_a_group(tmp_path) -> None:
+    training = {"max_steps": 40, "evo_steps": 20, "pop_size": 3}
+    manifest = tiny_manifest("NeuralUCB", environment=TABLE, training=training)
+    together = smoke_train(manifest, tmp_path / "together", seed=1)
+    apart = smoke_train(manifest, tmp_path / "apart", seed=1, per_member=True)
+    for result in (together, apart):
+        assert all(member.record.steps == 40 for member in result.population)
+    lines = (tmp_path / "together" / "metrics.jsonl").read_text().splitlines()
+    groups = [yaml.safe_load(line)["groups"] for line in lines]
+    assert any(len(group) > 1 for generation in groups for group in generation)
+    first = yaml.safe_load((tmp_path / "apart" / "metrics.jsonl").read_text().splitlines()[0])
+    assert "groups" not in first

@@ -11,22 +11,51 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call, jacrev
 
 from agile_rl import (
     GreedyPolicy,
-    LearnResult,
+    GroupLearner,
     NetworkArch,
     NetworkHead,
     OffPolicyAlgorithm,
     Transitions,
+    flat_rows,
     greedy_action,
+    masked_mean,
+    stacked_observations,
 )
 
 # Up to this many network parameters the inverse design matrix is kept whole; above, only its
 # diagonal (the approximation the NeuralUCB paper uses in its experiments).
 FULL_COVARIANCE_LIMIT = 2048
+
+
+class NeuralBanditGroup(GroupLearner):
+    """NeuralUCB's and NeuralTS's update for a group of members (a member alone is a group of
+    one): the played arm's predicted reward regressed on its reward, plus ``reg`` times the
+    squared weights. Acting stays each member's own (:meth:`NeuralUCB.act`): its exploration
+    reads and updates its own inverse design matrix."""
+
+    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
+        """Each member's arms for its own rows of ``obs`` (``[k * E, ...]``, member order)."""
+        parts = np.split(np.asarray(obs), len(self.members))
+        return np.concatenate(
+            [m.act(part, explore=explore) for m, part in zip(self.members, parts, strict=True)]
+        )
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, None]:
+        first = self.members[0]
+        x = stacked_observations(first.obs_tensor(flat_rows(batch.obs)), rows.shape[0])
+        network = self.group.net("q")
+        values = network(x)["value"]  # [k, B, arms]
+        predicted = values.gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+        decay = torch.stack([v.pow(2).flatten(1).sum(1) for v in network.views.values()]).sum(0)
+        losses = masked_mean((predicted - batch.rewards) ** 2, rows) + self.group.hp("reg") * decay
+        self.group.gradient_step("q", losses, active)
+        return losses.detach(), None
 
 
 class NeuralUCB(OffPolicyAlgorithm):
@@ -40,6 +69,7 @@ class NeuralUCB(OffPolicyAlgorithm):
     """
 
     policy_network = "q"
+    group_learner = NeuralBanditGroup
 
     def build(self) -> None:
         if not isinstance(self.action_space, gym.spaces.Discrete):
@@ -100,17 +130,6 @@ class NeuralUCB(OffPolicyAlgorithm):
             return
         a_g = self.a_inv @ g
         self.a_inv = self.a_inv - torch.outer(a_g, a_g) / (1.0 + g @ a_g)
-
-    # -- learning ----------------------------------------------------------------------------
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        """Regress the played arm's prediction on its reward, with weight decay ``reg``."""
-        values = self.networks["q"](self.obs_tensor(batch.obs))["value"]
-        predicted = values.gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
-        decay = sum(p.pow(2).sum() for p in self.parameter_list("q"))
-        loss = F.mse_loss(predicted, batch.rewards) + self.spec.reg * decay
-        self.gradient_step("q", loss)
-        return LearnResult(float(loss.detach()))
 
     # -- evolution and checkpoints -------------------------------------------------------------
 

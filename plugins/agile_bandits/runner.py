@@ -16,15 +16,25 @@ steps per member, as for every other paradigm.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
 import torch
 
+from agile_bandits.environment import BanditEnv
 from agile_bandits.spec import BanditTraining
 from agile_cli import GenerationStats, Runner, TrainingManifest, reset_seed
-from agile_rl import OffPolicyAlgorithm, ReplayBuffer, RLParadigm, experience
+from agile_rl import (
+    GroupLearner,
+    OffPolicyAlgorithm,
+    ReplayBuffer,
+    RLParadigm,
+    experience,
+    learn_stacked,
+    learning_groups,
+)
 
 Progress = Callable[[int], None]
 
@@ -36,6 +46,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         super().__init__(env)
         self.buffer = buffer
         self.episode_steps = episode_steps
+        self.groups: list[list[int]] = []
 
     def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
         """Train ``member`` for ``steps`` bandit steps."""
@@ -66,6 +77,100 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
             member.record.steps += 1
             progress(1)
         return total
+
+    def train_population(
+        self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """Every member's ``steps`` bandit steps. Members whose networks stack play in
+        lockstep, each on its own copy of the table's environment (reset from its own seeds,
+        as alone), and take their gradient steps together, one update of their group learner;
+        the buffer then holds every member's rows up to this step rather than whole
+        generations of the members before. ``--per-member``, a lone member and environments
+        of one's own (``entrypoint``) train one after the other."""
+        groups = learning_groups(members, "off_policy") if self.together else []
+        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
+        if all(learner is None for _, learner in groups) or not isinstance(self.env, BanditEnv):
+            self.groups = []
+            return super().train_population(members, steps, progress)
+        stats = [GenerationStats() for _ in members]
+        try:
+            done = 0
+            while done < steps:
+                length = min(self.episode_steps, steps - done)
+                returns = self._lockstep_episode(members, groups, length, stats, progress)
+                for stat, value in zip(stats, returns, strict=True):
+                    stat.add_episodes([value], progress)
+                done += length
+        finally:
+            for _, learner in groups:
+                if learner is not None:
+                    learner.group.write_back()
+        return stats
+
+    def _lockstep_episode(
+        self,
+        members: list[OffPolicyAlgorithm],
+        groups: list[tuple[list[int], GroupLearner | None]],
+        length: int,
+        stats: list[GenerationStats],
+        progress: Progress,
+    ) -> list[float]:
+        """One episode of ``length`` steps for every member at once; their summed rewards."""
+        envs = [copy.copy(self.env) for _ in members]  # the table is shared, not copied
+        contexts = [
+            env.reset(seed=reset_seed([m], "train"))[0]
+            for env, m in zip(envs, members, strict=True)
+        ]
+        totals = [0.0] * len(members)
+        for _ in range(length):
+            for i, (member, env) in enumerate(zip(members, envs, strict=True)):
+                arms = member.act(contexts[i], explore=True)
+                following, rewards, _, _, _ = env.step(arms)
+                self.buffer.add(
+                    contexts[i], arms, rewards, contexts[i], np.ones_like(rewards, dtype=bool)
+                )
+                totals[i] += float(np.sum(rewards))
+                contexts[i] = following
+            for positions, learner in groups:
+                self._learn(members, positions, learner, stats)
+            for member, stat in zip(members, stats, strict=True):
+                stat.steps += 1
+                member.record.steps += 1
+            progress(len(members))
+        return totals
+
+    def _learn(
+        self,
+        members: list[OffPolicyAlgorithm],
+        positions: list[int],
+        learner: GroupLearner | None,
+        stats: list[GenerationStats],
+    ) -> None:
+        """The ``learn_step`` gradient steps of the members at ``positions`` once the buffer
+        holds a batch for them; a group's members then act on their new weights."""
+        chosen = [members[i] for i in positions]
+        ready = [len(self.buffer) >= int(m.spec.batch_size) for m in chosen]
+        for repeat in range(max(int(m.spec.learn_step) for m in chosen)):
+            active = [
+                on and repeat < int(m.spec.learn_step) for m, on in zip(chosen, ready, strict=True)
+            ]
+            if not any(active):
+                break
+            if learner is None:
+                member = chosen[0]
+                batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
+                losses = [member.learn(batch).loss]
+            else:
+                losses = learn_stacked(learner, self.buffer, active)
+            for position, loss, on in zip(positions, losses, active, strict=True):
+                if on:
+                    stats[position].losses.append(loss)
+        if learner is not None and any(ready):
+            learner.group.write_back()
+
+    def generation_metrics(self) -> dict[str, Any]:
+        """The last generation's groups (members by index) when they trained together."""
+        return {"groups": self.groups} if self.groups else {}
 
     def evaluate(self, member: OffPolicyAlgorithm, rounds: int, max_steps: int | None) -> float:
         """Mean summed reward of ``rounds`` runs of ``max_steps`` greedy steps."""

@@ -39,6 +39,11 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
     def __init__(self, env: Any, buffer: ReplayBuffer) -> None:
         super().__init__(env)
         self.buffer = buffer
+        self.groups: list[list[int]] = []
+
+    def generation_metrics(self) -> dict[str, Any]:
+        """The last generation's groups (members by index) when they learnt together."""
+        return {"groups": self.groups} if self.groups else {}
 
     def fill(self) -> int:
         """Copy the dataset into the buffer; returns the transitions kept."""
@@ -90,7 +95,9 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
         step together, as one update of their group learner on a batch of each one's own;
         the others, and every member under ``--per-member``, one after the other."""
         groups = learning_groups(members, "off_policy") if self.together else []
+        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
         if all(learner is None for _, learner in groups):
+            self.groups = []
             return super().train_population(members, steps, progress)
         if len(self.buffer) == 0:
             self.fill()
