@@ -34,6 +34,7 @@ from agile_rl import (
     experience,
     learn_stacked,
     learning_groups,
+    write_back,
 )
 
 Progress = Callable[[int], None]
@@ -102,9 +103,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
                     stat.add_episodes([value], progress)
                 done += length
         finally:
-            for _, learner in groups:
-                if learner is not None:
-                    learner.group.write_back()
+            write_back(groups)
         return stats
 
     def _lockstep_episode(

@@ -19,6 +19,7 @@ from agile_rl import (
     experience,
     learn_stacked,
     learning_groups,
+    write_back,
 )
 
 Progress = Callable[[int], None]
@@ -114,9 +115,7 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
             if pending:
                 progress(len(members) * pending)
         finally:
-            for _, learner in groups:
-                if learner is not None:
-                    learner.group.write_back()
+            write_back(groups)
         return stats
 
     def _step_group(

@@ -87,6 +87,7 @@ _LAZY = {
     "OffPolicyRunner": "agile_rl.training.runners:OffPolicyRunner",
     "learning_groups": "agile_rl.training.batched:learning_groups",
     "learn_stacked": "agile_rl.training.batched:learn_stacked",
+    "write_back": "agile_rl.training.batched:write_back",
     "OnPolicyRunner": "agile_rl.training.runners:OnPolicyRunner",
     "MultiAgentOffPolicyRunner": "agile_rl.training.runners:MultiAgentOffPolicyRunner",
     "MultiAgentOnPolicyRunner": "agile_rl.training.multi_agent_on_policy:MultiAgentOnPolicyRunner",
@@ -150,7 +151,7 @@ if TYPE_CHECKING:
         compute_gae,
     )
     from agile_rl.runtime.stacked import flat_rows, stacked_observations
-    from agile_rl.training.batched import learn_stacked, learning_groups
+    from agile_rl.training.batched import learn_stacked, learning_groups, write_back
     from agile_rl.training.budget import needs as member_needs
     from agile_rl.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
     from agile_rl.training.runners import (
@@ -233,6 +234,7 @@ __all__ = [
     "stack_batches",
     "stacked_observations",
     "uniform_draws",
+    "write_back",
 ]
 
 

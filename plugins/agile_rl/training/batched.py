@@ -306,7 +306,7 @@ def learning_groups(
     in ``members`` and its group learner (of ``family``), or None for a member that learns
     alone (its class has no group learner of that family, or no other member stacks with
     it, see :func:`~agile_rl.runtime.group.group_members`). A runner that built groups
-    calls ``learner.group.write_back()`` once it is done with them."""
+    calls :func:`write_back` with them once it is done."""
     groups: list[tuple[list[int], GroupLearner | None]] = []
     for positions in group_members(members):
         chosen = [members[i] for i in positions]
@@ -316,6 +316,14 @@ def learning_groups(
         else:
             groups += [([i], None) for i in positions]
     return groups
+
+
+def write_back(groups: Sequence[tuple[list[int], GroupLearner | None]]) -> None:
+    """Copy the stacked weights and optimizer states of :func:`learning_groups`' groups back
+    into their members (the members alone have nothing to copy)."""
+    for _, learner in groups:
+        if learner is not None:
+            learner.group.write_back()
 
 
 def learn_stacked(
