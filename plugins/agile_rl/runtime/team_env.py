@@ -1,5 +1,5 @@
-"""The team's view of a multi-agent vector environment, which lets the core's loop, runners and
-evaluation treat a team like one member."""
+"""The team's view of a multi-agent vector environment, which lets the evolution loop, the runners
+and evaluation treat a team like one member."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class TeamEnv:
     """A multi-agent vector environment seen as one team per copy.
 
     ``step`` returns the team's reward (the agents' rewards summed, or averaged when
-    ``sum_scores`` is false) and ends a copy's episode when every agent is done, so the core's
+    ``sum_scores`` is false) and ends a copy's episode when every agent is done, so the runners'
     episode bookkeeping and evaluation work unchanged; the per-agent arrays travel in the
     infos as ``agent_rewards``, ``agent_terminated`` and ``agent_truncated``.
     """

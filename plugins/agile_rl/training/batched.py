@@ -43,17 +43,17 @@ from agile_rl.training.runners import (
 )
 
 #: The paradigms whose runners the batched runners replace.
-_CORE_FAMILIES = (Family.OFF_POLICY, Family.ON_POLICY)
+_BATCHED_FAMILIES = (Family.OFF_POLICY, Family.ON_POLICY)
 
 
 def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
     """Whether a run of ``manifest`` can train as a batched population: a single-agent
-    off- or on-policy algorithm whose class has a group learner, trained by the core's
-    runner of its family, in environments whose number the manifest sets. Deterministic
+    off- or on-policy algorithm whose class has a group learner, trained by the RL
+    library's runner of its family, in environments whose number the manifest sets. Deterministic
     actor-critics with ``share_encoders`` train one by one (stacked critics cannot read their
     actor's encoder)."""
     paradigm = manifest.paradigm
-    if paradigm is None or paradigm.name not in _CORE_FAMILIES:
+    if paradigm is None or paradigm.name not in _BATCHED_FAMILIES:
         return False
     shares = getattr(manifest.algorithm, "share_encoders", False)
     if shares and issubclass(cls, DeterministicActorCritic):

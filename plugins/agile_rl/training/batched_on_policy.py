@@ -162,7 +162,7 @@ class BatchedOnPolicyRunner(BatchedRunner):
 
 def batched_runner(runner: Runner[Any], size: int) -> BatchedRunner:
     """The batched runner that replaces a paradigm's ``runner`` for ``size`` members: the
-    on-policy one for the core's on-policy runner, else the off-policy one."""
+    on-policy one for the RL library's on-policy runner, else the off-policy one."""
     if type(runner) is OnPolicyRunner:
         return BatchedOnPolicyRunner(runner, size)
     return BatchedOffPolicyRunner(runner, size)
