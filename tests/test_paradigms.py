@@ -11,7 +11,13 @@ from agile_cli import Family, RegisterAlgorithm, TrainingManifest, hookimpl
 from agile_cli.host.plugins import build_host
 
 from .conftest import MINIMAL
-from .plugins.toy_paradigm import FitterSpec, LineSpec, MalformedRunnerPlugin, ToyParadigmPlugin
+from .plugins.toy_paradigm import (
+    FitterSpec,
+    LineSpec,
+    MalformedRunnerPlugin,
+    NoPopulationPlugin,
+    ToyParadigmPlugin,
+)
 
 REGRESSION = """\
 algorithm: {name: Fitter, lr: 0.05}
@@ -56,6 +62,15 @@ def test_a_paradigm_s_runner_must_be_a_runner(make_host, run, write, tmp_path: P
     assert result.exit_code == 1
     assert "the bogus paradigm's runner (tests.plugins.toy_paradigm:NotARunner)" in result.output
     assert "made a object, not an agile_cli.Runner" in result.output
+
+
+def test_a_paradigm_without_population_is_named(make_host, run, write, tmp_path: Path) -> None:
+    host = make_host(("unpopulated", NoPopulationPlugin()))
+    manifest = write("lonely.yaml", "algorithm: {name: Lonely}\nenvironment: {name: line}\n")
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "l"), "--quiet", host=host)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "(tests.plugins.toy_paradigm:RunnerOnly) does not implement population" in result.output
+    assert "agile_rl.RLParadigm" in result.output
 
 
 class NotAParadigm:

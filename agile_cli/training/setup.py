@@ -81,6 +81,13 @@ def paradigm_of(manifest: TrainingManifest) -> Paradigm:
             "agile_cli.Paradigm subclass",
             f"fix plugin '{entry.plugin}'",
         )
+    if missing := sorted(getattr(cls, "__abstractmethods__", ())):
+        raise TrainingError(
+            f"the {entry.name} paradigm's implementation ({entry.implementation}) does not "
+            f"implement {', '.join(missing)} of agile_cli.Paradigm",
+            f"implement them in plugin '{entry.plugin}' (an RL paradigm: subclass "
+            "agile_rl.RLParadigm, which builds members from the network section)",
+        )
     return cls()
 
 

@@ -51,33 +51,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
 
     def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
         """Train ``member`` for ``steps`` bandit steps."""
-        stats = GenerationStats()
-        done = 0
-        while done < steps:
-            length = min(self.episode_steps, steps - done)
-            stats.add_episodes([self._episode(member, length, stats, progress)], progress)
-            done += length
-        return stats
-
-    def _episode(
-        self, member: OffPolicyAlgorithm, length: int, stats: GenerationStats, progress: Progress
-    ) -> float:
-        context, _ = self.env.reset(seed=reset_seed([member], "train"))
-        total = 0.0
-        for _ in range(length):
-            arms = member.act(context, explore=True)
-            next_context, rewards, _, _, _ = self.env.step(arms)
-            self.buffer.add(context, arms, rewards, context, np.ones_like(rewards, dtype=bool))
-            total += float(np.sum(rewards))
-            context = next_context
-            if len(self.buffer) >= int(member.spec.batch_size):
-                for _ in range(int(member.spec.learn_step)):
-                    batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
-                    stats.losses.append(member.learn(batch).loss)
-            stats.steps += 1
-            member.record.steps += 1
-            progress(1)
-        return total
+        return self._train_groups([member], [([0], None)], [self.env], steps, progress)[0]
 
     def train_population(
         self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
@@ -89,33 +63,47 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         generations of the members before. ``--per-member``, a lone member and environments
         of one's own (``entrypoint``) train one after the other."""
         groups = learning_groups(members, "off_policy") if self.together else []
-        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
         if all(learner is None for _, learner in groups) or not isinstance(self.env, BanditEnv):
             self.groups = []
             return super().train_population(members, steps, progress)
-        stats = [GenerationStats() for _ in members]
+        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
+        envs = [copy.copy(self.env) for _ in members]  # the table is shared, not copied
         try:
-            done = 0
-            while done < steps:
-                length = min(self.episode_steps, steps - done)
-                returns = self._lockstep_episode(members, groups, length, stats, progress)
-                for stat, value in zip(stats, returns, strict=True):
-                    stat.add_episodes([value], progress)
-                done += length
+            return self._train_groups(members, groups, envs, steps, progress)
         finally:
             write_back(groups)
+
+    def _train_groups(
+        self,
+        members: list[OffPolicyAlgorithm],
+        groups: list[tuple[list[int], GroupLearner | None]],
+        envs: list[Any],
+        steps: int,
+        progress: Progress,
+    ) -> list[GenerationStats]:
+        """``steps`` bandit steps of every member in lockstep, member ``i`` in ``envs[i]``, in
+        episodes of ``episode_steps``; each group (a member alone: ``learner`` None) learns
+        after every step."""
+        stats = [GenerationStats() for _ in members]
+        done = 0
+        while done < steps:
+            length = min(self.episode_steps, steps - done)
+            returns = self._lockstep_episode(members, groups, envs, length, stats, progress)
+            for stat, value in zip(stats, returns, strict=True):
+                stat.add_episodes([value], progress)
+            done += length
         return stats
 
     def _lockstep_episode(
         self,
         members: list[OffPolicyAlgorithm],
         groups: list[tuple[list[int], GroupLearner | None]],
+        envs: list[Any],
         length: int,
         stats: list[GenerationStats],
         progress: Progress,
     ) -> list[float]:
         """One episode of ``length`` steps for every member at once; their summed rewards."""
-        envs = [copy.copy(self.env) for _ in members]  # the table is shared, not copied
         contexts = [
             env.reset(seed=reset_seed([m], "train"))[0]
             for env, m in zip(envs, members, strict=True)

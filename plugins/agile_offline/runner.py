@@ -72,22 +72,7 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
 
     def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
         """``steps`` gradient steps for ``member``, each counted as one step."""
-        if len(self.buffer) == 0:
-            self.fill()
-        stats = GenerationStats()
-        pending = 0
-        for _ in range(steps):
-            batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
-            stats.losses.append(member.learn(batch).loss)
-            stats.steps += 1
-            member.record.steps += 1
-            pending += 1
-            if pending == PROGRESS_EVERY:
-                progress(pending)
-                pending = 0
-        if pending:
-            progress(pending)
-        return stats
+        return self._train_groups([member], [([0], None)], steps, progress)[0]
 
     def train_population(
         self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
@@ -96,26 +81,37 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
         step together, as one update of their group learner on a batch of each one's own;
         the others, and every member under ``--per-member``, one after the other."""
         groups = learning_groups(members, "off_policy") if self.together else []
-        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
         if all(learner is None for _, learner in groups):
             self.groups = []
             return super().train_population(members, steps, progress)
+        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
+        try:
+            return self._train_groups(members, groups, steps, progress)
+        finally:
+            write_back(groups)
+
+    def _train_groups(
+        self,
+        members: list[OffPolicyAlgorithm],
+        groups: list[tuple[list[int], GroupLearner | None]],
+        steps: int,
+        progress: Progress,
+    ) -> list[GenerationStats]:
+        """``steps`` gradient steps of every group (a member alone: ``learner`` None), filling
+        the buffer first if it is empty; progress every :data:`PROGRESS_EVERY` steps."""
         if len(self.buffer) == 0:
             self.fill()
         stats = [GenerationStats() for _ in members]
         pending = 0
-        try:
-            for _ in range(steps):
-                for positions, learner in groups:
-                    self._step_group(members, positions, learner, stats)
-                pending += 1
-                if pending == PROGRESS_EVERY:
-                    progress(len(members) * pending)
-                    pending = 0
-            if pending:
+        for _ in range(steps):
+            for positions, learner in groups:
+                self._step_group(members, positions, learner, stats)
+            pending += 1
+            if pending == PROGRESS_EVERY:
                 progress(len(members) * pending)
-        finally:
-            write_back(groups)
+                pending = 0
+        if pending:
+            progress(len(members) * pending)
         return stats
 
     def _step_group(
@@ -126,7 +122,7 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
         stats: list[GenerationStats],
     ) -> None:
         """One gradient step for the members at ``positions``: together through ``learner``,
-        or, for a member alone (``learner`` None), as :meth:`train` takes it."""
+        or a member alone (``learner`` None) on a batch of its own."""
         if learner is None:
             member = members[positions[0]]
             batch = self.buffer.sample(int(member.spec.batch_size), member.generator)

@@ -20,6 +20,7 @@ from agile_cli import (
     EnvironmentBuilder,
     EnvironmentSpec,
     GenerationStats,
+    Paradigm,
     RegisterAlgorithm,
     RegisterEnvironment,
     RegisterParadigm,
@@ -162,4 +163,29 @@ class MalformedRunnerPlugin:
     @hookimpl
     def agile_register_environments(self, register: RegisterEnvironment) -> None:
         register(name="bogus-line", spec=LineSpec, families=["bogus"],
+                 implementation=f"{__name__}:LineBuilder")  # fmt: skip
+
+
+class RunnerOnly(Paradigm):
+    """A paradigm written before every paradigm built its own population."""
+
+    def runner(self, manifest: TrainingManifest, env: Line, buffer: None) -> RegressionRunner:
+        return RegressionRunner(env, 8)
+
+
+class NoPopulationPlugin:
+    """A paradigm that does not implement ``population``."""
+
+    @hookimpl
+    def agile_register_paradigms(self, register: RegisterParadigm) -> None:
+        register(name="unpopulated", implementation=f"{__name__}:RunnerOnly")
+
+    @hookimpl
+    def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
+        register(name="Lonely", spec=FitterSpec, family="unpopulated",
+                 implementation=f"{__name__}:Fitter")  # fmt: skip
+
+    @hookimpl
+    def agile_register_environments(self, register: RegisterEnvironment) -> None:
+        register(name="lonely-line", spec=LineSpec, families=["unpopulated"],
                  implementation=f"{__name__}:LineBuilder")  # fmt: skip
