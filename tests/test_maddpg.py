@@ -14,6 +14,7 @@ from agile_rl import CentralisedActorCriticSpec
 from agile_rl.nn.arch import arch_from_spec
 from agile_rl.runtime.agent import AgentContext
 from agile_rl.runtime.buffers import MultiAgentReplayBuffer, Transitions
+from agile_rl.runtime.solo import one_member
 
 TOY = {"name": "toy", "entrypoint": "tests.envs.toy_parallel:ToyParallel", "num_envs": 2,
        "sync": True}  # fmt: skip
@@ -56,22 +57,31 @@ def _batch(size: int = 3, **columns) -> Transitions:
     return Transitions(**values)
 
 
-def _fix(member, monkeypatch, fixed: dict[str, list[float]]) -> dict[str, torch.Tensor]:
-    """Make the named critics return fixed values; record the actions every critic got."""
-    real = member.q_value
+def _fix(learner, monkeypatch, fixed: dict[str, list[float]]) -> dict[str, torch.Tensor]:
+    """Make the named critics of a member alone (a group of one) return fixed values; record
+    the actions every critic got."""
+    real = learner.q_value
     seen: dict[str, torch.Tensor] = {}
 
     def q_value(network, obs, actions):
-        seen[network] = actions.detach().clone()
-        return torch.tensor(fixed[network]) if network in fixed else real(network, obs, actions)
+        seen[network] = actions[0].detach().clone()
+        if network in fixed:
+            return torch.tensor([fixed[network]])
+        return real(network, obs, actions)
 
-    monkeypatch.setattr(member, "q_value", q_value)
+    monkeypatch.setattr(learner, "q_value", q_value)
     return seen
 
 
+def _targets(learner, batch: Transitions) -> dict[str, torch.Tensor]:
+    """The TD targets of a member alone (a group of one), ``[B]`` per agent."""
+    targets = learner.td_targets(one_member(batch), [len(batch.weights)])
+    return {agent: value[0] for agent, value in targets.items()}
+
+
 def test_maddpg_targets_use_each_agents_reward_and_termination(monkeypatch) -> None:
-    member = _member("MADDPG", gamma=0.9)
-    _fix(member, monkeypatch, {"critic_target.speaker_0": [2.0, -1.0, 4.0],
+    learner = _member("MADDPG", gamma=0.9).solo_learner()
+    _fix(learner, monkeypatch, {"critic_target.speaker_0": [2.0, -1.0, 4.0],
                                "critic_target.listener_0": [10.0, 10.0, 10.0]})  # fmt: skip
     batch = _batch(
         rewards={"speaker_0": torch.tensor([1.0, 0.5, 0.0]), "listener_0": torch.zeros(3)},
@@ -80,7 +90,7 @@ def test_maddpg_targets_use_each_agents_reward_and_termination(monkeypatch) -> N
             "listener_0": torch.tensor([1.0, 0.0, 0.0]),
         },
     )
-    targets = member.td_targets(batch)
+    targets = _targets(learner, batch)
     # speaker: 1 + 0.9 * 2, 0.5 + 0.9 * -1, 0 (terminated); listener: 0 (terminated), 9, 9
     torch.testing.assert_close(targets["speaker_0"], torch.tensor([2.8, -0.4, 0.0]))
     torch.testing.assert_close(targets["listener_0"], torch.tensor([0.0, 9.0, 9.0]))
@@ -88,9 +98,10 @@ def test_maddpg_targets_use_each_agents_reward_and_termination(monkeypatch) -> N
 
 def test_target_critics_see_every_agents_target_action(monkeypatch) -> None:
     member = _member("MADDPG")
-    seen = _fix(member, monkeypatch, {f"critic_target.{a}": [0.0] * 3 for a in OBS})
+    learner = member.solo_learner()
+    seen = _fix(learner, monkeypatch, {f"critic_target.{a}": [0.0] * 3 for a in OBS})
     batch = _batch()
-    member.td_targets(batch)
+    _targets(learner, batch)
     joint = seen["critic_target.speaker_0"]
     assert joint.shape == (3, 3 + 2)  # speaker's one-hot (3), then listener's Box (2)
     with torch.no_grad():
@@ -102,15 +113,15 @@ def test_target_critics_see_every_agents_target_action(monkeypatch) -> None:
 
 
 def test_matd3_targets_take_the_smaller_twin(monkeypatch) -> None:
-    member = _member("MATD3", gamma=0.5)
+    learner = _member("MATD3", gamma=0.5).solo_learner()
     fixed = {
         "critic_1_target.speaker_0": [1.0, 5.0, -2.0],
         "critic_2_target.speaker_0": [3.0, 4.0, -1.0],
         "critic_1_target.listener_0": [0.0] * 3,
         "critic_2_target.listener_0": [0.0] * 3,
     }
-    _fix(member, monkeypatch, fixed)
-    targets = member.td_targets(_batch())
+    _fix(learner, monkeypatch, fixed)
+    targets = _targets(learner, _batch())
     torch.testing.assert_close(targets["speaker_0"], torch.tensor([1.5, 3.0, 0.0]))
 
 
@@ -243,3 +254,105 @@ def test_discrete_actors_keep_exploring_at_the_defaults() -> None:
         env.close()
     assert member.learn_counter >= 100
     assert entropy["speaker_0"] > 0.3 and entropy["listener_0"] > 0.3, entropy
+
+
+# -- a population of teams learns and acts as one computation -------------------------------
+
+
+def _team_population(algorithm: str, **hyperparameters: list) -> list:
+    from agile_cli.testing import tiny_population
+
+    manifest = tiny_manifest(algorithm, environment=TOY, training={"pop_size": 3})
+    members = tiny_population(manifest, size=3)
+    for index, member in enumerate(members):
+        for name, values in hyperparameters.items():
+            member.set_hyperparameter(name, values[index])
+    return members
+
+
+def _team_buffer(member, rows: int = 300) -> MultiAgentReplayBuffer:
+    rng = np.random.default_rng(0)
+    buffer = MultiAgentReplayBuffer(1000, member.observation_spaces, member.action_spaces,
+                                    gamma=0.9)  # fmt: skip
+    obs = {a: rng.normal(size=(rows, *s.shape)).astype(np.float32)
+           for a, s in member.observation_spaces.items()}  # fmt: skip
+    next_obs = {a: value + 0.1 for a, value in obs.items()}
+    actions = {"speaker_0": rng.integers(3, size=rows),
+               "listener_0": rng.uniform(-1, 1, (rows, 2)).astype(np.float32)}  # fmt: skip
+    rewards = {a: rng.normal(size=rows) for a in member.agents}
+    terminated = {a: rng.random(rows) < 0.1 for a in member.agents}
+    buffer.add(obs, actions, rewards, next_obs, terminated)
+    return buffer
+
+
+@pytest.mark.parametrize("algorithm", ["MADDPG", "MATD3"])
+def test_a_group_of_teams_learns_as_each_team_does_alone(algorithm: str) -> None:
+    from agile_rl.runtime.group import MemberGroup
+    from tests.test_batched import _assert_same_members
+
+    options = {"lr_actor": [1e-3, 3e-3, 5e-4], "lr_critic": [2e-3, 1e-3, 1e-2],
+               "batch_size": [16, 24, 8], "gamma": [0.9, 0.99, 0.95]}  # fmt: skip
+    if algorithm == "MATD3":
+        options["policy_freq"] = [1, 2, 3]
+    members = _team_population(algorithm, **options)
+    members[2].learn_counter = 1  # its next delayed actor update comes sooner
+    buffer = _team_buffer(members[0])
+    active = [True, False, True]
+    own = [m.clone(m.index) for m in members]
+    stacked = [m.clone(m.index) for m in members]
+    learner = type(members[0]).group_learner(MemberGroup(stacked))
+    sizes = [int(m.spec.batch_size) if on else 0 for m, on in zip(stacked, active, strict=True)]
+    for _ in range(4):
+        for member, on in zip(own, active, strict=True):
+            if on:
+                member.learn(buffer.sample(int(member.spec.batch_size), member.generator))
+        batch, rows = buffer.sample_stacked(sizes, [m.generator for m in stacked])
+        learner.learn_batch(batch, rows, torch.tensor(active))
+    learner.group.write_back()
+    _assert_same_members(stacked, own)
+    assert [m.learn_counter for m in stacked] == [m.learn_counter for m in own]
+    for before, after in zip(members[1].parameters(), stacked[1].parameters(), strict=True):
+        assert before.equal(after)  # the inactive team did not move
+
+
+def test_a_group_of_teams_acts_as_each_team_does_alone() -> None:
+    from agile_rl.runtime.group import MemberGroup
+
+    members = _team_population("MADDPG", expl_noise=[0.1, 0.5, 0.9])
+    twins = [m.clone(m.index) for m in members]
+    learner = type(members[0]).group_learner(MemberGroup(twins))
+    rng = np.random.default_rng(0)
+    obs = {a: rng.normal(size=(3 * 4, *s.shape)).astype(np.float32)
+           for a, s in members[0].observation_spaces.items()}  # fmt: skip
+    for explore in (True, False):
+        together = learner.act(obs, explore=explore)
+        alone = [m.act({a: v[4 * i : 4 * i + 4] for a, v in obs.items()}, explore=explore)
+                 for i, m in enumerate(members)]  # fmt: skip
+        for agent in members[0].agents:
+            np.testing.assert_allclose(
+                together[agent], np.concatenate([a[agent] for a in alone]), rtol=1e-5, atol=1e-6
+            )
+    assert [m.rng.bit_generator.state for m in twins] == [m.rng.bit_generator.state
+                                                           for m in members]  # fmt: skip
+
+
+@pytest.mark.parametrize("algorithm", ["MADDPG", "MATD3"])
+def test_a_batched_generation_of_teams_equals_teams_stepping_alone(algorithm, tmp_path) -> None:
+    import json
+
+    from agile_rl.training import batched
+    from tests.test_batched import RUN_TOLERANCE, _assert_same_members
+
+    training = {"max_steps": 96, "evo_steps": 48, "pop_size": 3, "learning_delay": 0}
+    manifest = tiny_manifest(algorithm, environment=TOY, training=training)
+    grouped = smoke_train(manifest, tmp_path / "groups", seed=3)
+    real = batched.group_members
+    batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
+    try:  # every team a group of one: its own act and learn, in the same env rows
+        alone = smoke_train(manifest, tmp_path / "singles", seed=3)
+    finally:
+        batched.group_members = real  # type: ignore[assignment]
+    lines = (grouped.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert any(len(group) > 1 for line in lines for group in json.loads(line)["groups"])
+    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
+    _assert_same_members(grouped.population, alone.population, RUN_TOLERANCE)

@@ -66,6 +66,9 @@ _LAZY = {
         "agile_rl.runtime.algorithms.deterministic:DeterministicActorCriticGroup"
     ),
     "CentralisedActorCritic": "agile_rl.runtime.algorithms.centralised:CentralisedActorCritic",
+    "CentralisedActorCriticGroup": (
+        "agile_rl.runtime.algorithms.centralised:CentralisedActorCriticGroup"
+    ),
     "QLearning": "agile_rl.runtime.algorithms.q_learning:QLearning",
     "QLearningGroup": "agile_rl.runtime.algorithms.q_learning:QLearningGroup",
     "ExportedPolicy": "agile_rl.runtime.exported:ExportedPolicy",
@@ -107,7 +110,10 @@ if TYPE_CHECKING:
     from agile_rl.paradigms import RLParadigm
     from agile_rl.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
     from agile_rl.runtime.algorithms.actions import BoxActionScaler, box_action_space
-    from agile_rl.runtime.algorithms.centralised import CentralisedActorCritic
+    from agile_rl.runtime.algorithms.centralised import (
+        CentralisedActorCritic,
+        CentralisedActorCriticGroup,
+    )
     from agile_rl.runtime.algorithms.deterministic import (
         CriticGroup,
         DeterministicActorCritic,
@@ -166,6 +172,7 @@ __all__ = [
     "Algorithm",
     "BoxActionScaler",
     "CentralisedActorCritic",
+    "CentralisedActorCriticGroup",
     "CentralisedActorCriticSpec",
     "ClippedObjectiveSpec",
     "CriticGroup",

@@ -112,8 +112,8 @@ def _observed(manifest: TrainingManifest, env: Any) -> list[Any]:
 
 
 class Batched(RLParadigm):
-    """A single-agent paradigm whose members train batched where their algorithm has a group
-    learner (:func:`agile_rl.training.batched.applies`)."""
+    """A paradigm whose members train batched where their algorithm has a group learner
+    (:func:`agile_rl.training.batched.applies`)."""
 
     def trains_together(self, manifest: TrainingManifest, cls: type[Member]) -> bool:
         return batched.applies(manifest, cls)
@@ -156,8 +156,9 @@ class Team(RLParadigm):
         return experience.team_environment(env, sum_scores=training.sum_scores)
 
 
-class TeamOffPolicy(Team):
-    """A team acts; every agent's transitions go to the replay buffer the population shares."""
+class TeamOffPolicy(Team, Batched):
+    """A team acts; every agent's transitions go to the replay buffer the population shares.
+    Teams whose networks stack act and learn batched, as single agents do."""
 
     def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
         gamma = experience.discount(manifest)

@@ -438,7 +438,7 @@ class OffPolicyAlgorithm(Algorithm):
         default, the :attr:`~Algorithm.group_learner`'s ``learn_batch`` for this member alone:
         the one update, on a group of one."""
         stacked = one_member(batch)
-        rows = torch.ones_like(stacked.rewards)
+        rows = torch.ones_like(stacked.weights)
         active = torch.ones(1, dtype=torch.bool)  # on the CPU: reading it never waits on a GPU
         losses, priorities = self.solo_learner().learn_batch(stacked, rows, active)
         return LearnResult(float(losses[0]), None if priorities is None else priorities[0])

@@ -12,9 +12,9 @@ zeros to the widest member's shape, and each member's extra hidden units are mas
 after their activation; layer norms take their statistics over the member's own units only.
 Padded units then neither change a member's outputs nor receive any gradient, so they stay
 zero, and a member computes exactly what its own network does (up to float rounding). The
-price is compute: a member is evaluated at the group's widest shape, which
-:func:`~agile_rl.runtime.group.group_members` bounds by :data:`MAX_PADDING` (or
-:data:`PADDING_ALLOWANCE`, for small networks).
+price is compute: a member is evaluated at the group's widest shape, so
+:func:`~agile_rl.runtime.group.group_members` pads a member into a group only where its cost
+model says the group still costs less than its members alone.
 """
 
 from __future__ import annotations
@@ -33,16 +33,6 @@ from torch import nn
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.nn.modules import MLP, EvolvableNetwork, LogStd
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
-
-#: A member joins a padded group only if the group's network has at most this many times its
-#: own parameters (compute spent on padding is bounded by it).
-MAX_PADDING = 2.0
-
-#: ...or, for small networks, at most this many parameters more than its own: a group of its
-#: own would cost more, since a small network's step is mostly per-operation overhead (on a
-#: CPU, one more DQN learn step of a 9k-parameter network costs about what the arithmetic of
-#: some 60k more parameters does; more on a GPU).
-PADDING_ALLOWANCE = 65_536
 
 #: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
 _UNSTACKABLE = frozenset({"Softmax", "GumbelSoftmax", "PReLU"})

@@ -43,13 +43,14 @@ from agile_rl.training.runners import (
 )
 
 #: The paradigms whose runners the batched runners replace.
-_BATCHED_FAMILIES = (Family.OFF_POLICY, Family.ON_POLICY)
+_BATCHED_FAMILIES = (Family.OFF_POLICY, Family.ON_POLICY, Family.MULTI_AGENT_OFF_POLICY)
 
 
 def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
-    """Whether a run of ``manifest`` can train as a batched population: a single-agent
-    off- or on-policy algorithm whose class has a group learner, trained by the RL
-    library's runner of its family, in environments whose number the manifest sets. Deterministic
+    """Whether a run of ``manifest`` can train as a batched population: an off- or on-policy
+    algorithm (single-agent, or a team learning off-policy) whose class has a group learner,
+    trained by the RL library's runner of its family, in environments whose number the
+    manifest sets. Deterministic
     actor-critics with ``share_encoders`` train one by one (stacked critics cannot read their
     actor's encoder)."""
     paradigm = manifest.paradigm
@@ -70,8 +71,8 @@ class _Single:
     def __init__(self, member: Algorithm) -> None:
         self.members = [member]
 
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        return np.asarray(self.members[0].act(obs, explore=explore))
+    def act(self, obs: Any, *, explore: bool) -> Any:
+        return self.members[0].act(obs, explore=explore)
 
 
 @dataclass
@@ -87,8 +88,8 @@ class BatchedRunner(Runner[Any]):
     """What the batched runners of both families share: the population environment's rows,
     groups and their slots, batched acting, episode bookkeeping and scoring (see the module).
 
-    :param inner: the paradigm's runner of the family (a :attr:`runner_type`), built on the
-        population environment.
+    :param inner: the paradigm's runner of the family (a :attr:`runner_type`, or a subclass
+        of it), built on the population environment.
     :param members: the population size.
     """
 
@@ -98,7 +99,7 @@ class BatchedRunner(Runner[Any]):
     family: ClassVar[str]
 
     def __init__(self, inner: Runner[Any], members: int) -> None:
-        if type(inner) is not self.runner_type:
+        if not isinstance(inner, self.runner_type):
             raise TrainingError(
                 f"this paradigm's runner ({type(inner).__name__}) does not train a batched "
                 "population",
@@ -182,12 +183,17 @@ class BatchedRunner(Runner[Any]):
     def _act(self, slots: list[_Slot], obs: Any, *, explore: bool) -> np.ndarray:
         """Every slot's actions on its rows, as one action per population row."""
         parts = [slot.actor.act(_take(obs, slot.rows), explore=explore) for slot in slots]
-        return self._assemble(slots, [np.asarray(part) for part in parts])
+        return self._assemble(slots, [_arrays(part) for part in parts])
 
-    def _assemble(self, slots: list[_Slot], parts: list[np.ndarray]) -> np.ndarray:
-        """The slots' actions on their rows as one action per population row."""
+    def _assemble(self, slots: list[_Slot], parts: list[Any]) -> Any:
+        """The slots' actions on their rows as one action per population row (a team's:
+        per agent)."""
         if len(slots) == 1:
             return parts[0]
+        if isinstance(parts[0], dict):
+            return {
+                agent: self._assemble(slots, [part[agent] for part in parts]) for agent in parts[0]
+            }
         actions = np.empty((self.env.num_envs, *parts[0].shape[1:]), dtype=parts[0].dtype)
         for slot, part in zip(slots, parts, strict=True):
             actions[slot.rows] = part
@@ -361,6 +367,13 @@ def _learned(learner: GroupLearner, result: Any) -> tuple[torch.Tensor, torch.Te
             "(else None): return losses, None",
         )
     return result[0], result[1]
+
+
+def _arrays(actions: Any) -> Any:
+    """Actions as arrays (a team's dict of them stays a dict)."""
+    if isinstance(actions, dict):
+        return {agent: np.asarray(value) for agent, value in actions.items()}
+    return np.asarray(actions)
 
 
 def _take(obs: Any, rows: np.ndarray) -> Any:

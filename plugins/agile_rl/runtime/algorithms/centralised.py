@@ -1,11 +1,12 @@
 """The frame of decentralised actors trained through centralised critics (MADDPG, MATD3):
-networks, acting with exploration, action scaling, the critics' targets and loss, the actors'
-update and checkpoint state, and one learn step (critics every call, actors and targets when
-:meth:`actors_due` says; a subclass changes the parts it varies)."""
+networks, exploration, action scaling and checkpoint state on the member; acting and the
+update (critics every call, actors and targets when the member's policy delay says) on its
+group learner, written once for a group of members (a subclass changes the parts it
+varies)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -14,12 +15,13 @@ from gymnasium import spaces
 
 from agile_rl.models.actor_critic import CentralisedActorCriticSpec
 from agile_rl.nn import sampling
-from agile_rl.runtime.agent import LearnResult
 from agile_rl.runtime.algorithms.actions import BoxActionScaler
 from agile_rl.runtime.algorithms.noise import ornstein_uhlenbeck_step, restart_ou_noise
 from agile_rl.runtime.buffers import Transitions
 from agile_rl.runtime.exported import GreedyPolicy, NetworkHead, TeamPolicy, greedy_action
+from agile_rl.runtime.group import GroupLearner, masked_mean
 from agile_rl.runtime.multi_agent import MultiAgentOffPolicyAlgorithm
+from agile_rl.runtime.stacked import flat_rows
 
 # Weight of the penalty on discrete actors' squared logits, which keeps them from growing
 # without bound under the straight-through gradient: Lowe et al.'s 1e-3. A stronger one (0.1,
@@ -27,6 +29,203 @@ from agile_rl.runtime.multi_agent import MultiAgentOffPolicyAlgorithm
 # listener could use: MATD3's final elites averaged -32.5 over 200 episodes, against -25.0
 # at 1e-3 (seeds 1-5).
 LOGIT_PENALTY = 1e-3
+
+
+class CentralisedActorCriticGroup(GroupLearner):
+    """Acting and the update of :class:`CentralisedActorCritic`, for a group of members (a
+    member alone is a group of one). Shapes have the member axis first: ``[k, B, ...]``; every
+    member draws its noise (exploration, Gumbel samples, target smoothing) from its own
+    generator for its own rows only, so a member computes the same in any group.
+
+    **The update** (:meth:`learn_batch`): every critic regresses onto :meth:`td_targets`
+    (``r_i + gamma * (1 - terminated_i) * V'_i``, ``V'_i`` from :meth:`next_values` at
+    :meth:`target_actions`, both for a subclass to change); then the members whose
+    :meth:`~CentralisedActorCritic.actors_due` says so update their actors
+    (:meth:`update_actors`: actor ``i`` climbs its first critic with its own action from its
+    current policy and the other agents' actions from the batch) and their targets follow.
+    """
+
+    members: list[CentralisedActorCritic]  # type: ignore[assignment]
+
+    # -- acting --------------------------------------------------------------------------------
+
+    def act(self, obs: Any, *, explore: bool) -> dict[str, np.ndarray]:
+        """Each agent's actions for the members' environments (``[k * E]`` rows per agent,
+        member after member)."""
+        actions: dict[str, list[np.ndarray]] = {}
+        with torch.no_grad():
+            for agent in self.members[0].agents:
+                out = self.group.net(f"actor.{agent}")(self.agent_obs(obs, agent))["action"]
+                actions[agent] = [
+                    member.env_action(agent, own, explore)
+                    for member, own in zip(self.members, out, strict=True)
+                ]
+        return {agent: np.concatenate(parts) for agent, parts in actions.items()}
+
+    def agent_obs(self, obs: Mapping[str, Any], agent: str) -> torch.Tensor:
+        """One agent's observations ``[k * B, ...]`` (member after member) as its networks
+        take them, ``[k, B, width]``."""
+        flat = self.members[0].agent_obs(obs, agent)
+        return flat.reshape(self.group.size, -1, flat.shape[-1])
+
+    def joint_obs(self, obs: Mapping[str, Any]) -> torch.Tensor:
+        """Every agent's observations side by side, as the critics read them."""
+        return torch.cat([self.agent_obs(obs, agent) for agent in self.members[0].agents], dim=2)
+
+    # -- the update ----------------------------------------------------------------------------
+
+    def learn_batch(
+        self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        first = self.members[0]
+        counts = [int(count) for count in rows.sum(1).tolist()]
+        obs = flat_rows(batch.obs)
+        joint = self.joint_obs(obs)
+        stored = cast("dict[str, torch.Tensor]", batch.actions)
+        taken = {agent: self.critic_action(agent, stored[agent]) for agent in first.agents}
+        actions = torch.cat([taken[agent] for agent in first.agents], dim=2)
+        losses = self.critic_losses(joint, actions, self.td_targets(batch, counts), rows)
+        self.group.minimise(losses, first.critics, active)
+        due = self.actors_due(active)
+        if due.any():
+            counts = [count if on else 0 for count, on in zip(counts, due.tolist(), strict=True)]
+            self.update_actors(obs, joint, taken, rows, counts, due)
+            self.soft_update_targets(due)
+        return losses.detach(), None
+
+    def actors_due(self, active: torch.Tensor) -> torch.Tensor:
+        """Count a learn call for the active members; return which of them update their
+        actors and targets now (:meth:`CentralisedActorCritic.actors_due`)."""
+        due = []
+        for member, on in zip(self.members, active.tolist(), strict=True):
+            if on:
+                member.learn_counter += 1
+            due.append(bool(on) and member.actors_due())
+        return torch.tensor(due, device=active.device)
+
+    def critic_action(self, agent: str, stored: torch.Tensor) -> torch.Tensor:
+        """Stored actions ``[k, B, ...]`` as a critic reads them, ``[k, B, width]``."""
+        unit = self.members[0].critic_action(agent, stored.reshape(-1, *stored.shape[2:]))
+        return unit.reshape(self.group.size, -1, unit.shape[-1])
+
+    def td_targets(self, batch: Transitions, counts: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Each agent's regression target ``r_i + gamma * (1 - terminated_i) * V'_i``,
+        ``[k, B]``, where ``V'_i`` is :meth:`next_values` at the target actors' next actions
+        (``gamma`` each member's, or the batch's n-step discounts if it has them)."""
+        rewards, terminated = batch.rewards, batch.terminated
+        assert isinstance(rewards, dict) and isinstance(terminated, dict)
+        gamma = self.group.hp("gamma").unsqueeze(1)
+        discount = gamma if batch.discounts is None else batch.discounts
+        with torch.no_grad():
+            next_obs = flat_rows(batch.next_obs)
+            next_values = self.next_values(
+                self.joint_obs(next_obs), self.target_actions(next_obs, counts)
+            )
+            return {
+                agent: rewards[agent] + discount * (1.0 - terminated[agent]) * next_values[agent]
+                for agent in self.members[0].agents
+            }
+
+    def target_actions(self, next_obs: Mapping[str, Any], counts: Sequence[int]) -> torch.Tensor:
+        """Every agent's next action from its target actor, side by side (critics' units);
+        ``counts`` are each member's real rows (a subclass drawing noise needs them)."""
+        return torch.cat(
+            [self.greedy(agent, self._target_out(next_obs, agent)) for agent in self._agents()],
+            dim=2,
+        )
+
+    def _target_out(self, next_obs: Mapping[str, Any], agent: str) -> torch.Tensor:
+        return self.group.net(f"actor_target.{agent}")(self.agent_obs(next_obs, agent))["action"]
+
+    def greedy(self, agent: str, out: torch.Tensor) -> torch.Tensor:
+        """An actor's output as its deterministic action: tanh, or the argmax's one-hot."""
+        first = self.members[0]
+        if agent in first.boxes:
+            return torch.tanh(out)
+        return torch.nn.functional.one_hot(out.argmax(dim=-1), first.widths[agent]).float()
+
+    def next_values(self, next_obs: torch.Tensor, next_actions: torch.Tensor) -> dict[str, Any]:
+        """Each agent's target-critic value of the next joint state and actions, ``[k, B]``."""
+        return {
+            agent: self.q_value(f"critic_target.{agent}", next_obs, next_actions)
+            for agent in self._agents()
+        }
+
+    def critic_losses(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        targets: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """Each member's critic loss ``[k]``: every critic's mean squared TD error, summed."""
+        losses = [
+            masked_mean((self.q_value(f"{critic}.{agent}", obs, actions) - targets[agent])
+                        .pow(2), rows)
+            for critic in self.members[0].critics
+            for agent in self._agents()
+        ]  # fmt: skip
+        return torch.stack(losses).sum(0)
+
+    def q_value(self, network: str, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Critic ``network``'s value of joint observations and actions, ``[k, B]``."""
+        return self.group.net(network)(obs, actions)["q"].squeeze(-1)
+
+    def update_actors(
+        self,
+        obs: Mapping[str, Any],
+        joint: torch.Tensor,
+        taken: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        counts: Sequence[int],
+        due: torch.Tensor,
+    ) -> None:
+        """Each due member's actors climb their first critic, each agent with its own action
+        re-chosen by its policy (``counts``: the rows each member draws noise for)."""
+        first, losses = self.members[0], []
+        for agent in first.agents:
+            out = self.group.net(f"actor.{agent}")(self.agent_obs(obs, agent))["action"]
+            own = self.policy_action(agent, out, counts)
+            actions = torch.cat([own if a == agent else taken[a] for a in first.agents], dim=2)
+            value = self.q_value(f"{first.critics[0]}.{agent}", joint, actions)
+            losses.append(-masked_mean(value, rows))
+            if agent not in first.boxes:
+                losses.append(LOGIT_PENALTY * masked_mean(out.pow(2).mean(-1), rows))
+        self.group.minimise(torch.stack(losses).sum(0), ("actors",), due)
+
+    def policy_action(self, agent: str, out: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+        """A differentiable action: tanh, or a straight-through Gumbel-softmax sample."""
+        first = self.members[0]
+        if agent in first.boxes:
+            return torch.tanh(out)
+        noise = self.member_noise(out.shape, counts, sampling.gumbel_noise)
+        soft = torch.softmax(out + noise, dim=-1)
+        hard = torch.nn.functional.one_hot(soft.argmax(dim=-1), first.widths[agent]).float()
+        return hard - soft.detach() + soft
+
+    def member_noise(
+        self,
+        shape: torch.Size,
+        counts: Sequence[int],
+        draw: Callable[[tuple[int, ...], torch.Generator], torch.Tensor],
+    ) -> torch.Tensor:
+        """Noise of ``shape`` ``[k, B, ...]``: each member's first ``count`` rows drawn by
+        ``draw(shape, generator)`` from its own generator, zeros in the rows that pad."""
+        noise = torch.zeros(shape, device=self.group.device)
+        for row, (member, count) in enumerate(zip(self.members, counts, strict=True)):
+            if count:
+                noise[row, :count] = draw((count, *shape[2:]), member.generator).to(noise.device)
+        return noise
+
+    def soft_update_targets(self, due: torch.Tensor) -> None:
+        """target <- target + tau * (online - target), for every actor and critic of the due
+        members."""
+        roles = ("actor", *self.members[0].critics)
+        pairs = [(f"{role}_target.{a}", f"{role}.{a}") for role in roles for a in self._agents()]
+        self.group.soft_update(pairs, self.group.hp("tau"), due)
+
+    def _agents(self) -> list[str]:
+        return self.members[0].agents
 
 
 class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
@@ -45,19 +244,20 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
     its policy gradient flows through a straight-through Gumbel-softmax sample, and a small
     penalty on its squared logits (:data:`LOGIT_PENALTY`) keeps them bounded.
 
-    **Pieces of an update.** :meth:`td_targets` (``r_i + gamma * (1 - terminated_i) * V'_i``,
-    with :meth:`next_values` at :meth:`target_actions`, both for a subclass to change),
-    :meth:`critic_loss`, :meth:`update_actors` (actor ``i`` climbs its first critic with its own
-    action from its current policy and the other agents' actions from the batch) and
-    :meth:`soft_update_targets`. All actors share one optimizer following ``lr_actor``; each
-    critic name has one, over every agent, following ``lr_critic``; a team's loss is the sum of
-    its agents'. ``learn_counter`` counts learn calls for a policy delay.
+    **Acting and the update** are written once, for a group of members, in
+    :attr:`group_learner` (:class:`CentralisedActorCriticGroup`; a member alone runs it as a
+    group of one); the member keeps its own part: exploration (:meth:`env_action`), stored
+    actions as critics read them (:meth:`critic_action`) and its policy delay
+    (:meth:`actors_due`, over ``learn_counter``, which counts learn calls). All actors share one
+    optimizer following ``lr_actor``; each critic name has one, over every agent, following
+    ``lr_critic``; a team's loss is the sum of its agents'.
 
     Activation mutation is skipped, as in the reference implementation.
     """
 
     supports_activation_mutation: ClassVar[bool] = False
     critics: ClassVar[tuple[str, ...]] = ("critic",)
+    group_learner = CentralisedActorCriticGroup
 
     spec: CentralisedActorCriticSpec
     policy_role = "actor"  # parameter mutation perturbs every actor.<agent>
@@ -101,15 +301,7 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
     def _names(self, role: str) -> tuple[str, ...]:
         return tuple(f"{role}.{agent}" for agent in self.agents)
 
-    # -- acting ----------------------------------------------------------------------------------
-
-    def act(self, obs: Any, *, explore: bool) -> dict[str, np.ndarray]:
-        actions = {}
-        with torch.no_grad():
-            for agent in self.agents:
-                out = self.networks[f"actor.{agent}"](self.agent_obs(obs, agent))["action"]
-                actions[agent] = self._env_action(agent, out, explore)
-        return actions
+    # -- acting (the group learner acts; these are each member's own part) ---------------------
 
     def export_policy(self) -> TeamPolicy:
         """Each agent's actor without exploration: the argmax of a Discrete agent's logits, a
@@ -122,7 +314,10 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
             policies[agent] = GreedyPolicy(space, body, action, flatten=True)
         return TeamPolicy(policies)
 
-    def _env_action(self, agent: str, out: torch.Tensor, explore: bool) -> np.ndarray:
+    def env_action(self, agent: str, out: torch.Tensor, explore: bool) -> np.ndarray:
+        """Agent ``agent``'s environment actions for its actor's output ``out`` (one row per
+        environment): the argmax or the rescaled tanh, or, exploring, a softmax sample (or a
+        uniform action) or the tanh with one step of noise."""
         if agent not in self.boxes:
             if not explore:
                 return out.argmax(dim=-1).cpu().numpy() + self.starts[agent]
@@ -160,45 +355,6 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
         for agent, state in self.ou_noise.items():
             self.ou_noise[agent] = restart_ou_noise(state, envs)
 
-    # -- learning --------------------------------------------------------------------------------
-
-    def learn(self, batch: Transitions) -> LearnResult:
-        """Every critic regresses onto its TD target; then, when :meth:`actors_due`, every
-        actor climbs its critic and the targets follow."""
-        # a multi-agent buffer samples observations and actions by agent
-        agent_obs = cast("dict[str, torch.Tensor]", batch.obs)
-        stored = cast("dict[str, torch.Tensor]", batch.actions)
-        obs = self.joint_obs(agent_obs)
-        taken = {agent: self.critic_action(agent, stored[agent]) for agent in self.agents}
-        actions = torch.cat([taken[agent] for agent in self.agents], dim=1)
-        loss = self.critic_loss(obs, actions, self.td_targets(batch))
-        self.minimise(loss, self.critics)
-        self.learn_counter += 1
-        if self.actors_due():
-            self.update_actors(agent_obs, obs, taken)
-            self.soft_update_targets()
-        return LearnResult(float(loss.detach()))
-
-    def actors_due(self) -> bool:
-        """Whether this learn call also updates the actors and targets (every call here; a
-        policy delay overrides it)."""
-        return True
-
-    def td_targets(self, batch: Transitions) -> dict[str, torch.Tensor]:
-        """Each agent's regression target ``r_i + gamma * (1 - terminated_i) * V'_i``, where
-        ``V'_i`` is :meth:`next_values` at the target actors' next actions (``gamma`` is the
-        batch's n-step discounts, if it has them)."""
-        rewards, terminated = batch.rewards, batch.terminated
-        assert isinstance(rewards, dict) and isinstance(terminated, dict)
-        discount = self.spec.gamma if batch.discounts is None else batch.discounts
-        with torch.no_grad():
-            next_obs = self.joint_obs(batch.next_obs)
-            next_values = self.next_values(next_obs, self.target_actions(batch.next_obs))
-            return {
-                agent: rewards[agent] + discount * (1.0 - terminated[agent]) * next_values[agent]
-                for agent in self.agents
-            }
-
     def critic_action(self, agent: str, stored: torch.Tensor) -> torch.Tensor:
         """Stored actions as a critic reads them: one-hot, or [-1, 1] units, ``[N, width]``."""
         if agent in self.boxes:
@@ -206,77 +362,10 @@ class CentralisedActorCritic(MultiAgentOffPolicyAlgorithm):
         index = stored.long() - self.starts[agent]
         return torch.nn.functional.one_hot(index, self.widths[agent]).float()
 
-    def target_actions(self, next_obs: Mapping[str, Any]) -> torch.Tensor:
-        """Every agent's next action from its target actor, side by side (critics' units)."""
-        columns = []
-        for agent in self.agents:
-            out = self.networks[f"actor_target.{agent}"](self.agent_obs(next_obs, agent))
-            columns.append(self.greedy(agent, out["action"]))
-        return torch.cat(columns, dim=1)
-
-    def greedy(self, agent: str, out: torch.Tensor) -> torch.Tensor:
-        """An actor's output as its deterministic action: tanh, or the argmax's one-hot."""
-        if agent in self.boxes:
-            return torch.tanh(out)
-        return torch.nn.functional.one_hot(out.argmax(dim=-1), self.widths[agent]).float()
-
-    def next_values(self, next_obs: torch.Tensor, next_actions: torch.Tensor) -> dict[str, Any]:
-        """Each agent's target-critic value of the next joint state and actions, ``[N]``."""
-        return {
-            agent: self.q_value(f"critic_target.{agent}", next_obs, next_actions)
-            for agent in self.agents
-        }
-
-    def critic_loss(
-        self, obs: torch.Tensor, actions: torch.Tensor, targets: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        """The team's critic loss: each critic's mean squared TD error, summed."""
-        losses = [
-            (self.q_value(f"{critic}.{agent}", obs, actions) - targets[agent]).pow(2).mean()
-            for critic in self.critics
-            for agent in self.agents
-        ]
-        return torch.stack(losses).sum()
-
-    def q_value(self, network: str, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self.networks[network](obs, actions)["q"].squeeze(-1)
-
-    def update_actors(
-        self, agent_obs: Mapping[str, Any], obs: torch.Tensor, taken: dict[str, torch.Tensor]
-    ) -> None:
-        """Each actor climbs its first critic with its own action re-chosen by its policy."""
-        losses = []
-        for agent in self.agents:
-            out = self.networks[f"actor.{agent}"](self.agent_obs(agent_obs, agent))["action"]
-            joint = torch.cat(
-                [self.policy_action(agent, out) if a == agent else taken[a] for a in self.agents],
-                dim=1,
-            )
-            losses.append(-self.q_value(f"{self.critics[0]}.{agent}", obs, joint).mean())
-            if agent not in self.boxes:
-                losses.append(LOGIT_PENALTY * out.pow(2).mean())
-        self.minimise(torch.stack(losses).sum(), ("actors",))
-
-    def policy_action(self, agent: str, out: torch.Tensor) -> torch.Tensor:
-        """A differentiable action: tanh, or a straight-through Gumbel-softmax sample."""
-        if agent in self.boxes:
-            return torch.tanh(out)
-        noise = sampling.gumbel_noise(out.shape, self.generator, self.device)
-        soft = torch.softmax(out + noise, dim=-1)
-        hard = torch.nn.functional.one_hot(soft.argmax(dim=-1), self.widths[agent]).float()
-        return hard - soft.detach() + soft
-
-    def soft_update_targets(self) -> None:
-        """target <- target + tau * (online - target), for every actor and critic."""
-        self.soft_update([(self._target(n), n) for n in self._online_names()], self.spec.tau)
-
-    def _online_names(self) -> list[str]:
-        return [n for n in self.networks if n.split(".")[0] in ("actor", *self.critics)]
-
-    @staticmethod
-    def _target(name: str) -> str:
-        role, agent = name.split(".")
-        return f"{role}_target.{agent}"
+    def actors_due(self) -> bool:
+        """Whether this learn call (already counted in ``learn_counter``) also updates the
+        actors and targets: every call here; a policy delay overrides it."""
+        return True
 
     # -- checkpoints -----------------------------------------------------------------------------
 
