@@ -16,6 +16,7 @@ from agile_cli.testing import check_conformance, installed_host, smoke_train, ti
 from agile_ippo.distributions import action_head
 from agile_rl.nn.arch import arch_from_spec
 from agile_rl.runtime.agent import AgentContext
+from agile_rl.runtime.rollout import RolloutBatch
 from agile_rl.runtime.team_env import TeamEnv
 from agile_rl.training.multi_agent_on_policy import (
     GroupRows,
@@ -96,10 +97,20 @@ def test_advantages_are_per_agent_and_bootstrap_only_through_truncation(monkeypa
     member = _member(dict.fromkeys(["agent_0", "agent_1"], BOX3),
                      dict.fromkeys(["agent_0", "agent_1"], spaces.Discrete(2)),
                      num_envs=1, gamma=0.5, gae_lambda=0.5, learn_step=4)  # fmt: skip
-    # Every value estimate is 1 for agent_0's rows and 2 for agent_1's (rows are agent-major).
-    monkeypatch.setattr(member, "_values", lambda group, obs: torch.tensor([1.0, 2.0]))
+    # Every value estimate is 1 for agent_0's rows and 2 for agent_1's (rows are agent-major;
+    # the member alone is a group of one).
+    import agile_ippo.algorithm as ippo
+
+    monkeypatch.setattr(
+        ippo.IPPOGroup, "_values", lambda self, group, obs: torch.tensor([[1.0, 2.0]])
+    )
     batches = []
-    monkeypatch.setattr(member, "_learn_group", lambda group, batch: batches.append(batch) or [])
+
+    def record(learner, batch, counts, epochs, update):
+        batches.append(RolloutBatch(*(field[0, : int(counts[0])] for field in batch)))
+        return torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+
+    monkeypatch.setattr(ippo, "run_epochs", record)
     stats = MultiAgentOnPolicyRunner(TeamEnv(_Scripted(script))).train(member, 4, lambda n: None)
 
     # agent_0: A1 = 3 - 1 = 2 (terminated: no bootstrap); A0 = (1 + 0.5 * 1 - 1) + 0.25 * A1.
@@ -272,3 +283,103 @@ def test_a_team_of_unlike_agents_trains_evolves_and_resumes(tmp_path) -> None:
     assert result.summary["generations"] == 2
     assert all(np.isfinite(m.record.fitness).all() for m in result.population)
     check_conformance("IPPO", tmp_path, environment=TOY)
+
+
+# -- a population of teams acts and learns as one computation --------------------------------
+
+
+def _population(**hyperparameters: list) -> list:
+    from agile_cli.testing import tiny_population
+
+    manifest = tiny_manifest("IPPO", environment=TOY, training={"pop_size": 3})
+    members = tiny_population(manifest, size=3)
+    for index, member in enumerate(members):
+        for name, values in hyperparameters.items():
+            member.set_hyperparameter(name, values[index])
+    return members
+
+
+def _rollout(member, steps: int, seed: int) -> TeamRollout:
+    """A team rollout of ``member``'s own policy on random observations and rewards."""
+    rng = np.random.default_rng(seed)
+    rollout = TeamRollout(member.groups)
+    for t in range(steps):
+        obs = member.obs_tensor(_obs(member.observation_spaces, 2, seed=seed * 100 + t))
+        _, records = member.policy_step(obs)
+        rows = {group: len(agents) * 2 for group, agents in member.groups.items()}
+        rollout.add(obs, records, GroupRows(
+            {g: rng.normal(size=n) for g, n in rows.items()},
+            {g: rng.random(n) < 0.1 for g, n in rows.items()},
+            {g: np.zeros(n, dtype=bool) for g, n in rows.items()},
+            {g: rng.random(n) < 0.9 for g, n in rows.items()},
+        ))  # fmt: skip
+    return rollout
+
+
+def test_a_group_of_teams_learns_as_each_team_does_alone() -> None:
+    import copy
+
+    from agile_rl.runtime.group import MemberGroup
+    from tests.test_batched import _assert_same_members
+
+    members = _population(lr=[1e-3, 3e-3, 5e-4], batch_size=[4, 6, 3], update_epochs=[2, 1, 3],
+                          clip_coef=[0.2, 0.1, 0.3], learn_step=[8, 8, 8])  # fmt: skip
+    rollouts = [_rollout(member, 5, seed) for seed, member in enumerate(members)]
+    last = [m.obs_tensor(_obs(m.observation_spaces, 2, seed=50)) for m in members]
+    learning = [True, False, True]
+    own = [m.clone(m.index) for m in members]
+    stacked = [m.clone(m.index) for m in members]
+    alone = [m.learn(copy.deepcopy(r), o).loss if on else None
+             for m, r, o, on in zip(own, rollouts, last, learning, strict=True)]  # fmt: skip
+    learner = type(members[0]).group_learner(MemberGroup(stacked))
+    taken = [copy.deepcopy(r) if on else None for r, on in zip(rollouts, learning, strict=True)]
+    following = [o if on else None for o, on in zip(last, learning, strict=True)]
+    together = learner.learn_rollouts(taken, following)
+    learner.group.write_back()
+    _assert_same_members(stacked, own)
+    assert together[1] is None
+    np.testing.assert_allclose([together[0], together[2]], [alone[0], alone[2]], rtol=1e-4)
+    for before, after in zip(members[1].parameters(), stacked[1].parameters(), strict=True):
+        assert before.equal(after)  # the team that did not learn is left as it was
+
+
+def test_a_group_of_teams_acts_as_each_team_does_alone() -> None:
+    from agile_rl.runtime.group import MemberGroup
+
+    members = _population()
+    twins = [m.clone(m.index) for m in members]
+    learner = type(members[0]).group_learner(MemberGroup(twins))
+    obs = _obs(members[0].observation_spaces, 3 * 2, seed=1)
+    for explore in (True, False):
+        together = learner.act(obs, explore=explore)
+        alone = [m.act({a: v[2 * i : 2 * i + 2] for a, v in obs.items()}, explore=explore)
+                 for i, m in enumerate(members)]  # fmt: skip
+        for agent in members[0].agents:
+            np.testing.assert_allclose(
+                together[agent], np.concatenate([own[agent] for own in alone]), rtol=1e-5,
+                atol=1e-6,
+            )  # fmt: skip
+    assert all(t.generator.get_state().equal(m.generator.get_state())
+               for t, m in zip(twins, members, strict=True))  # fmt: skip
+
+
+def test_a_batched_generation_of_teams_equals_teams_stepping_alone(tmp_path) -> None:
+    import json
+
+    from agile_rl.training import batched
+    from tests.test_batched import RUN_TOLERANCE, _assert_same_members
+
+    training = {"max_steps": 64, "evo_steps": 32, "pop_size": 3}
+    manifest = tiny_manifest("IPPO", environment=TOY, training=training,
+                             algorithm_options={"learn_step": 8, "batch_size": 8})  # fmt: skip
+    grouped = smoke_train(manifest, tmp_path / "groups", seed=3)
+    real = batched.group_members
+    batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
+    try:  # every team a group of one: its own policy step and learn, in the same env rows
+        alone = smoke_train(manifest, tmp_path / "singles", seed=3)
+    finally:
+        batched.group_members = real  # type: ignore[assignment]
+    lines = (grouped.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert any(len(group) > 1 for line in lines for group in json.loads(line)["groups"])
+    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
+    _assert_same_members(grouped.population, alone.population, RUN_TOLERANCE)

@@ -50,7 +50,9 @@ class ActionHead(abc.ABC):
     def evaluate(
         self, out: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probabilities of ``actions`` and the entropy of each row's distribution."""
+        """Log-probabilities of ``actions`` and the entropy of each row's distribution; rows
+        may carry leading dimensions (``[k, S, width]`` for a group, with ``log_std``
+        ``[k, 1, width]``)."""
 
     @abc.abstractmethod
     def greedy(self, out: torch.Tensor) -> torch.Tensor:
@@ -112,11 +114,11 @@ class MultiCategoricalHead(ActionHead):
     def evaluate(
         self, out: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        log_probs = out.new_zeros(out.shape[0])
-        entropy = out.new_zeros(out.shape[0])
+        log_probs = out.new_zeros(out.shape[:-1])
+        entropy = out.new_zeros(out.shape[:-1])
         for i, logits in enumerate(out.split(self.sizes, dim=-1)):
             log_p = logits.log_softmax(-1)
-            log_probs += log_p.gather(-1, actions[:, i : i + 1].long()).squeeze(-1)
+            log_probs += log_p.gather(-1, actions[..., i : i + 1].long()).squeeze(-1)
             entropy -= (log_p.exp() * log_p).sum(-1)
         return log_probs, entropy
 
@@ -177,7 +179,7 @@ class GaussianHead(ActionHead):
         assert log_std is not None
         z = (actions - out) * (-log_std).exp()
         log_probs = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
-        entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(out.shape[0])
+        entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum(-1).expand(out.shape[:-1])
         return log_probs, entropy
 
     def greedy(self, out: torch.Tensor) -> torch.Tensor:

@@ -16,11 +16,12 @@ from agile_rl import (
     PolicyRecord,
     Rollout,
     RolloutBatch,
-    epoch_minibatches,
-    gather_rows,
+    clipped_surrogate,
     gumbel_argmax,
     masked_mean,
     normal_draws,
+    normalised_advantages,
+    run_epochs,
     stack_batches,
     stacked_observations,
 )
@@ -113,23 +114,7 @@ class PPOGroup(OnPolicyGroupLearner):
             0 if r is None else int(m.spec.update_epochs)
             for m, r in zip(self.members, rollouts, strict=True)
         ]
-        sizes = [int(member.spec.batch_size) for member in self.members]
-        device = self.group.device
-        totals = torch.zeros(self.group.size, dtype=torch.float64, device=device)
-        updates = torch.zeros(self.group.size, dtype=torch.float64, device=device)
-        approx_kl = torch.zeros(self.group.size, device=device)
-        for epoch in range(max(epochs)):
-            orders = [
-                torch.randperm(int(n), generator=m.generator).to(device) if epoch < e else None
-                for m, n, e in zip(self.members, counts.tolist(), epochs, strict=True)
-            ]
-            for minibatch in epoch_minibatches(orders, sizes):
-                steps = gather_rows(batch, minibatch.indices)
-                losses, kl = self._update(steps, minibatch.rows, minibatch.active)
-                totals += torch.where(minibatch.active, losses.double(), 0.0)
-                updates += minibatch.active.double()
-                approx_kl = torch.where(minibatch.active, kl, approx_kl)
-            self._stop_early(epochs, epoch, approx_kl)
+        totals, updates = run_epochs(self, batch, counts, epochs, self._update)
         means = (totals / updates.clamp(min=1.0)).tolist()
         return [loss if r is not None else None for loss, r in zip(means, rollouts, strict=True)]
 
@@ -146,16 +131,6 @@ class PPOGroup(OnPolicyGroupLearner):
             for member, rollout, values in zip(self.members, rollouts, last_values, strict=True)
         ]  # fmt: skip
         return stack_batches(batches)
-
-    def _stop_early(self, epochs: list[int], epoch: int, approx_kl: torch.Tensor) -> None:
-        """End the epochs of members whose approximate KL passed their ``target_kl``."""
-        if all(member.spec.target_kl is None for member in self.members):
-            return
-        kl = approx_kl.tolist()
-        for row, member in enumerate(self.members):
-            target = member.spec.target_kl
-            if epoch < epochs[row] and target is not None and kl[row] > target:
-                epochs[row] = epoch + 1
 
     def _update(
         self, batch: RolloutBatch, rows: torch.Tensor, active: torch.Tensor
@@ -180,14 +155,16 @@ class PPOGroup(OnPolicyGroupLearner):
         hp = self.group.hp
         distribution = self._distribution(logits)
         log_ratio = distribution.log_prob(batch.actions) - batch.log_probs
-        ratio = log_ratio.exp()
-        advantages = self._normalised(batch.advantages, rows)
-        clip = hp("clip_coef").unsqueeze(1)
-        clipped_ratio = ratio.clamp(1.0 - clip, 1.0 + clip)
-        policy_loss = -masked_mean(torch.min(ratio * advantages, clipped_ratio * advantages), rows)
+        normalise = hp("normalize_advantages").unsqueeze(1) > 0
+        advantages = torch.where(
+            normalise, normalised_advantages(batch.advantages, rows), batch.advantages
+        )
+        clip = hp("clip_coef")
+        policy_loss, approx_kl = clipped_surrogate(log_ratio, advantages, clip, rows)
         value_loss = (values - batch.returns).pow(2)
         old = batch.values
-        clipped = (old + (values - old).clamp(-clip, clip) - batch.returns).pow(2)
+        clip_column = clip.unsqueeze(1)
+        clipped = (old + (values - old).clamp(-clip_column, clip_column) - batch.returns).pow(2)
         clip_values = hp("clip_value_loss").unsqueeze(1) > 0
         value_loss = torch.where(clip_values, torch.max(value_loss, clipped), value_loss)
         entropy = masked_mean(distribution.entropy(), rows)
@@ -196,17 +173,4 @@ class PPOGroup(OnPolicyGroupLearner):
             + hp("vf_coef") * 0.5 * masked_mean(value_loss, rows)
             - hp("ent_coef") * entropy
         )
-        with torch.no_grad():
-            approx_kl = masked_mean((ratio - 1.0) - log_ratio, rows)
         return losses, approx_kl
-
-    def _normalised(self, advantages: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Each member's advantages ``[k, S]`` normalised over its real rows (unbiased std, as
-        ``Tensor.std``) where it normalises and has more than one."""
-        count = rows.sum(1, keepdim=True)
-        mean = (advantages * rows).sum(1, keepdim=True) / count.clamp(min=1.0)
-        centred = advantages - mean
-        variance = (centred.pow(2) * rows).sum(1, keepdim=True) / (count - 1.0).clamp(min=1.0)
-        normalised = centred / (variance.sqrt() + 1e-8)
-        wanted = (self.group.hp("normalize_advantages").unsqueeze(1) > 0) & (count > 1)
-        return torch.where(wanted, normalised, advantages)

@@ -171,8 +171,9 @@ class TeamOffPolicy(Team, Batched):
         return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
 
 
-class TeamOnPolicy(Team):
-    """A team collects a rollout per agent and learns from it."""
+class TeamOnPolicy(Team, Batched):
+    """A team collects a rollout per agent and learns from it; teams whose networks stack act
+    and learn batched."""
 
     def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> MultiAgentOnPolicyRunner:
         return MultiAgentOnPolicyRunner(env)

@@ -13,13 +13,13 @@ active masks allow.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
 
-from agile_rl.runtime.group import GroupLearner
+from agile_rl.runtime.group import GroupLearner, masked_mean
 from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
 from agile_rl.runtime.stacked import stacked_observations
 
@@ -48,6 +48,108 @@ class OnPolicyGroupLearner(GroupLearner):
         ``learn(rollout, last_obs)`` would, ``last_obs`` being the preprocessed observations
         that follow, ``[k * E, ...]`` in member order; the others are left as they are.
         Returns the loss each learning member reports, None for the others."""
+
+
+class TeamOnPolicyGroupLearner(GroupLearner):
+    """What an on-policy team algorithm provides to act and learn for a group of teams at
+    once (the multi-agent on-policy runner's layout: observations, records and rollouts by
+    group of agents); each method does, for every member, what the member's own
+    ``policy_step`` and ``learn`` do, on the members' own generators. :meth:`act` takes the
+    environments' raw observations, ``[k * E, ...]`` per agent in member order."""
+
+    family: ClassVar[str] = "team_on_policy"
+
+    @abc.abstractmethod
+    def policy_step(
+        self, obs: Sequence[Mapping[str, Observation]]
+    ) -> tuple[dict[str, np.ndarray], list[dict[str, PolicyRecord]]]:
+        """For each member's observations as its ``obs_tensor`` gives them: every agent's
+        environment actions, ``[k * E, ...]`` in member order, and each member's records by
+        group."""
+
+    @abc.abstractmethod
+    def learn_rollouts(
+        self, rollouts: Sequence[Any | None], last_obs: Sequence[Mapping[str, Observation] | None]
+    ) -> list[float | None]:
+        """Update each member whose entry of ``rollouts`` is a team rollout, as its
+        ``learn(rollout, last_obs)`` would; the others (None) are left as they are. Returns
+        the loss each learning member reports, None for the others."""
+
+
+#: One gradient step of a group on its minibatches ``[k, S]``: (batch, rows, active) ->
+#: each member's loss and approximate KL divergence, ``[k]`` each.
+MinibatchUpdate = Callable[
+    [RolloutBatch, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+]
+
+
+def run_epochs(
+    learner: GroupLearner,
+    batch: RolloutBatch,
+    counts: torch.Tensor,
+    epochs: list[int],
+    update: MinibatchUpdate,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The epochs of a clipped-objective update for a group: member ``i`` makes
+    ``epochs[i]`` passes (0: it does not learn now) over the first ``counts[i]`` steps of its
+    part of ``batch`` ``[k, N, ...]``, each in an order drawn from its own generator and cut
+    into minibatches of its own ``batch_size`` (padded and masked, :func:`epoch_minibatches`),
+    and stops after an epoch whose last minibatch's approximate KL passed its ``target_kl``.
+    ``update`` takes one gradient step. Returns each member's summed loss and number of
+    updates, ``[k]`` each (float64)."""
+    members, device = learner.members, learner.group.device
+    sizes = [int(member.spec.batch_size) for member in members]
+    totals = torch.zeros(len(members), dtype=torch.float64, device=device)
+    updates = torch.zeros(len(members), dtype=torch.float64, device=device)
+    approx_kl = torch.zeros(len(members), device=device)
+    for epoch in range(max(epochs, default=0)):
+        orders = [
+            torch.randperm(int(n), generator=m.generator).to(device) if epoch < e else None
+            for m, n, e in zip(members, counts.tolist(), epochs, strict=True)
+        ]
+        for minibatch in epoch_minibatches(orders, sizes):
+            steps = gather_rows(batch, minibatch.indices)
+            losses, kl = update(steps, minibatch.rows, minibatch.active)
+            totals += torch.where(minibatch.active, losses.double(), 0.0)
+            updates += minibatch.active.double()
+            approx_kl = torch.where(minibatch.active, kl, approx_kl)
+        _stop_early(members, epochs, epoch, approx_kl)
+    return totals, updates
+
+
+def _stop_early(members: Sequence[Any], epochs: list[int], epoch: int, kl: torch.Tensor) -> None:
+    """End the epochs of members whose approximate KL passed their ``target_kl``."""
+    if all(member.spec.target_kl is None for member in members):
+        return
+    values = kl.tolist()
+    for row, member in enumerate(members):
+        target = member.spec.target_kl
+        if epoch < epochs[row] and target is not None and values[row] > target:
+            epochs[row] = epoch + 1
+
+
+def normalised_advantages(advantages: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Each member's advantages ``[k, S]`` normalised over its real rows (``rows`` 1; unbiased
+    std, as ``Tensor.std``), where it has more than one."""
+    count = rows.sum(1, keepdim=True)
+    mean = (advantages * rows).sum(1, keepdim=True) / count.clamp(min=1.0)
+    centred = advantages - mean
+    variance = (centred.pow(2) * rows).sum(1, keepdim=True) / (count - 1.0).clamp(min=1.0)
+    return torch.where(count > 1, centred / (variance.sqrt() + 1e-8), advantages)
+
+
+def clipped_surrogate(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, clip: torch.Tensor, rows: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each member's clipped policy loss ``-E[min(r A, clip(r, 1 - c, 1 + c) A)]`` ``[k]`` over
+    its real rows, for log-ratios ``[k, S]`` of the current to the collecting policy, and its
+    approximate KL divergence ``[k]`` (Schulman's k3 estimator, without gradient)."""
+    ratio = log_ratio.exp()
+    clipped = ratio.clamp(1.0 - clip.unsqueeze(1), 1.0 + clip.unsqueeze(1))
+    loss = -masked_mean(torch.min(ratio * advantages, clipped * advantages), rows)
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1.0) - log_ratio, rows)
+    return loss, approx_kl
 
 
 def member_records(record: PolicyRecord) -> list[PolicyRecord]:

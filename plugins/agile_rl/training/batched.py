@@ -43,12 +43,17 @@ from agile_rl.training.runners import (
 )
 
 #: The paradigms whose runners the batched runners replace.
-_BATCHED_FAMILIES = (Family.OFF_POLICY, Family.ON_POLICY, Family.MULTI_AGENT_OFF_POLICY)
+_BATCHED_FAMILIES = (
+    Family.OFF_POLICY,
+    Family.ON_POLICY,
+    Family.MULTI_AGENT_OFF_POLICY,
+    Family.MULTI_AGENT_ON_POLICY,
+)
 
 
 def applies(manifest: TrainingManifest, cls: type[Member]) -> bool:
     """Whether a run of ``manifest`` can train as a batched population: an off- or on-policy
-    algorithm (single-agent, or a team learning off-policy) whose class has a group learner,
+    algorithm (single-agent, or a team) whose class has a group learner,
     trained by the RL library's runner of its family, in environments whose number the
     manifest sets. Deterministic
     actor-critics with ``share_encoders`` train one by one (stacked critics cannot read their

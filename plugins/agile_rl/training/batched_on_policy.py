@@ -29,6 +29,10 @@ from agile_rl.runtime.on_policy_group import (
 )
 from agile_rl.runtime.rollout import PolicyRecord, Rollout
 from agile_rl.training.batched import BatchedOffPolicyRunner, BatchedRunner, _Slot, _take
+from agile_rl.training.multi_agent_on_policy import (
+    BatchedTeamOnPolicyRunner,
+    MultiAgentOnPolicyRunner,
+)
 from agile_rl.training.runners import (
     GenerationStats,
     OnPolicyRunner,
@@ -162,7 +166,10 @@ class BatchedOnPolicyRunner(BatchedRunner):
 
 def batched_runner(runner: Runner[Any], size: int) -> BatchedRunner:
     """The batched runner that replaces a paradigm's ``runner`` for ``size`` members: the
-    on-policy one for the RL library's on-policy runner, else the off-policy one."""
-    if type(runner) is OnPolicyRunner:
+    on-policy one for the RL library's on-policy runner, the teams' for its multi-agent
+    on-policy runner, else the off-policy one."""
+    if isinstance(runner, MultiAgentOnPolicyRunner):
+        return BatchedTeamOnPolicyRunner(runner, size)
+    if isinstance(runner, OnPolicyRunner):
         return BatchedOnPolicyRunner(runner, size)
     return BatchedOffPolicyRunner(runner, size)

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from agile_rl.runtime.multi_agent import MultiAgentOnPolicyAlgorithm
+from agile_rl.runtime.on_policy_group import TeamOnPolicyGroupLearner
 from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
+from agile_rl.training.batched import BatchedRunner, _Slot, _take
 from agile_rl.training.runners import (
     EpisodeRunner,
     EpisodeTracker,
@@ -158,3 +160,114 @@ class MultiAgentOnPolicyRunner(EpisodeRunner[MultiAgentOnPolicyAlgorithm]):
                 progress(self.num_envs)
             stats.losses.append(learned_loss(member.learn(rollout, member.obs_tensor(obs))))
         return stats
+
+
+class BatchedTeamOnPolicyRunner(BatchedRunner):
+    """Trains a whole on-policy population of teams in its population environment: every
+    team steps its own rows in lockstep and collects its own team rollouts on its own
+    schedule, as :class:`MultiAgentOnPolicyRunner` would in its own vector environment; the
+    teams of a group act with one batched policy step and those whose rollouts end at a step
+    learn together (:class:`~agile_rl.TeamOnPolicyGroupLearner`). A team that stacks with no
+    other acts and learns through its own ``policy_step`` and ``learn``.
+
+    :param inner: the paradigm's multi-agent on-policy runner, built on the population
+        environment.
+    :param members: the population size.
+    """
+
+    runner_type = MultiAgentOnPolicyRunner
+    family = "team_on_policy"
+
+    def _generation(
+        self,
+        members: list[MultiAgentOnPolicyAlgorithm],
+        slots: list[_Slot],
+        steps: int,
+        progress: Progress,
+    ) -> list[GenerationStats]:
+        total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
+        lengths = [rollout_lengths(total, int(m.spec.learn_step), self.num_envs) for m in members]
+        rollouts = [TeamRollout(member.groups) for member in members]
+        agents = [_AgentTracker(member.groups, self.num_envs) for member in members]
+        obs, stats, tracker = self._start(members)
+        for _ in range(total):
+            own = [_team_obs(m, _take(obs, self._rows([p]))) for p, m in enumerate(members)]
+            actions, records = self._policy_steps(members, slots, own)
+            obs, rewards, terminated, truncated, infos = self.env.step(actions)
+            valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
+            self._episodes(members, stats, valid, done, returns, progress)
+            for position, member in enumerate(members):
+                rows = self._rows([position])
+                step = agents[position].step(_member_infos(infos, rows), valid[rows])
+                rollouts[position].add(own[position], records[position], step)
+                stats[position].steps += self.num_envs
+                member.record.steps += self.num_envs
+            progress(self.env.num_envs)
+            for slot in slots:
+                self._learn(members, slot, rollouts, lengths, stats, obs)
+        return stats
+
+    def _policy_steps(
+        self, members: list[MultiAgentOnPolicyAlgorithm], slots: list[_Slot], own: list[Any]
+    ) -> tuple[dict[str, np.ndarray], list[Any]]:
+        """Every slot's policy step on its members' observations: one batched step per
+        group; the actions of every population row, and each member's records by group."""
+        records: list[Any] = [None] * len(members)
+        parts: list[Any] = []
+        for slot in slots:
+            chosen: list[Any]
+            actions: Any
+            if isinstance(slot.actor, TeamOnPolicyGroupLearner):
+                actions, chosen = slot.actor.policy_step([own[p] for p in slot.positions])
+            else:
+                position = slot.positions[0]
+                actions, single = members[position].policy_step(own[position])
+                chosen = [single]
+            for position, record in zip(slot.positions, chosen, strict=True):
+                records[position] = record
+            parts.append(actions)
+        return self._assemble(slots, parts), records
+
+    def _learn(
+        self,
+        members: list[MultiAgentOnPolicyAlgorithm],
+        slot: _Slot,
+        rollouts: list[TeamRollout],
+        lengths: list[list[int]],
+        stats: list[GenerationStats],
+        obs: Any,
+    ) -> None:
+        """The slot's members whose rollouts are complete learn from them, a group's in one
+        batched update; ``obs`` is what follows their last step."""
+        complete = [bool(lengths[p]) and len(rollouts[p]) == lengths[p][0] for p in slot.positions]
+        if not any(complete):
+            return
+        taken: list[TeamRollout | None] = []
+        last: list[Any] = []
+        for position, on in zip(slot.positions, complete, strict=True):
+            member = members[position]
+            taken.append(rollouts[position] if on else None)
+            last.append(_team_obs(member, _take(obs, self._rows([position]))) if on else None)
+            if on:
+                rollouts[position] = TeamRollout(member.groups)
+                lengths[position].pop(0)
+        if isinstance(slot.actor, TeamOnPolicyGroupLearner):
+            losses = slot.actor.learn_rollouts(taken, last)
+        else:
+            result = members[slot.positions[0]].learn(taken[0], last[0])
+            losses = [learned_loss(result)]
+        for position, loss in zip(slot.positions, losses, strict=True):
+            if loss is not None:
+                stats[position].losses.append(loss)
+
+
+def _team_obs(member: MultiAgentOnPolicyAlgorithm, obs: Any) -> Mapping[str, Observation]:
+    """A team's observations by group of agents, as its ``obs_tensor`` gives them."""
+    return cast("Mapping[str, Observation]", member.obs_tensor(obs))
+
+
+def _member_infos(infos: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    """The per-agent arrays of a team step's infos on one member's rows."""
+    keys = ("agent_rewards", "agent_terminated", "agent_truncated")
+    return {key: {agent: np.asarray(value)[rows] for agent, value in infos[key].items()}
+            for key in keys}  # fmt: skip
