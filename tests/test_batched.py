@@ -381,23 +381,33 @@ def _replace(value: Any, **changes: Any) -> Any:
 # -- the batched runner ------------------------------------------------------------------------
 
 
-def _train(
-    algorithm: str, tmp_path: Path, *, singles: bool, evo_steps: int = 96, **options: Any
-) -> Any:
+def _manifest(algorithm: str, evo_steps: int = 96, **options: Any) -> Any:
     training = {"max_steps": 192, "evo_steps": evo_steps, "pop_size": 3, "learning_delay": 0}
-    manifest = tiny_manifest(
-        algorithm,
-        training=training,
-        environment=PENDULUM if algorithm in CONTINUOUS else None,
-        **options,
-    )
+    environment = PENDULUM if algorithm in CONTINUOUS else None
+    return tiny_manifest(algorithm, training=training, environment=environment, **options)
+
+
+def _train(algorithm: str, tmp_path: Path, **options: Any) -> Any:
+    return smoke_train(_manifest(algorithm, **options), tmp_path / "groups", seed=3)
+
+
+def assert_batched_equals_alone(
+    manifest: Any, tmp_path: Path, seed: int = 3, tolerance: dict = RUN_TOLERANCE
+) -> None:
+    """Train ``manifest`` batched and with every member a group of one (its own act and
+    learn, in the same population environment rows); the runs must group some members and
+    end with the same fitnesses and members."""
+    grouped = smoke_train(manifest, tmp_path / "groups", seed=seed)
     real = batched.group_members
-    if singles:  # every member a group of one: its own act and learn, in the same env rows
-        batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
+    batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
     try:
-        return smoke_train(manifest, tmp_path / ("singles" if singles else "groups"), seed=3)
+        alone = smoke_train(manifest, tmp_path / "singles", seed=seed)
     finally:
         batched.group_members = real  # type: ignore[assignment]
+    groups = [json.loads(line)["groups"] for line in _metrics(grouped)]
+    assert any(len(group) > 1 for generation in groups for group in generation)
+    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
+    _assert_same_members(grouped.population, alone.population, tolerance)
 
 
 def _metrics(result: Any) -> list[str]:
@@ -416,12 +426,7 @@ def test_batched_generation_equals_members_stepping_alone(
     # group samples every member's batch before any of them updates priorities, while members
     # alone update between their samples, so their runs differ by design.
     options = {"replay_buffer": {"per_buffer": False}} if algorithm == "RainbowDQN" else {}
-    grouped = _train(algorithm, tmp_path, singles=False, evo_steps=evo_steps, **options)
-    alone = _train(algorithm, tmp_path, singles=True, evo_steps=evo_steps, **options)
-    groups = [json.loads(line)["groups"] for line in _metrics(grouped)]
-    assert any(len(group) > 1 for generation in groups for group in generation)
-    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
-    _assert_same_members(grouped.population, alone.population, RUN_TOLERANCE)
+    assert_batched_equals_alone(_manifest(algorithm, evo_steps, **options), tmp_path)
 
 
 def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -> None:
@@ -443,7 +448,7 @@ def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -
     assert [s.episode_returns for s in stats] == [[], [7.0], [9.0]]
     assert runner._rows([0, 2]).tolist() == [0, 1, 4, 5]
     env.close()
-    result = _train("DQN", tmp_path, singles=False)
+    result = _train("DQN", tmp_path)
     assert _metrics(result) and all(len(m.record.fitness) == 2 for m in result.population)
     assert batched.applies(manifest, type(result.population[0]))
 

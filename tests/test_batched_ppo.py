@@ -25,6 +25,7 @@ from agile_rl.runtime.on_policy_group import epoch_minibatches
 from agile_rl.runtime.rollout import Rollout
 from agile_rl.training import batched
 from agile_rl.training.batched_on_policy import BatchedOnPolicyRunner
+from tests.test_batched import assert_batched_equals_alone
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 ENVS = 2
@@ -225,32 +226,17 @@ def test_epoch_minibatches_cut_each_permutation_as_ppo_does() -> None:
 # -- the batched runner ------------------------------------------------------------------------
 
 
-def _train(tmp_path: Path, *, singles: bool, **options: Any) -> Any:
-    manifest = tiny_manifest(
-        "PPO", training={"max_steps": 128, "evo_steps": 64, "pop_size": 3},
-        algorithm_options={"learn_step": 16, "update_epochs": 2}, **options,
-    )  # fmt: skip
-    real = batched.group_members
-    if singles:  # every member a group of one: its own policy_step and learn, same env rows
-        batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
-    try:
-        return smoke_train(manifest, tmp_path / ("singles" if singles else "groups"), seed=3)
-    finally:
-        batched.group_members = real  # type: ignore[assignment]
-
-
 def _groups(result: Any) -> list[list[list[int]]]:
     lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line)["groups"] for line in lines]
 
 
 def test_batched_generation_equals_members_stepping_alone(tmp_path: Path) -> None:
-    grouped = _train(tmp_path, singles=False)
-    alone = _train(tmp_path, singles=True)
-    assert any(len(group) > 1 for generation in _groups(grouped) for group in generation)
-    assert all(len(group) == 1 for generation in _groups(alone) for group in generation)
-    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
-    _assert_same_members(alone.population, grouped.population)
+    manifest = tiny_manifest(
+        "PPO", training={"max_steps": 128, "evo_steps": 64, "pop_size": 3},
+        algorithm_options={"learn_step": 16, "update_epochs": 2},
+    )  # fmt: skip
+    assert_batched_equals_alone(manifest, tmp_path, tolerance=TOLERANCE)
 
 
 def test_recurrent_members_train_through_the_batched_runner_alone(tmp_path: Path) -> None:

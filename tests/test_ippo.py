@@ -364,22 +364,9 @@ def test_a_group_of_teams_acts_as_each_team_does_alone() -> None:
 
 
 def test_a_batched_generation_of_teams_equals_teams_stepping_alone(tmp_path) -> None:
-    import json
-
-    from agile_rl.training import batched
-    from tests.test_batched import RUN_TOLERANCE, _assert_same_members
+    from tests.test_batched import assert_batched_equals_alone
 
     training = {"max_steps": 64, "evo_steps": 32, "pop_size": 3}
     manifest = tiny_manifest("IPPO", environment=TOY, training=training,
                              algorithm_options={"learn_step": 8, "batch_size": 8})  # fmt: skip
-    grouped = smoke_train(manifest, tmp_path / "groups", seed=3)
-    real = batched.group_members
-    batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
-    try:  # every team a group of one: its own policy step and learn, in the same env rows
-        alone = smoke_train(manifest, tmp_path / "singles", seed=3)
-    finally:
-        batched.group_members = real  # type: ignore[assignment]
-    lines = (grouped.run_dir / "metrics.jsonl").read_text().splitlines()
-    assert any(len(group) > 1 for line in lines for group in json.loads(line)["groups"])
-    np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
-    _assert_same_members(grouped.population, alone.population, RUN_TOLERANCE)
+    assert_batched_equals_alone(manifest, tmp_path)

@@ -474,5 +474,5 @@ class OnPolicyAlgorithm(Algorithm):
     @abc.abstractmethod
     def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> LearnResult:
         """Update on a :class:`~agile_rl.runtime.rollout.Rollout` whose next observation is
-        ``last_obs``; returns the mean loss as a :class:`LearnResult` (a bare float, as plugins
-        written before returned, is accepted too)."""
+        ``last_obs``; returns the mean loss as a :class:`LearnResult` (anything else stops the
+        run, naming what it got)."""
