@@ -8,6 +8,7 @@ tolerance.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
+from agile_cli.testing import installed_host, tiny_manifest, tiny_population
 from agile_cli.training import setup
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.runtime.group import MemberGroup
@@ -239,25 +240,75 @@ def test_batched_generation_equals_members_stepping_alone(tmp_path: Path) -> Non
     assert_batched_equals_alone(manifest, tmp_path, tolerance=TOLERANCE)
 
 
-def test_recurrent_members_train_through_the_batched_runner_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_seq_len", [4, None])
+def test_recurrent_generation_equals_members_stepping_alone(
+    tmp_path: Path, max_seq_len: int | None
+) -> None:
+    # LSTMs stack; a member whose hidden state a mutation resized pads gate by gate, and
+    # sequences (or whole episodes) of different members are padded to each other.
+    network = {
+        "latent_dim": 16,
+        "encoder_config": {"arch": "lstm", "hidden_state_size": 16},
+        "head_config": {"hidden_size": [16]},
+    }
+    options = {"recurrent": True, "max_seq_len": max_seq_len, "learn_step": 16}
+    manifest = tiny_manifest(
+        "PPO", algorithm_options=options, network=network,
+        training={"max_steps": 96, "evo_steps": 32, "pop_size": 3},
+        mutation={"probabilities": {"no_mut": 0, "arch_mut": 1, "params_mut": 0, "rl_hp_mut": 1}},
+    )  # fmt: skip
+    assert_batched_equals_alone(manifest, tmp_path, tolerance=TOLERANCE)
+
+
+def test_a_recurrent_group_learns_as_each_member_does_alone() -> None:
     network = {
         "latent_dim": 16,
         "encoder_config": {"arch": "lstm", "hidden_state_size": 16},
         "head_config": {"hidden_size": [16]},
     }
     manifest = tiny_manifest(
-        "PPO", algorithm_options={"recurrent": True, "max_seq_len": 4, "learn_step": 16},
-        network=network, training={"max_steps": 64, "evo_steps": 32, "pop_size": 2},
+        "PPO", network=network, training={"pop_size": 3},
+        algorithm_options={"recurrent": True, "max_seq_len": 4, "learn_step": 24},
     )  # fmt: skip
-    result = smoke_train(manifest, tmp_path, seed=0)
-    assert all(len(group) == 1 for generation in _groups(result) for group in generation)
-    assert all(member.record.steps > 0 for member in result.population)
-    assert all(len(member.record.fitness) == 2 for member in result.population)
+    members = tiny_population(manifest, size=3)
+    arch = members[1].arch
+    wider = replace(arch, encoder=replace(arch.encoder, hidden_state_size=24))
+    members[1].set_architecture(wider)
+    for member, batch_size, lr in zip(members, (8, 12, 4), (1e-3, 3e-3, 5e-4), strict=True):
+        member.set_hyperparameter("batch_size", batch_size)
+        member.set_hyperparameter("lr", lr)
+    env = setup.build_environment(manifest, installed_host().registry, seed=0)
+    rollouts, last = [], []
+    for member in members:  # each member's own rollout, collected alone
+        obs, _ = env.reset(seed=member.index)
+        member.reset_state()
+        rollout = Rollout()
+        for _ in range(12):
+            tensor = member.obs_tensor(obs)
+            actions, record = member.policy_step(tensor)
+            obs, rewards, terminated, truncated, _ = env.step(actions)
+            rollout.add(tensor, record, rewards, terminated, truncated, np.ones(2, dtype=bool))
+        rollouts.append(rollout)
+        last.append(member.obs_tensor(obs))
+    env.close()
+    own = [m.clone(m.index) for m in members]
+    stacked = [m.clone(m.index) for m in members]
+    for twins in (own, stacked):
+        for twin, member in zip(twins, members, strict=True):
+            twin.hidden_state = member.hidden_state
+    learning = [True, False, True]
+    for member, rollout, obs, on in zip(own, rollouts, last, learning, strict=True):
+        if on:
+            member.learn(copy.deepcopy(rollout), obs)
+    learner = type(members[0]).group_learner(MemberGroup(stacked))
+    taken = [copy.deepcopy(r) if on else None for r, on in zip(rollouts, learning, strict=True)]
+    learner.learn_rollouts(taken, torch.cat(last))
+    learner.group.write_back()
+    _assert_same_members(own, stacked)
 
 
 def test_on_policy_runs_train_batched_unless_per_member(tmp_path: Path) -> None:
     from agile_cli.models.run_options import LocalRunOptions
-    from agile_cli.testing import installed_host
     from agile_cli.training.loop import EvolutionLoop
     from agile_cli.training.progress import LogReporter
 
@@ -274,7 +325,6 @@ def test_on_policy_runs_train_batched_unless_per_member(tmp_path: Path) -> None:
 
 def _generation(members: list[Any], *, singles: bool) -> list[Any]:
     """One generation of ``members`` in a fresh population environment, then their fitness."""
-    from agile_cli.testing import installed_host
     from agile_rl.training.runners import OnPolicyRunner
 
     manifest = tiny_manifest("PPO", training={"max_steps": 128, "evo_steps": 64, "pop_size": 3})

@@ -106,11 +106,11 @@ def test_advantages_are_per_agent_and_bootstrap_only_through_truncation(monkeypa
     )
     batches = []
 
-    def record(learner, batch, counts, epochs, update):
+    def record(learner, batch, counts):
         batches.append(RolloutBatch(*(field[0, : int(counts[0])] for field in batch)))
-        return torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+        return lambda epoch, epochs: []  # no minibatches: nothing learns
 
-    monkeypatch.setattr(ippo, "run_epochs", record)
+    monkeypatch.setattr(ippo, "row_minibatches", record)
     stats = MultiAgentOnPolicyRunner(TeamEnv(_Scripted(script))).train(member, 4, lambda n: None)
 
     # agent_0: A1 = 3 - 1 = 2 (terminated: no bootstrap); A0 = (1 + 0.5 * 1 - 1) + 0.25 * A1.

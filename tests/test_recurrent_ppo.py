@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from torch.distributions import Categorical
 
 from agile_cli.errors import ManifestError
 from agile_cli.models.network import NetworkSpec
@@ -265,20 +266,30 @@ def test_a_minibatch_re_runs_collection_exactly_before_the_first_update(
         _recall(3, random_length=True), learn_step=48, max_seq_len=max_seq_len
     )
     env = _env(manifest, seed=1)
-    minibatch = member._minibatch
+    learner = member.solo_learner()
+    rerun = learner.rerun
     checked = []
 
-    def spy(batch, rows):
-        steps, logits, values = minibatch(batch, rows)
+    def spy(chosen):
+        steps, logits, values, rows = rerun(chosen)
         if not checked:
-            log_probs = member._distribution(logits).log_prob(steps.actions)
-            checked.append(torch.allclose(log_probs, steps.log_probs, atol=1e-6))
-            checked.append(torch.allclose(values, steps.values, atol=1e-6))
-        return steps, logits, values
+            checked.extend(_collected_again(steps, logits, values, rows))
+        return steps, logits, values, rows
 
-    member._minibatch = spy  # type: ignore[method-assign]
+    learner.rerun = spy  # type: ignore[method-assign]
+    member.solo_learner = lambda: learner  # type: ignore[method-assign]
     OnPolicyRunner(env).train(member, 48, lambda n: None)
     assert checked == [True, True]
+
+
+def _collected_again(steps, logits, values, rows) -> list[bool]:
+    """Whether re-run log-probabilities and values equal those collected, on valid steps."""
+    valid = rows[0] > 0
+    log_probs = Categorical(logits=logits[0][valid]).log_prob(steps.actions[0][valid])
+    return [
+        torch.allclose(log_probs, steps.log_probs[0][valid], atol=1e-6),
+        torch.allclose(values[0][valid], steps.values[0][valid], atol=1e-6),
+    ]
 
 
 # -- whole-episode sequences (max_seq_len: null) ------------------------------------------------
@@ -352,7 +363,8 @@ def _collected_episodes(**options: object) -> tuple[PPO, Episodes]:
     seen: list[Episodes] = []
 
     def collect(rollout: Rollout, last_obs: torch.Tensor) -> LearnResult:
-        seen.append(member._finish(rollout, last_obs)[0])  # type: ignore[arg-type]
+        last_values = member.solo_learner().bootstrap_values(last_obs)[0]
+        seen.append(member.sequences(rollout, last_values)[0])  # type: ignore[arg-type]
         return LearnResult(0.0)
 
     member.learn = collect  # type: ignore[method-assign,assignment]
@@ -366,17 +378,20 @@ def test_padding_adds_nothing_to_the_loss() -> None:
     batch = episodes.select(rows)
     assert len(set(episodes.length.tolist())) > 1 and not batch.valid.all()  # it is padded
     assert batch.initial_state[0].abs().sum() > 0  # some sequence starts from a carried state
-    padded, _ = member._objective(*member._minibatch(episodes, rows))
-    parts = [member._minibatch(episodes, rows[j : j + 1]) for j in range(len(episodes))]
-    steps = RolloutBatch(*(torch.cat(field) for field in zip(*(p[0] for p in parts), strict=True)))
-    logits, values = torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
-    assert len(steps) == int(episodes.length.sum())
-    unpadded, _ = member._objective(steps, logits, values)
+    learner = member.solo_learner()
+    padded, _ = learner.objective(*learner.rerun([batch]))
+    # Each episode alone, its valid steps side by side: no padding at all.
+    parts = [learner.rerun([episodes.select(rows[j : j + 1])]) for j in range(len(episodes))]
+    steps = RolloutBatch(
+        *(torch.cat(field, dim=1) for field in zip(*(p[0] for p in parts), strict=True))
+    )
+    logits, values = (torch.cat([p[i] for p in parts], dim=1) for i in (1, 2))
+    assert steps.actions.shape[1] == int(episodes.length.sum())
+    unpadded, _ = learner.objective(steps, logits, values, torch.ones_like(values))
     assert torch.allclose(padded, unpadded, atol=1e-6)
     # Whatever the padding holds, the loss stays.
     noisy = torch.where(batch.valid.unsqueeze(-1), batch.obs, 50.0)  # type: ignore[arg-type]
-    logits, values, _ = member._unroll(noisy, batch.initial_state, batch.starts)
-    loss, _ = member._objective(batch.valid_steps(), logits[batch.valid], values[batch.valid])
+    loss, _ = learner.objective(*learner.rerun([batch._replace(obs=noisy)]))
     assert torch.allclose(loss, padded, atol=1e-6)
 
 
@@ -384,15 +399,13 @@ def test_whole_episodes_re_run_collection_exactly_from_carried_states() -> None:
     member, episodes = _collected_episodes()  # the member has not learned: nothing changed
     carried = episodes.begin == 0
     assert episodes.select(torch.nonzero(carried).flatten()).initial_state[0].abs().sum() > 0
-    steps, logits, values = member._minibatch(episodes, torch.arange(len(episodes)))
-    log_probs = member._distribution(logits).log_prob(steps.actions)
-    assert torch.allclose(log_probs, steps.log_probs, atol=1e-6)
-    assert torch.allclose(values, steps.values, atol=1e-6)
+    chosen = episodes.select(torch.arange(len(episodes)))
+    assert _collected_again(*member.solo_learner().rerun([chosen])) == [True, True]
 
 
 def test_whole_episode_minibatches_count_batch_size_steps() -> None:
     member, episodes = _collected_episodes(batch_size=8, update_epochs=2)
-    minibatches = [member._minibatch_rows(episodes, 8) for _ in range(2)]
+    minibatches = [member.minibatch_rows(episodes, 8) for _ in range(2)]
     lengths = episodes.length
     for epoch in minibatches:
         assert sorted(torch.cat(epoch).tolist()) == list(range(len(episodes)))

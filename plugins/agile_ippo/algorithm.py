@@ -34,6 +34,7 @@ from agile_rl import (
     masked_mean,
     normalised_advantages,
     preprocess,
+    row_minibatches,
     run_epochs,
     stack_batches,
 )
@@ -144,20 +145,21 @@ class IPPOGroup(TeamOnPolicyGroupLearner):
             batch, counts = stack_batches(batches)
             epochs = [int(m.spec.update_epochs) if on else 0
                       for m, on in zip(self.members, learning, strict=True)]  # fmt: skip
-            update = partial(self._update, group)
-            group_totals, group_updates = run_epochs(self, batch, counts, epochs, update)
+            cut, update = row_minibatches(self, batch, counts), partial(self._update, group)
+            group_totals, group_updates = run_epochs(self, epochs, cut, update)
             totals += group_totals
             updates += group_updates
         means = (totals / updates.clamp(min=1.0)).tolist()
         return [mean if on else None for mean, on in zip(means, learning, strict=True)]
 
     def _update(
-        self, group: str, batch: RolloutBatch, rows: torch.Tensor, active: torch.Tensor
+        self, group: str, minibatch: tuple[RolloutBatch, torch.Tensor], active: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One clipped-objective gradient step of a group of agents for the active members on
         their minibatches ``[k, S]``: the clipped surrogate plus ``vf_coef`` times half the
         squared value error minus ``ent_coef`` times the entropy, advantages normalised per
         minibatch; returns each member's loss and approximate KL ``[k]``."""
+        batch, rows = minibatch
         hp, head = self.group.hp, self.members[0].heads[group]
         out = self.group.net(f"actor.{group}")(batch.obs)["policy"]
         values = self._values(group, batch.obs)

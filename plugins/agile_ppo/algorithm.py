@@ -47,10 +47,10 @@ class PPO(OnPolicyAlgorithm):
     episodes while they fit in ``batch_size`` steps (:mod:`agile_ppo.episodes`).
 
     Acting, the policy step and the update are written once, for a group of members
-    (:class:`~agile_ppo.group.PPOGroup`): a batched population trains non-recurrent members of
-    one network layout together, and a member alone runs the same code as a group of one.
-    Recurrent members train one by one, on their sequences, with the group learner's
-    objective.
+    (:class:`~agile_ppo.group.PPOGroup`): a batched population trains members of one network
+    layout together (recurrent ones too: their LSTMs stack, a smaller hidden state padded
+    gate by gate, and each keeps its own state, sequences and minibatches), and a member
+    alone runs the same code as a group of one.
     """
 
     spec: PPOSpec
@@ -102,15 +102,8 @@ class PPO(OnPolicyAlgorithm):
         return np.clip(array, space.low, space.high)  # type: ignore[attr-defined]
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        if not self.recurrent:  # the group learner's, as a group of one
-            return self.solo_learner().act(obs, explore=explore)
-        with torch.no_grad():
-            logits = self._step(cast(torch.Tensor, self.obs_tensor(obs)))[0]
-            if explore:
-                actions = self.sample(self._distribution(logits))
-            else:  # the most likely action
-                actions = logits if self.continuous else logits.argmax(dim=-1)
-        return self._to_env(actions)
+        """The group learner's, as a group of one (a recurrent member's state moves on)."""
+        return self.solo_learner().act(obs, explore=explore)
 
     def export_policy(self) -> GreedyPolicy:
         """The most likely action: the argmax of the logits, or the Gaussian's mean clipped
@@ -128,15 +121,10 @@ class PPO(OnPolicyAlgorithm):
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> tuple[np.ndarray, PolicyRecord]:
-        if not self.recurrent:  # the group learner's, as a group of one
-            chosen, record = cast(PPOGroup, self.solo_learner()).policy_step(obs)
-            return chosen, PolicyRecord(record.actions[0], record.log_probs[0], record.values[0])
-        with torch.no_grad():  # an LSTM encoder takes array observations, never dicts
-            logits, values, state = self._step(cast(torch.Tensor, obs))
-            distribution = self._distribution(logits)
-            actions = self.sample(distribution)
-            log_probs = distribution.log_prob(actions)
-        return self._to_env(actions), PolicyRecord(actions, log_probs, values, state)
+        """The group learner's, as a group of one."""
+        chosen, record = cast(PPOGroup, self.solo_learner()).policy_step(obs)
+        state = None if record.state is None else tuple(part[0] for part in record.state)
+        return chosen, PolicyRecord(record.actions[0], record.log_probs[0], record.values[0], state)
 
     # -- hidden state (recurrent) ------------------------------------------------------------------
 
@@ -145,6 +133,15 @@ class PPO(OnPolicyAlgorithm):
         """The state the member acts from next, one column per environment: each network's
         ``(h, c)`` in turn; None until it first acts after a reset."""
         return self._state
+
+    @hidden_state.setter
+    def hidden_state(self, state: RecurrentState | None) -> None:
+        self._state = state
+
+    @property
+    def trunks(self) -> tuple[str, ...]:
+        """The networks that read observations (each with its own state, when recurrent)."""
+        return self._trunks
 
     def reset_state(self, envs: np.ndarray | None = None) -> None:
         if envs is None or self._state is None:
@@ -157,7 +154,7 @@ class PPO(OnPolicyAlgorithm):
         super().set_architecture(arch)
         self._state = None  # the hidden state's size may have changed
 
-    def _current_state(self, batch: int) -> RecurrentState:
+    def current_state(self, batch: int) -> RecurrentState:
         """The state to act from in ``batch`` environments (zeros for a new batch)."""
         if self._state is None or self._state[0].shape[1] != batch:
             self._state = tuple(
@@ -165,51 +162,17 @@ class PPO(OnPolicyAlgorithm):
             )
         return self._state
 
-    def _step(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, RecurrentState]:
-        """One step of every environment from the member's state, which moves on: the
-        logits, the values, and the state acted from."""
-        state = self._current_state(obs.shape[0])
-        logits, values, self._state = self._unroll(obs.unsqueeze(0), state)
-        return logits[0], values[0], state
-
-    def _unroll(
-        self, obs: torch.Tensor, state: RecurrentState, starts: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, RecurrentState]:
-        """Logits ``[T, B, ...]``, values ``[T, B]`` and the final state along sequences."""
-        outputs: dict[str, torch.Tensor] = {}
-        final: list[torch.Tensor] = []
-        width = len(state) // len(self._trunks)
-        for index, name in enumerate(self._trunks):
-            part = state[index * width : (index + 1) * width]
-            out, after = self.networks[name].unroll(obs, part, starts)
-            outputs.update(out)
-            final += after
-        return outputs["policy"], outputs["value"].squeeze(-1), tuple(final)
-
     # -- learning --------------------------------------------------------------------------------
 
     def learn(
         self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> LearnResult:
-        """The group learner's update as a group of one; a recurrent member's on sequences
-        re-run from their stored states, through the group learner's objective."""
-        if not self.recurrent:
-            [loss] = cast(PPOGroup, self.solo_learner()).learn_rollouts([rollout], last_obs)
-            return LearnResult(float(loss or 0.0))
-        batch, size = self._finish(rollout, cast(torch.Tensor, last_obs))
-        losses = []
-        approx_kl = 0.0
-        for _ in range(int(self.spec.update_epochs)):
-            for rows in self._minibatch_rows(batch, size):
-                steps, logits, values = self._minibatch(batch, rows)
-                if len(steps):  # sequences can hold nothing but reset steps and padding
-                    loss, approx_kl = self._update(steps, logits, values)
-                    losses.append(loss)
-            if self.spec.target_kl is not None and approx_kl > self.spec.target_kl:
-                break
-        return LearnResult(float(np.mean(losses)) if losses else 0.0)
+        """The group learner's update as a group of one (a recurrent member's on sequences
+        re-run from their stored states)."""
+        [loss] = cast(PPOGroup, self.solo_learner()).learn_rollouts([rollout], last_obs)
+        return LearnResult(float(loss or 0.0))
 
-    def _minibatch_rows(
+    def minibatch_rows(
         self, batch: RolloutBatch | SequenceBatch | Episodes, size: int
     ) -> list[torch.Tensor]:
         """One epoch's minibatches: the rows (steps or sequences) of each, in an order drawn
@@ -219,49 +182,16 @@ class PPO(OnPolicyAlgorithm):
             return batch.minibatches(order, size)
         return [order[start : start + size] for start in range(0, len(batch), size)]
 
-    def _finish(
-        self, rollout: Rollout, last_obs: torch.Tensor
+    def sequences(
+        self, rollout: Rollout, last_values: torch.Tensor
     ) -> tuple[SequenceBatch | Episodes, int]:
-        """A recurrent member's rollout with advantages, as sequences, and how many of them
-        (steps, for whole episodes) a minibatch holds."""
-        with torch.no_grad():
-            obs = last_obs.unsqueeze(0)
-            _, last_values, _ = self._unroll(obs, self._current_state(obs.shape[1]))
+        """A recurrent member's rollout with advantages (``last_values``: the values after its
+        last step), as sequences, and how many of them (steps, for whole episodes) a minibatch
+        holds."""
         length = self.spec.max_seq_len
         gamma, gae_lambda = self.spec.gamma, self.spec.gae_lambda
         if length is None:  # whole episodes, from steps that keep the state each acted from
-            steps = rollout.finish_sequences(last_values[0], gamma, gae_lambda, 1)
-            return Episodes.of(steps, obs.shape[1]), int(self.spec.batch_size)
-        sequences = rollout.finish_sequences(last_values[0], gamma, gae_lambda, length)
+            steps = rollout.finish_sequences(last_values, gamma, gae_lambda, 1)
+            return Episodes.of(steps, last_values.shape[0]), int(self.spec.batch_size)
+        sequences = rollout.finish_sequences(last_values, gamma, gae_lambda, length)
         return sequences, max(1, int(self.spec.batch_size) // length)
-
-    def _minibatch(
-        self, batch: SequenceBatch | Episodes, rows: torch.Tensor
-    ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-        """The valid steps of the minibatch of sequences ``rows``, and the current logits and
-        values on them."""
-        sequences = batch.select(rows)
-        obs, state, starts = sequences.obs, sequences.initial_state, sequences.starts
-        logits, values, _ = self._unroll(obs, state, starts)  # type: ignore[arg-type]
-        return sequences.valid_steps(), logits[sequences.valid], values[sequences.valid]
-
-    def _update(
-        self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
-    ) -> tuple[float, float]:
-        """One clipped-objective gradient step on a minibatch, given the current ``logits``
-        and ``values`` on its steps; the loss and the approximate KL."""
-        loss, approx_kl = self._objective(batch, logits, values)
-        self.gradient_step("policy", loss, max_grad_norm=self.spec.max_grad_norm)
-        return float(loss.detach()), float(approx_kl)
-
-    def _objective(
-        self, batch: RolloutBatch, logits: torch.Tensor, values: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`PPOGroup.objective` on a minibatch's steps, as a group of one: the loss and
-        the approximate KL."""
-        learner = cast(PPOGroup, self.solo_learner())
-        obs = cast(torch.Tensor, batch.obs)  # an LSTM encoder takes arrays, never dicts
-        lead = RolloutBatch(*(field.unsqueeze(0) for field in (obs, *batch[1:])))
-        rows = torch.ones(1, len(batch), device=self.device)
-        losses, approx_kl = learner.objective(lead, logits.unsqueeze(0), values.unsqueeze(0), rows)
-        return losses[0], approx_kl[0]

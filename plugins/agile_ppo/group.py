@@ -4,23 +4,28 @@ layout as one computation."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_rl import (
+    Minibatches,
     OnPolicyGroupLearner,
     PolicyRecord,
+    RecurrentState,
     Rollout,
     RolloutBatch,
+    SequenceBatch,
     clipped_surrogate,
     gumbel_argmax,
     masked_mean,
     normal_draws,
     normalised_advantages,
+    row_minibatches,
     run_epochs,
     stack_batches,
     stacked_observations,
@@ -85,7 +90,8 @@ class PPOGroup(OnPolicyGroupLearner):
         first = self.members[0]
         with torch.no_grad():
             stacked = stacked_observations(first.obs_tensor(obs), self.group.size)
-            logits = self._logits(stacked)
+            step = self._recurrent_step(stacked)[0] if first.recurrent else None
+            logits = self._logits(stacked) if step is None else step
             if explore:
                 actions = self._sample(self._distribution(logits))
             else:  # the most likely action
@@ -95,12 +101,132 @@ class PPOGroup(OnPolicyGroupLearner):
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> tuple[np.ndarray, PolicyRecord]:
+        """Actions and the stacked record; a recurrent group's record carries the state each
+        member acted from, ``[k, num_layers, E, H]`` per part (padded to the widest)."""
+        stacked = stacked_observations(obs, self.group.size)
+        state: RecurrentState | None = None
         with torch.no_grad():
-            logits, values = self._heads(stacked_observations(obs, self.group.size))
+            if self.members[0].recurrent:
+                logits, values, state = self._recurrent_step(cast(torch.Tensor, stacked))
+            else:
+                logits, values = self._heads(stacked)
             distribution = self._distribution(logits)
             actions = self._sample(distribution)
             log_probs = distribution.log_prob(actions)
-        return self._to_env(actions), PolicyRecord(actions, log_probs, values)
+        return self._to_env(actions), PolicyRecord(actions, log_probs, values, state)
+
+    # -- recurrent members -----------------------------------------------------------------------
+
+    def _recurrent_step(
+        self, obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, RecurrentState]:
+        """One step of every member's environments ``[k, E, ...]`` from its hidden state,
+        which moves on: the logits, the values and the (stacked) state acted from."""
+        state = self._states(obs.shape[1])
+        logits, values, after = self._unroll(obs.unsqueeze(1), state)
+        for row, member in enumerate(self.members):
+            own = cast("RecurrentState", member.hidden_state)
+            member.hidden_state = tuple(
+                part[row][..., : mine.shape[-1]] for part, mine in zip(after, own, strict=True)
+            )
+        return logits[:, 0], values[:, 0], state
+
+    def _states(self, batch: int) -> RecurrentState:
+        """Every member's state to act from in ``batch`` environments, stacked and padded to
+        the group's widest hidden state."""
+        return _stack_padded([member.current_state(batch) for member in self.members])
+
+    def _unroll(
+        self, obs: torch.Tensor, state: RecurrentState, starts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, RecurrentState]:
+        """Logits ``[k, T, B, ...]``, values ``[k, T, B]`` and the final state along
+        sequences ``[k, T, B, ...]`` (each trunk network reads its part of the state)."""
+        trunks = self.members[0].trunks
+        outputs: dict[str, torch.Tensor] = {}
+        final: list[torch.Tensor] = []
+        width = len(state) // len(trunks)
+        for index, name in enumerate(trunks):
+            hidden = max(_hidden_size(member, name) for member in self.members)
+            part = tuple(
+                p if p.shape[-1] == hidden else F.pad(p, (0, hidden - p.shape[-1]))
+                for p in state[index * width : (index + 1) * width]
+            )  # a state stored by fewer members may be narrower than the group's
+            out, after = self.group.net(name).unroll(obs, part, starts)
+            outputs.update(out)
+            final += after
+        return outputs["policy"], outputs["value"].squeeze(-1), tuple(final)
+
+    def _learn_sequences(
+        self, rollouts: Sequence[Rollout | None], last_obs: torch.Tensor | dict[str, torch.Tensor]
+    ) -> list[float | None]:
+        """Recurrent members learn on sequences (each member's own, cut as it cuts them),
+        re-run from the states stored at their starts."""
+        last_values = self.bootstrap_values(last_obs)
+        finished = [
+            None if rollout is None else member.sequences(rollout, values)
+            for member, rollout, values in zip(self.members, rollouts, last_values, strict=True)
+        ]  # fmt: skip
+        epochs = [
+            0 if f is None else int(m.spec.update_epochs)
+            for m, f in zip(self.members, finished, strict=True)
+        ]
+        cut = self._sequence_minibatches(finished)
+        totals, updates = run_epochs(self, epochs, cut, self._sequence_update)
+        means = (totals / updates.clamp(min=1.0)).tolist()
+        return [loss if r is not None else None for loss, r in zip(means, rollouts, strict=True)]
+
+    def _sequence_minibatches(self, finished: Sequence[tuple[Any, int] | None]) -> Minibatches:
+        """Each epoch, every member still in it draws its order of sequences and cuts its
+        minibatches (:meth:`~agile_ppo.algorithm.PPO.minibatch_rows`); the ``j``-th
+        minibatches of the members are one group minibatch, a member without one (or whose
+        holds no valid step) inactive in it."""
+        device = self.group.device
+
+        def cut(epoch: int, epochs: list[int]) -> Iterator[tuple[Any, torch.Tensor]]:
+            plans = [
+                member.minibatch_rows(*own) if own is not None and epoch < count else []
+                for member, own, count in zip(self.members, finished, epochs, strict=True)
+            ]
+            for index in range(max(len(plan) for plan in plans)):
+                chosen = [
+                    own[0].select(plan[index]) if index < len(plan) and own is not None else None
+                    for own, plan in zip(finished, plans, strict=True)
+                ]
+                has = [one is not None and bool(one.valid.any()) for one in chosen]
+                if any(has):
+                    kept = [one if on else None for one, on in zip(chosen, has, strict=True)]
+                    yield kept, torch.tensor(has, device=device)
+
+        return cut
+
+    def bootstrap_values(self, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        """Recurrent members' values ``[k, E]`` of the observations after their rollouts'
+        last step, from their current states."""
+        stacked = cast(torch.Tensor, stacked_observations(last_obs, self.group.size))
+        with torch.no_grad():
+            _, values, _ = self._unroll(stacked.unsqueeze(1), self._states(stacked.shape[1]))
+        return values[:, 0]
+
+    def rerun(
+        self, chosen: Sequence[SequenceBatch | None]
+    ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Members' minibatches of sequences re-run from their stored states: their steps,
+        the current logits and values on them, and the float mask of valid steps, flattened
+        over time and sequences (``[k, L * S, ...]``; padding is invalid)."""
+        batch, rows, state, starts = _stack_sequences(chosen)
+        logits, values, _ = self._unroll(cast(torch.Tensor, batch.obs), state, starts)
+        flat = RolloutBatch(*(cast(torch.Tensor, field).flatten(1, 2) for field in batch))
+        return flat, logits.flatten(1, 2), values.flatten(1, 2), rows.flatten(1, 2)
+
+    def _sequence_update(
+        self, chosen: list[SequenceBatch | None], active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One clipped-objective gradient step on each active member's minibatch of sequences,
+        re-run from their stored states: the loss and approximate KL ``[k]``."""
+        losses, approx_kl = self.objective(*self.rerun(chosen))
+        max_grad_norm = self.group.hp("max_grad_norm")
+        self.group.gradient_step("policy", losses, active, max_grad_norm=max_grad_norm)
+        return losses.detach(), approx_kl
 
     # -- learning ------------------------------------------------------------------------------
 
@@ -109,12 +235,16 @@ class PPOGroup(OnPolicyGroupLearner):
     ) -> list[float | None]:
         if all(rollout is None for rollout in rollouts):
             return [None] * len(rollouts)
+        if self.members[0].recurrent:
+            return self._learn_sequences(rollouts, last_obs)
         batch, counts = self._finish(rollouts, last_obs)
         epochs = [
             0 if r is None else int(m.spec.update_epochs)
             for m, r in zip(self.members, rollouts, strict=True)
         ]
-        totals, updates = run_epochs(self, batch, counts, epochs, self._update)
+        totals, updates = run_epochs(
+            self, epochs, row_minibatches(self, batch, counts), self._update
+        )
         means = (totals / updates.clamp(min=1.0)).tolist()
         return [loss if r is not None else None for loss, r in zip(means, rollouts, strict=True)]
 
@@ -133,11 +263,12 @@ class PPOGroup(OnPolicyGroupLearner):
         return stack_batches(batches)
 
     def _update(
-        self, batch: RolloutBatch, rows: torch.Tensor, active: torch.Tensor
+        self, minibatch: tuple[RolloutBatch, torch.Tensor], active: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One clipped-objective gradient step for the active members on their minibatches
         ``[k, S]`` (real where ``rows`` is 1); returns each member's loss and approximate KL
         ``[k]``."""
+        batch, rows = minibatch
         logits, values = self._heads(cast(torch.Tensor, batch.obs))
         losses, approx_kl = self.objective(batch, logits, values, rows)
         max_grad_norm = self.group.hp("max_grad_norm")
@@ -174,3 +305,52 @@ class PPOGroup(OnPolicyGroupLearner):
             - hp("ent_coef") * entropy
         )
         return losses, approx_kl
+
+
+def _hidden_size(member: PPO, network: str) -> int:
+    """The width of a recurrent network's hidden state."""
+    return int(member.networks[network].initial_state(1)[0].shape[-1])
+
+
+def _stack_padded(states: Sequence[RecurrentState]) -> RecurrentState:
+    """Members' hidden states (parts ``[num_layers, B, H_i]``) stacked, each part padded with
+    zeros to the widest ``H``: ``[k, num_layers, B, H]``."""
+    return tuple(
+        _stacked_with_zeros([state[index] for state in states]) for index in range(len(states[0]))
+    )
+
+
+def _stacked_with_zeros(parts: Sequence[Any]) -> torch.Tensor:
+    """Tensors of one rank stacked along a new first dimension, each padded with zeros at the
+    end of every dimension to the largest (None: all zeros)."""
+    present = [part for part in parts if part is not None]
+    if len(present) == len(parts) and len({part.shape for part in present}) == 1:
+        return torch.stack(present)
+    shape = [max(part.shape[d] for part in present) for d in range(present[0].dim())]
+    stacked = present[0].new_zeros((len(parts), *shape))
+    for row, part in enumerate(parts):
+        if part is not None:
+            index: tuple[Any, ...] = (row, *(slice(0, size) for size in part.shape))
+            stacked[index] = part
+    return stacked
+
+
+def _stack_sequences(
+    chosen: Sequence[SequenceBatch | None],
+) -> tuple[RolloutBatch, torch.Tensor, RecurrentState, torch.Tensor]:
+    """Members' minibatches of sequences (``[L_i, S_i, ...]``, None for a member without one)
+    as one: the steps ``[k, L, S, ...]`` (obs, actions, log_probs, values, advantages,
+    returns), the ``[k, L, S]`` float mask of valid steps, the stored states ``[k,
+    num_layers, S, H]`` and the episode starts ``[k, L, S]``; padding is invalid zeros."""
+    fields = [
+        _stacked_with_zeros([None if one is None else one[index] for one in chosen])
+        for index in range(6)
+    ]
+    valid = _stacked_with_zeros([None if one is None else one.valid for one in chosen])
+    starts = _stacked_with_zeros([None if one is None else one.starts for one in chosen])
+    template = next(one for one in chosen if one is not None)
+    state = tuple(
+        _stacked_with_zeros([None if one is None else one.initial_state[index] for one in chosen])
+        for index in range(len(template.initial_state))
+    )
+    return RolloutBatch(*fields), valid.float(), state, starts.bool()

@@ -83,6 +83,8 @@ _LAZY = {
     "TeamOnPolicyGroupLearner": "agile_rl.runtime.on_policy_group:TeamOnPolicyGroupLearner",
     "clipped_surrogate": "agile_rl.runtime.on_policy_group:clipped_surrogate",
     "normalised_advantages": "agile_rl.runtime.on_policy_group:normalised_advantages",
+    "Minibatches": "agile_rl.runtime.on_policy_group:Minibatches",
+    "row_minibatches": "agile_rl.runtime.on_policy_group:row_minibatches",
     "run_epochs": "agile_rl.runtime.on_policy_group:run_epochs",
     "stack_batches": "agile_rl.runtime.on_policy_group:stack_batches",
     "stacked_observations": "agile_rl.runtime.stacked:stacked_observations",
@@ -145,10 +147,12 @@ if TYPE_CHECKING:
         MultiAgentOnPolicyAlgorithm,
     )
     from agile_rl.runtime.on_policy_group import (
+        Minibatches,
         OnPolicyGroupLearner,
         TeamOnPolicyGroupLearner,
         clipped_surrogate,
         normalised_advantages,
+        row_minibatches,
         run_epochs,
         stack_batches,
     )
@@ -193,6 +197,7 @@ __all__ = [
     "LearnResult",
     "LogStd",
     "MemberGroup",
+    "Minibatches",
     "MultiAgentAlgorithm",
     "MultiAgentOffPolicyAlgorithm",
     "MultiAgentOffPolicyRunner",
@@ -242,6 +247,7 @@ __all__ = [
     "preprocess",
     "reset_noise",
     "restart_ou_noise",
+    "row_minibatches",
     "run_epochs",
     "scale_sigmas",
     "stack_batches",

@@ -27,10 +27,12 @@ import torch
 
 from agile_rl.runtime.stacked import (
     StackedNetwork,
+    as_stacked,
     corner,
     layout_key,
     padded_shapes,
     parameter_count,
+    stack_shape,
 )
 
 if TYPE_CHECKING:
@@ -120,6 +122,13 @@ class GroupNetwork(Protocol):
         ...
 
     def __call__(self, obs: Any, extra: torch.Tensor | None = None) -> dict[str, torch.Tensor]: ...
+
+    def unroll(
+        self, obs: Any, state: tuple[torch.Tensor, ...], starts: torch.Tensor | None = None
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """A recurrent network along sequences ``[k, T, B, ...]`` from a state whose parts are
+        ``[k, num_layers, B, H]``: each head ``[k, T, B, width]`` and the final state."""
+        ...
 
     def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None: ...
 
@@ -254,11 +263,12 @@ class MemberGroup(Group):
                 state = member.optimizers[name].state
                 step = torch.tensor(steps[row], dtype=torch.float32, device=self.device)
                 for parameter_name, parameter in member.networks[network].named_parameters():
-                    own = corner(parameter.shape)
+                    own = corner(stack_shape(parameter_name, parameter.shape))
+                    shape = parameter.shape
                     state[parameter] = {
                         "step": step.clone(),
-                        "exp_avg": firsts[parameter_name][row][own].clone(),
-                        "exp_avg_sq": seconds[parameter_name][row][own].clone(),
+                        "exp_avg": firsts[parameter_name][row][own].reshape(shape).clone(),
+                        "exp_avg_sq": seconds[parameter_name][row][own].reshape(shape).clone(),
                     }
 
     def _moment_views(
@@ -287,9 +297,11 @@ class MemberGroup(Group):
                 for parameter_name, parameter in member.networks[network].named_parameters():
                     state = member.optimizers[name].state.get(parameter)
                     if state:
-                        own = corner(parameter.shape)
-                        firsts[parameter_name][row][own].copy_(state["exp_avg"])
-                        seconds[parameter_name][row][own].copy_(state["exp_avg_sq"])
+                        own = corner(stack_shape(parameter_name, parameter.shape))
+                        first = as_stacked(parameter_name, state["exp_avg"])
+                        firsts[parameter_name][row][own].copy_(first)
+                        second = as_stacked(parameter_name, state["exp_avg_sq"])
+                        seconds[parameter_name][row][own].copy_(second)
                         steps[row] = float(state["step"])
         return StackedAdam(flats, self.hp(plan.lr_attribute), steps, moments)
 

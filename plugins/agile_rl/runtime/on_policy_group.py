@@ -13,14 +13,14 @@ active masks allow.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
 
 from agile_rl.runtime.group import GroupLearner, masked_mean
-from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
+from agile_rl.runtime.rollout import PolicyRecord, RecurrentState, Rollout, RolloutBatch
 from agile_rl.runtime.stacked import stacked_observations
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
@@ -76,45 +76,60 @@ class TeamOnPolicyGroupLearner(GroupLearner):
         the loss each learning member reports, None for the others."""
 
 
-#: One gradient step of a group on its minibatches ``[k, S]``: (batch, rows, active) ->
-#: each member's loss and approximate KL divergence, ``[k]`` each.
-MinibatchUpdate = Callable[
-    [RolloutBatch, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
-]
+#: One epoch's minibatches of a group, ``cut(epoch, epochs)``: each a payload for the update
+#: and the ``[k]`` bool mask of the members that have it (``epochs[i]``: member ``i``'s
+#: epochs, 0 for one that does not learn now; the generator draws each member's order).
+Minibatches = Callable[[int, list[int]], Iterable[tuple[Any, torch.Tensor]]]
+
+#: One gradient step of a group on a minibatch: (payload, active) -> each member's loss and
+#: approximate KL divergence, ``[k]`` each.
+MinibatchUpdate = Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def run_epochs(
-    learner: GroupLearner,
-    batch: RolloutBatch,
-    counts: torch.Tensor,
-    epochs: list[int],
-    update: MinibatchUpdate,
+    learner: GroupLearner, epochs: list[int], cut: Minibatches, update: MinibatchUpdate
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The epochs of a clipped-objective update for a group: member ``i`` makes
-    ``epochs[i]`` passes (0: it does not learn now) over the first ``counts[i]`` steps of its
-    part of ``batch`` ``[k, N, ...]``, each in an order drawn from its own generator and cut
-    into minibatches of its own ``batch_size`` (padded and masked, :func:`epoch_minibatches`),
-    and stops after an epoch whose last minibatch's approximate KL passed its ``target_kl``.
-    ``update`` takes one gradient step. Returns each member's summed loss and number of
-    updates, ``[k]`` each (float64)."""
+    ``epochs[i]`` passes (0: it does not learn now) over the minibatches ``cut`` gives
+    (:func:`row_minibatches` for steps, or a recurrent policy's sequences), and stops after an
+    epoch whose last minibatch's approximate KL passed its ``target_kl``. ``update`` takes
+    one gradient step. Returns each member's summed loss and number of updates, ``[k]`` each
+    (float64)."""
     members, device = learner.members, learner.group.device
-    sizes = [int(member.spec.batch_size) for member in members]
     totals = torch.zeros(len(members), dtype=torch.float64, device=device)
     updates = torch.zeros(len(members), dtype=torch.float64, device=device)
     approx_kl = torch.zeros(len(members), device=device)
     for epoch in range(max(epochs, default=0)):
+        for minibatch, active in cut(epoch, epochs):
+            losses, kl = update(minibatch, active)
+            totals += torch.where(active, losses.double(), 0.0)
+            updates += active.double()
+            approx_kl = torch.where(active, kl, approx_kl)
+        _stop_early(members, epochs, epoch, approx_kl)
+    return totals, updates
+
+
+def row_minibatches(
+    learner: GroupLearner, batch: RolloutBatch, counts: torch.Tensor
+) -> Minibatches:
+    """The minibatches of steps of a stacked batch ``[k, N, ...]`` (member ``i``'s first
+    ``counts[i]`` rows real): each epoch, every member still in it draws an order from its
+    own generator and cuts it into minibatches of its own ``batch_size``, padded and masked
+    (:func:`epoch_minibatches`). Each payload is ``(steps, rows)``: the minibatch ``[k, S,
+    ...]`` and its ``[k, S]`` mask of real rows."""
+    members, device = learner.members, learner.group.device
+    sizes = [int(member.spec.batch_size) for member in members]
+
+    def cut(epoch: int, epochs: list[int]) -> Iterator[tuple[Any, torch.Tensor]]:
         orders = [
             torch.randperm(int(n), generator=m.generator).to(device) if epoch < e else None
             for m, n, e in zip(members, counts.tolist(), epochs, strict=True)
         ]
         for minibatch in epoch_minibatches(orders, sizes):
             steps = gather_rows(batch, minibatch.indices)
-            losses, kl = update(steps, minibatch.rows, minibatch.active)
-            totals += torch.where(minibatch.active, losses.double(), 0.0)
-            updates += minibatch.active.double()
-            approx_kl = torch.where(minibatch.active, kl, approx_kl)
-        _stop_early(members, epochs, epoch, approx_kl)
-    return totals, updates
+            yield (steps, minibatch.rows), minibatch.active
+
+    return cut
 
 
 def _stop_early(members: Sequence[Any], epochs: list[int], epoch: int, kl: torch.Tensor) -> None:
@@ -153,9 +168,17 @@ def clipped_surrogate(
 
 
 def member_records(record: PolicyRecord) -> list[PolicyRecord]:
-    """A stacked record (fields ``[k, E, ...]``, no recurrent state) as each member's own."""
+    """A stacked record (fields ``[k, E, ...]``, a recurrent state's parts ``[k, ...]``) as
+    each member's own."""
     parts = zip(record.actions, record.log_probs, record.values, strict=True)
-    return [PolicyRecord(actions, log_probs, values) for actions, log_probs, values in parts]
+    return [
+        PolicyRecord(actions, log_probs, values, _own_state(record.state, row))
+        for row, (actions, log_probs, values) in enumerate(parts)
+    ]
+
+
+def _own_state(state: RecurrentState | None, row: int) -> RecurrentState | None:
+    return None if state is None else tuple(part[row] for part in state)
 
 
 def member_observations(obs: Observation, members: int) -> list[Observation]:

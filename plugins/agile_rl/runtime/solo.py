@@ -48,6 +48,20 @@ class SoloNetwork:
         out = self.network(own) if extra is None else self.network(own, extra[0])
         return {name: value.unsqueeze(0) for name, value in out.items()}
 
+    def unroll(
+        self,
+        obs: Any,
+        state: tuple[torch.Tensor, ...],
+        starts: torch.Tensor | None = None,
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """A recurrent network along sequences ``[1, T, B, ...]`` from a state whose parts
+        are ``[1, num_layers, B, H]``: each head ``[1, T, B, width]`` and the final state."""
+        own_state = tuple(part[0] for part in state)
+        own_starts = None if starts is None else starts[0]
+        out, after = self.network.unroll(obs[0], own_state, own_starts)  # type: ignore[operator]
+        heads = {name: value.unsqueeze(0) for name, value in out.items()}
+        return heads, tuple(part.unsqueeze(0) for part in after)
+
     def reset_noise(self, generators: Sequence[torch.Generator | None]) -> None:
         """A new noise sample for the network's noisy layers (none when the generator is None)."""
         if generators[0] is not None:

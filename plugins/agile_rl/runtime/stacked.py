@@ -33,6 +33,7 @@ from torch import nn
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.nn.modules import MLP, EvolvableNetwork, LogStd
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
+from agile_rl.nn.recurrent_arch import LSTMArch
 
 #: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
 _UNSTACKABLE = frozenset({"Softmax", "GumbelSoftmax", "PReLU"})
@@ -49,7 +50,10 @@ def layout_key(network: nn.Module) -> Hashable | None:
         return None
     arch = network.arch
     encoder, head = arch.encoder, arch.head
-    if not isinstance(encoder, MLPArch):
+    if isinstance(encoder, LSTMArch):
+        if encoder.num_layers > 1 and encoder.dropout > 0:
+            return None  # dropout masks between layers are drawn member by member
+    elif not isinstance(encoder, MLPArch):
         return None
     if {encoder.activation, head.activation} & _UNSTACKABLE:
         return None
@@ -65,22 +69,46 @@ def layout_key(network: nn.Module) -> Hashable | None:
 def _widthless(arch: NetworkArch) -> NetworkArch:
     """``arch`` with every width set to zero: what node mutations leave unchanged."""
     encoder = arch.encoder
-    assert isinstance(encoder, MLPArch)
+    if isinstance(encoder, LSTMArch):
+        widthless: MLPArch | LSTMArch = replace(encoder, hidden_state_size=0)
+    else:
+        assert isinstance(encoder, MLPArch)
+        widthless = replace(encoder, hidden_size=(0,) * len(encoder.hidden_size))
     return replace(
         arch,
-        encoder=replace(encoder, hidden_size=(0,) * len(encoder.hidden_size)),
+        encoder=widthless,
         latent_dim=0,
         head=replace(arch.head, hidden_size=(0,) * len(arch.head.hidden_size)),
     )
 
 
+#: Parameters of an LSTM, whose rows stack its four gates: stacked gate by gate.
+_GATED = (".lstm.weight_ih_l", ".lstm.weight_hh_l", ".lstm.bias_ih_l", ".lstm.bias_hh_l")
+
+
+def stack_shape(name: str, shape: torch.Size | tuple[int, ...]) -> tuple[int, ...]:
+    """How a member's parameter ``name`` is laid out in a stack: an LSTM's gated parameters
+    ``[4 * H, ...]`` as ``[4, H, ...]``, so that padding a smaller hidden state pads each gate
+    (its zero units then stay zero); every other parameter as it is."""
+    if any(part in name for part in _GATED):
+        return (4, shape[0] // 4, *shape[1:])
+    return tuple(shape)
+
+
+def as_stacked(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """A member's parameter (or its optimizer moment) in its :func:`stack_shape`."""
+    return tensor.reshape(stack_shape(name, tensor.shape))
+
+
 def padded_shapes(networks: Sequence[nn.Module]) -> dict[str, tuple[int, ...]]:
-    """Each parameter's shape padded to the widest of ``networks`` (same layout)."""
+    """Each parameter's stacked shape (:func:`stack_shape`) padded to the widest of
+    ``networks`` (same layout)."""
     shapes: dict[str, tuple[int, ...]] = {}
     for network in networks:
         for name, parameter in network.named_parameters():
-            old = shapes.get(name, (0,) * parameter.dim())
-            shapes[name] = tuple(max(a, b) for a, b in zip(old, parameter.shape, strict=True))
+            own = stack_shape(name, parameter.shape)
+            old = shapes.get(name, (0,) * len(own))
+            shapes[name] = tuple(max(a, b) for a, b in zip(old, own, strict=True))
     return shapes
 
 
@@ -129,14 +157,16 @@ class StackedNetwork:
         with torch.no_grad():
             for row, network in enumerate(networks):
                 for name, parameter in network.named_parameters():
-                    self.views[name][row][corner(parameter.shape)].copy_(parameter)
+                    own = as_stacked(name, parameter)
+                    self.views[name][row][corner(own.shape)].copy_(own)
 
     def write_back(self, networks: Sequence[nn.Module]) -> None:
         """Copy each member's part of the stacked parameters into its own network."""
         with torch.no_grad():
             for row, network in enumerate(networks):
                 for name, parameter in network.named_parameters():
-                    parameter.copy_(self.views[name][row][corner(parameter.shape)])
+                    own = corner(stack_shape(name, parameter.shape))
+                    parameter.copy_(self.views[name][row][own].reshape(parameter.shape))
 
     # -- padding masks -----------------------------------------------------------------------
 
@@ -214,6 +244,72 @@ class StackedNetwork:
             name: self._mlp(f"heads.{name}", head, latent)  # type: ignore[arg-type]
             for name, head in template.heads.items()
         }
+
+    def unroll(
+        self,
+        obs: torch.Tensor,
+        state: tuple[torch.Tensor, ...],
+        starts: torch.Tensor | None = None,
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """A recurrent network's head outputs along observation sequences ``[k, T, B, ...]``
+        (each ``[k, T, B, width]``) and its hidden state after them, as
+        :meth:`~agile_rl.nn.modules.EvolvableNetwork.unroll` gives them for one member.
+
+        :param state: ``(h, c)``, each ``[k, num_layers, B, H]`` (``H`` the group's widest
+            hidden state; a member's own units first, zeros after).
+        :param starts: ``[k, T, B]`` booleans, True where a sequence's state is reset to zeros
+            before that step; None: no resets.
+        """
+        template = self.template
+        assert isinstance(template, EvolvableNetwork) and template.recurrent
+        members, steps, batch = obs.shape[:3]
+        x = obs.reshape(members, steps, batch, -1)
+        keep = None if starts is None else (~starts).to(x.dtype).unsqueeze(-1)
+        h, c = state
+        finals_h, finals_c = [], []
+        for layer in range(h.shape[1]):
+            x, h_n, c_n = self._lstm_layer(layer, x, h[:, layer], c[:, layer], keep)
+            finals_h.append(h_n)
+            finals_c.append(c_n)
+        encoder = template.encoder
+        latent = self._linear("encoder.out", x.reshape(members, steps * batch, -1))
+        latent = self._masked("encoder.out", encoder.out_act(latent))  # type: ignore[operator]
+        outputs = {
+            name: self._mlp(f"heads.{name}", head, latent).reshape(members, steps, batch, -1)  # type: ignore[arg-type]
+            for name, head in template.heads.items()
+        }
+        return outputs, (torch.stack(finals_h, dim=1), torch.stack(finals_c, dim=1))
+
+    def _lstm_layer(
+        self,
+        layer: int,
+        x: torch.Tensor,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        keep: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One LSTM layer along ``x`` ``[k, T, B, in]`` from ``h``, ``c`` ``[k, B, H]`` (gates
+        in, forget, cell, out, as ``nn.LSTM``), resetting the state where ``keep`` is 0; its
+        outputs ``[k, T, B, H]`` and final state."""
+        views = self.views
+        members, steps, batch = x.shape[:3]
+        weight_ih = views[f"encoder.lstm.weight_ih_l{layer}"].flatten(1, 2)
+        weight_hh = views[f"encoder.lstm.weight_hh_l{layer}"].flatten(1, 2).transpose(1, 2)
+        bias = views[f"encoder.lstm.bias_ih_l{layer}"] + views[f"encoder.lstm.bias_hh_l{layer}"]
+        inputs = torch.baddbmm(
+            bias.flatten(1).unsqueeze(1), x.reshape(members, steps * batch, -1),
+            weight_ih.transpose(1, 2),
+        ).view(members, steps, batch, -1)  # fmt: skip
+        outputs = []
+        for step in range(steps):
+            if keep is not None:
+                h, c = h * keep[:, step], c * keep[:, step]
+            gates = torch.baddbmm(inputs[:, step], h, weight_hh)
+            in_gate, forget, cell, out = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(forget) * c + torch.sigmoid(in_gate) * torch.tanh(cell)
+            h = torch.sigmoid(out) * torch.tanh(c)
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), h, c
 
     def _mlp(self, prefix: str, module: MLP, x: torch.Tensor) -> torch.Tensor:
         for index, act in enumerate(module.acts):
