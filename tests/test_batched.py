@@ -410,6 +410,26 @@ def assert_batched_equals_alone(
     _assert_same_members(grouped.population, alone.population, tolerance)
 
 
+def assert_teams_act_alike(members: list, obs: dict[str, np.ndarray], rows: int) -> None:
+    """A group learner over twins of ``members`` (teams) acts on the population's
+    observations (``rows`` per member and agent) as each team does alone, exploring or not,
+    and leaves every generator where the teams alone leave theirs."""
+    twins = [m.clone(m.index) for m in members]
+    learner = type(members[0]).group_learner(MemberGroup(twins))
+    for explore in (True, False):
+        together = learner.act(obs, explore=explore)
+        own = [
+            {a: v[rows * i : rows * (i + 1)] for a, v in obs.items()} for i in range(len(members))
+        ]
+        alone = [m.act(mine, explore=explore) for m, mine in zip(members, own, strict=True)]
+        for agent in members[0].agents:
+            expected = np.concatenate([actions[agent] for actions in alone])
+            np.testing.assert_allclose(together[agent], expected, rtol=1e-5, atol=1e-6)
+    for twin, member in zip(twins, members, strict=True):
+        assert twin.generator.get_state().equal(member.generator.get_state())
+        assert twin.rng.bit_generator.state == member.rng.bit_generator.state
+
+
 def _metrics(result: Any) -> list[str]:
     return (result.run_dir / "metrics.jsonl").read_text().splitlines()
 

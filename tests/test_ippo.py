@@ -344,23 +344,10 @@ def test_a_group_of_teams_learns_as_each_team_does_alone() -> None:
 
 
 def test_a_group_of_teams_acts_as_each_team_does_alone() -> None:
-    from agile_rl.runtime.group import MemberGroup
+    from tests.test_batched import assert_teams_act_alike
 
     members = _population()
-    twins = [m.clone(m.index) for m in members]
-    learner = type(members[0]).group_learner(MemberGroup(twins))
-    obs = _obs(members[0].observation_spaces, 3 * 2, seed=1)
-    for explore in (True, False):
-        together = learner.act(obs, explore=explore)
-        alone = [m.act({a: v[2 * i : 2 * i + 2] for a, v in obs.items()}, explore=explore)
-                 for i, m in enumerate(members)]  # fmt: skip
-        for agent in members[0].agents:
-            np.testing.assert_allclose(
-                together[agent], np.concatenate([own[agent] for own in alone]), rtol=1e-5,
-                atol=1e-6,
-            )  # fmt: skip
-    assert all(t.generator.get_state().equal(m.generator.get_state())
-               for t, m in zip(twins, members, strict=True))  # fmt: skip
+    assert_teams_act_alike(members, _obs(members[0].observation_spaces, 3 * 2, seed=1), 2)
 
 
 def test_a_batched_generation_of_teams_equals_teams_stepping_alone(tmp_path) -> None:

@@ -316,24 +316,13 @@ def test_a_group_of_teams_learns_as_each_team_does_alone(algorithm: str) -> None
 
 
 def test_a_group_of_teams_acts_as_each_team_does_alone() -> None:
-    from agile_rl.runtime.group import MemberGroup
+    from tests.test_batched import assert_teams_act_alike
 
     members = _team_population("MADDPG", expl_noise=[0.1, 0.5, 0.9])
-    twins = [m.clone(m.index) for m in members]
-    learner = type(members[0]).group_learner(MemberGroup(twins))
     rng = np.random.default_rng(0)
     obs = {a: rng.normal(size=(3 * 4, *s.shape)).astype(np.float32)
            for a, s in members[0].observation_spaces.items()}  # fmt: skip
-    for explore in (True, False):
-        together = learner.act(obs, explore=explore)
-        alone = [m.act({a: v[4 * i : 4 * i + 4] for a, v in obs.items()}, explore=explore)
-                 for i, m in enumerate(members)]  # fmt: skip
-        for agent in members[0].agents:
-            np.testing.assert_allclose(
-                together[agent], np.concatenate([a[agent] for a in alone]), rtol=1e-5, atol=1e-6
-            )
-    assert [m.rng.bit_generator.state for m in twins] == [m.rng.bit_generator.state
-                                                           for m in members]  # fmt: skip
+    assert_teams_act_alike(members, obs, 4)
 
 
 @pytest.mark.parametrize("algorithm", ["MADDPG", "MATD3"])
