@@ -234,3 +234,26 @@ def test_strict_loading_lists_every_broken_plugin(site) -> None:
     skipped = _agile(site, "--disable-plugin", "boom", "--disable-plugin", "exiter", "validate",
                      "m.yaml", strict=True)  # fmt: skip
     assert skipped.returncode == 0, skipped.stderr
+
+
+def test_a_distribution_s_metadata_is_read_once_however_many_plugins_it_holds(
+    plugin_module: Callable[[str, str], EntryPoint],
+) -> None:
+    # Every first-party plugin is one distribution whose metadata carries the README: read
+    # per plugin, it cost about a tenth of `agile validate` (0.37 s -> 0.31 s once read once).
+    class Distribution:
+        reads = 0
+
+        @property
+        def metadata(self) -> dict[str, str]:
+            Distribution.reads += 1
+            return {"Name": "agile-extras", "Version": "1.2"}
+
+    dist = Distribution()
+    found = [plugin_module(f"quiet{i}", "")._for(dist) for i in range(3)]  # type: ignore[attr-defined]
+    host = build_host(discovered=found)
+    assert Distribution.reads == 1
+    rows = [_row(host, f"quiet{i}") for i in range(3)]
+    assert {(row.distribution, row.version, row.status) for row in rows} == {
+        ("agile-extras", "1.2", "loaded")
+    }

@@ -166,7 +166,9 @@ def build_host(
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     found = entry_points(group=ENTRY_POINT_GROUP) if discovered is None else discovered
-    infos = [_load_entry_point(manager, ep, controls) for ep in sorted(found, key=_precedence)]
+    identities = _DistributionNames()
+    ordered = sorted(found, key=lambda ep: _precedence(ep, identities))
+    infos = [_load_entry_point(manager, ep, controls, identities) for ep in ordered]
     for name, plugin in extra_plugins:
         infos.append(_register(manager, name, plugin, getattr(plugin, "__name__", name)))
     registry = Registry(reserved_commands=frozenset(reserved_commands))
@@ -220,22 +222,38 @@ def _ctrl_c_noticed() -> Iterator[list[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _precedence(ep: EntryPoint) -> tuple[bool, str]:
+class _DistributionNames:
+    """Each entry point's distribution name and version, its metadata read once per
+    distribution (every first-party plugin shares one, whose metadata carries the whole
+    README: reading it for each of them cost about a tenth of ``agile validate``)."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[str | None, str | None]] = {}
+
+    def __call__(self, ep: EntryPoint) -> tuple[str | None, str | None]:
+        dist = getattr(ep, "dist", None)
+        if dist is None:
+            return None, None
+        key = id(dist)
+        if key not in self._known:
+            metadata = dist.metadata
+            self._known[key] = (metadata["Name"], metadata["Version"])
+        return self._known[key]
+
+
+def _precedence(ep: EntryPoint, identities: _DistributionNames) -> tuple[bool, str]:
     """First-party plugins first, then by name: the order that settles a name conflict."""
-    dist = getattr(ep, "dist", None)
-    return (dist is None or dist.metadata["Name"] != BUILTIN_DISTRIBUTION, ep.name)
+    return (identities(ep)[0] != BUILTIN_DISTRIBUTION, ep.name)
 
 
 def _load_entry_point(
-    manager: pluggy.PluginManager, ep: EntryPoint, controls: LoadingControls
+    manager: pluggy.PluginManager,
+    ep: EntryPoint,
+    controls: LoadingControls,
+    identities: _DistributionNames,
 ) -> PluginInfo:
-    dist = getattr(ep, "dist", None)
-    info = PluginInfo(
-        name=ep.name,
-        module=ep.value,
-        distribution=dist.metadata["Name"] if dist is not None else None,
-        version=dist.version if dist is not None else None,
-    )
+    distribution, version = identities(ep)
+    info = PluginInfo(name=ep.name, module=ep.value, distribution=distribution, version=version)
     if ep.name in controls.disabled or (controls.only is not None and ep.name not in controls.only):
         info.status = "disabled"
         info.error = (
