@@ -155,7 +155,7 @@ class TrainingManifest(BaseModel):
         :param source: a YAML/JSON file path, an already-parsed mapping, or a manifest.
         :param mode: ``"python"`` returns the :class:`TrainingManifest`; ``"json"`` a plain dict.
         :param registry: what plugins registered; default: the installed plugins, loaded now
-            (:func:`~agile_cli.installed_registry`).
+            (:func:`~agile_cli.helpers.installed_registry`).
         :raises ManifestError: with every field error found.
         """
         if isinstance(source, TrainingManifest):

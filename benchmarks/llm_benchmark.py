@@ -59,7 +59,8 @@ def fresh_scores(manifest_path: Path) -> dict[str, float]:
     """The held-out metrics of an untrained member (its adapter starts as the identity)."""
     import torch
 
-    from agile_cli import TrainingManifest, installed_registry
+    from agile_cli import TrainingManifest
+    from agile_cli.helpers import installed_registry
     from agile_cli.training import setup
     from agile_rl.runtime.agent import AgentContext
 
@@ -98,7 +99,8 @@ def throughput(path: Path) -> dict[str, float]:
     """Tokens per second of sampling completions and of SFT updates, one member."""
     import torch
 
-    from agile_cli import TrainingManifest, installed_registry
+    from agile_cli import TrainingManifest
+    from agile_cli.helpers import installed_registry
     from agile_cli.training import setup
     from agile_rl.runtime.agent import AgentContext
 

@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
 import json, resource, sys, time, torch
-from agile_cli import TrainingManifest, installed_registry
+from agile_cli import TrainingManifest
+from agile_cli.helpers import installed_registry
 from agile_rl.runtime.agent import AgentContext
 from agile_cli.training import setup
 model, together, name = sys.argv[1], sys.argv[5] == "1", sys.argv[6]

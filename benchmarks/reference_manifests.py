@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from agile_cli import ManifestError, TrainingManifest, installed_registry
+from agile_cli import ManifestError, TrainingManifest
+from agile_cli.helpers import installed_registry
 
 #: Lines of a refusal shown per file.
 SHOWN_ERRORS = 3

@@ -24,7 +24,8 @@ pytest.importorskip("peft")
 
 import torch
 
-from agile_cli import TrainingError, TrainingManifest, UsageError, installed_registry
+from agile_cli import TrainingError, TrainingManifest, UsageError
+from agile_cli.helpers import installed_registry
 from agile_llm import text
 from agile_llm.rewards import RewardFunction
 from agile_llm.tiny import character_tokenizer, make_tiny_model

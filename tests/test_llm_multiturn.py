@@ -19,7 +19,8 @@ pytest.importorskip("peft")
 import torch
 import yaml
 
-from agile_cli import TrainingError, TrainingManifest, UsageError, installed_registry
+from agile_cli import TrainingError, TrainingManifest, UsageError
+from agile_cli.helpers import installed_registry
 from agile_llm import multiturn, text
 
 from .test_llm_prompt_format import TEMPLATE

@@ -16,7 +16,8 @@ pytest.importorskip("peft")
 
 import torch
 
-from agile_cli import TrainingManifest, installed_registry
+from agile_cli import TrainingManifest
+from agile_cli.helpers import installed_registry
 from agile_llm.tiny import make_tiny_model
 
 TEMPLATE = (

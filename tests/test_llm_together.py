@@ -15,7 +15,8 @@ pytest.importorskip("peft")
 
 import torch
 
-from agile_cli import TrainingManifest, installed_registry
+from agile_cli import TrainingManifest
+from agile_cli.helpers import installed_registry
 
 from .test_llm_training import manifest
 

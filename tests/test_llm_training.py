@@ -20,7 +20,8 @@ pytest.importorskip("peft")
 
 import torch
 
-from agile_cli import TrainingManifest, installed_registry
+from agile_cli import TrainingManifest
+from agile_cli.helpers import installed_registry
 from agile_cli.training import checkpoint
 
 from .llm_rows import LORA

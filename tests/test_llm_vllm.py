@@ -19,7 +19,8 @@ pytest.importorskip("peft")
 import torch
 import yaml
 
-from agile_cli import TrainingError, TrainingManifest, installed_registry
+from agile_cli import TrainingError, TrainingManifest
+from agile_cli.helpers import installed_registry
 from agile_llm import spec as spec_module
 
 from .test_llm_training import manifest

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agile_cli import Member, TrainingError, installed_registry
+from agile_cli import Member, TrainingError
 from agile_cli.evolution.mutation import Mutator
+from agile_cli.helpers import installed_registry
 from agile_cli.member import missing_methods
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.testing import tiny_manifest, tiny_population

@@ -1,5 +1,7 @@
-"""First-party plugins are ordinary plugins: they use only ``agile_cli``'s public names and, for
-the RL ones, the public names of the RL library plugin ``agile_rl``, never another plugin; the
+"""First-party plugins are ordinary plugins: they use only ``agile_cli``'s public names (those of
+the package and of its public submodules ``agile_cli.helpers`` and ``agile_cli.sections``)
+and, for the RL ones, the public names of the RL library plugin ``agile_rl``, never another
+plugin; the
 core imports no plugin; and any one of them can be removed without breaking the others (those
 built on the RL library need it)."""
 
@@ -15,6 +17,8 @@ import pytest
 import yaml
 
 import agile_cli
+import agile_cli.helpers
+import agile_cli.sections
 import agile_rl
 from agile_cli.host.plugins import (
     BUILTIN_DISTRIBUTION,
@@ -28,6 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "plugins"
 #: Plugins whose public API other plugins may build on, with the names they offer.
 LIBRARIES = {"agile_rl": set(agile_rl.__all__)}
+#: The core's public modules, with the names each offers.
+PUBLIC = {
+    "agile_cli": set(agile_cli.__all__),
+    "agile_cli.helpers": set(agile_cli.helpers.__all__),
+    "agile_cli.sections": set(agile_cli.sections.__all__),
+}
 CONFIGS = sorted((ROOT / "configs" / "training").glob("*/*.yaml"))
 
 
@@ -55,11 +65,11 @@ def _imports(tree: ast.AST) -> Iterator[tuple[int, str, list[str]]]:
 
 def _problems(module: str, names: list[str], own: str, plugins: set[str]) -> list[str]:
     top = module.split(".")[0]
+    if module in PUBLIC:
+        private = [name for name in names if name not in PUBLIC[module]]
+        return [f"imports {name!r}, not in {module}.__all__" for name in private]
     if module.startswith("agile_cli."):
         return [f"imports the private module {module}"]
-    if module == "agile_cli":
-        private = [name for name in names if name not in agile_cli.__all__]
-        return [f"imports {name!r}, not in agile_cli.__all__" for name in private]
     if top in LIBRARIES and top != own:
         if module != top:
             return [f"imports the private module {module}"]
@@ -113,22 +123,38 @@ def test_the_check_catches_private_and_cross_plugin_imports() -> None:
     assert _problems("agile_cli", ["limits", "not_public"], "agile_td3", plugins) == [
         "imports 'not_public', not in agile_cli.__all__"
     ]
+    assert not _problems("agile_cli.helpers", ["printable"], "agile_td3", plugins)
+    assert _problems("agile_cli.helpers", ["limits"], "agile_td3", plugins)
+    assert _problems("agile_cli.models", ["limits"], "agile_td3", plugins)
     assert _problems("agile_ddpg.spec", ["DDPGSpec"], "agile_td3", plugins)
     assert not _problems("agile_td3.spec", ["TD3Spec"], "agile_td3", plugins)
     assert not _problems("torch", [], "agile_td3", plugins)
 
 
-@pytest.mark.parametrize("package", [agile_cli, agile_rl], ids=["agile_cli", "agile_rl"])
+@pytest.mark.parametrize(
+    "package",
+    [agile_cli, agile_cli.helpers, agile_cli.sections, agile_rl],
+    ids=["agile_cli", "agile_cli.helpers", "agile_cli.sections", "agile_rl"],
+)
 def test_every_public_name_resolves(package: object) -> None:
     names: list[str] = package.__all__  # type: ignore[attr-defined]
     assert not [name for name in names if not hasattr(package, name)]
     assert len(names) == len(set(names))
-    assert set(package._LAZY) <= set(names)  # type: ignore[attr-defined]
+    assert set(getattr(package, "_LAZY", {})) <= set(names)
 
 
-def test_a_name_that_moved_to_the_rl_library_says_where() -> None:
+def test_the_public_modules_share_no_name() -> None:
+    seen = [name for names in PUBLIC.values() for name in names]
+    assert len(seen) == len(set(seen))
+
+
+def test_a_name_that_moved_says_where() -> None:
     with pytest.raises(AttributeError, match="agile_rl"):
         agile_cli.Algorithm  # noqa: B018
+    with pytest.raises(AttributeError, match=r"agile_cli\.helpers\.printable"):
+        agile_cli.printable  # noqa: B018
+    with pytest.raises(AttributeError, match=r"agile_cli\.sections\.NetworkSpec"):
+        agile_cli.NetworkSpec  # noqa: B018
 
 
 # -- removing one first-party plugin ---------------------------------------------------------

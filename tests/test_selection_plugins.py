@@ -17,8 +17,8 @@ from agile_cli import (
     SelectionStrategy,
     TrainingSpec,
     hookimpl,
-    last_fitness,
 )
+from agile_cli.helpers import last_fitness
 from agile_cli.testing import smoke_train, tiny_manifest
 from agile_rl import Algorithm
 

@@ -46,11 +46,11 @@ class AlgorithmSpec(Spec):
     - ``default_mutable``: the ones mutated when ``rl_hp_selection`` is empty;
     - ``default_evo_steps``: evolution interval when ``training.evo_steps`` is omitted;
     - ``network_spec``: the class the ``network`` section is validated against (a
-      :class:`~agile_cli.NetworkSpec` for evolvable networks; any spec for others, e.g. a
+      :class:`~agile_cli.sections.NetworkSpec` for evolvable networks; any spec for others, e.g. a
       pretrained model's);
     - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from;
     - ``replay_buffer_spec``: the class the ``replay_buffer`` section is validated against, a
-      :class:`~agile_cli.ReplayBufferSpec` whose subclass may change defaults (RainbowDQN's
+      :class:`~agile_cli.sections.ReplayBufferSpec` whose subclass may change defaults (RainbowDQN's
       turns prioritised replay and n-step returns on);
     - ``training_spec``: a :class:`~agile_cli.TrainingSpec` subclass with ``training`` fields
       this algorithm reads (e.g. epsilon-greedy exploration's ``eps_*``); None: none of its own;

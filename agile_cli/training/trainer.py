@@ -140,7 +140,7 @@ def run_local(
     runner: RunnerFactory | None = None,
 ) -> RunResult:
     """Train ``manifest``, writing a new run folder here: in this process, or where the
-    backend's ``runner`` trains the members (see :class:`~agile_cli.MemberTrainer`)."""
+    backend's ``runner`` trains the members (see :class:`~agile_cli.helpers.MemberTrainer`)."""
     if options.run_dir is not None:  # refuse a taken folder before any set-up
         RunFolder(options.run_dir).check_available(options.overwrite)
     loop = EvolutionLoop(manifest, registry, options, _reporter(verbose), runner=runner)

@@ -33,7 +33,7 @@ from agile_arena.errors import (
     clip,
 )
 from agile_arena.parsing import TooDeep, load_json
-from agile_cli import printable
+from agile_cli.helpers import printable
 
 REFRESH_MARGIN_S = 60.0  # refresh an access token that expires sooner than this
 MAX_POLL_INTERVAL_S = 30.0  # the login is polled at least this often, whatever the server asks

@@ -19,13 +19,12 @@ from agile_cli import (
     EnvironmentSpec,
     FieldError,
     ManifestError,
-    Registry,
     RunResult,
     Spec,
     TrainingManifest,
     UsageError,
-    printable,
 )
+from agile_cli.helpers import Registry, printable
 
 
 def make_client(options: ArenaOptions) -> Any:

@@ -91,7 +91,7 @@ from agile_arena.parsing import (
 )
 from agile_arena.parsing import parse_event as parse_event
 from agile_arena.parsing import scrub_internal_urls as scrub_internal_urls
-from agile_cli import printable
+from agile_cli.helpers import printable
 
 log = logging.getLogger(__name__)
 

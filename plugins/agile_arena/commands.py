@@ -21,7 +21,7 @@ from agile_arena.render import (
     print_table,
     union_columns,
 )
-from agile_cli import printable
+from agile_cli.helpers import printable
 
 _OPTIONS = "agile.arena.options"
 _SECONDS = click.FloatRange(min=0, min_open=True)

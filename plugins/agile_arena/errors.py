@@ -3,7 +3,7 @@
 They are :class:`~agile_cli.errors.AgileError` subclasses, so the CLI prints them as
 ``error: <message> (<hint>)`` followed by one ``Key: value`` line per extra the server sent.
 Whatever a server sent reaches them through :func:`one_line` or :func:`clip`, and every line
-they print goes through :func:`agile_cli.printable`: escape sequences are shown, not obeyed.
+they print goes through :func:`agile_cli.helpers.printable`: escape sequences are shown, not obeyed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from agile_cli import EXIT_RUNTIME, AgileError, printable
+from agile_cli import AgileError
+from agile_cli.helpers import EXIT_RUNTIME, printable
 
 LOGIN_HINT = "run `agile login`"
 API_KEY_HINT = "check --api-key or ARENA_API_KEY"

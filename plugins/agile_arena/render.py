@@ -1,7 +1,8 @@
 """Showing Arena's progress events and results to a person (tables, or JSON for scripts).
 
-Every text a server sent is shown through :func:`agile_cli.printable` (JSON output escapes it
-already), so an escape sequence in a name or a message cannot clear the screen or retitle it.
+Every text a server sent is shown through :func:`agile_cli.helpers.printable` (JSON output
+escapes it already), so an escape sequence in a name or a message cannot clear the screen or
+retitle it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import click
 
 from agile_arena.errors import clip
-from agile_cli import printable
+from agile_cli.helpers import printable
 
 
 def print_event(event: Any) -> None:

@@ -18,14 +18,8 @@ import gymnasium as gym
 import numpy as np
 
 from agile_bandits.spec import BanditEnvSpec, is_in_memory
-from agile_cli import (
-    EnvironmentBuilder,
-    EnvironmentNotFoundError,
-    UsageError,
-    not_an_environment,
-    printable,
-    resolve_reference,
-)
+from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError, UsageError
+from agile_cli.helpers import not_an_environment, printable, resolve_reference
 
 
 class BanditEnv:
@@ -141,7 +135,7 @@ def _read_hdf5(path: Path, where: str) -> np.ndarray:
 
 
 def _check_fits(shape: tuple[int, ...], itemsize: int, where: str, path: Path) -> None:
-    from agile_cli import available_memory, format_bytes
+    from agile_cli.helpers import available_memory, format_bytes
 
     needed = int(np.prod(shape, dtype=np.float64)) * itemsize
     available = available_memory()

@@ -25,7 +25,8 @@ import torch
 
 from agile_bandits.environment import BanditEnv
 from agile_bandits.spec import BanditTraining
-from agile_cli import GenerationStats, Runner, TrainingManifest, reset_seed
+from agile_cli import GenerationStats, Runner, TrainingManifest
+from agile_cli.helpers import reset_seed
 from agile_rl import (
     GroupLearner,
     OffPolicyAlgorithm,

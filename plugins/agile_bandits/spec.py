@@ -11,15 +11,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
-from agile_cli import (
-    AlgorithmSpec,
-    EnvironmentSpec,
-    StarterValue,
-    TrainingSpec,
-    check_entrypoint,
-    limits,
-    located_error,
-)
+from agile_cli import AlgorithmSpec, EnvironmentSpec, StarterValue, TrainingSpec, limits
+from agile_cli.helpers import check_entrypoint, located_error
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".h5", ".hdf5")
 IN_MEMORY_LABEL = "<in-memory table"

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from agile_cli import UsageError, available_memory, format_bytes
+from agile_cli import UsageError
+from agile_cli.helpers import available_memory, format_bytes
 
 Row = dict[str, Any]
 

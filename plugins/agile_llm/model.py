@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agile_cli import TrainingError, UsageError, available_memory, format_bytes, printable
+from agile_cli import TrainingError, UsageError
+from agile_cli.helpers import available_memory, format_bytes, printable
 
 #: Set before transformers or huggingface_hub is imported: the run never reaches the network.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from agile_cli import TrainingError, UsageError, printable, resolve_reference
+from agile_cli import TrainingError, UsageError
+from agile_cli.helpers import printable, resolve_reference
 from agile_llm.model import error_detail
 from agile_llm.rewards import Bound, RewardTimeout, as_number
 

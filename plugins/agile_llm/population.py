@@ -26,8 +26,8 @@ from agile_cli import (
     TrainingError,
     TrainingManifest,
     UsageError,
-    printable,
 )
+from agile_cli.helpers import printable
 from agile_llm import text
 from agile_llm.adapters import AdapterPopulation
 from agile_llm.environment import PromptData

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from agile_cli import TrainingError, UsageError, printable
+from agile_cli import TrainingError, UsageError
+from agile_cli.helpers import printable
 from agile_llm.model import error_detail
 
 _WHERE = "environment.reward_file_path"

@@ -53,8 +53,8 @@ from agile_cli import (
     StarterValue,
     TrainingSpec,
     limits,
-    located_error,
 )
+from agile_cli.helpers import located_error
 
 EnvType = Literal["reasoning", "preference", "sft", "multiturn"]
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from agile_cli import UsageError, printable
+from agile_cli import UsageError
+from agile_cli.helpers import printable
 from agile_llm import objectives
 from agile_llm.model import error_detail
 from agile_llm.objectives import IGNORE

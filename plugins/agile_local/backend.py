@@ -5,15 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-from agile_cli import (
-    Backend,
-    LocalRunOptions,
-    ManifestError,
-    Registry,
-    RunResult,
-    Spec,
-    TrainingManifest,
-)
+from agile_cli import Backend, LocalRunOptions, ManifestError, RunResult, Spec, TrainingManifest
+from agile_cli.helpers import Registry
 
 
 def _run_options(spec: Spec) -> LocalRunOptions:
@@ -34,14 +27,14 @@ class LocalBackend(Backend):
         if lacking := manifest.algorithm.local_training_errors(manifest):
             # said before the training stack (torch) is even imported
             raise ManifestError(lacking, "training on this machine")
-        from agile_cli import run_local  # the training stack (torch), imported to train
+        from agile_cli.helpers import run_local
 
         return run_local(manifest, registry, _run_options(options), verbose=verbose)
 
     def resume(
         self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
     ) -> RunResult:
-        from agile_cli import resume_local
+        from agile_cli.helpers import resume_local
 
         run_options = _run_options(options)
         return resume_local(run_dir, registry, run_options, verbose=verbose)

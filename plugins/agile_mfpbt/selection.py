@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agile_cli import Member, Selection, SelectionStrategy, TrainingError, last_fitness
+from agile_cli import Member, Selection, SelectionStrategy, TrainingError
+from agile_cli.helpers import last_fitness
 from agile_mfpbt.spec import Layout, MultiFrequencySpec
 
 

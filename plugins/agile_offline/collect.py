@@ -16,7 +16,8 @@ def collect_episodes(
     seed: int, device: str, trust_code: bool = False,
 ) -> tuple[dict[str, np.ndarray], list[float]]:  # fmt: skip
     """The columns of ``episodes`` episodes played by a saved agent, and their returns."""
-    from agile_cli import build_environment_from, load_agent
+    from agile_cli import load_agent
+    from agile_cli.helpers import build_environment_from
 
     agent, manifest = load_agent(
         source, registry, member=member, device=device, trust_code=trust_code

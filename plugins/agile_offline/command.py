@@ -46,7 +46,7 @@ def collect(ctx: click.Context, run_dir: Path, episodes: int, out: Path, overwri
     The agent acts greedily, except for a random action with chance --epsilon. Exit status:
     2 for a usage error, 1 when collecting fails.
     """
-    from agile_cli import plugin_host
+    from agile_cli.helpers import plugin_host
     from agile_offline.collect import collect_episodes, write_hdf5
 
     if out.exists() and not overwrite:

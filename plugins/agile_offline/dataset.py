@@ -166,7 +166,7 @@ def _check_memory(
 ) -> int:
     """Refuse a dataset whose rows, read and converted to transitions, exceed the memory
     available (a small file can declare billions of rows it never stored)."""
-    from agile_cli import available_memory, format_bytes
+    from agile_cli.helpers import available_memory, format_bytes
 
     stored = sum(_row_bytes(column) for column in columns.values())
     # float32 observations and next observations, actions, float32 rewards and terminations

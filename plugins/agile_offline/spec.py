@@ -7,7 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from agile_cli import StarterValue, TrainingSpec, located_error
+from agile_cli import StarterValue, TrainingSpec
+from agile_cli.helpers import located_error
 from agile_rl import GymnasiumEnvSpec
 
 

@@ -14,14 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agile_cli import (
-    EnvironmentBuilder,
-    EnvironmentNotFoundError,
-    MultiAgentVectorEnv,
-    not_an_environment,
-    resolve_reference,
-    resolve_wrapper,
-)
+from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError, MultiAgentVectorEnv
+from agile_cli.helpers import not_an_environment, resolve_reference, resolve_wrapper
 from agile_pettingzoo.spec import PettingZooEnvSpec
 from agile_pettingzoo.vector import SubprocessParallelVectorEnv, SyncParallelVectorEnv
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from agile_cli import EnvironmentNotFoundError, MultiAgentVectorEnv, TrainingError, can_fork
+from agile_cli import EnvironmentNotFoundError, MultiAgentVectorEnv, TrainingError
+from agile_cli.helpers import can_fork
 
 MakeEnv = Callable[[], Any]
 Batch = dict[str, np.ndarray]

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from agile_cli import AlgorithmSpec, FieldError, NStepBufferArgs, ReplayBufferSpec, limits
+from agile_cli import AlgorithmSpec, FieldError, limits
+from agile_cli.sections import NStepBufferArgs, ReplayBufferSpec
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest

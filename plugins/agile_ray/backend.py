@@ -8,17 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from agile_cli import (
-    Backend,
-    Registry,
-    RunnerFactory,
-    RunResult,
-    Spec,
-    TrainingManifest,
-    UsageError,
-    resume_local,
-    run_local,
-)
+from agile_cli import Backend, RunResult, Spec, TrainingManifest, UsageError
+from agile_cli.helpers import Registry, RunnerFactory, resume_local, run_local
 from agile_ray.spec import RayOptions
 
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agile_cli import TrainingError, UsageError, interrupt_held, slot_sizes
+from agile_cli import TrainingError, UsageError
+from agile_cli.helpers import interrupt_held, slot_sizes
 
 #: Seconds to wait for a HOST:PORT to accept a connection before calling it unreachable (Ray's
 #: own client retries for minutes).

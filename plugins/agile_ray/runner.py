@@ -11,12 +11,12 @@ from agile_cli import (
     AgileError,
     GenerationStats,
     Member,
-    MemberOutcome,
     Progress,
     Runner,
     TrainingError,
     TrainingManifest,
 )
+from agile_cli.helpers import MemberOutcome
 from agile_ray.cluster import Plan
 from agile_ray.worker import MemberWorker
 

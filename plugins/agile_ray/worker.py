@@ -7,12 +7,12 @@ import os
 import time
 from typing import Any
 
-from agile_cli import MemberOutcome, MemberTrainer
+from agile_cli.helpers import MemberOutcome, MemberTrainer
 
 
 class MemberWorker:
-    """Holds a :class:`~agile_cli.MemberTrainer` (its environment and replay buffer) in a Ray
-    worker process, and trains the members the driver sends each generation.
+    """Holds a :class:`~agile_cli.helpers.MemberTrainer` (its environment and replay buffer) in a
+    Ray worker process, and trains the members the driver sends each generation.
 
     Ray restarts the process when it dies; the trainer is then built afresh (an empty buffer),
     and since every call carries the members' states, a retried call redoes the generation."""

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 if TYPE_CHECKING:
     import torch
 
-    from agile_cli import ReplayBufferSpec, TrainingManifest
+    from agile_cli import TrainingManifest
+    from agile_cli.sections import ReplayBufferSpec
     from agile_rl.runtime.buffers import ReplayBuffer
     from agile_rl.runtime.team_env import TeamEnv
 

@@ -7,16 +7,8 @@ from typing import Any, cast
 
 import torch
 
-from agile_cli import (
-    AgentContext,
-    Member,
-    Need,
-    Paradigm,
-    Runner,
-    TrainingError,
-    TrainingManifest,
-    member_spaces,
-)
+from agile_cli import AgentContext, Member, Need, Paradigm, Runner, TrainingError, TrainingManifest
+from agile_cli.helpers import member_spaces
 from agile_rl import experience
 from agile_rl.nn.arch import NetworkArch, arch_from_spec
 from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm

@@ -10,7 +10,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, StochasticNetworkSpec, limits
+from agile_cli import AlgorithmSpec, limits
+from agile_cli.sections import StochasticNetworkSpec
 
 
 class ClippedObjectiveSpec(AlgorithmSpec):

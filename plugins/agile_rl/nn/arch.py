@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 import numpy as np
 
-from agile_cli import (
+from agile_cli import FieldError, ManifestError
+from agile_cli.sections import (
     CNNEncoderConfig,
-    FieldError,
     LSTMEncoderConfig,
-    ManifestError,
     MLPConfig,
     MultiInputEncoderConfig,
     NetworkSpec,

@@ -10,13 +10,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agile_cli import (
-    EnvironmentNotFoundError,
-    can_fork,
-    not_an_environment,
-    resolve_reference,
-    resolve_wrapper,
-)
+from agile_cli import EnvironmentNotFoundError
+from agile_cli.helpers import can_fork, not_an_environment, resolve_reference, resolve_wrapper
 from agile_rl.models.gymnasium import GymnasiumEnvSpec
 
 # Packages that provide environment families, for the install hint.

@@ -20,8 +20,8 @@ from agile_cli import (  # noqa: F401  (part of this module's names)
     Progress,
     Runner,
     TrainingError,
-    reset_seed,
 )
+from agile_cli.helpers import reset_seed
 from agile_rl.runtime.agent import LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
 from agile_rl.runtime.rollout import Rollout

@@ -1,0 +1,87 @@
+"""Helpers for the authors of backends, environment builders and the like: what agile's own
+backends and builders use to run members, find references and report safely. Public and
+documented (the plugin guide), apart from the plugin contract in :mod:`agile_cli`.
+
+Importing it is cheap: the names whose modules import torch or numpy (running members, the
+CLI's plugin host) load on first use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from agile_cli.environment import can_fork, not_an_environment, resolve_reference, resolve_wrapper
+from agile_cli.errors import EXIT_RUNTIME, printable
+from agile_cli.host.plugins import installed_registry
+from agile_cli.host.registry import ParadigmEntry, Registry
+from agile_cli.memory import Estimate
+from agile_cli.models.algorithm import check_entrypoint
+from agile_cli.models.base import located_error
+from agile_cli.runner import reset_seed
+from agile_cli.signals import interrupt_held
+
+_LAZY = {
+    "run_local": "agile_cli.training.trainer:run_local",
+    "resume_local": "agile_cli.training.trainer:resume_local",
+    "build_environment_from": "agile_cli.training.setup:build_environment_from",
+    "member_spaces": "agile_cli.training.setup:member_spaces",
+    "MemberTrainer": "agile_cli.training.members:MemberTrainer",
+    "MemberOutcome": "agile_cli.training.members:MemberOutcome",
+    "RunnerFactory": "agile_cli.training.members:RunnerFactory",
+    "slot_sizes": "agile_cli.training.members:slot_sizes",
+    "plugin_host": "agile_cli.cli:plugin_host",
+    "last_fitness": "agile_cli.evolution.selection:last_fitness",
+    # Looked up at each use, so that a test can stand in for the machine's memory.
+    "available_memory": "agile_cli.memory:available_memory",
+    "format_bytes": "agile_cli.memory:format_bytes",
+}
+
+if TYPE_CHECKING:
+    from agile_cli.cli import plugin_host
+    from agile_cli.evolution.selection import last_fitness
+    from agile_cli.memory import available_memory, format_bytes
+    from agile_cli.training.members import MemberOutcome, MemberTrainer, RunnerFactory, slot_sizes
+    from agile_cli.training.setup import build_environment_from, member_spaces
+    from agile_cli.training.trainer import resume_local, run_local
+
+__all__ = [
+    "EXIT_RUNTIME",
+    "Estimate",
+    "MemberOutcome",
+    "MemberTrainer",
+    "ParadigmEntry",
+    "Registry",
+    "RunnerFactory",
+    "available_memory",
+    "build_environment_from",
+    "can_fork",
+    "check_entrypoint",
+    "format_bytes",
+    "installed_registry",
+    "interrupt_held",
+    "last_fitness",
+    "located_error",
+    "member_spaces",
+    "not_an_environment",
+    "plugin_host",
+    "printable",
+    "reset_seed",
+    "resolve_reference",
+    "resolve_wrapper",
+    "resume_local",
+    "run_local",
+    "slot_sizes",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module_name, attribute = _LAZY[name].split(":")
+        # Not cached here: the name stays its module's attribute, even where that is replaced.
+        return getattr(import_module(module_name), attribute)
+    raise AttributeError(f"module 'agile_cli.helpers' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
