@@ -18,7 +18,8 @@ from agile_cli.training import setup
 from agile_dqn.algorithm import DQN
 from agile_dqn.spec import DQNSpec
 from agile_ppo.algorithm import PPO
-from agile_rl import LearnResult, QLearning
+from agile_ppo.spec import PPOSpec
+from agile_rl import LearnResult, OnPolicyAlgorithm, QLearning
 from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
 from agile_rl.runtime.solo import one_member
 from agile_rl.training.runners import OnPolicyRunner, budget_progress, learned_loss
@@ -68,6 +69,14 @@ class Unfinished(QLearning):
     """The Q-learning frame without an update: no group learner, no act, no learn."""
 
 
+class UnfinishedOnPolicy(OnPolicyAlgorithm):
+    """An on-policy class with networks but no group learner and no step or update."""
+
+    def build(self) -> None:
+        self.add_network("actor", {"policy": 2})
+        self.add_optimizer("actor", ("actor",), "lr")
+
+
 class Variants:
     @hookimpl
     def agile_register_algorithms(self, register: Any) -> None:
@@ -76,6 +85,10 @@ class Variants:
                 name=cls.__name__, spec=DQNSpec, family=Family.OFF_POLICY,
                 implementation=f"{__name__}:{cls.__name__}",
             )  # fmt: skip
+        register(
+            name="UnfinishedOnPolicy", spec=PPOSpec, family=Family.ON_POLICY,
+            implementation=f"{__name__}:UnfinishedOnPolicy",
+        )  # fmt: skip
 
 
 @pytest.fixture
@@ -216,10 +229,14 @@ def test_learn_gives_its_loss_in_a_learn_result_and_nothing_else() -> None:
 
 
 def test_an_algorithm_without_an_update_is_named_before_training(registry: Any) -> None:
-    manifest = tiny_manifest("Unfinished", registry=registry)
-    refusal = "names no group_learner and implements no act or learn"
-    with pytest.raises(TrainingError, match=refusal):  # as the members are built
-        tiny_population(manifest, registry, size=1)
+    refusals = {
+        "Unfinished": "names no group_learner and implements no act or learn",
+        "UnfinishedOnPolicy": "implements no act or policy_step or learn",
+    }
+    for name, refusal in refusals.items():
+        manifest = tiny_manifest(name, registry=registry)
+        with pytest.raises(TrainingError, match=refusal):  # as the members are built
+            tiny_population(manifest, registry, size=1)
 
 
 def test_the_on_policy_runner_refuses_a_bare_float_from_learn_saying_why(agile_host: Any) -> None:

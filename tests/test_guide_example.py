@@ -21,7 +21,7 @@ from agile_cli import (
     hookimpl,
 )
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
-from agile_rl import MemberGroup, ReplayBuffer, learn_stacked
+from agile_rl import ClippedObjectiveSpec, MemberGroup, ReplayBuffer, learn_stacked
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
@@ -104,3 +104,92 @@ def test_the_guide_s_group_learns_as_each_member_alone(registry: Any) -> None:
 
 def test_the_reproducibility_fixture_works_as_documented(agile_reproducibility: Any) -> None:
     agile_reproducibility("DQN")  # the installed plugins, no registry given
+
+
+# -- the on-policy example: TinyAC -----------------------------------------------------------
+
+
+@pytest.fixture
+def on_policy_registry(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, agile_host: Any
+) -> Any:
+    """The guide's on-policy code block, as a module of its own, registered as TinyAC with the
+    spec the guide names."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
+    code = next(block for block in blocks if "class TinyACGroup" in block)
+    folder = tmp_path_factory.mktemp("guide_ac")
+    (folder / "guide_tinyac.py").write_text(code, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+
+    class Plugin:
+        @hookimpl
+        def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
+            register(name="TinyAC", spec=ClippedObjectiveSpec, family="on_policy",
+                     implementation="guide_tinyac:TinyAC")  # fmt: skip
+
+    return agile_host(("tinyac", Plugin())).registry
+
+
+def test_the_guide_s_on_policy_example_conforms(on_policy_registry: Any, tmp_path: Path) -> None:
+    options = {"learn_step": 16, "batch_size": 8, "update_epochs": 2}
+    check_conformance("TinyAC", tmp_path, registry=on_policy_registry, algorithm_options=options)
+
+
+def test_the_guide_s_on_policy_example_trains_batched(
+    on_policy_registry: Any, tmp_path: Path
+) -> None:
+    manifest = tiny_manifest(
+        "TinyAC", registry=on_policy_registry, algorithm_options={"learn_step": 16},
+        training={"max_steps": 128, "evo_steps": 64, "pop_size": 3},
+    )  # fmt: skip
+    result = smoke_train(manifest, tmp_path / "run", on_policy_registry)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    groups = [json.loads(line)["groups"] for line in lines]
+    assert any(len(group) > 1 for generation in groups for group in generation)
+    assert all(np.isfinite(result.fitnesses))
+
+
+def test_the_guide_s_on_policy_group_learns_as_each_member_alone(on_policy_registry: Any) -> None:
+    from agile_cli.training import setup
+    from agile_rl import Rollout
+
+    manifest = tiny_manifest("TinyAC", registry=on_policy_registry, training={"pop_size": 3})
+    members = tiny_population(manifest, on_policy_registry)
+    for member, (batch_size, lr, epochs) in zip(
+        members, ((8, 1e-3, 1), (12, 3e-3, 2), (5, 5e-4, 3)), strict=True
+    ):
+        member.set_hyperparameter("batch_size", batch_size)
+        member.set_hyperparameter("lr", lr)
+        member.spec = member.spec.model_copy(update={"update_epochs": epochs})
+    env = setup.build_environment(manifest, on_policy_registry, seed=0)
+    rollouts, last = [], []
+    for member, length in zip(members, (10, 14, 7), strict=True):  # each member's own rollout
+        obs, _ = env.reset(seed=member.index)
+        rollout = Rollout()
+        for _ in range(length):
+            tensor = member.obs_tensor(obs)
+            actions, record = member.policy_step(tensor)
+            obs, rewards, terminated, truncated, _ = env.step(actions)
+            rollout.add(tensor, record, rewards, terminated, truncated, np.ones(2, dtype=bool))
+        rollouts.append(rollout)
+        last.append(member.obs_tensor(obs))
+    env.close()
+    alone = [member.clone(member.index) for member in members]
+    stacked = [member.clone(member.index) for member in members]
+    learning = [True, False, True]
+    for member, rollout, obs, on in zip(alone, rollouts, last, learning, strict=True):
+        if on:
+            member.learn(rollout, obs)
+    learner = members[0].group_learner(MemberGroup(stacked))
+    taken = [rollout if on else None for rollout, on in zip(rollouts, learning, strict=True)]
+    losses = learner.learn_rollouts(taken, torch.cat(last))
+    learner.group.write_back()
+    assert losses[1] is None and losses[0] is not None
+    for grouped, single in zip(stacked, alone, strict=True):
+        for a, b in zip(grouped.parameters(), single.parameters(), strict=True):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert torch.equal(grouped.generator.get_state(), single.generator.get_state())
+    assert not any(
+        torch.equal(a, b)
+        for a, b in zip(stacked[0].parameters(), members[0].parameters(), strict=True)
+    )  # it learned

@@ -9,7 +9,7 @@ SB3-contrib's ``RecurrentPPO``.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -21,12 +21,10 @@ from agile_ppo.group import PPOGroup
 from agile_ppo.spec import PPOSpec
 from agile_rl import (
     GreedyPolicy,
-    LearnResult,
     LogStd,
     NetworkArch,
     NetworkHead,
     OnPolicyAlgorithm,
-    PolicyRecord,
     RecurrentState,
     Rollout,
     RolloutBatch,
@@ -101,10 +99,6 @@ class PPO(OnPolicyAlgorithm):
             return space.low + (array + 1.0) * 0.5 * (space.high - space.low)  # type: ignore[attr-defined]
         return np.clip(array, space.low, space.high)  # type: ignore[attr-defined]
 
-    def act(self, obs: Any, *, explore: bool) -> np.ndarray:
-        """The group learner's, as a group of one (a recurrent member's state moves on)."""
-        return self.solo_learner().act(obs, explore=explore)
-
     def export_policy(self) -> GreedyPolicy:
         """The most likely action: the argmax of the logits, or the Gaussian's mean clipped
         into the bounds (squashed into them with ``network.squash_output``).
@@ -117,14 +111,6 @@ class PPO(OnPolicyAlgorithm):
         action = greedy_action(self.action_space, squash=squash)
         body = NetworkHead(self.policy, "policy")
         return GreedyPolicy(self.observation_space, body, action)
-
-    def policy_step(
-        self, obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> tuple[np.ndarray, PolicyRecord]:
-        """The group learner's, as a group of one."""
-        chosen, record = cast(PPOGroup, self.solo_learner()).policy_step(obs)
-        state = None if record.state is None else tuple(part[0] for part in record.state)
-        return chosen, PolicyRecord(record.actions[0], record.log_probs[0], record.values[0], state)
 
     # -- hidden state (recurrent) ------------------------------------------------------------------
 
@@ -163,14 +149,6 @@ class PPO(OnPolicyAlgorithm):
         return self._state
 
     # -- learning --------------------------------------------------------------------------------
-
-    def learn(
-        self, rollout: Rollout, last_obs: torch.Tensor | dict[str, torch.Tensor]
-    ) -> LearnResult:
-        """The group learner's update as a group of one (a recurrent member's on sequences
-        re-run from their stored states)."""
-        [loss] = cast(PPOGroup, self.solo_learner()).learn_rollouts([rollout], last_obs)
-        return LearnResult(float(loss or 0.0))
 
     def minibatch_rows(
         self, batch: RolloutBatch | SequenceBatch | Episodes, size: int

@@ -11,7 +11,7 @@ from agile_cli import AgentContext, Member, Need, Paradigm, Runner, TrainingErro
 from agile_cli.helpers import member_spaces
 from agile_rl import experience
 from agile_rl.nn.arch import NetworkArch, arch_from_spec
-from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm
+from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
 from agile_rl.spec import OffPolicyTraining, TeamTraining
 from agile_rl.training import batched, budget
@@ -48,24 +48,30 @@ class RLParadigm(Paradigm):
 
 def check_algorithm_class(cls: type[Member], name: str) -> None:
     """Refuse an :class:`~agile_rl.Algorithm` subclass that names no group learner and
-    implements no ``act`` (or, off-policy, no ``learn``): it could not act or learn.
+    implements no ``act`` or ``learn`` (on-policy, no ``policy_step`` or ``learn``): it could
+    not act or learn.
 
     :raises TrainingError: naming what is missing and what to do.
     """
     if not issubclass(cls, Algorithm) or cls.group_learner is not None:
         return
-    defaults = [method for method in ("act", "learn") if _inherits_default(cls, method)]
+    methods = (
+        ("act", "policy_step", "learn") if issubclass(cls, OnPolicyAlgorithm) else ("act", "learn")
+    )
+    defaults = [method for method in methods if _inherits_default(cls, method)]
     if defaults:
         raise TrainingError(
             f"{cls.__module__}:{cls.__qualname__} names no group_learner and implements no "
             f"{' or '.join(defaults)}",
-            "name a group learner (group_learner = ...), or implement act and learn",
+            "name a group learner (group_learner = ...), or implement what is missing",
         )
 
 
 def _inherits_default(cls: type[Algorithm], name: str) -> bool:
     """Whether ``cls`` takes method ``name`` from the base classes that run a group learner."""
-    defaults = (vars(Algorithm).get(name), vars(OffPolicyAlgorithm).get(name))
+    defaults = tuple(
+        vars(base).get(name) for base in (Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm)
+    )
     own = getattr(cls, name, None)
     return own is not None and own in defaults
 

@@ -36,12 +36,12 @@ from agile_rl.nn import sampling
 from agile_rl.nn.arch import NetworkArch
 from agile_rl.nn.modules import EvolvableNetwork, preprocess
 from agile_rl.nn.transfer import transfer_optimizer_state
+from agile_rl.runtime.rollout import PolicyRecord
 from agile_rl.runtime.solo import SoloGroup, one_member
 
 if TYPE_CHECKING:
     from agile_rl.runtime.exported import ExportedPolicy
     from agile_rl.runtime.group import GroupLearner
-    from agile_rl.runtime.rollout import PolicyRecord
 
 
 @dataclass
@@ -463,16 +463,24 @@ class OnPolicyAlgorithm(Algorithm):
 
     spec: Any  # an AlgorithmSpec with a learn_step field
 
-    @abc.abstractmethod
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]
     ) -> tuple[np.ndarray, PolicyRecord | tuple[torch.Tensor, ...]]:
         """For preprocessed observations: the environment actions, and the
         ``(actions, log_probs, values)`` tensors :meth:`learn` needs, followed for a recurrent
-        policy by the hidden state it acted from (a :class:`~agile_rl.PolicyRecord`)."""
+        policy by the hidden state it acted from (a :class:`~agile_rl.PolicyRecord`). By
+        default, the :attr:`~Algorithm.group_learner`'s ``policy_step`` for this member alone
+        (its stacked record's member dimension taken off)."""
+        actions, record = self.solo_learner().policy_step(obs)  # type: ignore[attr-defined]
+        state = None if record.state is None else tuple(part[0] for part in record.state)
+        return actions, PolicyRecord(
+            record.actions[0], record.log_probs[0], record.values[0], state
+        )
 
-    @abc.abstractmethod
     def learn(self, rollout: Any, last_obs: torch.Tensor | dict[str, torch.Tensor]) -> LearnResult:
         """Update on a :class:`~agile_rl.runtime.rollout.Rollout` whose next observation is
         ``last_obs``; returns the mean loss as a :class:`LearnResult` (anything else stops the
-        run, naming what it got)."""
+        run, naming what it got). By default, the :attr:`~Algorithm.group_learner`'s
+        ``learn_rollouts`` for this member alone."""
+        [loss] = self.solo_learner().learn_rollouts([rollout], last_obs)  # type: ignore[attr-defined]
+        return LearnResult(float(loss or 0.0))
