@@ -9,12 +9,9 @@ SB3-contrib's ``RecurrentPPO``.
 
 from __future__ import annotations
 
-from typing import cast
-
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_ppo.episodes import Episodes
 from agile_ppo.group import PPOGroup
@@ -82,12 +79,6 @@ class PPO(OnPolicyAlgorithm):
         self.add_optimizer("policy", trained, "lr")
 
     # -- acting ----------------------------------------------------------------------------------
-
-    def _distribution(self, logits: torch.Tensor) -> Distribution:
-        if not self.continuous:
-            return Categorical(logits=logits)
-        std = cast(LogStd, self.networks["log_std"]).log_std.exp().expand_as(logits)
-        return Independent(Normal(logits, std), 1)
 
     def _to_env(self, actions: torch.Tensor) -> np.ndarray:
         array = actions.cpu().numpy()
