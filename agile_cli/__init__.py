@@ -15,9 +15,9 @@ first use.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from agile_cli._lazy import load
 from agile_cli.backend import Backend, BackendTrainer, RunResult
 from agile_cli.environment import EnvironmentBuilder, MultiAgentVectorEnv
 from agile_cli.errors import (
@@ -60,54 +60,8 @@ _LAZY = {
     "SelectionStrategy": "agile_cli.evolution.selection:SelectionStrategy",
 }
 
-#: Names that moved to a public submodule, and which.
-_MOVED = {
-    **dict.fromkeys(
-        (
-            "EXIT_RUNTIME",
-            "MemberTrainer",
-            "MemberOutcome",
-            "RunnerFactory",
-            "slot_sizes",
-            "run_local",
-            "resume_local",
-            "interrupt_held",
-            "last_fitness",
-            "plugin_host",
-            "installed_registry",
-            "Registry",
-            "ParadigmEntry",
-            "build_environment_from",
-            "member_spaces",
-            "reset_seed",
-            "can_fork",
-            "check_entrypoint",
-            "resolve_reference",
-            "resolve_wrapper",
-            "not_an_environment",
-            "located_error",
-            "printable",
-            "format_bytes",
-            "available_memory",
-            "Estimate",
-        ),
-        "agile_cli.helpers",
-    ),
-    **dict.fromkeys(
-        (
-            "NetworkSpec",
-            "StochasticNetworkSpec",
-            "MLPConfig",
-            "CNNEncoderConfig",
-            "LSTMEncoderConfig",
-            "MultiInputEncoderConfig",
-            "SimBaEncoderConfig",
-            "ReplayBufferSpec",
-            "NStepBufferArgs",
-        ),
-        "agile_cli.sections",
-    ),
-}
+#: The public submodules, where names that the package itself once offered went.
+_SUBMODULES = ("agile_cli.helpers", "agile_cli.sections")
 
 if TYPE_CHECKING:
     from agile_cli.evolution.selection import Selection, SelectionStrategy
@@ -168,11 +122,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module_name, attribute = _LAZY[name].split(":")
-        # Not cached here: the name stays its module's attribute, even where that is replaced.
-        return getattr(import_module(module_name), attribute)
-    if name in _MOVED:
-        raise AttributeError(f"agile_cli.{name} is {_MOVED[name]}.{name}: import it from there")
+        return load(_LAZY[name])
+    for module in _SUBMODULES:
+        if name in load(f"{module}:__all__"):
+            raise AttributeError(f"agile_cli.{name} is {module}.{name}: import it from there")
     raise AttributeError(
         f"module 'agile_cli' has no attribute {name!r} (the RL library's names, Algorithm, "
         "ReplayBuffer, OffPolicyRunner and the like, are agile_rl's)"

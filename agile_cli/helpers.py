@@ -8,9 +8,9 @@ CLI's plugin host) load on first use.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from agile_cli._lazy import load
 from agile_cli.environment import can_fork, not_an_environment, resolve_reference, resolve_wrapper
 from agile_cli.errors import EXIT_RUNTIME, printable
 from agile_cli.host.plugins import installed_registry
@@ -77,9 +77,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module_name, attribute = _LAZY[name].split(":")
-        # Not cached here: the name stays its module's attribute, even where that is replaced.
-        return getattr(import_module(module_name), attribute)
+        return load(_LAZY[name])
     raise AttributeError(f"module 'agile_cli.helpers' has no attribute {name!r}")
 
 

@@ -278,33 +278,45 @@ def test_a_recurrent_group_learns_as_each_member_does_alone() -> None:
         member.set_hyperparameter("batch_size", batch_size)
         member.set_hyperparameter("lr", lr)
     env = setup.build_environment(manifest, installed_host().registry, seed=0)
+    own, stacked, _ = learn_rollouts_both_ways(members, env, [12, 12, 12], [True, False, True])
+    _assert_same_members(own, stacked)
+
+
+def learn_rollouts_both_ways(
+    members: list, env: Any, lengths: list[int], learning: list[bool]
+) -> tuple[list, list, list]:
+    """Collect each member's own rollout of ``lengths[i]`` vector steps in ``env`` (closed
+    after), then let twins of the members learn them alone and, stacked, as one group (the
+    members where ``learning`` is False sit out). Returns the twins that learned alone, those
+    that learned as a group, and the group's losses."""
     rollouts, last = [], []
-    for member in members:  # each member's own rollout, collected alone
+    for member, length in zip(members, lengths, strict=True):
         obs, _ = env.reset(seed=member.index)
         member.reset_state()
         rollout = Rollout()
-        for _ in range(12):
+        for _ in range(length):
             tensor = member.obs_tensor(obs)
             actions, record = member.policy_step(tensor)
             obs, rewards, terminated, truncated, _ = env.step(actions)
-            rollout.add(tensor, record, rewards, terminated, truncated, np.ones(2, dtype=bool))
+            valid = np.ones(env.num_envs, dtype=bool)
+            rollout.add(tensor, record, rewards, terminated, truncated, valid)
         rollouts.append(rollout)
         last.append(member.obs_tensor(obs))
     env.close()
-    own = [m.clone(m.index) for m in members]
+    alone = [m.clone(m.index) for m in members]
     stacked = [m.clone(m.index) for m in members]
-    for twins in (own, stacked):
+    for twins in (alone, stacked):  # a recurrent member acts on from where it stopped
         for twin, member in zip(twins, members, strict=True):
-            twin.hidden_state = member.hidden_state
-    learning = [True, False, True]
-    for member, rollout, obs, on in zip(own, rollouts, last, learning, strict=True):
+            if hasattr(member, "hidden_state"):
+                twin.hidden_state = member.hidden_state
+    for member, rollout, obs, on in zip(alone, rollouts, last, learning, strict=True):
         if on:
             member.learn(copy.deepcopy(rollout), obs)
     learner = type(members[0]).group_learner(MemberGroup(stacked))
     taken = [copy.deepcopy(r) if on else None for r, on in zip(rollouts, learning, strict=True)]
-    learner.learn_rollouts(taken, torch.cat(last))
+    losses = learner.learn_rollouts(taken, torch.cat(last))
     learner.group.write_back()
-    _assert_same_members(own, stacked)
+    return alone, stacked, losses
 
 
 def test_on_policy_runs_train_batched_unless_per_member(tmp_path: Path) -> None:

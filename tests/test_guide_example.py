@@ -38,24 +38,35 @@ class TinyQSpec(AlgorithmSpec):
     training_spec: ClassVar[type[TrainingSpec]] = EpsilonGreedyTraining
 
 
-@pytest.fixture
-def registry(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, agile_host: Any
-) -> Any:
-    """The guide's code block, written to a module of its own and registered as TinyQ."""
+def _guide_registry(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, agile_host: Any, marker: str, name: str,
+    spec: type[AlgorithmSpec], family: str,
+) -> Any:  # fmt: skip
+    """The guide's code block holding ``marker``, written to a module of its own and
+    registered as algorithm ``name`` with ``spec`` (described in the guide's words)."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
-    code = next(block for block in blocks if "class TinyQGroup" in block)
-    folder = tmp_path_factory.mktemp("guide")
-    (folder / "guide_tinyq.py").write_text(code, encoding="utf-8")
+    code = next(block for block in blocks if marker in block)
+    module = f"guide_{name.lower()}"
+    (folder / f"{module}.py").write_text(code, encoding="utf-8")
     monkeypatch.syspath_prepend(str(folder))
 
     class Plugin:
         @hookimpl
         def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
-            register(name="TinyQ", spec=TinyQSpec, family="off_policy",
-                     implementation="guide_tinyq:TinyQ")  # fmt: skip
+            register(name=name, spec=spec, family=family, implementation=f"{module}:{name}")
 
-    return agile_host(("tinyq", Plugin())).registry
+    return agile_host((name.lower(), Plugin())).registry
+
+
+@pytest.fixture
+def registry(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, agile_host: Any
+) -> Any:
+    """The guide's off-policy example, registered as TinyQ."""
+    folder = tmp_path_factory.mktemp("guide")
+    return _guide_registry(
+        folder, monkeypatch, agile_host, "class TinyQGroup", "TinyQ", TinyQSpec, "off_policy"
+    )
 
 
 def test_the_guide_s_example_conforms(registry: Any, tmp_path: Path) -> None:
@@ -113,21 +124,12 @@ def test_the_reproducibility_fixture_works_as_documented(agile_reproducibility: 
 def on_policy_registry(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, agile_host: Any
 ) -> Any:
-    """The guide's on-policy code block, as a module of its own, registered as TinyAC with the
-    spec the guide names."""
-    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
-    code = next(block for block in blocks if "class TinyACGroup" in block)
+    """The guide's on-policy example, registered as TinyAC with the spec the guide names."""
     folder = tmp_path_factory.mktemp("guide_ac")
-    (folder / "guide_tinyac.py").write_text(code, encoding="utf-8")
-    monkeypatch.syspath_prepend(str(folder))
-
-    class Plugin:
-        @hookimpl
-        def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:
-            register(name="TinyAC", spec=ClippedObjectiveSpec, family="on_policy",
-                     implementation="guide_tinyac:TinyAC")  # fmt: skip
-
-    return agile_host(("tinyac", Plugin())).registry
+    return _guide_registry(
+        folder, monkeypatch, agile_host, "class TinyACGroup", "TinyAC", ClippedObjectiveSpec,
+        "on_policy",
+    )  # fmt: skip
 
 
 def test_the_guide_s_on_policy_example_conforms(on_policy_registry: Any, tmp_path: Path) -> None:
@@ -151,7 +153,7 @@ def test_the_guide_s_on_policy_example_trains_batched(
 
 def test_the_guide_s_on_policy_group_learns_as_each_member_alone(on_policy_registry: Any) -> None:
     from agile_cli.training import setup
-    from agile_rl import Rollout
+    from tests.test_batched_ppo import learn_rollouts_both_ways
 
     manifest = tiny_manifest("TinyAC", registry=on_policy_registry, training={"pop_size": 3})
     members = tiny_population(manifest, on_policy_registry)
@@ -162,28 +164,9 @@ def test_the_guide_s_on_policy_group_learns_as_each_member_alone(on_policy_regis
         member.set_hyperparameter("lr", lr)
         member.spec = member.spec.model_copy(update={"update_epochs": epochs})
     env = setup.build_environment(manifest, on_policy_registry, seed=0)
-    rollouts, last = [], []
-    for member, length in zip(members, (10, 14, 7), strict=True):  # each member's own rollout
-        obs, _ = env.reset(seed=member.index)
-        rollout = Rollout()
-        for _ in range(length):
-            tensor = member.obs_tensor(obs)
-            actions, record = member.policy_step(tensor)
-            obs, rewards, terminated, truncated, _ = env.step(actions)
-            rollout.add(tensor, record, rewards, terminated, truncated, np.ones(2, dtype=bool))
-        rollouts.append(rollout)
-        last.append(member.obs_tensor(obs))
-    env.close()
-    alone = [member.clone(member.index) for member in members]
-    stacked = [member.clone(member.index) for member in members]
-    learning = [True, False, True]
-    for member, rollout, obs, on in zip(alone, rollouts, last, learning, strict=True):
-        if on:
-            member.learn(rollout, obs)
-    learner = members[0].group_learner(MemberGroup(stacked))
-    taken = [rollout if on else None for rollout, on in zip(rollouts, learning, strict=True)]
-    losses = learner.learn_rollouts(taken, torch.cat(last))
-    learner.group.write_back()
+    alone, stacked, losses = learn_rollouts_both_ways(
+        members, env, [10, 14, 7], [True, False, True]
+    )
     assert losses[1] is None and losses[0] is not None
     for grouped, single in zip(stacked, alone, strict=True):
         for a, b in zip(grouped.parameters(), single.parameters(), strict=True):

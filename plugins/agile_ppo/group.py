@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from agile_rl import (
@@ -146,11 +145,7 @@ class PPOGroup(OnPolicyGroupLearner):
         final: list[torch.Tensor] = []
         width = len(state) // len(trunks)
         for index, name in enumerate(trunks):
-            hidden = max(_hidden_size(member, name) for member in self.members)
-            part = tuple(
-                p if p.shape[-1] == hidden else F.pad(p, (0, hidden - p.shape[-1]))
-                for p in state[index * width : (index + 1) * width]
-            )  # a state stored by fewer members may be narrower than the group's
+            part = state[index * width : (index + 1) * width]
             out, after = self.group.net(name).unroll(obs, part, starts)
             outputs.update(out)
             final += after
@@ -305,11 +300,6 @@ class PPOGroup(OnPolicyGroupLearner):
             - hp("ent_coef") * entropy
         )
         return losses, approx_kl
-
-
-def _hidden_size(member: PPO, network: str) -> int:
-    """The width of a recurrent network's hidden state."""
-    return int(member.networks[network].initial_state(1)[0].shape[-1])
 
 
 def _stack_padded(states: Sequence[RecurrentState]) -> RecurrentState:

@@ -255,8 +255,9 @@ class StackedNetwork:
         (each ``[k, T, B, width]``) and its hidden state after them, as
         :meth:`~agile_rl.nn.modules.EvolvableNetwork.unroll` gives them for one member.
 
-        :param state: ``(h, c)``, each ``[k, num_layers, B, H]`` (``H`` the group's widest
-            hidden state; a member's own units first, zeros after).
+        :param state: ``(h, c)``, each ``[k, num_layers, B, H]``, a member's own units first
+            (zeros after); parts narrower than the group's widest hidden state are padded
+            with zeros.
         :param starts: ``[k, T, B]`` booleans, True where a sequence's state is reset to zeros
             before that step; None: no resets.
         """
@@ -265,7 +266,9 @@ class StackedNetwork:
         members, steps, batch = obs.shape[:3]
         x = obs.reshape(members, steps, batch, -1)
         keep = None if starts is None else (~starts).to(x.dtype).unsqueeze(-1)
-        h, c = state
+        width = self.views["encoder.lstm.weight_hh_l0"].shape[-1]
+        h, c = (part if part.shape[-1] == width else F.pad(part, (0, width - part.shape[-1]))
+                for part in state)  # fmt: skip
         finals_h, finals_c = [], []
         for layer in range(h.shape[1]):
             x, h_n, c_n = self._lstm_layer(layer, x, h[:, layer], c[:, layer], keep)

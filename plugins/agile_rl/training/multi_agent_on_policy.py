@@ -189,22 +189,26 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
         lengths = [rollout_lengths(total, int(m.spec.learn_step), self.num_envs) for m in members]
         rollouts = [TeamRollout(member.groups) for member in members]
         agents = [_AgentTracker(member.groups, self.num_envs) for member in members]
+        rows = [self._rows([position]) for position in range(len(members))]
         obs, stats, tracker = self._start(members)
         for _ in range(total):
-            own = [_team_obs(m, _take(obs, self._rows([p]))) for p, m in enumerate(members)]
+            own = [
+                _team_obs(m, _take(obs, own_rows))
+                for m, own_rows in zip(members, rows, strict=True)
+            ]
             actions, records = self._policy_steps(members, slots, own)
             obs, rewards, terminated, truncated, infos = self.env.step(actions)
             valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
             self._episodes(members, stats, valid, done, returns, progress)
             for position, member in enumerate(members):
-                rows = self._rows([position])
-                step = agents[position].step(_member_infos(infos, rows), valid[rows])
+                own_rows = rows[position]
+                step = agents[position].step(_member_infos(infos, own_rows), valid[own_rows])
                 rollouts[position].add(own[position], records[position], step)
                 stats[position].steps += self.num_envs
                 member.record.steps += self.num_envs
             progress(self.env.num_envs)
             for slot in slots:
-                self._learn(members, slot, rollouts, lengths, stats, obs)
+                self._learn(members, slot, rollouts, lengths, stats, obs, rows)
         return stats
 
     def _policy_steps(
@@ -236,9 +240,10 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
         lengths: list[list[int]],
         stats: list[GenerationStats],
         obs: Any,
+        rows: list[np.ndarray],
     ) -> None:
         """The slot's members whose rollouts are complete learn from them, a group's in one
-        batched update; ``obs`` is what follows their last step."""
+        batched update; ``obs`` is what follows their last step (``rows``: each member's)."""
         complete = [bool(lengths[p]) and len(rollouts[p]) == lengths[p][0] for p in slot.positions]
         if not any(complete):
             return
@@ -247,7 +252,7 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
         for position, on in zip(slot.positions, complete, strict=True):
             member = members[position]
             taken.append(rollouts[position] if on else None)
-            last.append(_team_obs(member, _take(obs, self._rows([position]))) if on else None)
+            last.append(_team_obs(member, _take(obs, rows[position])) if on else None)
             if on:
                 rollouts[position] = TeamRollout(member.groups)
                 lengths[position].pop(0)
