@@ -9,8 +9,8 @@ CNN's convolutions are ``convs.<i>`` and its final linear layer ``out``; SimBa h
 lives under ``encoder`` and each head under ``heads.<name>``, e.g. ``heads.q.out.weight``.
 
 Every random draw made while initialising comes from the ``generator`` passed in. Layers are
-created uninitialised (``torch.nn.utils.skip_init``) so building a network never touches the
-global random state when a generator is given.
+created uninitialised (:func:`agile_rl.nn.eager.uninitialised`) so building a network never
+touches the global random state when a generator is given.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
-from torch.nn.utils import skip_init
 
 from agile_rl.nn.activations import make_activation
 from agile_rl.nn.arch import (
@@ -37,6 +36,7 @@ from agile_rl.nn.arch import (
     SimBaArch,
     is_image_space,
 )
+from agile_rl.nn.eager import uninitialised
 from agile_rl.nn.noisy import NoisyLinear
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.transfer import transfer_weights
@@ -68,7 +68,7 @@ def _initialise(
 def _linear(
     n_in: int, n_out: int, gain: float | None, generator: torch.Generator | None
 ) -> nn.Linear:
-    layer = skip_init(nn.Linear, n_in, n_out)
+    layer = uninitialised(nn.Linear, n_in, n_out)
     _initialise(layer, gain, generator)
     return layer
 
@@ -203,7 +203,7 @@ class CNN(nn.Module):
         convs = []
         sizes = pairwise((channels, *arch.channel_size))
         for (n_in, n_conv), kernel, stride in zip(sizes, kernels, arch.stride_size, strict=True):
-            conv = skip_init(nn.Conv2d, n_in, n_conv, kernel, stride=stride)
+            conv = uninitialised(nn.Conv2d, n_in, n_conv, kernel, stride=stride)
             _initialise(conv, gain, generator)
             convs.append(conv)
         self.convs = nn.ModuleList(convs)

@@ -21,9 +21,9 @@ from itertools import pairwise
 
 import torch
 from torch import nn
-from torch.nn.utils import skip_init
 
 from agile_rl.nn.activations import make_activation
+from agile_rl.nn.eager import uninitialised
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.sampling import uniform
 
@@ -62,11 +62,9 @@ class LSTMEncoder(nn.Module):
         self.hidden_size = arch.hidden_state_size
         self.dropout = arch.dropout if arch.num_layers > 1 else 0.0
         self.generator = generator
-        # Uninitialised, like skip_init (which refuses nn.LSTM's signature), then seeded below;
-        # without dropout of its own (see _run).
-        lstm = nn.LSTM(n_in, arch.hidden_state_size, arch.num_layers, device="meta")
-        self.lstm = lstm.to_empty(device="cpu")
-        self.out = skip_init(nn.Linear, arch.hidden_state_size, n_out)
+        # Uninitialised, then seeded below; without dropout of its own (see _run).
+        self.lstm = uninitialised(nn.LSTM, n_in, arch.hidden_state_size, arch.num_layers)
+        self.out = uninitialised(nn.Linear, arch.hidden_state_size, n_out)
         with torch.no_grad():
             for name, parameter in self.lstm.named_parameters():
                 if name.startswith("weight"):

@@ -34,6 +34,7 @@ from agile_cli import (
 )
 from agile_rl.nn import sampling
 from agile_rl.nn.arch import NetworkArch
+from agile_rl.nn.eager import eager_optimizers
 from agile_rl.nn.modules import EvolvableNetwork, preprocess
 from agile_rl.nn.transfer import transfer_optimizer_state
 from agile_rl.runtime.rollout import PolicyRecord
@@ -400,6 +401,7 @@ class Algorithm(MemberBasics, abc.ABC):
     def _make_optimizer(self, plan: _OptimizerPlan) -> torch.optim.Optimizer:
         parameters = list(self._named_parameters(plan).values())
         lr = getattr(self.spec, plan.lr_attribute)
+        eager_optimizers()
         # fused: one kernel for every tensor of the step, much faster for small networks
         return torch.optim.Adam(parameters, lr=lr, fused=True)
 
