@@ -250,6 +250,8 @@ class BatchedOffPolicyRunner(BatchedRunner):
         assert isinstance(inner, OffPolicyRunner)
         self.inner = inner
         self.buffer = inner.buffer
+        #: Group steps' losses not yet read back: positions, who learned, losses ``[k]``.
+        self._pending: list[tuple[list[int], list[bool], torch.Tensor]] = []
 
     # -- training ------------------------------------------------------------------------------
 
@@ -264,6 +266,7 @@ class BatchedOffPolicyRunner(BatchedRunner):
         obs, stats, tracker = self._start(members)
         if self.inner.n_step is not None:  # the reset ends every pending window
             self.inner.n_step.reset()
+        self._pending = []
         for t in range(max(1, steps // self.num_envs)):
             actions = self._act(slots, obs, explore=True)
             next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
@@ -277,6 +280,7 @@ class BatchedOffPolicyRunner(BatchedRunner):
                 stat.steps += self.num_envs
                 member.record.steps += self.num_envs
             progress(self.env.num_envs)
+        self._record_losses(stats)
         return stats
 
     # -- learning ------------------------------------------------------------------------------
@@ -301,13 +305,24 @@ class BatchedOffPolicyRunner(BatchedRunner):
                 stats[slot.positions[0]].losses.append(self.inner._learn(member))
                 continue
             active = [count > repeat for count in repeats]
-            losses = self._learn_group(slot.actor, active)
-            for position, loss, on in zip(slot.positions, losses, active, strict=True):
-                if on:
-                    stats[position].losses.append(loss)
+            losses = stacked_step(slot.actor, self.buffer, active)
+            self._pending.append((slot.positions, active, losses))
 
-    def _learn_group(self, learner: GroupLearner, active: list[bool]) -> list[float]:
-        return learn_stacked(learner, self.buffer, active)
+    def _record_losses(self, stats: list[GenerationStats]) -> None:
+        """The generation's group losses into the members' stats, read from the device once
+        (reading each step's would wait for it: one synchronisation per update on a GPU)."""
+        if not self._pending:
+            return
+        values = torch.cat([losses.float() for *_, losses in self._pending]).tolist()
+        rows = [
+            (p, on)
+            for positions, active, _ in self._pending
+            for p, on in zip(positions, active, strict=True)
+        ]
+        for (position, on), loss in zip(rows, values, strict=True):
+            if on:
+                stats[position].losses.append(loss)
+        self._pending = []
 
 
 def learning_groups(
@@ -344,6 +359,13 @@ def learn_stacked(
     its own ``batch_size`` drawn from ``buffer`` with its own generator (and, prioritised, its
     own importance exponent), as it draws one alone; returns each member's loss (an inactive
     member's is not meaningful)."""
+    return [float(loss) for loss in stacked_step(learner, buffer, active).tolist()]
+
+
+def stacked_step(
+    learner: GroupLearner, buffer: ReplayBuffer, active: Sequence[bool]
+) -> torch.Tensor:
+    """:func:`learn_stacked`, its losses ``[k]`` left on the device (not read back)."""
     members = learner.members
     sizes = [int(m.spec.batch_size) if on else 0 for m, on in zip(members, active, strict=True)]
     prioritised = isinstance(buffer, PrioritizedReplayBuffer)
@@ -359,7 +381,7 @@ def learn_stacked(
             if size:
                 indices, values = batch.indices[row, :size], priorities[row, :size]
                 buffer.update_priorities(indices, values)  # type: ignore[attr-defined]
-    return [float(loss) for loss in losses.tolist()]
+    return losses.detach()
 
 
 def _learned(learner: GroupLearner, result: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
