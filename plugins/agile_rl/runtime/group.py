@@ -427,6 +427,13 @@ def group_learner_of(cls: type[Algorithm]) -> type[GroupLearner] | None:
     return None
 
 
+def stackable(member: Algorithm) -> bool:
+    """Whether ``member`` can be stacked (alone: a group of one): its class has a group
+    learner and its networks a layout :class:`~agile_rl.runtime.stacked.StackedNetwork`
+    takes."""
+    return _member_key(member) is not None
+
+
 def _member_key(member: Algorithm) -> Hashable | None:
     if group_learner_of(type(member)) is None or member.learned_parameters:
         return None
