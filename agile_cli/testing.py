@@ -75,8 +75,10 @@ def installed_host() -> Any:
     return host
 
 
-def tiny_population(manifest: Any, registry: Any = None, size: int | None = None) -> list[Any]:
-    """Fresh members for ``manifest`` on the CPU (the environment is built and closed)."""
+def tiny_population(
+    manifest: Any, registry: Any = None, size: int | None = None, device: str = "cpu"
+) -> list[Any]:
+    """Fresh members for ``manifest`` on ``device`` (the environment is built and closed)."""
     import torch
 
     from agile_cli.member import AgentContext
@@ -85,7 +87,7 @@ def tiny_population(manifest: Any, registry: Any = None, size: int | None = None
     registry = _registry(registry)
     env = setup.build_environment(manifest, registry, seed=0)
     context = AgentContext(
-        torch.device("cpu"), env.num_envs, manifest.training, seed=0,
+        torch.device(device), env.num_envs, manifest.training, seed=0,
         network=manifest.network, replay_buffer=manifest.replay_buffer,
     )  # fmt: skip
     cls = setup.algorithm_class(manifest, registry)

@@ -47,23 +47,12 @@ BETAS, EPS = (0.9, 0.999), 1e-8
 def agile_population(manifest: Path, size: int, device: str) -> list[Any]:
     """``size`` fresh members of ``manifest`` on ``device``."""
     from agile_cli.manifest import TrainingManifest
-    from agile_cli.member import AgentContext
-    from agile_cli.testing import installed_host
-    from agile_cli.training import setup
+    from agile_cli.testing import installed_host, tiny_population
 
     data = yaml.safe_load(manifest.read_text())
     data["training"]["pop_size"] = size
-    registry = installed_host().registry
-    validated = TrainingManifest.get_validated(data, registry=registry)
-    env = setup.build_environment(validated, registry, seed=0)
-    context = AgentContext(
-        torch.device(device), env.num_envs, validated.training, seed=0,
-        network=validated.network, replay_buffer=validated.replay_buffer,
-    )  # fmt: skip
-    cls = setup.algorithm_class(validated, registry)
-    members = setup.build_population(validated, cls, env, context, size=size)
-    env.close()
-    return members
+    validated = TrainingManifest.get_validated(data, registry=installed_host().registry)
+    return tiny_population(validated, size=size, device=device)
 
 
 def filled_buffer(member: Any, rows: int, device: str) -> Any:
