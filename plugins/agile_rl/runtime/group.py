@@ -13,8 +13,9 @@ moments and parameters do not move), which is how members with different ``learn
 policy delays share one computation.
 
 :func:`group_members` splits a population into groups: members of one algorithm class whose
-networks have the same layout, padded to the widest where a group costs less than its members
-learning alone (:data:`CALL_OVERHEAD`, :data:`STACKED_COST`).
+networks have the same layout; alike members always stack, and groups pad to each other's
+widest shapes where the merged group costs less than the two apart (:data:`CALL_OVERHEAD`,
+:data:`STACKED_COST`).
 """
 
 from __future__ import annotations
@@ -394,8 +395,8 @@ def masked_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 def group_members(members: Sequence[Algorithm]) -> list[list[int]]:
     """Indices of ``members`` split into groups that stack: one algorithm class with a group
     learner, networks of one layout, and, padded to the group's widest shapes, a learn step
-    of the group costing less than its members' own (:func:`stacking_cost`); every other
-    member is a group of its own."""
+    of the group costing less than its parts' apart (:func:`stacking_cost`, see
+    :func:`_split_by_padding`); every other member is a group of its own."""
     by_key: dict[Hashable, list[int]] = {}
     groups: list[list[int]] = []
     for index, member in enumerate(members):
