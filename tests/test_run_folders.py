@@ -457,3 +457,28 @@ def test_a_run_that_ran_out_of_data_says_so_on_resume(tmp_path) -> None:
              "manifest": manifest.to_dict()}  # fmt: skip
     with pytest.raises(UsageError, match="trained on all the data it may"):
         _refuse_finished(state, manifest, tmp_path)
+
+
+def test_every_start_and_resume_records_what_the_run_was_trained_with(tmp_path) -> None:
+    import torch
+
+    run_dir = _interrupted(tmp_path, members_trained=2)
+    _resume(run_dir)
+    sessions = json.loads((run_dir / "provenance.json").read_text())["sessions"]
+    assert len(sessions) == 2  # the start and the resume
+    first = sessions[0]
+    assert first["device"] == "cpu" and first["cpus"] >= 1 and first["torch_threads"] >= 1
+    assert first["packages"]["torch"] == torch.__version__
+    assert first["packages"]["agile-cli"] and first["python"].count(".") == 2
+    assert first["plugins"]["dqn"].startswith("agile-cli==")
+    assert first["seed"] == sessions[1]["seed"]
+    assert first["environment_package"]["distribution"] == "gymnasium"
+
+
+def test_a_provenance_file_that_is_not_ours_is_started_anew(tmp_path) -> None:
+    folder = RunFolder(tmp_path)
+    folder.provenance.write_text('{"sessions": "not a list"')
+    folder.record_provenance({"command": "agile train m.yaml"})
+    folder.record_provenance({"command": "agile train --resume ."})
+    sessions = json.loads(folder.provenance.read_text())["sessions"]
+    assert [s["command"] for s in sessions] == ["agile train m.yaml", "agile train --resume ."]

@@ -26,7 +26,7 @@ from agile_cli.models.network import NetworkSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runner import Runner
 from agile_cli.signals import interrupt_held
-from agile_cli.training import checkpoint, setup, trust
+from agile_cli.training import checkpoint, provenance, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter, RunnerProgress
@@ -195,6 +195,11 @@ class EvolutionLoop:
             len(self.population),
         )  # fmt: skip
         interrupted = False
+        self.folder.record_provenance(
+            provenance.session(
+                self.manifest.environment.name, self.device, self.threads, self.state.seed
+            )
+        )
         try:
             self._open_sinks()
             if fresh:

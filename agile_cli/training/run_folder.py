@@ -4,6 +4,7 @@ runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
   .agile.lock          held by the one process training in the folder (see run_lock)
   manifest.yaml        the resolved manifest (every default filled in)
   command.txt          the command line that started (or resumed) the run
+  provenance.json      per start or resume: versions, machine, device, command (see provenance)
   metrics.jsonl        one JSON object per generation
   checkpoints/         latest.pt (every generation) and step_<N>.pt snapshots
   elite.pt             the best member at the last selection (or at the end)
@@ -33,7 +34,11 @@ from agile_cli.manifest import TrainingManifest
 from agile_cli.training import run_lock
 
 #: What a run folder holds; ``--overwrite`` deletes these and nothing else.
-RUN_FILES = ("manifest.yaml", "command.txt", "metrics.jsonl", "summary.json", "elite.pt")
+RUN_FILES = (
+    "manifest.yaml", "command.txt", "provenance.json", "metrics.jsonl", "summary.json", "elite.pt",
+)  # fmt: skip
+#: The most of an existing provenance.json read back (a run has a few sessions, ~1 KB each).
+_PROVENANCE_LIMIT = 1 << 20
 RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb", "elite")
 # Temporary files of atomic writes: checkpoints (.latest.pt.<random>.tmp) and the rest.
 _TEMPORARY = (".*.pt.*", ".*.tmp")
@@ -173,6 +178,22 @@ class RunFolder:
         """Append the current command line (a resumed run gets a second line)."""
         with (self.path / "command.txt").open("a", encoding="utf-8") as stream:
             stream.write(shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
+
+    @property
+    def provenance(self) -> Path:
+        return self.path / "provenance.json"
+
+    def record_provenance(self, session: dict[str, Any]) -> None:
+        """Append one session (a start or a resume) to ``provenance.json``; a file that is not
+        this format's, or past its size bound, is started anew."""
+        sessions: list[Any] = []
+        with contextlib.suppress(OSError, ValueError):
+            if self.provenance.stat().st_size <= _PROVENANCE_LIMIT:
+                earlier = json.loads(self.provenance.read_text(encoding="utf-8"))
+                if isinstance(earlier, dict) and isinstance(earlier.get("sessions"), list):
+                    sessions = earlier["sessions"]
+        text = strict_json({"sessions": [*sessions, session]}, indent=2) + "\n"
+        _write_atomically(self.provenance, text)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         with self.metrics.open("a", encoding="utf-8") as stream:
