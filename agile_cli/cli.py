@@ -26,7 +26,7 @@ from agile_cli.errors import (
 from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = (
-    "validate", "plugins", "schema", "train", "evaluate", "export", "init", "report",
+    "validate", "plugins", "schema", "train", "evaluate", "export", "init", "report", "diff",
 )  # fmt: skip
 
 
@@ -361,6 +361,21 @@ def report(runs: tuple[Path, ...], out: Path | None) -> None:
     from agile_cli.commands.report import run_report
 
     run_report(runs, out)
+
+
+@cli.command()
+@click.argument("first", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("second", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
+def diff(first: Path, second: Path, as_json: bool) -> None:
+    """What differs between two run folders, and their results side by side.
+
+    Settings (the resolved manifest.yaml, field by field), provenance (the latest session of
+    provenance.json: versions, machine, device, seed, command) and results (summary.json).
+    """
+    from agile_cli.commands.diff import run_diff
+
+    run_diff(first, second, as_json=as_json)
 
 
 @cli.command()
