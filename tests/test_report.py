@@ -197,7 +197,20 @@ def test_sparklines_share_one_scale_and_a_waver_is_no_collapse(seeds: list[Path]
                     ["▂▄██", "80", "->", "500"]]  # fmt: skip
     waver = sparkline([499.0, 500.0, 496.0])  # alone: its own scale, at least 10% of 500 tall
     assert waver == "██▇"  # its scale 450 to 500: a 1% dip is a step down, not a fall
-    finals = terminal_view(_groups(seeds[3:]))[-2]  # 495 and 499: a t-interval of +/- 25
+    finals, spread = terminal_view(_groups(seeds[3:]))[-3:-1]  # 495 and 499: a t-interval of +/- 25
     assert (
         finals == "  final best over 2 seeds: mean 497, 95% CI 495 to 499 (within the seeds' range)"
     )
+    assert spread.startswith("  interquartile mean 497, 95% bootstrap CI 495 to 499")
+
+
+def test_interquartile_mean_cuts_a_quarter_from_each_end_and_its_interval_is_repeatable() -> None:
+    from agile_cli.report.curves import bootstrap_interval, iqm
+
+    assert iqm(np.array([490.0, 495.0, 500.0, 505.0])) == 497.5  # the middle two
+    assert iqm(np.array([10.0, 20.0, 30.0])) == 20.0  # a quarter of 3 rounds down: all kept
+    assert iqm(np.array([0.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 1000.0])) == 102.5
+    seeds = np.array([420.0, 480.0, 500.0, 500.0, 455.0])
+    low, high = bootstrap_interval(seeds)
+    assert 420.0 <= low < iqm(seeds) < high <= 500.0
+    assert bootstrap_interval(seeds) == (low, high)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agile_cli.report.curves import seeds_interval
+from agile_cli.report.curves import bootstrap_interval, iqm, seeds_interval
 from agile_cli.report.runs import Group, Run
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -69,9 +69,17 @@ def terminal_view(groups: list[Group]) -> list[str]:
             finals = np.array([run.generations[-1].best for run in group.runs])
             mean, low, high = (float(value) for value in seeds_interval(finals))
             lines += ["", f"  final best over {len(group.runs)} seeds: mean {mean:.4g}, "
-                      f"95% CI {low:.4g} to {high:.4g} (within the seeds' range)"]  # fmt: skip
+                      f"95% CI {low:.4g} to {high:.4g} (within the seeds' range)",
+                      _iqm_line(finals)]  # fmt: skip
         lines.append("")
     return lines
+
+
+def _iqm_line(finals: np.ndarray) -> str:
+    """The seeds' interquartile mean of the final best and its bootstrap interval."""
+    low, high = bootstrap_interval(finals)
+    return (f"  interquartile mean {iqm(finals):.4g}, 95% bootstrap CI {low:.4g} to "
+            f"{high:.4g} (seeds resampled)")  # fmt: skip
 
 
 def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
