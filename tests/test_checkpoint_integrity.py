@@ -180,3 +180,20 @@ def test_a_read_only_folder_is_refused_with_a_message(tmp_path) -> None:
     finally:
         folder.chmod(0o700)
     assert torch.equal(checkpoint.load(folder / "latest.pt")["x"], torch.ones(3))
+
+
+def test_a_checkpoint_of_a_newer_format_names_the_agile_that_wrote_it_and_how_to_upgrade(
+    tmp_path,
+) -> None:
+    path = tmp_path / "latest.pt"
+    newer = {"format": checkpoint.FORMAT_VERSION + 1, "agile_version": "9.1.0"}
+    checkpoint.save_atomically(newer, path)
+    with pytest.raises(TrainingError) as refused:
+        checkpoint.load(path)
+    assert "written by agile 9.1.0" in str(refused.value)
+    assert "upgrade agile to 9.1.0 or later" in (refused.value.hint or "")
+    older = tmp_path / "old.pt"
+    checkpoint.save_atomically({"format": 1, "agile_version": "0.0.1"}, older)
+    with pytest.raises(TrainingError) as refused_old:
+        checkpoint.load(older)
+    assert "train the run again" in (refused_old.value.hint or "")

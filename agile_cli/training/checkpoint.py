@@ -179,11 +179,7 @@ def _check_header(state: Any, path: Path, kind: str | tuple[str, ...] | None) ->
     if not isinstance(state, dict) or "format" not in state:
         raise TrainingError(f"{path} is not an agile checkpoint")
     if state["format"] != FORMAT_VERSION:
-        raise TrainingError(
-            f"{path} has checkpoint format {state['format']!r}; this agile reads format "
-            f"{FORMAT_VERSION}",
-            "train the run again with this version of agile",
-        )
+        raise _unreadable_format(state, path)
     if kind is None:
         return
     kinds = (kind,) if isinstance(kind, str) else kind
@@ -198,6 +194,26 @@ def _check_header(state: Any, path: Path, kind: str | tuple[str, ...] | None) ->
     wrong = [key for key, types in layout.items() if not isinstance(state.get(key), types)]
     if wrong:
         raise TrainingError(f"{path} is not an agile checkpoint (no valid {', '.join(wrong)})")
+
+
+def _unreadable_format(state: dict[str, Any], path: Path) -> TrainingError:
+    """Why a checkpoint of another format is refused, and what to do: a newer one names the
+    agile that wrote it and how to upgrade; an older one, how to go on."""
+    from agile_cli import __version__
+
+    found, writer = state["format"], printable(str(state.get("agile_version", "unknown")))
+    said = f"{path} has checkpoint format {printable(repr(found))}"
+    if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
+        return TrainingError(
+            f"{said}, written by agile {writer}; this agile ({__version__}) reads format "
+            f"{FORMAT_VERSION}",
+            f"upgrade agile to {writer} or later (pip install -U agile-cli, or git pull and "
+            "pip install -e . in a clone), then run the command again",
+        )
+    return TrainingError(
+        f"{said}; this agile ({__version__}) reads format {FORMAT_VERSION}",
+        "train the run again with this version of agile",
+    )
 
 
 def _encode(value: Any, where: str) -> Any:
