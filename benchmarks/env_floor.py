@@ -33,7 +33,8 @@ def fixed_actions(env: Any, rng: np.random.Generator) -> Any:
     return actions
 
 
-def steps_per_second(manifest: Path, population: int, seconds: float) -> float:
+def steps_per_second(manifest: Path, population: int, seconds: float) -> tuple[float, int]:
+    """Env steps per second of the population environment, and its number of copies."""
     from agile_cli.manifest import TrainingManifest
     from agile_cli.testing import installed_host
     from agile_cli.training.setup import population_environment
@@ -50,7 +51,7 @@ def steps_per_second(manifest: Path, population: int, seconds: float) -> float:
         while time.perf_counter() - start < seconds:
             env.step(actions)
             calls += 1
-        return calls * env.num_envs / (time.perf_counter() - start)
+        return calls * env.num_envs / (time.perf_counter() - start), env.num_envs
     finally:
         env.close()
 
@@ -63,15 +64,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{'pop':>4} {'copies':>7} {'env steps/s':>12}")
     for size in args.population:
-        rate = steps_per_second(args.manifest, size, args.seconds)
-        copies = size * _num_envs(args.manifest)
+        rate, copies = steps_per_second(args.manifest, size, args.seconds)
         print(f"{size:>4} {copies:>7} {rate:>12,.0f}")
-
-
-def _num_envs(manifest: Path) -> int:
-    import yaml
-
-    return int(yaml.safe_load(manifest.read_text())["environment"].get("num_envs", 1))
 
 
 if __name__ == "__main__":

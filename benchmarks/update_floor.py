@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -271,6 +272,9 @@ def ppo_steps(members: list[Any], device: str, compile_loss: bool) -> tuple[dict
     return steps, flops
 
 
+BUILDERS = {"DQN": dqn_steps, "PPO": ppo_steps}
+
+
 # -- timing ---------------------------------------------------------------------------------------
 
 
@@ -308,7 +312,10 @@ def main() -> None:
     print(f"{'pop':>4} {'update':<14} {'ms/update':>10} {'GFLOP/s':>8} {'x plain':>8}")
     for size in args.populations:
         members = agile_population(args.manifest, size, args.device)
-        build = ppo_steps if type(members[0]).__name__ == "PPO" else dqn_steps
+        name = type(members[0]).__name__
+        if name not in BUILDERS:
+            sys.exit(f"update_floor.py times DQN and PPO manifests, not {name}")
+        build = BUILDERS[name]
         steps, flops = build(members, args.device, args.compile)
         times = {name: timed(step, args.updates, args.repeats, args.device)
                  for name, step in steps.items()}  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from agile_cli.errors import UsageError, printable
-from agile_cli.report.runs import _read_json, _read_yaml
+from agile_cli.report.runs import read_json, read_yaml
 
 #: Summary fields shown side by side, and their labels.
 RESULTS = (
@@ -74,9 +74,9 @@ def _load(path: Path) -> dict[str, Any]:
             "give two folders agile train wrote, e.g. agile diff runs/A runs/B",
         )
     return {
-        "manifest": _read_yaml(path / "manifest.yaml"),
-        "provenance": _read_json(path / "provenance.json"),
-        "summary": _read_json(path / "summary.json"),
+        "manifest": read_yaml(path / "manifest.yaml"),
+        "provenance": read_json(path / "provenance.json"),
+        "summary": read_json(path / "summary.json"),
     }
 
 
@@ -90,14 +90,12 @@ def _latest(provenance: dict[str, Any]) -> dict[str, Any]:
 
 def _lines(report: dict[str, Any]) -> list[str]:
     first, second = report["runs"]
-    rows: list[tuple[str, Any, Any]] = []
     lines = [f"A: {first}", f"B: {second}"]
     for section, source in (("settings", "manifest.yaml"), ("provenance", "provenance.json")):
         differences = report[section]
         count = len(differences)
         lines.append(f"{section} ({source}): " + (f"{count} differ" if count else "the same"))
-        rows = [(path, *values) for path, values in differences.items()]
-        lines += _table(rows)
+        lines += _table([(path, *values) for path, values in differences.items()])
     lines.append("results (summary.json):")
     labels = dict(RESULTS)
     lines += _table([(labels[key], *values) for key, values in report["results"].items()])

@@ -148,8 +148,8 @@ def load_run(path: Path) -> Run:
 
     :raises UsageError: it has no generation yet, or its manifest cannot be read.
     """
-    manifest = _read_yaml(path / "manifest.yaml")
-    summary = _read_json(path / "summary.json")
+    manifest = read_yaml(path / "manifest.yaml")
+    summary = read_json(path / "summary.json")
     generations, skipped = _read_generations(path / "metrics.jsonl")
     if not generations:
         raise UsageError(f"{path} has no finished generation yet", "report on it after one")
@@ -275,7 +275,7 @@ def _member(row: dict[str, Any]) -> Member:
     )
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     try:
         with path.open(encoding="utf-8") as stream:
             document = yaml.safe_load(stream.read(MAX_LINE))
@@ -286,7 +286,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     try:
         with path.open(encoding="utf-8") as stream:
             document = json.loads(stream.read(MAX_LINE))
