@@ -325,14 +325,29 @@ def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path 
 @click.option("--episodes", default=10, show_default=True, help="Episodes to play.")
 @member_option
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the evaluation episodes.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of the evaluation episodes (default 0; with --top, the fresh seed the "
+    "run's end used).",
+)
+@click.option(
+    "--top",
+    type=int,
+    default=None,
+    metavar="K",
+    help="Score the K best members of a run folder's population (or a checkpoint's) "
+    "again on fresh episodes, with a 95% interval each.",
+)
 @click.option("--video", type=click.Path(path_type=Path, dir_okay=False),
               help="Record the episodes, one after another, to this .mp4 file.")  # fmt: skip
 @click.option("--render", is_flag=True, help="Show the episodes in a window.")
 @trust_code_option
 @click.pass_context
 def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None, device: str,
-             seed: int, video: Path | None, render: bool, trust_code: bool) -> None:  # fmt: skip
+             seed: int | None, top: int | None, video: Path | None, render: bool,
+             trust_code: bool) -> None:  # fmt: skip
     """Score a trained agent: a run folder's elite, elite.pt, or a checkpoint's member.
 
     With --video or --render, the episodes are played one at a time in one copy of the
@@ -341,8 +356,8 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
     from agile_cli.commands.evaluate import EvaluateOptions, run_evaluate
 
     options = EvaluateOptions(
-        episodes=episodes, member=member, device=device, seed=seed, trust_code=trust_code,
-        video=video, render=render,
+        episodes=episodes, member=member, device=device, seed=seed, top=top,
+        trust_code=trust_code, video=video, render=render,
     )  # fmt: skip
     run_evaluate(plugin_host(ctx).registry, source, options)
 

@@ -30,7 +30,8 @@ class EvaluateOptions:
     episodes: int = 10
     member: int | None = None
     device: str = "auto"
-    seed: int = 0
+    seed: int | None = None
+    top: int | None = None
     trust_code: bool = False
     video: Path | None = None
     render: bool = False
@@ -47,6 +48,9 @@ def run_evaluate(registry: Registry, source: Path, options: EvaluateOptions) -> 
     from agile_cli.training.evaluation import load_agent
 
     _check(options)
+    if options.top is not None:
+        _score_top(registry, source, options)
+        return
     if options.video is not None:
         watch.check_video_path(options.video)
     if options.render:
@@ -60,7 +64,7 @@ def run_evaluate(registry: Registry, source: Path, options: EvaluateOptions) -> 
         _score(agent, manifest, registry, options, who, source)
         return
     watched = watch.watch(
-        agent, manifest, registry, episodes=options.episodes, seed=options.seed,
+        agent, manifest, registry, episodes=options.episodes, seed=options.seed or 0,
         video=options.video,
     )  # fmt: skip
     _print_returns(who, watched.returns)
@@ -76,6 +80,18 @@ def run_evaluate(registry: Registry, source: Path, options: EvaluateOptions) -> 
 def _check(options: EvaluateOptions) -> None:
     if options.episodes < 1:
         raise click.BadParameter("must be at least 1", param_hint="--episodes")
+    if options.top is not None:
+        if options.top < 1:
+            raise click.BadParameter("must be at least 1", param_hint="--top")
+        flags = {"--member": options.member is not None, "--video": options.video is not None,
+                 "--render": options.render}  # fmt: skip
+        given = [flag for flag, value in flags.items() if value]
+        if given:
+            raise UsageError(
+                f"--top cannot be used with {' or '.join(given)}",
+                "--top scores the best members of a population; leave it out to score or "
+                "watch one member",
+            )
     if options.video is not None and options.render:
         raise UsageError(
             "--video and --render cannot be used together",
@@ -87,7 +103,7 @@ def _score(agent: Member, manifest: TrainingManifest, registry: Registry,
            options: EvaluateOptions, who: str, source: Path) -> None:  # fmt: skip
     from agile_cli.training.evaluation import run_seed, score
 
-    result = score(agent, manifest, registry, options.episodes, options.seed,
+    result = score(agent, manifest, registry, options.episodes, options.seed or 0,
                    run_seed=lambda: run_seed(source, manifest))  # fmt: skip
     if result.returns is None:  # the paradigm's own score
         family = manifest.family
@@ -107,3 +123,45 @@ def _print_returns(who: str, returns: list[float]) -> None:
         f"{who}: mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} over "
         f"{len(returns)} episodes"
     )
+
+
+def _score_top(registry: Registry, source: Path, options: EvaluateOptions) -> None:
+    """Score the ``--top`` best members of a population checkpoint again on fresh episodes
+    (by default on the seed the run's own end used: the same figures as its summary)."""
+    from agile_cli.training import reevaluation, setup
+    from agile_cli.training.evaluation import load_population
+
+    members, manifest, counters = load_population(
+        source, registry, device=options.device, trust_code=options.trust_code
+    )
+    ranked = reevaluation.top_members(members, options.top or len(members))
+    if not ranked:
+        raise UsageError(
+            f"no member of {source} has been evaluated yet", "train a generation first"
+        )
+    seed = options.seed
+    if seed is None:
+        seed = reevaluation.evaluation_seed(setup.seeds(counters["seed"])["members"])
+    results = reevaluation.reevaluate(ranked, manifest, registry, options.episodes, seed)
+    if not results:
+        raise UsageError(
+            f"{manifest.algorithm_name} scores its members its own way, not by episodes",
+            f"score one member with agile evaluate {source} --member N",
+        )
+    click.echo(printable(
+        f"{manifest.algorithm_name} on {manifest.environment.name}: the best {len(results)} of "
+        f"{len(members)} members after generation {counters['generation']}, scored again on "
+        f"{options.episodes} fresh episodes each (seed {seed})"
+    ))  # fmt: skip
+    click.echo(
+        f"  {'member':>6}  {'training rank':>13}  {'training':>9}  {'score':>9}  95% interval"
+    )
+    for result in results:
+        interval = (
+            f"{result.low:.2f} to {result.high:.2f}" if result.low is not None else "(one episode)"
+        )
+        click.echo(
+            f"  {result.member:>6}  {result.training_rank:>13}  {result.training_fitness:>9.2f}  "
+            f"{result.score:>9.2f}  {interval}"
+        )
+    click.echo(f"best: member {results[0].member}")

@@ -104,7 +104,8 @@ def _backend(host: PluginHost, name: str) -> BackendEntry:
 
 
 def _options(entry: BackendEntry, flags: dict[str, Any]) -> Any:
-    given = {key: value for key, value in flags.items() if value not in (None, False)}
+    # not `value not in (None, False)`: 0 == False, and `--elite-top 0` means something
+    given = {key: value for key, value in flags.items() if value is not None and value is not False}
     try:
         return entry.options.model_validate(given)
     except ValidationError as exc:

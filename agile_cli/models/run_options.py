@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from agile_cli.models import limits
 from agile_cli.models.base import Spec
 
 
@@ -51,6 +52,20 @@ class LocalRunOptions(Spec):
         "(their operations gain little from more, and lose much when other processes share "
         "the CPUs), torch's own count for language models (at most the CPUs this process may "
         "use). Results depend on it: repeat a run with the same number.",
+    )
+    elite_top: int = Field(
+        default=3,
+        ge=0,
+        le=limits.POPULATION,
+        description="At the end, score this many of the best members again on fresh "
+        "evaluation seeds; the best of them becomes the elite (0: the best of the last "
+        "generation's evaluation).",
+    )
+    elite_episodes: int = Field(
+        default=10,
+        ge=2,
+        le=limits.EVALUATION_EPISODES,
+        description="Fresh episodes each of those members plays (see --elite-top).",
     )
     per_member: bool = Field(
         default=False,

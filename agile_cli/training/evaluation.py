@@ -34,10 +34,49 @@ def load_agent(
     if path.is_dir():
         path = path / "elite.pt"
     state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
-    recorded = TrainingManifest.get_validated(state["manifest"], registry=registry)
-    manifest = trust.checked(state, recorded, path, trusted=trust_code)
+    manifest = _trusted_manifest(state, path, registry, trust_code)
     with explain_mismatch():
         saved = _member_state(state, member, path)
+    return _built(state, manifest, registry, [saved], device)[0], manifest
+
+
+def load_population(
+    path: Path, registry: Registry, *, device: str = "auto", trust_code: bool = False
+) -> tuple[list[Member], TrainingManifest, dict[str, Any]]:
+    """Every member a population checkpoint holds, its manifest and the checkpoint's loop
+    counters (``state``). ``path``: a run folder (its ``checkpoints/latest.pt``) or a
+    population checkpoint.
+
+    :raises UsageError: ``path`` is a member file (``elite.pt``), which holds one member.
+    """
+    if path.is_dir():
+        path = path / "checkpoints" / "latest.pt"
+    state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
+    if state["kind"] == checkpoint.MEMBER:
+        raise UsageError(
+            f"{path} holds one member, not a population",
+            "give the run folder, or one of its checkpoints/*.pt",
+        )
+    manifest = _trusted_manifest(state, path, registry, trust_code)
+    members = _built(state, manifest, registry, state["members"], device)
+    return members, manifest, state["state"]
+
+
+def _trusted_manifest(
+    state: dict[str, Any], path: Path, registry: Registry, trust_code: bool
+) -> TrainingManifest:
+    recorded = TrainingManifest.get_validated(state["manifest"], registry=registry)
+    return trust.checked(state, recorded, path, trusted=trust_code)
+
+
+def _built(
+    state: dict[str, Any],
+    manifest: TrainingManifest,
+    registry: Registry,
+    saved: list[dict[str, Any]],
+    device: str,
+) -> list[Member]:
+    """Members of ``manifest``'s algorithm holding the ``saved`` states."""
     env = setup.build_environment(manifest, registry, seed=0)
     try:
         spaces = setup.member_spaces(manifest, env)
@@ -51,11 +90,14 @@ def load_agent(
         )
         cls = setup.algorithm_class(manifest, registry)
         with explain_mismatch():
-            agent = setup.build_population(manifest, cls, env, context, size=1)[0]
-            agent.load_state_dict(saved)
+            first = setup.build_population(manifest, cls, env, context, size=1)[0]
+            members = [first.clone(held["index"]) for held in saved[1:]]
+            members.insert(0, first)
+            for member, held in zip(members, saved, strict=True):
+                member.load_state_dict(held)
     finally:
         env.close()
-    return agent, manifest
+    return members
 
 
 def run_seed(path: Path, manifest: TrainingManifest) -> int:
@@ -124,7 +166,7 @@ class Evaluation:
 
 def score(
     agent: Member, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int,
-    *, run_seed: Callable[[], int] | None = None,
+    *, run_seed: Callable[[], int] | None = None, own_way: bool = True,
 ) -> Evaluation:  # fmt: skip
     """Returns of ``episodes`` full episodes, acting without exploration; or, for a paradigm
     whose runner scores members its own way (bandits, language models), that score over
@@ -134,6 +176,7 @@ def score(
         needed): a paradigm that scores its own way then scores on the data that run held out
         (an LLM's held-out rows depend on the run's environment seed), not on a split drawn
         from ``seed``.
+    :param own_way: False: such a paradigm is not scored at all (an empty evaluation).
     """
     updates = {
         key: value
@@ -145,6 +188,8 @@ def score(
     try:
         runner = setup.build_runner(manifest, env, None)  # scoring shares no experience
         returns = runner.episode_returns(agent, episodes, manifest.training.eval_steps, seed)
+        if returns is None and not own_way:
+            return Evaluation()
         if returns is None:  # the paradigm scores its own way
             if run_seed is not None:
                 env.close()

@@ -26,10 +26,11 @@ from agile_cli.models.network import NetworkSpec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runner import Runner
 from agile_cli.signals import interrupt_held
-from agile_cli.training import checkpoint, provenance, setup, trust
+from agile_cli.training import checkpoint, provenance, reevaluation, setup, trust
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter, RunnerProgress
+from agile_cli.training.reevaluation import Reevaluated
 from agile_cli.training.resume import check_compatible, explain_mismatch
 from agile_cli.training.run_folder import RunFolder
 
@@ -73,6 +74,7 @@ class EvolutionLoop:
         """:param runner: a backend's way to train the members elsewhere (see
         :mod:`.members`); by default they train in this process."""
         self.manifest = manifest
+        self.registry = registry
         self.options = options
         self.reporter = reporter
         if lacking := manifest.algorithm.local_training_errors(manifest):  # agile's own code
@@ -455,9 +457,13 @@ class EvolutionLoop:
         best = self.population[int(np.argmax(fitnesses))] if fitnesses else None
         if best is not None and not best.record.fitness:
             best = None  # no generation has finished: nobody has a fitness yet
-        if best is not None and not (interrupted and self.folder.elite.exists()):
-            self._save_member(best, self.folder.elite)
+        scored = self._score_again() if best is not None and not interrupted else []
+        elite = next(m for m in self.population if m.index == scored[0].member) if scored else best
+        if elite is not None and not (interrupted and self.folder.elite.exists()):
+            self._save_member(elite, self.folder.elite)
         summary = self._summary(best, interrupted)
+        if scored:
+            summary["elite"] = self._elite_record(scored)
         self.folder.write_summary(summary)
         self.reporter.finish(summary)
         with contextlib.suppress(Exception):  # workers already gone after Ctrl-C
@@ -472,6 +478,27 @@ class EvolutionLoop:
             population=self.population,
             fitnesses=fitnesses,
         )
+
+    def _score_again(self) -> list[Reevaluated]:
+        """The best ``--elite-top`` members scored again on fresh evaluation seeds, best
+        first (see :mod:`.reevaluation`); empty where there is nothing to choose between."""
+        count = min(self.options.elite_top, len(self.population))
+        if count == 0 or (count == 1 and len(self.population) == 1):
+            return []
+        episodes = self.options.elite_episodes
+        self.reporter.phase(f"scoring the best {count} again on {episodes} fresh episodes each")
+        ranked = reevaluation.top_members(self.population, count)
+        seed = reevaluation.evaluation_seed(self.seeds["members"])
+        return reevaluation.reevaluate(ranked, self.manifest, self.registry, episodes, seed)
+
+    def _elite_record(self, scored: list[Reevaluated]) -> dict[str, Any]:
+        """What ``summary.json`` says of the elite chosen by scoring the best again."""
+        return {
+            **scored[0].to_dict(),
+            "seed": reevaluation.evaluation_seed(self.seeds["members"]),
+            "population": len(self.population),
+            "candidates": [result.to_dict() for result in scored],
+        }
 
     def _summary(self, best: Member | None, interrupted: bool) -> dict[str, Any]:
         state = self.state

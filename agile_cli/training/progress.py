@@ -379,6 +379,7 @@ def _summary_lines(summary: dict[str, Any]) -> str:
         + f", {summary['wall_seconds']:.1f} s"
         + (f", {speed:,.0f} {rate(unit)}" if speed is not None else ""),
         f"  generations      {summary['generations']}",
+        *_elite_lines(summary.get("elite")),
     ]
     target = summary.get("target_score")
     if target is not None:
@@ -397,6 +398,33 @@ def _summary_lines(summary: dict[str, Any]) -> str:
         lines.append("  interrupted      the checkpoint of the last whole generation is kept")
     lines.append(f"  run folder       {summary['run_dir']}")
     return "\n".join(lines + [f"  {label:<17}{command}" for label, command in next_steps(summary)])
+
+
+def _elite_lines(elite: dict[str, Any] | None) -> list[str]:
+    """The elite chosen by scoring the best members again (see ``--elite-top``)."""
+    if not elite:
+        return []
+    interval = (
+        f" (95% interval {elite['low']:.2f} to {elite['high']:.2f})"
+        if elite.get("low") is not None and elite.get("high") is not None
+        else ""
+    )
+    others = ", ".join(str(c["member"]) for c in elite["candidates"][1:])
+    return [
+        f"  elite            member {elite['member']}: {elite['score']:.2f}{interval} on "
+        f"{elite['episodes']} fresh episodes",
+        f"                   {_ordinal(elite['training_rank'])} of {elite['population']} by its "
+        f"last training fitness ({elite['training_fitness']:.2f})"
+        + (f"; also scored: {others}" if others else ""),
+    ]
+
+
+def _ordinal(number: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``."""
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
+    return f"{number}{suffix}"
 
 
 def next_steps(summary: dict[str, Any]) -> list[tuple[str, str]]:
