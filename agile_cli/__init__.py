@@ -39,7 +39,14 @@ from agile_cli.host.registry import (
     RegisterSelection,
 )
 from agile_cli.manifest import TrainingManifest
-from agile_cli.member import AgentContext, Member, MemberBasics, MemberRecord, PolicyModule
+from agile_cli.member import (
+    AgentContext,
+    Member,
+    MemberBasics,
+    MemberRecord,
+    PolicyModule,
+    Rebuildable,
+)
 from agile_cli.memory import Need
 from agile_cli.models import AlgorithmSpec, EnvironmentSpec, Family, MutationSpec, Spec, limits
 from agile_cli.models.algorithm import VectorEnvironmentSpec
@@ -95,6 +102,7 @@ __all__ = [
     "PluginError",
     "PolicyModule",
     "Progress",
+    "Rebuildable",
     "RegisterAlgorithm",
     "RegisterBackend",
     "RegisterCommand",

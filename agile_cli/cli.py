@@ -27,6 +27,7 @@ from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
 
 CORE_COMMANDS = (
     "validate", "plugins", "schema", "train", "evaluate", "export", "init", "report", "diff",
+    "recipe",
 )  # fmt: skip
 
 
@@ -391,6 +392,25 @@ def diff(first: Path, second: Path, as_json: bool) -> None:
     from agile_cli.commands.diff import run_diff
 
     run_diff(first, second, as_json=as_json)
+
+
+@cli.command()
+@click.argument("source", type=click.Path(path_type=Path, exists=True))
+@member_option
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write it; default recipe.yaml beside what was read.")  # fmt: skip
+@click.pass_context
+def recipe(ctx: click.Context, source: Path, member: int | None, out: Path | None) -> None:
+    """Write the hyperparameter and architecture schedule a member's lineage followed, as a
+    manifest that retrains it from scratch (agile train RECIPE).
+
+    SOURCE: a run folder (its elite; with --member, that member of its latest checkpoint),
+    elite.pt or a population checkpoint. `agile report` compares the retrained run with the
+    lineage it replays.
+    """
+    from agile_cli.commands.recipe import run_recipe
+
+    run_recipe(plugin_host(ctx).registry, source, member, out)
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.network import NetworkSpec
+from agile_cli.models.recipe import RecipeSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
@@ -50,6 +51,11 @@ class TrainingManifest(BaseModel):
     )
     replay_buffer: ReplayBufferSpec | None = Field(
         default=None, description="Replay memory (off-policy algorithms)."
+    )
+    recipe: RecipeSpec | None = Field(
+        default=None,
+        description="Retrain one member on the schedule an evolved lineage followed "
+        "(agile recipe RUN writes it); null: none.",
     )
 
     # What resolution decided; not sections of the file (left out of to_dict and dumps).

@@ -51,6 +51,12 @@ class MemberRecord:
     episode_returns: list[float] = field(default_factory=list)
     mutation: str = "none"
     parent: int | None = None
+    #: One entry per generation the member and its ancestors trained (a copy inherits its
+    #: parent's): ``generation``, ``steps`` (per member, at its end), ``fitness``,
+    #: ``mutation`` (what changed before it), ``hyperparameters`` and, where it changed (and
+    #: first), the ``architecture`` of a :class:`Rebuildable` member. ``agile recipe`` writes
+    #: it out as a schedule that retrains the member from scratch.
+    lineage: list[dict[str, Any]] = field(default_factory=list)
 
 
 class PolicyModule(Protocol):
@@ -146,6 +152,25 @@ class Member(Protocol):
     def save_portable(self, directory: Path) -> bool:
         """Write the elite in another tool's format into ``directory`` (the loop, beside
         ``elite.pt``); returns whether it wrote anything."""
+        ...
+
+
+@runtime_checkable
+class Rebuildable(Protocol):
+    """A member whose networks are described by plain data and can be rebuilt from it: its
+    lineage records the architecture, and a recipe's replay rebuilds it generation by
+    generation. (:class:`~agile_rl.Algorithm` is one.)"""
+
+    def architecture(self) -> dict[str, Any]:
+        """The networks' architecture as JSON-able data."""
+        ...
+
+    def adopt_architecture(self, architecture: dict[str, Any]) -> None:
+        """Rebuild the networks for ``architecture`` (what :meth:`architecture` returned),
+        keeping the weights that fit, as an architecture mutation does.
+
+        :raises ValueError: ``architecture`` does not describe this member's networks.
+        """
         ...
 
 

@@ -11,6 +11,7 @@ from agile_cli.errors import UsageError
 from agile_cli.host.registry import AlgorithmEntry, EnvironmentEntry, Registry
 from agile_cli.models.base import suggest
 from agile_cli.models.mutation import MutationSpec
+from agile_cli.models.recipe import RecipeSpec
 from agile_cli.validation import training_spec_for
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -41,6 +42,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         MutationSpec,
         *selections,
         *replays,
+        RecipeSpec,
     ]
     refs, definitions = models_json_schema(
         [(model, "validation") for model in models], ref_template="#/$defs/{model}"
@@ -61,6 +63,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "tournament_selection": one_of([ref(spec) for spec in selections]),
         "selection_strategy": one_of([ref(spec) for spec in selections]),
         "replay_buffer": _any_of([ref(model) for model in replays] or [{"type": "object"}]),
+        "recipe": ref(RecipeSpec),
     }
     return {
         "$schema": DRAFT,

@@ -21,6 +21,7 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import field_errors, suggest
 from agile_cli.models.mutation import KIND_FIELDS, MutationSpec
 from agile_cli.models.network import NetworkSpec
+from agile_cli.models.recipe import RecipeSpec
 from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
@@ -35,6 +36,7 @@ SECTIONS = (
     "mutation",
     "tournament_selection",
     "replay_buffer",
+    "recipe",
 )
 SELECTION_ALIAS = "selection_strategy"
 
@@ -123,6 +125,7 @@ def validate_mapping(
         replay = _check_replay_buffer(replay, entry, registry, check)
     if selection is not None and training is not None:
         selection = _check_selection(selection, training, _selection_key(data), check)
+    recipe = _recipe(data, entry, training, check)
     if check.errors or None in (entry, algorithm, environment, training, network):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None
@@ -136,7 +139,7 @@ def validate_mapping(
         assert algorithm is not None
         replay = algorithm.resolve_replay_buffer(replay)
     sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
-                                   selection, replay), strict=True))  # fmt: skip
+                                   selection, replay, recipe), strict=True))  # fmt: skip
     return Resolution(
         sections=sections,
         algorithm_name=entry.name,
@@ -326,6 +329,37 @@ def _training_keys_elsewhere(registry: Registry) -> set[str]:
     specs = [p.training for p in registry.paradigms.values()]
     specs += [a.spec.training_spec for a in registry.algorithms.values() if a.spec.training_spec]
     return set(FORMAT_TRAINING_KEYS).union(*(_keys_of(spec) for spec in specs))
+
+
+def _recipe(
+    data: Mapping[str, Any],
+    entry: AlgorithmEntry | None,
+    training: TrainingSpec | None,
+    check: _Collector,
+) -> RecipeSpec | None:
+    """The recipe section: it retrains one member without evolution, on its algorithm's
+    hyperparameters."""
+    recipe = _optional(check, "recipe", RecipeSpec, data)
+    if recipe is None:
+        return None
+    if training is not None and training.pop_size != 1:
+        check.add("training.pop_size", f"is {training.pop_size}; a recipe retrains one member",
+                  "set training.pop_size: 1 (agile recipe writes it so)")  # fmt: skip
+    for section in ("mutation", "tournament_selection", SELECTION_ALIAS):
+        if data.get(section) is not None:
+            check.add(section, "a recipe replays its schedule instead of evolving",
+                      f"remove the {section} section")  # fmt: skip
+    fields = entry.spec.model_fields if entry is not None else {}
+    for position, step in enumerate(recipe.schedule):
+        for name in step.hyperparameters:
+            if entry is not None and name not in fields:
+                check.add(
+                    f"recipe.schedule[{position}].hyperparameters.{name}",
+                    f"not a field of {entry.name}'s algorithm section",
+                    "a recipe sets the algorithm's hyperparameters; write it again with "
+                    "agile recipe RUN",
+                )
+    return recipe
 
 
 def _optional(check: _Collector, key: str, model: type[M], data: Mapping[str, Any]) -> M | None:

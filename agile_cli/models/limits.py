@@ -38,3 +38,5 @@ EPOCHS = 10_000
 BATCH = 2**20
 #: learn_step: environment steps per rollout or between gradient steps
 ROLLOUT = 10**7
+#: recipe.schedule: generations of one recipe
+GENERATIONS = 100_000

@@ -21,8 +21,9 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.member import AgentContext, Member
+from agile_cli.member import AgentContext, Member, Rebuildable
 from agile_cli.models.network import NetworkSpec
+from agile_cli.models.recipe import RecipeStep
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runner import Runner
 from agile_cli.signals import interrupt_held
@@ -239,6 +240,8 @@ class EvolutionLoop:
         started = time.perf_counter()
         trained = global_steps = 0
         exhausted = True
+        if self.manifest.recipe is not None:
+            self._follow_recipe(self.manifest.recipe.step(self.state.generation + 1))
         self.reporter.phase(f"generation {self.state.generation + 1}: training")
         progress = RunnerProgress(self.reporter)  # steps and finished episodes, for the display
         generation = self.runner.train_population(self.population, steps, progress)
@@ -266,6 +269,8 @@ class EvolutionLoop:
                 steps_per_member=self.state.steps_per_member + trained,
                 wall_seconds=self.state.wall_seconds + elapsed,
             )
+            for member in self.population:
+                member.record.lineage.append(self._lineage_entry(member))
             self._report(global_steps / max(elapsed, 1e-9))
             if exhausted:
                 self.reporter.note("every member has trained on all the data it may: stopping")
@@ -275,6 +280,46 @@ class EvolutionLoop:
                 self._evolve()
             self._save_checkpoint()
         return stop
+
+    def _follow_recipe(self, step: RecipeStep) -> None:
+        """Give the member the hyperparameters (and architecture) of the recipe's ``step``.
+
+        :raises TrainingError: the step's architecture does not fit the member.
+        """
+        for member in self.population:
+            for name, value in step.hyperparameters.items():
+                member.set_hyperparameter(name, value)
+            if step.architecture is None:
+                continue
+            if not isinstance(member, Rebuildable):
+                raise TrainingError(
+                    f"recipe.schedule[{step.generation - 1}].architecture: "
+                    f"{self.manifest.algorithm_name}'s members cannot rebuild their networks",
+                    "remove the architecture entries to replay the hyperparameters alone",
+                )
+            try:
+                member.adopt_architecture(step.architecture)
+            except ValueError as exc:
+                raise TrainingError(
+                    f"recipe.schedule[{step.generation - 1}].architecture: {exc}",
+                    "write the recipe again with agile recipe RUN from the run it came from",
+                ) from None
+
+    def _lineage_entry(self, member: Member) -> dict[str, Any]:
+        """What ``record.lineage`` keeps of the generation just scored (see
+        :class:`~agile_cli.MemberRecord`): the architecture where it changed, and first."""
+        entry: dict[str, Any] = {
+            "generation": self.state.generation,
+            "steps": self.state.steps_per_member,
+            "fitness": member.record.fitness[-1],
+            "mutation": member.record.mutation,
+            "hyperparameters": member.hyperparameters(),
+        }
+        if isinstance(member, Rebuildable):
+            architecture = member.architecture()
+            if architecture != _last_architecture(member.record.lineage):
+                entry["architecture"] = architecture
+        return entry
 
     def _evolve(self) -> None:
         if self.selection is None or self.mutator is None:
@@ -524,6 +569,11 @@ class EvolutionLoop:
             "seed": state.seed,
             "run_dir": str(self.folder.path),
         }
+
+
+def _last_architecture(lineage: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The architecture a lineage recorded last (entries hold one only where it changed)."""
+    return next((e["architecture"] for e in reversed(lineage) if "architecture" in e), None)
 
 
 def _number(value: Any) -> float:

@@ -51,6 +51,10 @@ def check_eligible(manifest: TrainingManifest) -> None:
                 )
             ],
         )
+    if manifest.recipe is not None:
+        raise ManifestError(
+            [FieldError("recipe", "Arena does not replay recipes", "train it with --backend local")]
+        )
     selection = manifest.tournament_selection
     if selection is not None and selection.strategy != "tournament":
         raise ManifestError(

@@ -170,6 +170,19 @@ def test_ineligible_algorithm_fails_before_any_request(run, keyed, write) -> Non
     _no_request_sent(keyed)
 
 
+def test_a_recipe_fails_before_any_request(run, keyed, write) -> None:
+    data = yaml.safe_load(DQN.read_text())
+    for section in ("mutation", "tournament_selection"):
+        data.pop(section, None)
+    data["training"]["pop_size"] = 1
+    data["recipe"] = {"schedule": [{"generation": 1, "hyperparameters": {"lr": 1e-3}}]}
+    manifest = write("recipe.yaml", yaml.safe_dump(data))
+    result = run("train", str(manifest), "--backend", "arena", "--project", "demo")
+    assert result.exit_code == 2, result.output
+    assert "recipe: Arena does not replay recipes" in result.output
+    _no_request_sent(keyed)
+
+
 def test_multi_frequency_selection_fails_before_any_request(run, keyed, write) -> None:
     data = yaml.safe_load(DQN.read_text())
     data.pop("tournament_selection", None)

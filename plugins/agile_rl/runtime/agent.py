@@ -303,6 +303,23 @@ class Algorithm(MemberBasics, abc.ABC):
                 old, old_params[name], self.optimizers[name], self._named_parameters(plan)
             )
 
+    def architecture(self) -> dict[str, Any]:
+        """The networks' architecture as JSON-able data (:class:`~agile_cli.Rebuildable`)."""
+        return self.arch.to_dict()
+
+    def adopt_architecture(self, architecture: dict[str, Any]) -> None:
+        """Rebuild the networks for ``architecture`` unless they have it already, keeping the
+        weights that fit (:class:`~agile_cli.Rebuildable`).
+
+        :raises ValueError: ``architecture`` does not describe a network architecture.
+        """
+        try:
+            arch = NetworkArch.from_dict(architecture)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not an architecture of {type(self).__name__}: {exc}") from None
+        if arch != self.arch:
+            self.set_architecture(arch)
+
     def mutate_network(self, kind: str, spec: MutationSpec, rng: np.random.Generator) -> str:
         """Apply the evolution loop's network mutation ``kind`` (``architecture``,
         ``parameters`` or ``activation``, see :mod:`agile_rl.mutation`) with the manifest's
