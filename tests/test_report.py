@@ -91,8 +91,8 @@ def test_terminal_view_and_html_page(runs: Path, tmp_path: Path) -> None:
     written = _invoke("report", str(runs / "a"), str(runs / "b"), "--out", str(page))
     assert written.exit_code == 0, written.output
     text = page.read_text()
-    assert text.count("data:image/png;base64,") == 3 and "<script" not in text
-    for name in ("curves", "lineage", "hyperparameters"):
+    assert text.count("data:image/png;base64,") == 4 and "<script" not in text
+    for name in ("curves", "iqm", "lineage", "hyperparameters"):
         assert (tmp_path / "out" / f"report-{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -11,6 +11,15 @@ from agile_cli.report.page import Picture, html_page, picture_paths, terminal_vi
 from agile_cli.report.runs import Group, find_runs, group_runs, load_run
 
 SUFFIXES = (".html", ".png")
+LINEAGE_CAPTION = (
+    "Under each run's lineage, every member's fitness: a circle where it was cloned from "
+    "another member, a cross where it was mutated. The events along the final best member's "
+    "ancestry, with the mutations' labels, are listed at the end of the page."
+)
+REPLAY_CAPTION = (
+    "The original lineage's fitness, generation by generation, as the recipe's schedule "
+    "records it, beside the replay's; both against the steps each member had trained."
+)
 
 
 def run_report(paths: tuple[Path, ...], out: Path | None) -> int:
@@ -46,16 +55,22 @@ def draw(groups: list[Group]) -> list[Picture]:
 
     figures.require_matplotlib()
     runs = [run for group in groups for run in group.runs]
-    pictures = [
-        Picture("curves", "Learning curves", figures.png(figures.curves_figure(groups))),
-        Picture("lineage", "Lineage through selection",
-                figures.png(figures.lineage_figure(runs))),
-    ]  # fmt: skip
+    pictures = [Picture("curves", "Learning curves", figures.png(figures.curves_figure(groups)))]
+    spread = figures.iqm_figure(groups)
+    if spread is not None:
+        iqm_title = "Interquartile mean over seeds"
+        pictures.append(Picture("iqm", iqm_title, figures.png(spread), figures.IQM_CAPTION))
+    lineage = figures.png(figures.lineage_figure(runs))
+    pictures.append(Picture("lineage", "Lineage through selection", lineage, LINEAGE_CAPTION))
     evolving = figures.hyperparameter_figure(groups)
     if evolving is not None:
         pictures.append(
             Picture("hyperparameters", "Hyperparameters and network size", figures.png(evolving))
         )
+    replays = figures.replay_figure(runs)
+    if replays is not None:
+        replay_title = "Replay and original lineage, by steps per member"
+        pictures.append(Picture("replay", replay_title, figures.png(replays), REPLAY_CAPTION))
     return pictures
 
 

@@ -16,6 +16,8 @@ Axis = Literal["steps", "seconds"]
 _T975 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+#: Values one step of :func:`bootstrap_band` resamples at most (8 bytes each).
+_BOOTSTRAP_VALUES = 4_000_000
 
 
 @dataclass
@@ -55,6 +57,17 @@ def group_curve(group: Group, axis: Axis) -> Curve:
     if len(series) == 1:
         x, best, mean = series[0]
         return Curve(group.label, x, best, mean, None, None, seeds=1, runs=runs)
+    grid, bests, means = shared_grid(series)
+    centre, low, high = seeds_interval(bests)
+    return Curve(group.label, grid, centre, means.mean(axis=0), low, high,
+                 seeds=len(series), runs=runs)  # fmt: skip
+
+
+def shared_grid(
+    series: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``x`` values every seed's ``(x, best, mean)`` series reaches, and each seed's best
+    and mean interpolated onto them (one row per seed): ``(grid, bests, means)``."""
     start = max(s[0][0] for s in series)
     stop = min(s[0][-1] for s in series)
     grid = np.unique(np.concatenate([s[0] for s in series]))
@@ -63,9 +76,7 @@ def group_curve(group: Group, axis: Axis) -> Curve:
         grid = min((s[0] for s in series), key=len)
     bests = np.array([np.interp(grid, x, best) for x, best, _ in series])
     means = np.array([np.interp(grid, x, mean) for x, _, mean in series])
-    centre, low, high = seeds_interval(bests)
-    return Curve(group.label, grid, centre, means.mean(axis=0), low, high,
-                 seeds=len(series), runs=runs)  # fmt: skip
+    return grid, bests, means
 
 
 def seeds_interval(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,9 +100,15 @@ def confidence(samples: np.ndarray) -> np.ndarray:
 def iqm(samples: np.ndarray) -> float:
     """The interquartile mean of ``samples`` (1-D): the mean of what is left after a quarter
     of them (rounded down) is cut from each end, as rliable's IQM (Agarwal et al., 2021)."""
-    ordered = np.sort(np.asarray(samples, dtype=float))
-    cut = int(0.25 * ordered.size)
-    return float(ordered[cut : ordered.size - cut].mean())
+    return float(_iqms(np.asarray(samples, dtype=float), axis=0))
+
+
+def _iqms(samples: np.ndarray, axis: int) -> np.ndarray:
+    """:func:`iqm` of every slice of ``samples`` along ``axis``."""
+    ordered = np.sort(samples, axis=axis)
+    count = ordered.shape[axis]
+    cut = int(0.25 * count)
+    return np.take(ordered, np.arange(cut, count - cut), axis=axis).mean(axis=axis)
 
 
 def bootstrap_interval(
@@ -100,12 +117,52 @@ def bootstrap_interval(
     """The 95% percentile-bootstrap confidence interval of :func:`iqm` over ``samples`` (one
     per seed), resampling the seeds with replacement; the same figures every time (fixed
     ``seed``)."""
-    values = np.asarray(samples, dtype=float)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(values.size, size=(resamples, values.size))
-    statistics = np.array([iqm(values[row]) for row in draws])
-    low, high = np.percentile(statistics, [2.5, 97.5])
-    return float(low), float(high)
+    low, high = bootstrap_band(np.asarray(samples, dtype=float)[:, None], resamples, seed)
+    return float(low[0]), float(high[0])
+
+
+def bootstrap_band(
+    samples: np.ndarray, resamples: int = 2000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`bootstrap_interval` of each column of ``samples`` (one row per seed, one column
+    per point of a curve), every column resampled by the same draws of seeds:
+    ``(low, high)``."""
+    count, points = samples.shape
+    draws = np.random.default_rng(seed).integers(count, size=(resamples, count))
+    step = max(1, _BOOTSTRAP_VALUES // (resamples * count))
+    lows, highs = [], []
+    for start in range(0, points, step):  # a few columns at a time: bounded memory
+        statistics = _iqms(samples[draws, start : start + step], axis=1)
+        low, high = np.percentile(statistics, [2.5, 97.5], axis=0)
+        lows.append(low)
+        highs.append(high)
+    return np.concatenate(lows), np.concatenate(highs)
+
+
+@dataclass
+class IqmCurve:
+    """One group's interquartile mean of the seeds' best fitness against ``x``, on the grid
+    of :func:`shared_grid`, with its 95% percentile-bootstrap interval (``low``/``high``;
+    None for a single seed, whose curve is its own best fitness)."""
+
+    label: str
+    x: np.ndarray
+    centre: np.ndarray
+    low: np.ndarray | None
+    high: np.ndarray | None
+    seeds: int
+
+
+def iqm_curve(group: Group, axis: Axis) -> IqmCurve:
+    """The group's :func:`iqm` of the best fitness at each ``x`` every seed reaches, with
+    :func:`bootstrap_band`."""
+    series = [run_series(run, axis) for run in group.runs]
+    if len(series) == 1:
+        x, best, _ = series[0]
+        return IqmCurve(group.label, x, best, None, None, seeds=1)
+    grid, bests, _ = shared_grid(series)
+    low, high = bootstrap_band(bests)
+    return IqmCurve(group.label, grid, _iqms(bests, axis=0), low, high, seeds=len(series))
 
 
 @dataclass

@@ -11,17 +11,40 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agile_cli.errors import AgileError
-from agile_cli.report.curves import Axis, group_curve, trajectories
+from agile_cli.report.curves import Axis, group_curve, iqm_curve, trajectories
+from agile_cli.report.events import member_curves, run_events
+from agile_cli.report.replay import Replay, closeness_text, original_series, replay_series
 from agile_cli.report.runs import Group, Run
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.collections import PathCollection
     from matplotlib.figure import Figure
 
 #: Lineage charts drawn at most (one per run); the others are named under the last one.
 MAX_LINEAGES = 4
 #: What the band around a setup's mean best fitness is (see :func:`~.curves.group_curve`).
 BAND = "95% confidence interval of the seeds' mean best, within their range"
+#: What the band around a setup's interquartile mean is (see :func:`~.curves.iqm_curve`).
+IQM_BAND = "95% percentile-bootstrap confidence interval of the IQM (seeds resampled 2,000 times)"
+#: What the interquartile-mean figure shows, for the page.
+IQM_CAPTION = (
+    "Line: the interquartile mean (IQM, the mean of the middle half) of the seeds' best "
+    "fitness at each env step every seed reached, each seed interpolated onto the others' "
+    "steps. Band: the IQM's 95% percentile-bootstrap confidence interval, the seeds "
+    "resampled with replacement 2,000 times. A setup of one seed: its best fitness, dotted, "
+    "with no interval."
+)
+#: The final best member's ancestry, in the lineage and in the members' fitness.
+ANCESTRY = "#d62728"
+#: How the members' fitness curves mark an event: its legend entry and its marker.
+EVENT_MARKERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "cloned": ("cloned from another member (its curve leaves the parent's)",
+               {"marker": "o", "markersize": 8, "markerfacecolor": "none",
+                "markeredgecolor": "#ff7f0e", "markeredgewidth": 1.6}),
+    "mutated": ("mutated (hyperparameters, network or weights)",
+                {"marker": "x", "markersize": 6, "color": "#9467bd", "markeredgewidth": 1.6}),
+}  # fmt: skip
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 
@@ -97,7 +120,8 @@ def curves_figure(groups: list[Group]) -> Figure:
 
 def legend_labels(groups: list[Group]) -> tuple[str, list[str]]:
     """What the setups have in common (their algorithm and environment, when they share
-    them; else ""), and each setup's label without it, with its number of seeds."""
+    them; else ""), and each setup's label without it, with its number of seeds; as
+    matplotlib shows them literally."""
     titles = {run.title for group in groups for run in group.runs}
     common = titles.pop() if len(titles) == 1 else ""
     labels = []
@@ -107,8 +131,8 @@ def legend_labels(groups: list[Group]) -> tuple[str, list[str]]:
         if common and rest.startswith(" (") and rest.endswith(")"):
             label = rest[2:-1]
         seeds = len(group.runs)
-        labels.append(label + (f", {seeds} seeds" if seeds > 1 else ""))
-    return common, labels
+        labels.append(_plain(label + (f", {seeds} seeds" if seeds > 1 else "")))
+    return _plain(common), labels
 
 
 def _curves_legend(
@@ -151,21 +175,109 @@ def _draw_curve(axes: Axes, group: Group, axis: Axis, colour: str) -> None:
         axes.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=0.2, linewidth=0)
 
 
-def lineage_figure(runs: list[Run]) -> Figure:
-    """Per run: every member (a dot coloured by fitness) in every generation, joined to the
-    member it continues or was cloned from; the final best member's ancestry in red."""
-    shown = runs[:MAX_LINEAGES]
-    figure = _figure(12, 3.2 * len(shown))
-    panels = np.atleast_1d(figure.subplots(len(shown), 1, squeeze=False)[:, 0])
-    for axes, run in zip(panels, shown, strict=True):
-        _draw_lineage(figure, axes, run)
-    if len(runs) > len(shown):
-        rest = ", ".join(run.name for run in runs[len(shown) :])
-        panels[-1].set_xlabel(f"generation (not drawn: {rest})")
+def iqm_figure(groups: list[Group]) -> Figure | None:
+    """The interquartile mean of the seeds' best fitness against env steps, per setup, with
+    its 95% percentile-bootstrap interval as a band (see :data:`IQM_CAPTION`); a setup of one
+    seed is its own best fitness, dotted, with no band. None when no setup has several seeds.
+    """
+    if all(len(group.runs) < 2 for group in groups):
+        return None
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    common, labels = legend_labels(groups)
+    figure = _figure(12, 4.6 + 0.22 * len(groups))
+    axes = figure.subplots()
+    handles: list[Any] = []
+    for number, group in enumerate(groups):
+        colour = COLOURS[number % len(COLOURS)]
+        curve = iqm_curve(group, "steps")
+        style: Any = "-" if curve.seeds > 1 else ":"  # one seed: dotted
+        axes.plot(curve.x, curve.centre, color=colour, linewidth=2, linestyle=style)
+        if curve.low is not None and curve.high is not None:
+            axes.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=0.2,
+                              linewidth=0)  # fmt: skip
+        else:
+            labels[number] += ", one seed: its best fitness, no interval"
+        handles.append(Line2D([], [], color=colour, linewidth=2, linestyle=style))
+    target = next((g.target for g in groups if g.target is not None), None)
+    if target is not None:
+        axes.axhline(target, color="black", linestyle=":", linewidth=1)
+    axes.grid(alpha=0.3)
+    _steps_axis(axes, groups)
+    axes.set_ylabel("best fitness: interquartile mean over seeds")
+    axes.set_title("Interquartile mean of the seeds' best fitness" +
+                   (f", {common}" if common else ""))  # fmt: skip
+    handles.append(Patch(color="#555555", alpha=0.2, linewidth=0))
+    labels.append(IQM_BAND)
+    figure.legend(handles, labels, loc="outside lower center", ncols=1, fontsize=9,
+                  frameon=False)  # fmt: skip
     return figure
 
 
-def _draw_lineage(figure: Figure, axes: Axes, run: Run) -> None:
+def replay_figure(runs: list[Run]) -> Figure | None:
+    """Per replay run (at most :data:`MAX_LINEAGES`), the original lineage's fitness (from the
+    recipe's schedule) and the replay's, against steps per member. None when no run is a
+    replay."""
+    replays = [(run, run.replay) for run in runs if run.replay is not None]
+    if not replays:
+        return None
+    shown = replays[:MAX_LINEAGES]
+    figure = _figure(12, 3.4 * len(shown))
+    panels = figure.subplots(len(shown), 1, squeeze=False)[:, 0]
+    for axes, (run, replay) in zip(panels, shown, strict=True):
+        _draw_replay(axes, run, replay)
+    if len(replays) > len(shown):
+        rest = ", ".join(run.name for run, _ in replays[len(shown) :])
+        panels[-1].set_xlabel(f"steps per member (not drawn: {rest})")
+    return figure
+
+
+def _draw_replay(axes: Axes, run: Run, replay: Replay) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    axes.plot(*original_series(replay), color="#555555", linewidth=1.6, marker="o",
+              markersize=4, label=_plain(f"original lineage: {replay.name}"))  # fmt: skip
+    axes.plot(*replay_series(run), color=COLOURS[0], linewidth=2, marker="o", markersize=4,
+              label=_plain(f"replay: {run.name}"))  # fmt: skip
+    axes.xaxis.set_major_formatter(EngFormatter(sep=""))
+    axes.set_xlabel("steps per member")
+    axes.set_ylabel("fitness")
+    axes.grid(alpha=0.3)
+    axes.set_title(closeness_text(run) or run.name, fontsize=10, parse_math=False)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9, frameon=False)
+
+
+def _plain(text: str) -> str:
+    """``text`` as matplotlib shows it literally (a pair of ``$`` would start mathtext)."""
+    return text.replace("$", r"\$")
+
+
+def lineage_figure(runs: list[Run]) -> Figure:
+    """Per run, two panels: every member (a dot coloured by fitness) in every generation,
+    joined to the member it continues or was cloned from; under it, every member's fitness
+    curve, marked where it was cloned and where it was mutated. The final best member's
+    ancestry is red in both."""
+    shown = runs[:MAX_LINEAGES]
+    figure = _figure(12, 0.5 + 5.6 * len(shown))
+    panels = figure.subplots(2 * len(shown), 1, squeeze=False,
+                             height_ratios=[3.0, 2.6] * len(shown))[:, 0]  # fmt: skip
+    for number, run in enumerate(shown):
+        lineage, curves = panels[2 * number], panels[2 * number + 1]
+        curves.sharex(lineage)  # one generation, one x, in both
+        dots = _draw_lineage(lineage, run)
+        figure.colorbar(dots, ax=[lineage, curves], label="fitness", pad=0.01, aspect=40)
+        _draw_member_curves(curves, run)
+    if len(runs) > len(shown):
+        rest = ", ".join(run.name for run in runs[len(shown) :])
+        panels[-1].set_xlabel(f"generation (not drawn: {rest})")
+    figure.legend(*panels[1].get_legend_handles_labels(), loc="outside lower center", ncols=3,
+                  fontsize=9, frameon=False)  # fmt: skip
+    return figure
+
+
+def _draw_lineage(axes: Axes, run: Run) -> PathCollection:
+    """The run's lineage; returns its dots (coloured by fitness), for a colour bar."""
     links = [run.lineage(k) for k in range(len(run.generations))]
     for k, generation_links in enumerate(links[1:], start=1):
         for slot, source in enumerate(generation_links):
@@ -175,7 +287,8 @@ def _draw_lineage(figure: Figure, axes: Axes, run: Run) -> None:
             kept = run.generations[k].members[slot].index == before.index
             axes.plot([k, k + 1], [source, slot], color="#999999", zorder=1,
                       linewidth=1.6 if kept else 0.8, linestyle="-" if kept else "--")  # fmt: skip
-    _draw_ancestry(axes, run, links)
+    path = [(k + 1, slot) for k, slot in run.ancestry()]
+    axes.plot(*zip(*path, strict=True), color=ANCESTRY, linewidth=2.2, zorder=2)
     from matplotlib.ticker import MaxNLocator
 
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -184,25 +297,38 @@ def _draw_lineage(figure: Figure, axes: Axes, run: Run) -> None:
     ys = [slot for g in run.generations for slot in range(len(g.members))]
     fitness = [m.fitness for g in run.generations for m in g.members]
     dots = axes.scatter(xs, ys, c=fitness, cmap="viridis", s=36, zorder=3, edgecolors="none")
-    figure.colorbar(dots, ax=axes, label="fitness", pad=0.01)
     axes.set_title(f"{run.name} ({run.title}). Solid: the member kept, dashed: cloned "
                    "from; red: the ancestry of the final best member")  # fmt: skip
     axes.set_xlabel("generation")
     axes.set_ylabel("position in population")
     axes.invert_yaxis()
+    return dots
 
 
-def _draw_ancestry(axes: Axes, run: Run, links: list[list[int | None]]) -> None:
-    last = run.generations[-1]
-    slot: int | None = last.members.index(last.best_member)
-    path: list[tuple[int, int]] = []
-    for k in range(len(run.generations) - 1, -1, -1):
-        if slot is None:
-            break
-        path.append((k + 1, slot))
-        slot = links[k][slot]
-    xs, ys = zip(*reversed(path), strict=True)
-    axes.plot(xs, ys, color="#d62728", linewidth=2.2, zorder=2)
+def _draw_member_curves(axes: Axes, run: Run) -> None:
+    """Each member's fitness (a grey dot per generation, joined into its curve), the final
+    best's ancestry (red), and a marker for each member where it was cloned and where it was
+    mutated."""
+    from matplotlib.collections import LineCollection
+
+    curves = [np.column_stack(curve) for curve in member_curves(run)]
+    axes.add_collection(LineCollection(curves, colors="#999999", linewidths=0.8, alpha=0.7,
+                                       zorder=1))  # fmt: skip
+    numbers = [k + 1 for k, g in enumerate(run.generations) for _ in g.members]
+    fitness = [m.fitness for g in run.generations for m in g.members]
+    axes.scatter(numbers, fitness, color="#999999", s=6, zorder=1)
+    path = [(k + 1, run.generations[k].members[slot].fitness) for k, slot in run.ancestry()]
+    axes.plot(*zip(*path, strict=True), color=ANCESTRY, linewidth=2, zorder=2,
+              label="the final best member's ancestry")  # fmt: skip
+    events = run_events(run)
+    for kind, (label, style) in EVENT_MARKERS.items():
+        points = [(e.position + 1, e.fitness) for e in events if e.kind == kind]
+        xs, ys = zip(*points, strict=True) if points else ((), ())
+        axes.plot(xs, ys, linestyle="none", zorder=3, label=label, **style)
+    axes.grid(alpha=0.3)
+    axes.set_title(f"{run.name}: each member's fitness, marked where it was cloned or mutated")
+    axes.set_xlabel("generation")
+    axes.set_ylabel("fitness")
 
 
 def hyperparameter_figure(groups: list[Group]) -> Figure | None:

@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from agile_cli.report.curves import bootstrap_interval, iqm, seeds_interval
+from agile_cli.report.events import lineage_events
+from agile_cli.report.replay import closeness_text
 from agile_cli.report.runs import Group, Run
 
 SPARKS = "▁▂▃▄▅▆▇█"
 #: A sparkline scale spans at least this fraction of the largest magnitude it shows, so that
 #: a change of a percent or two never fills its height (and never reads as a collapse).
 MIN_SPAN = 0.1
+
+#: A run's table of lineage events longer than this starts folded.
+MAX_OPEN_EVENTS = 40
 
 Scale = tuple[float, float]
 
@@ -108,28 +114,33 @@ def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
     ]
     if run.skipped:
         lines.append(f"  ({run.skipped} unreadable metrics lines skipped)")
+    lines += [f"  ({note})" for note in run.notes]
+    compared = closeness_text(run)
+    if compared is not None:
+        lines.append(f"  {compared}")
     return lines
 
 
 @dataclass
 class Picture:
-    """One figure: a short name (for its PNG file), a title, and its PNG bytes."""
+    """One figure: a short name (for its PNG file), a title, its PNG bytes, and what the page
+    says under it."""
 
     name: str
     title: str
     data: bytes
+    caption: str = ""
 
 
 def html_page(groups: list[Group], pictures: list[Picture]) -> str:
-    """A self-contained page: the runs' summary, then every figure as an embedded PNG."""
+    """A self-contained page: the runs' summary, each setup's final best over its seeds, the
+    replays' comparisons, every figure as an embedded PNG, and the events along each run's
+    final best member's ancestry."""
     runs = [run for group in groups for run in group.runs]
     title = "agile report: " + ", ".join(dict.fromkeys(group.label for group in groups))
     rows = "\n".join(_html_row(run) for run in runs)
-    figures = "\n".join(
-        f'<h2>{html.escape(p.title)}</h2>\n<img alt="{html.escape(p.title)}" '
-        f'src="data:image/png;base64,{base64.b64encode(p.data).decode()}">'
-        for p in pictures
-    )
+    figures = "\n".join(_html_figure(p) for p in pictures)
+    sections = _setups_table(groups) + _replays(runs)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}}
@@ -140,7 +151,9 @@ text-align:left}}img{{max-width:100%}}</style></head><body>
 <th>wall time</th><th>best fitness</th><th>final best</th></tr>
 {rows}
 </table>
+{sections}
 {figures}
+{_lineage_events(runs)}
 </body></html>
 """
 
@@ -151,6 +164,71 @@ def _html_row(run: Run) -> str:
              str(len(run.generations)), f"{last.global_steps:,}", f"{last.wall_seconds:.1f} s",
              f"{max(g.best for g in run.generations):.4g}", f"{last.best:.4g}")  # fmt: skip
     return "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>"
+
+
+def _html_figure(picture: Picture) -> str:
+    data = base64.b64encode(picture.data).decode()
+    caption = f"\n<p>{html.escape(picture.caption)}</p>" if picture.caption else ""
+    return (f'<h2>{html.escape(picture.title)}</h2>\n<img alt="{html.escape(picture.title)}" '
+            f'src="data:image/png;base64,{data}">{caption}')  # fmt: skip
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table of text cells (escaped here)."""
+    lines = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"]
+    lines += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+              for row in rows]  # fmt: skip
+    return "\n".join([*lines, "</table>"])
+
+
+def _setups_table(groups: list[Group]) -> str:
+    """Per setup: its seeds, the interquartile mean of their final best fitness and its 95%
+    bootstrap interval (as the terminal's line), or, for one seed, its final best alone."""
+    rows = []
+    for group in groups:
+        finals = np.array([run.generations[-1].best for run in group.runs])
+        if finals.size > 1:
+            low, high = bootstrap_interval(finals)
+            interval = f"{low:.4g} to {high:.4g}"
+        else:
+            interval = "none: one seed"
+        rows.append((group.label, str(finals.size), f"{iqm(finals):.4g}", interval))
+    head = ("setup", "seeds", "final best: interquartile mean over seeds",
+            "95% bootstrap CI of the interquartile mean")  # fmt: skip
+    return (f"<h2>Final best fitness by setup</h2>\n{_table(head, rows)}\n<p>The interval: "
+            "95% percentile bootstrap of the interquartile mean, the seeds resampled with "
+            "replacement 2,000 times.</p>")  # fmt: skip
+
+
+def _replays(runs: list[Run]) -> str:
+    """The terminal's replay comparison and notes, per run that has them."""
+    items = []
+    for run in runs:
+        compared = closeness_text(run)
+        for text in [*run.notes, *([compared] if compared else [])]:
+            items.append(f"<li>{html.escape(run.name)}: {html.escape(text)}</li>")
+    if not items:
+        return ""
+    return (
+        "\n<h2>Replays against their original lineage</h2>\n<ul>\n" + "\n".join(items) + "\n</ul>"
+    )
+
+
+def _lineage_events(runs: list[Run]) -> str:
+    """Per run, a table of the clonings and mutations along the final best member's
+    ancestry (what the lineage figure marks, with the mutations' labels)."""
+    parts = ["<h2>Cloned and mutated along the final best member's ancestry</h2>"]
+    for run in runs:
+        events = lineage_events(run)
+        if not events:
+            parts.append(f"<p>{html.escape(run.name)}: never cloned or mutated.</p>")
+            continue
+        rows = [(str(e.generation), str(e.member), e.what) for e in events]
+        shown = " open" if len(events) <= MAX_OPEN_EVENTS else ""
+        parts.append(f"<details{shown}><summary>{html.escape(run.name)}: {len(events)} events"
+                     f"</summary>\n{_table(('generation', 'member', 'event'), rows)}\n"
+                     "</details>")  # fmt: skip
+    return "\n".join(parts)
 
 
 def picture_paths(out: Path, pictures: list[Picture]) -> list[Path]:

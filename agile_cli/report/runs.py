@@ -19,6 +19,8 @@ import numpy as np
 import yaml
 
 from agile_cli.errors import UsageError, printable
+from agile_cli.report.replay import SECTIONS as REPLAY_SECTIONS
+from agile_cli.report.replay import Replay, read_replay
 
 #: The longest metrics line read (one generation; a population of thousands fits well).
 MAX_LINE = 16 * 1024 * 1024
@@ -38,6 +40,19 @@ class Member:
     arch: str
     mutation: str
 
+    @property
+    def cloned_from(self) -> int | None:
+        """The index of the member this one was cloned from before this generation (None: it
+        was kept, or the metrics name no parent)."""
+        return self.parent if self.parent is not None and self.parent != self.index else None
+
+    @property
+    def mutated(self) -> bool:
+        """Whether it was mutated before this generation (its label is not "none" or
+        "none (...)"; older runs wrote no label)."""
+        label = self.mutation.strip()
+        return bool(label) and label != "none" and not label.startswith("none (")
+
 
 @dataclass
 class Generation:
@@ -47,6 +62,7 @@ class Generation:
     global_steps: int
     wall_seconds: float
     members: list[Member]
+    steps_per_member: int | None = None  # older runs did not write it
 
     @property
     def best(self) -> float:
@@ -74,6 +90,8 @@ class Run:
     generations: list[Generation]
     skipped: int = 0  # metrics lines that could not be read
     unit: str = "steps"  # what its steps count ("env steps", "prompts"; older runs did not say)
+    replay: Replay | None = None  # the recipe it retrained one member on, if it did
+    notes: list[str] = field(default_factory=list)  # what could not be read, for the user
 
     @property
     def name(self) -> str:
@@ -108,6 +126,19 @@ class Run:
             source = member.index if member.index in before else member.parent
             links.append(before.get(source) if source is not None else None)
         return links
+
+    def ancestry(self) -> list[tuple[int, int]]:
+        """The final best member's ancestry, oldest first: ``(generation, position)`` pairs,
+        a generation as an index into :attr:`generations`, back as far as the metrics show."""
+        last = self.generations[-1]
+        slot: int | None = last.members.index(last.best_member)
+        path: list[tuple[int, int]] = []
+        for k in range(len(self.generations) - 1, -1, -1):
+            if slot is None:
+                break
+            path.append((k, slot))
+            slot = self.lineage(k)[slot]
+        return path[::-1]
 
 
 @dataclass
@@ -158,6 +189,7 @@ def load_run(path: Path) -> Run:
     seed = summary.get("seed")
     target = manifest.get("training", {}).get("target_score")
     unit = summary.get("step_unit")
+    replay, note = read_replay(manifest)
     return Run(
         path=path,
         algorithm=str(algorithm),
@@ -168,6 +200,8 @@ def load_run(path: Path) -> Run:
         generations=generations,
         skipped=skipped,
         unit=printable(unit) if isinstance(unit, str) and unit else "steps",
+        replay=replay,
+        notes=[note] if note else [],
     )
 
 
@@ -206,15 +240,31 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 def _difference(group: Group, alike: list[Group]) -> str:
     """The settings of ``group`` that some other group of ``alike`` does not share (at most
-    three), or its first run's folder name."""
+    three; a replay's section counts as one), or its first run's folder name."""
     mine = group.runs[0].settings
     keys: set[str] = set()
     for other in alike:
         theirs = other.runs[0].settings
-        keys |= {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
+        differ = {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
+        keys |= {"replay" if _replay_setting(key) else key for key in differ}
     if not keys or len(keys) > 3:
         return group.runs[0].name
-    return ", ".join(f"{key.rsplit('.', 1)[-1]}={mine.get(key, '-')}" for key in sorted(keys))
+    return ", ".join(_setting(group.runs[0], key) for key in sorted(keys))
+
+
+def _setting(run: Run, key: str) -> str:
+    """``name=value`` for a setting in a group's label; a replay by what it replays."""
+    if key != "replay":
+        return f"{key.rsplit('.', 1)[-1]}={run.settings.get(key, '-')}"
+    if run.replay is not None:
+        return f"replay of {run.replay.name}"
+    replayed = any(_replay_setting(name) for name in run.settings)
+    return "replay unreadable" if replayed else "no replay"
+
+
+def _replay_setting(key: str) -> bool:
+    """Whether a dotted setting lies in a section that makes a run a replay."""
+    return key.split(".", 1)[0] in REPLAY_SECTIONS
 
 
 def _read_generations(path: Path) -> tuple[list[Generation], int]:
@@ -247,11 +297,13 @@ def _generation(line: str | None) -> Generation | None:
     try:
         record = json.loads(line)
         members = [_member(row) for row in record["members"]]
+        per_member = record.get("steps_per_member")
         generation = Generation(
             number=int(record["generation"]),
             global_steps=int(record["global_steps"]),
             wall_seconds=float(record["wall_seconds"]),
             members=[m for m in members if math.isfinite(m.fitness)],
+            steps_per_member=per_member if isinstance(per_member, int) else None,
         )
     except (ValueError, KeyError, TypeError):
         return None
