@@ -1,6 +1,7 @@
-"""Checkpoints: written atomically, read back without ever running code.
+"""Checkpoints: written atomically, read back without ever running code, in any layout agile
+ever wrote.
 
-The format (``FORMAT_VERSION`` 2) is a PyTorch zip archive (``torch.save``) holding one
+The format (``FORMAT_VERSION``) is a PyTorch zip archive (``torch.save``) holding one
 ``dict`` of plain data: ``dict``, ``list``, ``tuple``, ``str``, ``int``, ``float``, ``bool``,
 ``None`` and tensors. A numpy array is stored as ``{"__agile_ndarray__": tensor}`` and comes
 back as an array. :func:`load` reads with ``torch.load(weights_only=True)``, whose unpickler
@@ -12,6 +13,14 @@ Every checkpoint carries ``format``, ``kind`` (``population`` for ``checkpoints/
 ``member`` for ``elite.pt``), ``agile_version``, ``algorithm``, ``environment``, ``spaces``
 (what members observe and do, as text) and ``manifest``; a population checkpoint adds the
 loop's counters, every member, the elite, the evolution generators and optionally the buffer.
+
+What a checkpoint holds changed while its ``format`` stayed 2: :data:`LAYOUTS` numbers every
+layout agile wrote, :func:`layout_of` tells them apart by their content, and :func:`load`
+brings an older one to the current layout one step at a time (``_from_N`` makes layout N into
+N + 1), so that the loop, ``agile evaluate`` and ``--resume`` read one layout only. A change to
+the layout bumps ``FORMAT_VERSION`` to the new layout's number and adds its step and a fixture
+of the old layout (``tests/fixtures/checkpoints``) in the same commit (docs/checkpoints.md).
+What a member or a buffer holds inside is its plugin's to read in every version it wrote.
 """
 
 from __future__ import annotations
@@ -19,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pickletools
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +43,53 @@ from agile_cli import memory
 from agile_cli.errors import TrainingError, printable
 from agile_cli.signals import interrupt_held
 
-FORMAT_VERSION = 2
+#: The ``format`` this agile writes: the number of its layout, so that an older agile refuses
+#: the file naming the version to upgrade to. Format 2 files hold any of layouts 2 to 8 (8 was
+#: written as format 2 for a few commits), told apart by their content.
+FORMAT_VERSION = 8
+#: The formats files say: 1, 2 (layouts 2 to 8) and this agile's own.
+READ_FORMATS = (1, 2, FORMAT_VERSION)
 POPULATION = "population"
 MEMBER = "member"
 
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout of checkpoint that agile wrote.
+
+    :param number: its number; files of layout 1 say ``format: 1``, of layouts 2 to 8 ``2``.
+    :param first: the commit of agile's history that first wrote it.
+    :param last: the last commit that wrote it (None: this agile writes it).
+    :param change: what it changed from the layout before.
+    """
+
+    number: int
+    first: str
+    last: str | None
+    change: str
+
+
+#: Every layout agile wrote, oldest first (all by agile 0.1.0: nothing was released yet).
+LAYOUTS = (
+    Layout(1, "5afd89c", "ae6d448", "format 1: read back by unpickling whatever it named "
+           "(weights_only=False); no kind, environment, spaces or agile_version"),
+    Layout(2, "b5978ad", "b5978ad", "format 2: plain data and tensors only; kind, environment, "
+           "spaces and agile_version"),
+    Layout(3, "f103a6b", "9272645", "code_seal: the run's code, sealed by the user's key"),
+    Layout(4, "59d6b7c", "86c5a90", "selection: the strategy's state (was next_index)"),
+    Layout(5, "0a0ebf5", "34a0010", "run_options (checkpoint_steps, checkpoint_buffer, "
+           "per_member) and state.reported; from df6db00 on, a seal covers the files a run "
+           "imports (older seals no longer verify: such a run needs --trust-code once)"),
+    Layout(6, "ca832f6", "cad838b", "run_options.threads"),
+    Layout(7, "318e335", "08d8322", "run_seed"),
+    Layout(8, "cd84227", None, "each member's record.lineage; says format 8 from the commit "
+           "after a2c2dcc on (format 2 before)"),
+)  # fmt: skip
+#: The layout this agile writes.
+CURRENT_LAYOUT = LAYOUTS[-1].number
+
 #: The entries each kind must hold, and of what type, for the loop and evaluation to read.
-_LAYOUT: dict[str, dict[str, type | tuple[type, ...]]] = {
+_ENTRIES: dict[str, dict[str, type | tuple[type, ...]]] = {
     POPULATION: {"manifest": dict, "state": dict, "members": list, "elite": (dict, type(None))},
     MEMBER: {"manifest": dict, "member": dict},
 }
@@ -97,11 +149,13 @@ def _unwritable(path: Path, exc: OSError) -> TrainingError:
 
 
 def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_atomically`, without running any code in it.
+    """Read a checkpoint written by :func:`save_atomically` (by this agile or an earlier one),
+    without running any code in it, in the current layout (see :func:`migrate`).
 
-    :param kind: the kind or kinds required (:data:`POPULATION`, :data:`MEMBER`), whose
-        entries are then checked too; None takes any agile file of this format.
-    :raises TrainingError: the file is missing, damaged, foreign, or of another kind.
+    :param kind: the kind or kinds required (:data:`POPULATION`, :data:`MEMBER`); None takes
+        any agile file of a format this agile reads.
+    :raises TrainingError: the file is missing, damaged, foreign, of a format this agile does
+        not read, or of another kind.
     """
     if not path.is_file():
         raise TrainingError(f"no checkpoint at {path}")
@@ -109,13 +163,23 @@ def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a foreign, damaged or malicious file
+        if _says_format_one(path):
+            raise _format_one(path, "it names Python classes, which agile never loads") from None
         reason = " ".join(str(exc).split())[:300]
         raise TrainingError(
             f"{path} is not a readable agile checkpoint: {reason}",
             "agile reads only plain data and tensors from checkpoints; it never runs code in them",
         ) from None
-    _check_header(state, path, kind)
-    return _decode(state)
+    _check_format(state, path)
+    state = _decode(state)
+    held = _kind_of(state)
+    if held in _ENTRIES:
+        _check_holds(state, held, path)
+        state = _migrated(state, path)
+    elif state["format"] == 1:
+        raise _format_one(path, "it holds neither a population nor a member")
+    _check_kind(state, path, kind)
+    return state
 
 
 def _check_archive(path: Path) -> None:
@@ -175,22 +239,30 @@ def _step(snapshot: Path) -> int:
     return int(number) if number.isdigit() else -1
 
 
-def _check_header(state: Any, path: Path, kind: str | tuple[str, ...] | None) -> None:
+def _check_format(state: Any, path: Path) -> None:
     if not isinstance(state, dict) or "format" not in state:
         raise TrainingError(f"{path} is not an agile checkpoint")
-    if state["format"] != FORMAT_VERSION:
+    found = state["format"]
+    if found not in READ_FORMATS or isinstance(found, bool):
         raise _unreadable_format(state, path)
+
+
+def _check_kind(state: dict[str, Any], path: Path, kind: str | tuple[str, ...] | None) -> None:
     if kind is None:
         return
     kinds = (kind,) if isinstance(kind, str) else kind
-    if len(kinds) == 1 and state.get("kind") in _LAYOUT and state.get("kind") != kinds[0]:
+    if len(kinds) == 1 and state.get("kind") in _ENTRIES and state.get("kind") != kinds[0]:
         what = "one member (an elite)" if state.get("kind") == MEMBER else "a whole population"
         raise TrainingError(f"{path} holds {what}, not a {kinds[0]} checkpoint")
     if state.get("kind") not in kinds:
         raise TrainingError(
             f"{path} is not an agile checkpoint (unknown kind {state.get('kind')!r})"
         )
-    layout = _LAYOUT[state["kind"]]
+
+
+def _check_holds(state: dict[str, Any], kind: str, path: Path) -> None:
+    """The entries ``kind`` holds in every layout are there, of their types."""
+    layout = _ENTRIES[kind]
     wrong = [key for key, types in layout.items() if not isinstance(state.get(key), types)]
     if wrong:
         raise TrainingError(f"{path} is not an agile checkpoint (no valid {', '.join(wrong)})")
@@ -198,22 +270,181 @@ def _check_header(state: Any, path: Path, kind: str | tuple[str, ...] | None) ->
 
 def _unreadable_format(state: dict[str, Any], path: Path) -> TrainingError:
     """Why a checkpoint of another format is refused, and what to do: a newer one names the
-    agile that wrote it and how to upgrade; an older one, how to go on."""
+    agile that wrote it and how to upgrade; any other, how to go on."""
     from agile_cli import __version__
 
     found, writer = state["format"], printable(str(state.get("agile_version", "unknown")))
     said = f"{path} has checkpoint format {printable(repr(found))}"
     if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
         return TrainingError(
-            f"{said}, written by agile {writer}; this agile ({__version__}) reads format "
-            f"{FORMAT_VERSION}",
+            f"{said}, written by agile {writer}; this agile ({__version__}) reads formats up "
+            f"to {FORMAT_VERSION}",
             f"upgrade agile to {writer} or later (pip install -U agile-cli, or git pull and "
             "pip install -e . in a clone), then run the command again",
         )
     return TrainingError(
-        f"{said}; this agile ({__version__}) reads format {FORMAT_VERSION}",
+        f"{said}, which no agile wrote; this agile ({__version__}) reads formats up to "
+        f"{FORMAT_VERSION}",
         "train the run again with this version of agile",
     )
+
+
+def _format_one(path: Path, reason: str) -> TrainingError:
+    """The refusal of a format 1 file that cannot be brought to the current layout."""
+    oldest = LAYOUTS[0]
+    return TrainingError(
+        f"{path} has checkpoint format 1 (written by agile at commits {oldest.first} to "
+        f"{oldest.last}), and this agile cannot read it: {reason}",
+        f"train the run again with this version of agile, or read it with agile checked out at "
+        f"commit {oldest.last}",
+    )
+
+
+#: The pickle opcodes that push a string or an integer, which :func:`_says_format_one` reads.
+_VALUE_OPCODES = frozenset(
+    {"BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE", "BININT", "BININT1", "BININT2",
+     "INT", "LONG1"}
+)  # fmt: skip
+
+
+def _says_format_one(path: Path) -> bool:
+    """Whether the pickle in ``path`` opens with ``{"format": 1``: read opcode by opcode, so
+    that nothing it names is built or run."""
+    with zipfile.ZipFile(path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
+        data = archive.read(name) if name is not None else b""
+    values: list[Any] = []
+    try:
+        for opcode, argument, _ in pickletools.genops(data):
+            if opcode.name in _VALUE_OPCODES:
+                values.append(argument)
+            if len(values) == 2 or opcode.name in ("GLOBAL", "STACK_GLOBAL", "STOP"):
+                break
+    except ValueError:  # not a pickle
+        return False
+    return values == ["format", 1]
+
+
+# -- layouts and the steps between them --------------------------------------------------------
+
+
+def layout_of(state: Mapping[str, Any]) -> int:
+    """The number of the layout ``state`` (decoded, of a known kind) has: its format, or for
+    format 2 the newest layout whose mark it bears (see :data:`LAYOUTS`). A member file holds
+    none of the population's entries, so one of layouts 3 to 6 reads as 3: the steps between
+    them change population files only."""
+    if state["format"] != 2:
+        return int(state["format"])
+    saved = [member.get("record") for member in _saved_members(state)]
+    records = [record for record in saved if isinstance(record, dict)]
+    options = state.get("run_options")
+    marks = (
+        (8, bool(records) and all("lineage" in record for record in records)),
+        (7, "run_seed" in state),
+        (6, isinstance(options, dict) and "threads" in options),
+        (5, "run_options" in state),
+        (4, "selection" in state),
+        (3, "code_seal" in state),
+    )
+    return next((number for number, marked in marks if marked), 2)
+
+
+def migrate(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (decoded, of a known kind, with its kind's entries) in the current layout,
+    brought there one step at a time from the layout :func:`layout_of` finds."""
+    for number in range(layout_of(state), CURRENT_LAYOUT):
+        _STEPS[number](state)
+    state["format"] = FORMAT_VERSION
+    return state
+
+
+def _migrated(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """:func:`migrate`, refusing a file whose entries are not as the agile of its layout wrote
+    them (a crafted or damaged file)."""
+    number = layout_of(state)
+    try:
+        return migrate(state)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise TrainingError(
+            f"{path} is not an agile checkpoint (its entries are not those of layout {number})"
+        ) from None
+
+
+def _from_1(state: dict[str, Any]) -> None:
+    """Say what the file holds and where it was trained; its spaces were not recorded (None:
+    :func:`~agile_cli.training.resume.check_compatible` leaves them to the weights' shapes)."""
+    state["kind"] = _kind_of(state)
+    environment = state["manifest"].get("environment")
+    state["environment"] = environment.get("name") if isinstance(environment, dict) else None
+    state["spaces"] = None
+    state.setdefault("agile_version", "0.1.0")  # the version of every agile of format 1
+
+
+def _from_2(state: dict[str, Any]) -> None:
+    """No seal: code the run names is imported only with --trust-code, as for any file that
+    this user's agile did not seal."""
+    state["code_seal"] = None
+
+
+def _from_3(state: dict[str, Any]) -> None:
+    """The selection strategy's state, which was only its next member index."""
+    if state["kind"] == POPULATION:
+        state["selection"] = {"next_index": int(state.pop("next_index", 0))}
+
+
+def _from_4(state: dict[str, Any]) -> None:
+    """Run options a resume keeps: whether the buffer was saved shows in the file; the others
+    were not recorded (None: a resume takes them from its command line, as it did)."""
+    if state["kind"] == POPULATION:
+        saved_buffer = state.get("buffer") is not None
+        state["run_options"] = {
+            "checkpoint_steps": None, "checkpoint_buffer": saved_buffer, "per_member": None
+        }  # fmt: skip
+        state["state"].setdefault("reported", [])
+
+
+def _from_5(state: dict[str, Any]) -> None:
+    """``--threads``, not recorded (None: a resume takes it from its command line)."""
+    if state["kind"] == POPULATION:
+        state["run_options"].setdefault("threads", None)
+
+
+def _from_6(state: dict[str, Any]) -> None:
+    """The run's seed: a population's counters hold it; for a member, the seed such a run
+    takes without ``--seed`` (``mutation.rand_seed``, or 0), which agile evaluate assumed."""
+    if state["kind"] == POPULATION:
+        state["run_seed"] = state["state"].get("seed", 0)
+        return
+    mutation = state["manifest"].get("mutation")
+    seed = mutation.get("rand_seed") if isinstance(mutation, dict) else None
+    state["run_seed"] = seed if isinstance(seed, int) else 0
+
+
+def _from_7(state: dict[str, Any]) -> None:
+    """An empty lineage: the generations before were not recorded."""
+    for saved in _saved_members(state):
+        if isinstance(saved.get("record"), dict):
+            saved["record"].setdefault("lineage", [])
+
+
+_STEPS: dict[int, Callable[[dict[str, Any]], None]] = {
+    1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6, 7: _from_7,
+}  # fmt: skip
+
+
+def _kind_of(state: Mapping[str, Any]) -> str | None:
+    """What the file holds: as it says, or for format 1 (which did not say) by its entries."""
+    if state["format"] != 1:
+        return state.get("kind")
+    if "members" in state:
+        return POPULATION
+    return MEMBER if "member" in state else None
+
+
+def _saved_members(state: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The saved members of a file: a population's and its elite, or the one of a member file."""
+    saved = [*state.get("members", []), state.get("elite"), state.get("member")]
+    yield from (member for member in saved if isinstance(member, dict))
 
 
 def _encode(value: Any, where: str) -> Any:

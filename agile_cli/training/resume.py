@@ -29,7 +29,8 @@ def check_compatible(
     """Refuse a checkpoint of another algorithm, environment or observation/action spaces.
 
     :param spaces: the run's spaces as :func:`~agile_cli.training.setup.describe_spaces` gives
-        (None: not compared).
+        (None: not compared). A checkpoint that recorded none (format 1) is not compared
+        either: its members' weights, which must fit the networks built, say whether it fits.
     """
     problems = []
     if state.get("algorithm") != manifest.algorithm_name:
@@ -38,9 +39,9 @@ def check_compatible(
     if state.get("environment") != manifest.environment.name:
         problems.append(f"environment {state.get('environment')!r}, the run's is "
                         f"{manifest.environment.name!r}")  # fmt: skip
-    saved_spaces = state.get("spaces") or {}
+    saved_spaces = state.get("spaces")
     for name, space in (spaces or {}).items():
-        if saved_spaces.get(name) != space:
+        if saved_spaces is not None and saved_spaces.get(name) != space:
             problems.append(f"{name} {saved_spaces.get(name)}, the environment's is {space}")
     if problems:
         raise TrainingError(
