@@ -22,7 +22,8 @@ environment: {name: CartPole-v1, num_envs: 2}
 training: {max_steps: 192, evo_steps: 64, pop_size: 3}
 network: {latent_dim: 16, encoder_config: {hidden_size: [16]}, head_config: {hidden_size: [16]}}
 mutation:
-  probabilities: {no_mut: 0.1, arch_mut: 0.5, new_layer: 0.2, params_mut: 0.0, act_mut: 0.0, rl_hp_mut: 0.4}
+  probabilities:
+    {no_mut: 0.1, arch_mut: 0.5, new_layer: 0.2, params_mut: 0.0, act_mut: 0.0, rl_hp_mut: 0.4}
   rand_seed: 3
 tournament_selection: {tournament_size: 2, elitism: true}
 """
@@ -120,10 +121,14 @@ def test_training_a_recipe_follows_its_schedule(run: Run, trained: Path, tmp_pat
     [
         (lambda m: m["training"].update(pop_size=2), "training.pop_size"),
         (lambda m: m.update(mutation={}), "mutation"),
-        (lambda m: m["recipe"]["schedule"][0]["hyperparameters"].update(lrr=1.0),
-         "recipe.schedule[0].hyperparameters.lrr"),  # fmt: skip
-        (lambda m: m["recipe"]["schedule"][1].update(generation=5),
-         "recipe.schedule[1].generation"),  # fmt: skip
+        (
+            lambda m: m["recipe"]["schedule"][0]["hyperparameters"].update(lrr=1.0),
+            "recipe.schedule[0].hyperparameters.lrr",
+        ),
+        (
+            lambda m: m["recipe"]["schedule"][1].update(generation=5),
+            "recipe.schedule[1].generation",
+        ),
     ],
 )
 def test_a_recipe_that_cannot_replay_is_refused_by_field(
@@ -160,3 +165,15 @@ def test_an_architecture_the_member_cannot_take_fails_the_run_by_field(
     assert result.exit_code == 1, result.output
     assert "recipe.schedule[1].architecture: not an architecture of DQN" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_lineage_recorded_only_after_a_resume_is_refused_with_the_reason(
+    run: Run, trained: Path, tmp_path: Path
+) -> None:
+    state = checkpoint.load(trained / "elite.pt")
+    state["member"]["record"]["lineage"] = state["member"]["record"]["lineage"][1:]
+    checkpoint.save_atomically(state, tmp_path / "elite.pt")
+    result = run("recipe", str(tmp_path / "elite.pt"))
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "starts at generation 2: the generations before were trained by an agile" in said

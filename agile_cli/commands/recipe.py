@@ -34,6 +34,14 @@ def run_recipe(registry: Registry, source: Path, member: int | None, out: Path |
             f"member {state['index']} in {path} has no lineage recorded",
             "runs record one since agile recorded lineages; train the run again to get a recipe",
         )
+    if lineage[0]["generation"] != 1:
+        raise UsageError(
+            f"member {state['index']}'s lineage in {path} starts at generation "
+            f"{lineage[0]['generation']}: the generations before were trained by an agile that "
+            "recorded no lineage",
+            "a recipe replays a lineage from its first generation; train the run again to get "
+            "one (docs/checkpoints.md)",
+        )
     manifest = _recipe_manifest(path.parent, state, lineage)
     TrainingManifest.get_validated(manifest, registry=registry)  # trainable as written
     target = out or path.parent / "recipe.yaml"
