@@ -270,3 +270,40 @@ def test_a_malformed_replay_section_is_a_note(tmp_path: Path, section: Any, note
                             "generation both have"]  # fmt: skip
     else:
         assert compared == []
+
+
+# -- the elite scored again at a run's end ---------------------------------------------------------
+
+
+def _with_elite(folder: Path, seed: int, elite: Any) -> Path:
+    run = _seed(folder, [10, 20, 30], seed)
+    summary = (
+        json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    )
+    (run / "summary.json").write_text(json.dumps({**summary, "seed": seed, "elite": elite}))
+    return run
+
+
+ELITE = {"member": 1, "score": 25.5, "low": 21.0, "high": 29.25, "episodes": 30,
+         "training_rank": 2, "training_fitness": 10.0}  # fmt: skip
+
+
+def test_the_elite_scored_again_is_shown_per_run_and_over_the_seeds(tmp_path: Path) -> None:
+    runs = [_with_elite(tmp_path / f"s{n}", n, {**ELITE, "score": score})
+            for n, score in enumerate([25.5, 12.0, 30.0], start=1)]  # fmt: skip
+    lines = _invoke("report", *map(str, runs)).output.splitlines()
+    assert ("  elite, scored again: member 1, 25.5 (95% interval 21 to 29.25) on 30 fresh "
+            "episodes; 2nd by training fitness (10)") in lines  # fmt: skip
+    over = [
+        line for line in lines if line.startswith("  the elites scored again:")
+    ]  # 3 seeds: none cut
+    assert over and over[0].startswith("  the elites scored again: interquartile mean 22.5,")
+
+
+@pytest.mark.parametrize(
+    "elite", ["member 3", {**ELITE, "score": "high"}, {**ELITE, "member": True}]
+)
+def test_an_elite_not_as_agile_writes_it_is_left_out(tmp_path: Path, elite: Any) -> None:
+    shown = _invoke("report", str(_with_elite(tmp_path / "s1", 1, elite)))
+    assert shown.exit_code == 0, shown.output
+    assert "scored again" not in shown.output

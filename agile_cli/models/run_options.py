@@ -62,7 +62,7 @@ class LocalRunOptions(Spec):
         "generation's evaluation).",
     )
     elite_episodes: int = Field(
-        default=10,
+        default=30,
         ge=2,
         le=limits.EVALUATION_EPISODES,
         description="Fresh episodes each of those members plays (see --elite-top).",

@@ -14,7 +14,7 @@ import numpy as np
 from agile_cli.report.curves import bootstrap_interval, iqm, seeds_interval
 from agile_cli.report.events import lineage_events
 from agile_cli.report.replay import closeness_text
-from agile_cli.report.runs import Group, Run
+from agile_cli.report.runs import Group, Run, ScoredElite
 
 SPARKS = "▁▂▃▄▅▆▇█"
 #: A sparkline scale spans at least this fraction of the largest magnitude it shows, so that
@@ -77,14 +77,18 @@ def terminal_view(groups: list[Group]) -> list[str]:
             lines += ["", f"  final best over {len(group.runs)} seeds: mean {mean:.4g}, "
                       f"95% CI {low:.4g} to {high:.4g} (within the seeds' range)",
                       _iqm_line(finals)]  # fmt: skip
+            scored = [run.elite.score for run in group.runs if run.elite is not None]
+            if len(scored) == len(group.runs):
+                lines.append(_iqm_line(np.array(scored), "the elites scored again: "))
         lines.append("")
     return lines
 
 
-def _iqm_line(finals: np.ndarray) -> str:
-    """The seeds' interquartile mean of the final best and its bootstrap interval."""
+def _iqm_line(finals: np.ndarray, what: str = "") -> str:
+    """The seeds' interquartile mean of ``finals`` (the final best, unless ``what`` says
+    otherwise) and its bootstrap interval."""
     low, high = bootstrap_interval(finals)
-    return (f"  interquartile mean {iqm(finals):.4g}, 95% bootstrap CI {low:.4g} to "
+    return (f"  {what}interquartile mean {iqm(finals):.4g}, 95% bootstrap CI {low:.4g} to "
             f"{high:.4g} (seeds resampled)")  # fmt: skip
 
 
@@ -118,7 +122,28 @@ def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
     compared = closeness_text(run)
     if compared is not None:
         lines.append(f"  {compared}")
+    if run.elite is not None:
+        lines.append(f"  {elite_text(run.elite)}")
     return lines
+
+
+def elite_text(elite: ScoredElite) -> str:
+    """``elite, scored again: member 28, -27.65 (95% interval ...) on 30 fresh episodes; 2nd
+    by training fitness (-22.09)``."""
+    interval = (f" (95% interval {elite.low:.4g} to {elite.high:.4g})"
+                if elite.low is not None and elite.high is not None else "")  # fmt: skip
+    return (
+        f"elite, scored again: member {elite.member}, {elite.score:.4g}{interval} on "
+        f"{elite.episodes} fresh episodes; {_ordinal(elite.training_rank)} by training fitness "
+        f"({elite.training_fitness:.4g})"
+    )
+
+
+def _ordinal(number: int) -> str:
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
+    return f"{number}{suffix}"
 
 
 @dataclass

@@ -78,6 +78,40 @@ class Generation:
 
 
 @dataclass
+class ScoredElite:
+    """The elite a run chose at its end by scoring its best members again (``summary.json``'s
+    ``elite``): its mean return on fresh episodes with the 95% interval, and its training rank."""
+
+    member: int
+    score: float
+    low: float | None
+    high: float | None
+    episodes: int
+    training_rank: int
+    training_fitness: float
+
+    @classmethod
+    def read(cls, summary: dict[str, Any]) -> ScoredElite | None:
+        """The summary's elite, or None where it has none or it is not as agile writes it."""
+        elite = summary.get("elite")
+        if not isinstance(elite, dict):
+            return None
+        numbers = {name: elite.get(name) for name in ("score", "training_fitness")}
+        counts = {name: elite.get(name) for name in ("member", "episodes", "training_rank")}
+        bounds = [elite.get("low"), elite.get("high")]
+        if not all(_is_number(value) for value in numbers.values()) or not all(
+            isinstance(value, int) and not isinstance(value, bool) for value in counts.values()
+        ):
+            return None
+        low, high = bounds if all(_is_number(value) for value in bounds) else (None, None)
+        return cls(low=low, high=high, **numbers, **counts)  # type: ignore[arg-type]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
 class Run:
     """A run folder as the report sees it."""
 
@@ -92,6 +126,7 @@ class Run:
     unit: str = "steps"  # what its steps count ("env steps", "prompts"; older runs did not say)
     replay: Replay | None = None  # the recipe it retrained one member on, if it did
     notes: list[str] = field(default_factory=list)  # what could not be read, for the user
+    elite: ScoredElite | None = None  # its best members scored again at its end, if they were
 
     @property
     def name(self) -> str:
@@ -202,6 +237,7 @@ def load_run(path: Path) -> Run:
         unit=printable(unit) if isinstance(unit, str) and unit else "steps",
         replay=replay,
         notes=[note] if note else [],
+        elite=ScoredElite.read(summary),
     )
 
 
