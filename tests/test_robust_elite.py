@@ -136,3 +136,16 @@ def test_fresh_seeds_are_not_the_training_or_scoring_seeds() -> None:
     seed = reevaluation.evaluation_seed(1234)
     used = {reset_seed([Stub()], purpose) for purpose in ("train", "score")}  # type: ignore[list-item]
     assert seed not in used and seed == reevaluation.evaluation_seed(1234)
+
+
+def test_resume_keeps_the_elites_scoring_and_the_device_unless_given_again() -> None:
+    from agile_cli.models.run_options import LocalRunOptions
+    from agile_cli.training.trainer import _keep_run_options
+
+    saved = {"elite_top": 2, "elite_episodes": 5, "device": "cpu", "threads": 1}
+    kept, notes = _keep_run_options(saved, LocalRunOptions())
+    assert (kept.elite_top, kept.elite_episodes, kept.device, kept.threads) == (2, 5, "cpu", 1)
+    assert notes == []
+    again, notes = _keep_run_options(saved, LocalRunOptions(elite_episodes=40, device="auto"))
+    assert (again.elite_episodes, again.device, again.elite_top) == (40, "auto", 2)
+    assert "resuming with --elite-episodes 40 (the run started with 5)" in notes

@@ -449,14 +449,13 @@ def test_dataset_collect_never_replaces_a_file_unasked(run, finished, tmp_path) 
 
 
 def test_a_run_that_ran_out_of_data_says_so_on_resume(tmp_path) -> None:
-    from agile_cli import UsageError
-    from agile_cli.training.trainer import _refuse_finished
+    from agile_cli.training.trainer import _finished
 
     manifest = tiny_manifest("DQN")  # no target_score
     state = {"state": {"stopped_early": True, "steps_per_member": 64},
              "manifest": manifest.to_dict()}  # fmt: skip
-    with pytest.raises(UsageError, match="trained on all the data it may"):
-        _refuse_finished(state, manifest, tmp_path)
+    finished = _finished(state, manifest, tmp_path)
+    assert finished is not None and "trained on all the data it may" in str(finished)
 
 
 def test_every_start_and_resume_records_what_the_run_was_trained_with(tmp_path) -> None:

@@ -82,8 +82,9 @@ LAYOUTS = (
            "imports (older seals no longer verify: such a run needs --trust-code once)"),
     Layout(6, "ca832f6", "cad838b", "run_options.threads"),
     Layout(7, "318e335", "08d8322", "run_seed"),
-    Layout(8, "cd84227", None, "each member's record.lineage; says format 8 from the commit "
-           "after a2c2dcc on (format 2 before)"),
+    Layout(8, "cd84227", None, "each member's record.lineage; run_options.device, elite_top "
+           "and elite_episodes; says format 8 from the commit after a2c2dcc on (format 2 "
+           "before)"),
 )  # fmt: skip
 #: The layout this agile writes.
 CURRENT_LAYOUT = LAYOUTS[-1].number
@@ -421,10 +422,15 @@ def _from_6(state: dict[str, Any]) -> None:
 
 
 def _from_7(state: dict[str, Any]) -> None:
-    """An empty lineage: the generations before were not recorded."""
+    """An empty lineage: the generations before were not recorded. The device and the
+    elite's scoring were not kept either (None: a resume takes them from its command line,
+    as it did)."""
     for saved in _saved_members(state):
         if isinstance(saved.get("record"), dict):
             saved["record"].setdefault("lineage", [])
+    if state["kind"] == POPULATION:
+        for name in ("device", "elite_top", "elite_episodes"):
+            state["run_options"].setdefault(name, None)
 
 
 _STEPS: dict[int, Callable[[dict[str, Any]], None]] = {

@@ -41,7 +41,10 @@ TARGET_WINDOW = 3
 
 #: Run options that shape what the run writes or how it trains: a resumed run keeps them
 #: (``--resume`` may add to them, never silently drop them).
-RUN_SHAPING_OPTIONS = ("checkpoint_steps", "checkpoint_buffer", "per_member", "threads")
+RUN_SHAPING_OPTIONS = (
+    "checkpoint_steps", "checkpoint_buffer", "per_member", "threads", "device", "elite_top",
+    "elite_episodes",
+)  # fmt: skip
 
 
 @dataclass
@@ -174,15 +177,18 @@ class EvolutionLoop:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def run(self, *, fresh: bool = True) -> RunResult:
+    def run(self, *, fresh: bool = True, only_finish: bool = False) -> RunResult:
         """Train until the step budget is spent, the target is reached, or Ctrl-C.
 
         Checkpoints are taken at generation boundaries only (and once before the first
         generation): after Ctrl-C, the run resumes from the end of the last whole generation.
         However the run ends, the run folder's lock is given back.
+
+        :param only_finish: train no generation, only end the run (its last checkpoint was
+            taken, but it was killed before its elite and summary were written).
         """
         try:
-            return self._train(fresh)
+            return self._train(fresh, only_finish)
         except BaseException:
             if fresh and not self.folder.started():  # nothing to resume: leave nothing behind
                 self.folder.discard()
@@ -190,7 +196,7 @@ class EvolutionLoop:
         finally:
             self.folder.unlock()
 
-    def _train(self, fresh: bool) -> RunResult:
+    def _train(self, fresh: bool, only_finish: bool = False) -> RunResult:
         training = self.manifest.training
         total = training.max_steps * len(self.population)
         self.reporter.start(
@@ -209,7 +215,7 @@ class EvolutionLoop:
                 if self.mutator is not None:
                     self.mutator.mutate(self.population, pre_training=True)
                 self._save_checkpoint()
-            while self.state.steps_per_member < training.max_steps:
+            while not only_finish and self.state.steps_per_member < training.max_steps:
                 if self._generation():
                     break
         except KeyboardInterrupt:
@@ -449,10 +455,11 @@ class EvolutionLoop:
         if snapshot:
             self.state.snapshots = self.state.steps_per_member // every
         state = self.checkpoint_state()
-        checkpoint.save_atomically(state, self.folder.latest)
         if snapshot and not self.manifest.training.overwrite_checkpoints:
+            # before latest.pt, which counts it taken: a kill between the two keeps both
             name = f"step_{self.state.steps_per_member}.pt"
             checkpoint.save_atomically(state, self.folder.checkpoints / name)
+        checkpoint.save_atomically(state, self.folder.latest)
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint made by :meth:`checkpoint_state`.

@@ -195,7 +195,9 @@ def _resume(
     check_compatible(state, manifest)
     manifest, notes = checked_manifest(state, manifest, folder.latest, trusted=options.trust_code)
     with explain_mismatch():
-        _refuse_finished(state, manifest, run_dir)
+        finished = _finished(state, manifest, run_dir)
+        if finished is not None and folder.summary.is_file():
+            raise finished
         options = options.model_copy(update={"seed": int(state["state"]["seed"])})
         options, kept = _keep_run_options(state.get("run_options") or {}, options)
         notes += kept
@@ -209,7 +211,9 @@ def _resume(
     folder.record_command()
     for note in notes:
         reporter.note(note)
-    return loop.run(fresh=False)
+    if finished is not None:  # killed after its last checkpoint, before its end: end it
+        reporter.note("the run trained to its end; finishing it (elite and summary)")
+    return loop.run(fresh=False, only_finish=finished is not None)
 
 
 def _keep_run_options(
@@ -222,7 +226,7 @@ def _keep_run_options(
     for name in RUN_SHAPING_OPTIONS:
         given, before = getattr(options, name), saved.get(name)
         flag = "--" + name.replace("_", "-")
-        if given in (None, False):
+        if name not in options.model_fields_set:  # not given again: the run's own
             kept[name] = before if before is not None else given
         elif given != before:
             value = "" if isinstance(given, bool) else f" {given}"
@@ -241,22 +245,26 @@ def _refuse_fresh_run_options(options: LocalRunOptions) -> None:
         )
 
 
-def _refuse_finished(state: dict[str, Any], manifest: TrainingManifest, run_dir: Path) -> None:
+def _finished(
+    state: dict[str, Any], manifest: TrainingManifest, run_dir: Path
+) -> UsageError | None:
+    """Why the run of ``state`` has nothing left to train (None: it has)."""
     counters, training = state["state"], manifest.training
     saved_target = state["manifest"].get("training", {}).get("target_score")
     if counters["stopped_early"] and saved_target is None:
-        raise UsageError(
+        return UsageError(
             f"{run_dir} has finished: every member had trained on all the data it may",
             "start a new run, with more data or a larger training.max_steps",
         )
     if counters["stopped_early"] and training.target_score == saved_target:
-        raise UsageError(
+        return UsageError(
             f"{run_dir} has finished: it reached its training.target_score {saved_target:g}",
             f"to train on, raise training.target_score in {run_dir / 'manifest.yaml'} and resume",
         )
     if counters["steps_per_member"] >= training.max_steps:
-        raise UsageError(
+        return UsageError(
             f"{run_dir} has finished: it trained {counters['steps_per_member']:,} steps per "
             f"member of its training.max_steps {training.max_steps:,}",
             f"to train longer, raise training.max_steps in {run_dir / 'manifest.yaml'} and resume",
         )
+    return None
