@@ -268,10 +268,12 @@ def test_a_group_learns_what_each_member_learns_alone(algorithm) -> None:
                 own = member.learn(buffer.sample(int(member.spec.batch_size), member.generator))
                 assert own.loss == pytest.approx(loss, rel=1e-5)
     learner.group.write_back()
+    # float32 sums in another order (a stacked matmul against a member's own): 2.1e-6 apart
+    # after five Adam steps on an AMD EPYC (AVX2), under 1e-6 on the machines before
     for together, single in zip(stacked, alone, strict=True):
         for a, b in zip(together.networks["q"].parameters(), single.networks["q"].parameters(),
                         strict=True):  # fmt: skip
-            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (a - b).abs().max()
 
 
 def test_members_play_in_lockstep_and_learn_as_a_group(tmp_path) -> None:
