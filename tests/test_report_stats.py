@@ -307,3 +307,15 @@ def test_an_elite_not_as_agile_writes_it_is_left_out(tmp_path: Path, elite: Any)
     shown = _invoke("report", str(_with_elite(tmp_path / "s1", 1, elite)))
     assert shown.exit_code == 0, shown.output
     assert "scored again" not in shown.output
+
+
+def test_the_iqm_figure_marks_the_elites_scored_again_at_the_end(tmp_path: Path) -> None:
+    runs = [_with_elite(tmp_path / f"s{n}", n, {**ELITE, "score": score})
+            for n, score in enumerate([25.5, 12.0, 30.0, 28.0], start=1)]  # fmt: skip
+    figure = figures.iqm_figure(_groups(*runs))
+    assert figure is not None
+    (marks,) = figure.axes[0].containers  # one errorbar: the elites' IQM and interval
+    x, y = marks.lines[0].get_data()
+    assert list(x) == [3 * STEPS] and list(y) == [iqm(np.array([25.5, 12.0, 30.0, 28.0]))]
+    without = figures.iqm_figure(_groups(*(_seed(tmp_path / f"p{n}", [1, 2], n) for n in (1, 2))))
+    assert without is not None and not without.axes[0].containers

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agile_cli.errors import AgileError
-from agile_cli.report.curves import Axis, group_curve, iqm_curve, trajectories
+from agile_cli.report.curves import (
+    Axis,
+    bootstrap_interval,
+    group_curve,
+    iqm,
+    iqm_curve,
+    trajectories,
+)
 from agile_cli.report.events import member_curves, run_events
 from agile_cli.report.replay import Replay, closeness_text, original_series, replay_series
 from agile_cli.report.runs import Group, Run
@@ -21,6 +28,8 @@ if TYPE_CHECKING:
     from matplotlib.collections import PathCollection
     from matplotlib.figure import Figure
 
+#: What the diamond at the end of a setup's IQM curve is.
+ELITES_MARK = "the elites scored again on fresh episodes at the end (IQM, 95% bootstrap CI)"
 #: Lineage charts drawn at most (one per run); the others are named under the last one.
 MAX_LINEAGES = 4
 #: What the band around a setup's mean best fitness is (see :func:`~.curves.group_curve`).
@@ -200,6 +209,9 @@ def iqm_figure(groups: list[Group]) -> Figure | None:
         else:
             labels[number] += ", one seed: its best fitness, no interval"
         handles.append(Line2D([], [], color=colour, linewidth=2, linestyle=style))
+        if _draw_scored_elites(axes, group, curve.x[-1], colour):
+            handles.append(Line2D([], [], color=colour, marker="D", linestyle=""))
+            labels.append(f"{labels[number]}: {ELITES_MARK}")
     target = next((g.target for g in groups if g.target is not None), None)
     if target is not None:
         axes.axhline(target, color="black", linestyle=":", linewidth=1)
@@ -213,6 +225,19 @@ def iqm_figure(groups: list[Group]) -> Figure | None:
     figure.legend(handles, labels, loc="outside lower center", ncols=1, fontsize=9,
                   frameon=False)  # fmt: skip
     return figure
+
+
+def _draw_scored_elites(axes: Axes, group: Group, x: float, colour: str) -> bool:
+    """Where every seed of ``group`` chose its elite by scoring its best members again, mark
+    the elites' interquartile mean at ``x`` with its bootstrap interval; whether it did."""
+    scores = [run.elite.score for run in group.runs if run.elite is not None]
+    if len(group.runs) < 2 or len(scores) != len(group.runs):
+        return False
+    centre = iqm(np.array(scores))
+    low, high = bootstrap_interval(np.array(scores))
+    axes.errorbar([x], [centre], yerr=[[centre - low], [high - centre]], color=colour,
+                  marker="D", capsize=4, linestyle="")  # fmt: skip
+    return True
 
 
 def replay_figure(runs: list[Run]) -> Figure | None:
