@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agile_cli.errors import AgileError
+from agile_cli.report.compare import closeness_text, replay_series
 from agile_cli.report.curves import (
     Axis,
     bootstrap_interval,
@@ -20,7 +21,7 @@ from agile_cli.report.curves import (
     trajectories,
 )
 from agile_cli.report.events import member_curves, run_events
-from agile_cli.report.replay import Replay, closeness_text, original_series, replay_series
+from agile_cli.report.replay import Replay, original_series
 from agile_cli.report.runs import Group, Run
 
 if TYPE_CHECKING:

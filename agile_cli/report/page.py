@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from agile_cli.report.compare import closeness_text
 from agile_cli.report.curves import bootstrap_interval, iqm, seeds_interval
 from agile_cli.report.events import lineage_events
-from agile_cli.report.replay import closeness_text
 from agile_cli.report.runs import Group, Run, ScoredElite
 
 SPARKS = "▁▂▃▄▅▆▇█"
