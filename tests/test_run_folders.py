@@ -354,6 +354,18 @@ def test_a_run_that_died_before_its_first_checkpoint_says_so(run, copy) -> None:
     assert "--overwrite" in result.output
 
 
+def test_the_way_to_start_again_keeps_the_runs_own_options(run, copy) -> None:
+    target = copy()
+    (target / "checkpoints" / "latest.pt").unlink()
+    (target / "command.txt").write_text("agile train m.yaml --seed 7 --checkpoint-buffer\n"
+                                        "agile train --resume run\n")  # fmt: skip
+    said = " ".join(run("train", "--resume", str(target)).output.split())
+    assert (
+        f"start it again: agile train m.yaml --seed 7 --checkpoint-buffer --run-dir {target}"
+        in said
+    )
+
+
 @pytest.mark.parametrize(
     ("source", "message"),
     [("ppo/checkpoints/latest.pt", "algorithm 'PPO', the run's is 'DQN'"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -187,8 +188,7 @@ def _resume(
     if not folder.latest.is_file():
         raise TrainingError(
             f"no generation of {run_dir} finished: it has no checkpoint to resume from",
-            f"start it again with agile train {folder.manifest} --run-dir {run_dir}"
-            + (" --overwrite" if folder.started() else ""),
+            "start it again: " + _start_again(folder),
         )
     state = checkpoint.load(folder.latest, kind=checkpoint.POPULATION)
     manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
@@ -214,6 +214,23 @@ def _resume(
     if finished is not None:  # killed after its last checkpoint, before its end: end it
         reporter.note("the run trained to its end; finishing it (elite and summary)")
     return loop.run(fresh=False, only_finish=finished is not None)
+
+
+def _start_again(folder: RunFolder) -> str:
+    """The command that starts ``folder``'s run again as it began (its ``command.txt``'s first
+    line, which has its seed and options), into the same folder."""
+    overwrite = " --overwrite" if folder.started() else ""
+    try:
+        first = (folder.path / "command.txt").read_text(encoding="utf-8").splitlines()[0]
+        words = shlex.split(first)
+    except (OSError, UnicodeDecodeError, IndexError, ValueError):
+        words = []
+    if len(words) < 3 or words[1] != "train" or "--resume" in words:
+        return f"agile train {folder.manifest} --run-dir {folder.path}{overwrite}"
+    words = [word for word in words if word != "--overwrite"]
+    if "--run-dir" not in words:
+        words += ["--run-dir", str(folder.path)]
+    return shlex.join(words) + overwrite
 
 
 def _keep_run_options(
