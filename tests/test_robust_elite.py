@@ -130,7 +130,7 @@ def test_fresh_seeds_are_not_the_training_or_scoring_seeds() -> None:
     class Stub:
         index, record = 0, MemberRecord()
 
-        class context:  # noqa: N801
+        class context:
             seed = 1234
 
     seed = reevaluation.evaluation_seed(1234)
