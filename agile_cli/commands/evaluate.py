@@ -104,7 +104,7 @@ def _score(agent: Member, manifest: TrainingManifest, registry: Registry,
     from agile_cli.training.evaluation import run_seed, score
 
     result = score(agent, manifest, registry, options.episodes, options.seed or 0,
-                   run_seed=lambda: run_seed(source, manifest))  # fmt: skip
+                   run_seed=lambda: run_seed(source))  # fmt: skip
     if result.returns is None:  # the paradigm's own score
         family = manifest.family
         how = f"({family})" if result.details else f"over {options.episodes} rounds ({family})"

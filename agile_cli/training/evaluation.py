@@ -100,17 +100,14 @@ def _built(
     return members
 
 
-def run_seed(path: Path, manifest: TrainingManifest) -> int:
-    """The seed of the run that saved ``path`` (a run folder, elite.pt or a checkpoint): as
-    its checkpoints record it, else (saved before they did) the seed such a run takes without
-    ``--seed``: ``mutation.rand_seed``, or 0."""
+def run_seed(path: Path) -> int:
+    """The seed of the run that saved ``path`` (a run folder, elite.pt or a checkpoint), as
+    its checkpoint records it (one saved before checkpoints did is given the seed such a run
+    takes without ``--seed`` when it is read: see :mod:`.checkpoint`)."""
     if path.is_dir():
         path = path / "elite.pt"
     state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
-    recorded = state.get("run_seed", (state.get("state") or {}).get("seed"))
-    if isinstance(recorded, int):
-        return recorded
-    return manifest.mutation.rand_seed if manifest.mutation is not None else 0
+    return int(state["run_seed"])
 
 
 def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[str, Any]:

@@ -473,8 +473,7 @@ class EvolutionLoop:
                 self.mutator.rng.bit_generator.state = state["mutation_rng"]
             self.selection_rng.bit_generator.state = state["selection_rng"]
             if self.selection is not None:
-                saved = state.get("selection") or {"next_index": state.get("next_index", 0)}
-                self.selection.load_state_dict(saved)
+                self.selection.load_state_dict(state["selection"])
             if self.buffer is not None and state["buffer"] is not None:
                 self.buffer.load_state_dict(state["buffer"])
             self.state = LoopState(**state["state"])

@@ -199,7 +199,7 @@ def _resume(
         if finished is not None and folder.summary.is_file():
             raise finished
         options = options.model_copy(update={"seed": int(state["state"]["seed"])})
-        options, kept = _keep_run_options(state.get("run_options") or {}, options)
+        options, kept = _keep_run_options(state["run_options"], options)
         notes += kept
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder, runner=runner)
