@@ -321,7 +321,7 @@ def _says_format_one(path: Path) -> bool:
                 values.append(argument)
             if len(values) == 2 or opcode.name in ("GLOBAL", "STACK_GLOBAL", "STOP"):
                 break
-    except ValueError:  # not a pickle
+    except Exception:  # not a pickle, or a damaged one: then not format 1
         return False
     return values == ["format", 1]
 
