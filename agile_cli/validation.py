@@ -349,15 +349,16 @@ def _recipe(
         if data.get(section) is not None:
             check.add(section, "a recipe replays its schedule instead of evolving",
                       f"remove the {section} section")  # fmt: skip
-    fields = entry.spec.model_fields if entry is not None else {}
+    if entry is None:
+        return recipe
+    mutable = set(entry.spec.mutable_hyperparameters)
     for position, step in enumerate(recipe.schedule):
         for name in step.hyperparameters:
-            if entry is not None and name not in fields:
+            if name not in mutable:
                 check.add(
                     f"recipe.schedule[{position}].hyperparameters.{name}",
-                    f"not a field of {entry.name}'s algorithm section",
-                    "a recipe sets the algorithm's hyperparameters; write it again with "
-                    "agile recipe RUN",
+                    f"not a hyperparameter {entry.name}'s members can change",
+                    "they can change: " + ", ".join(sorted(mutable)),
                 )
     return recipe
 
