@@ -46,3 +46,18 @@ def test_a_folder_without_a_run_is_refused_with_how_to_fix_it(tmp_path, run) -> 
     assert refused.exit_code == 2
     assert "is not a run folder (no manifest.yaml)" in refused.output
     assert "Traceback" not in refused.output
+
+
+def test_diff_sets_the_elites_scored_again_side_by_side(tmp_path, run) -> None:
+    a, b = _two_runs(tmp_path)
+    for folder, score in ((a, 12.5), (b, 30.0)):
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["elite"] = {"member": 3, "score": score, "low": score - 2, "high": score + 2,
+                            "episodes": 30, "candidates": [{"member": 3}]}  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps(summary))
+    lines = run("diff", str(a), str(b)).output.splitlines()
+    row = next(line for line in lines if line.strip().startswith("elite scored again"))
+    assert "12.5 (member 3; 95% interval 10.5 to 14.5)" in row and "30 (member 3;" in row
+    report = json.loads(run("diff", str(a), str(b), "--json").output)
+    assert [elite["score"] for elite in report["results"]["elite"]] == [12.5, 30.0]
+    assert "candidates" not in report["results"]["elite"][0]

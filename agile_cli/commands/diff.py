@@ -41,7 +41,10 @@ def run_diff(first: Path, second: Path, *, as_json: bool = False) -> int:
         "runs": [str(first), str(second)],
         "settings": changed(*(flat(run["manifest"]) for run in runs)),
         "provenance": changed(*(flat(_latest(run["provenance"])) for run in runs)),
-        "results": {key: [run["summary"].get(key) for run in runs] for key, _ in RESULTS},
+        "results": {
+            **{key: [run["summary"].get(key) for run in runs] for key, _ in RESULTS},
+            "elite": [_elite(run["summary"]) for run in runs],
+        },
     }
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
@@ -97,9 +100,32 @@ def _lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{section} ({source}): " + (f"{count} differ" if count else "the same"))
         lines += _table([(path, *values) for path, values in differences.items()])
     lines.append("results (summary.json):")
-    labels = dict(RESULTS)
-    lines += _table([(labels[key], *values) for key, values in report["results"].items()])
+    labels = {**dict(RESULTS), "elite": "elite scored again"}
+    results = {**report["results"], "elite": [_elite_text(e) for e in report["results"]["elite"]]}
+    lines += _table([(labels[key], *values) for key, values in results.items()])
     return lines
+
+
+def _elite(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The elite the run chose by scoring its best again (``summary.json``'s ``elite``),
+    without the other members it scored."""
+    elite = summary.get("elite")
+    if not isinstance(elite, dict):
+        return None
+    return {key: value for key, value in elite.items() if key != "candidates"}
+
+
+def _elite_text(elite: dict[str, Any] | None) -> str | None:
+    """``-27.65 (member 28; 95% interval -32.62 to -22.54)``."""
+    if elite is None:
+        return None
+    score, member = elite.get("score"), elite.get("member")
+    low, high = elite.get("low"), elite.get("high")
+    if not isinstance(score, int | float):
+        return None
+    bounded = isinstance(low, int | float) and isinstance(high, int | float)
+    interval = f"; 95% interval {low:.4g} to {high:.4g}" if bounded else ""
+    return f"{score:.4g} (member {member}{interval})"
 
 
 def _table(rows: list[tuple[str, Any, Any]]) -> list[str]:

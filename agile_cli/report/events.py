@@ -20,6 +20,7 @@ class Event:
     :param generation: its number in the metrics.
     :param member: the member's index.
     :param fitness: the member's fitness in that generation (where its curve is marked).
+    :param kind: ``cloned`` or ``mutated``.
     :param what: ``cloned from 3``, or the mutation's label.
     """
 
