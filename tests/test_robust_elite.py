@@ -126,12 +126,13 @@ def test_the_interval_brackets_the_mean_and_narrows_with_more_episodes() -> None
 
 def test_fresh_seeds_are_not_the_training_or_scoring_seeds() -> None:
     from agile_cli.runner import reset_seed
+    from agile_cli.training.setup import seeds
 
-    class Stub:
+    class Stub:  # a member of the run of seed 1234
         index, record = 0, MemberRecord()
 
         class context:
-            seed = 1234
+            seed = seeds(1234)["members"]
 
     seed = reevaluation.evaluation_seed(1234)
     used = {reset_seed([Stub()], purpose) for purpose in ("train", "score")}  # type: ignore[list-item]

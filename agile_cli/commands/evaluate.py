@@ -128,7 +128,7 @@ def _print_returns(who: str, returns: list[float]) -> None:
 def _score_top(registry: Registry, source: Path, options: EvaluateOptions) -> None:
     """Score the ``--top`` best members of a population checkpoint again on fresh episodes
     (by default on the seed the run's own end used: the same figures as its summary)."""
-    from agile_cli.training import reevaluation, setup
+    from agile_cli.training import reevaluation
     from agile_cli.training.evaluation import load_population
 
     members, manifest, counters = load_population(
@@ -141,7 +141,7 @@ def _score_top(registry: Registry, source: Path, options: EvaluateOptions) -> No
         )
     seed = options.seed
     if seed is None:
-        seed = reevaluation.evaluation_seed(setup.seeds(counters["seed"])["members"])
+        seed = reevaluation.evaluation_seed(counters["seed"])
     results = reevaluation.reevaluate(ranked, manifest, registry, options.episodes, seed)
     if not results:
         raise UsageError(

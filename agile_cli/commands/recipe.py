@@ -72,24 +72,15 @@ def _saved(source: Path, member: int | None) -> tuple[dict[str, Any], Path]:
     """The saved member (its ``state_dict``) and the file it came from: the run's elite, or a
     population checkpoint's member ``member``."""
     from agile_cli.training import checkpoint
+    from agile_cli.training.evaluation import member_state
 
     if source.is_dir():
         source = source / ("elite.pt" if member is None else "checkpoints/latest.pt")
     state = checkpoint.load(source, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
-    if "member" in state:
-        if member is not None and state["member"]["index"] != member:
-            raise UsageError(
-                f"{source} holds member {state['member']['index']} only",
-                f"give the run folder (or a checkpoint) with --member {member}",
-            )
-        return state["member"] | {"manifest": state["manifest"]}, source
-    saved = {held["index"]: held for held in state["members"]}
-    if member is None:
-        raise UsageError(f"{source} holds {len(saved)} members", "name one with --member N")
-    if member not in saved:
-        listing = ", ".join(map(str, sorted(saved)))
-        raise UsageError(f"no member {member} in {source}", f"members: {listing}")
-    return saved[member] | {"manifest": state["manifest"]}, source
+    if "members" in state and member is None:
+        count = len(state["members"])
+        raise UsageError(f"{source} holds {count} members", "name one with --member N")
+    return member_state(state, member, source) | {"manifest": state["manifest"]}, source
 
 
 def _recipe_manifest(

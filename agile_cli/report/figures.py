@@ -231,11 +231,11 @@ def iqm_figure(groups: list[Group]) -> Figure | None:
 def _draw_scored_elites(axes: Axes, group: Group, x: float, colour: str) -> bool:
     """Where every seed of ``group`` chose its elite by scoring its best members again, mark
     the elites' interquartile mean at ``x`` with its bootstrap interval; whether it did."""
-    scores = [run.elite.score for run in group.runs if run.elite is not None]
-    if len(group.runs) < 2 or len(scores) != len(group.runs):
+    scores = group.scored_elites()
+    if scores is None:
         return False
-    centre = iqm(np.array(scores))
-    low, high = bootstrap_interval(np.array(scores))
+    centre = iqm(scores)
+    low, high = bootstrap_interval(scores)
     axes.errorbar([x], [centre], yerr=[[centre - low], [high - centre]], color=colour,
                   marker="D", capsize=4, linestyle="")  # fmt: skip
     return True

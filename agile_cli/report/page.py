@@ -15,6 +15,7 @@ from agile_cli.report.compare import closeness_text
 from agile_cli.report.curves import bootstrap_interval, iqm, seeds_interval
 from agile_cli.report.events import lineage_events
 from agile_cli.report.runs import Group, Run, ScoredElite
+from agile_cli.training.reevaluation import ordinal
 
 SPARKS = "▁▂▃▄▅▆▇█"
 #: A sparkline scale spans at least this fraction of the largest magnitude it shows, so that
@@ -77,9 +78,9 @@ def terminal_view(groups: list[Group]) -> list[str]:
             lines += ["", f"  final best over {len(group.runs)} seeds: mean {mean:.4g}, "
                       f"95% CI {low:.4g} to {high:.4g} (within the seeds' range)",
                       _iqm_line(finals)]  # fmt: skip
-            scored = [run.elite.score for run in group.runs if run.elite is not None]
-            if len(scored) == len(group.runs):
-                lines.append(_iqm_line(np.array(scored), "the elites scored again: "))
+            scored = group.scored_elites()
+            if scored is not None:
+                lines.append(_iqm_line(scored, "the elites scored again: "))
         lines.append("")
     return lines
 
@@ -134,16 +135,9 @@ def elite_text(elite: ScoredElite) -> str:
                 if elite.low is not None and elite.high is not None else "")  # fmt: skip
     return (
         f"elite, scored again: member {elite.member}, {elite.score:.4g}{interval} on "
-        f"{elite.episodes} fresh episodes; {_ordinal(elite.training_rank)} by training fitness "
+        f"{elite.episodes} fresh episodes; {ordinal(elite.training_rank)} by training fitness "
         f"({elite.training_fitness:.4g})"
     )
-
-
-def _ordinal(number: int) -> str:
-    suffix = (
-        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
-    )
-    return f"{number}{suffix}"
 
 
 @dataclass

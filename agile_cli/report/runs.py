@@ -187,6 +187,14 @@ class Group:
     def target(self) -> float | None:
         return self.runs[0].target
 
+    def scored_elites(self) -> np.ndarray | None:
+        """Each seed's elite scored again at its end, where there are several seeds and every
+        one has it (None otherwise)."""
+        scores = [run.elite.score for run in self.runs if run.elite is not None]
+        if len(self.runs) < 2 or len(scores) != len(self.runs):
+            return None
+        return np.array(scores)
+
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
     """Run folders named by ``paths``: each a run folder, or a folder holding run folders.

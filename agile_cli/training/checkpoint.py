@@ -71,8 +71,8 @@ class Layout:
 
 #: Every layout agile wrote, oldest first (all by agile 0.1.0: nothing was released yet).
 LAYOUTS = (
-    Layout(1, "5afd89c", "ae6d448", "format 1: read back by unpickling whatever it named "
-           "(weights_only=False); no kind, environment, spaces or agile_version"),
+    Layout(1, "5afd89c", "ae6d448", "format 1: read back by torch's full unpickler, which "
+           "builds whatever a file names; no kind, environment, spaces or agile_version"),
     Layout(2, "b5978ad", "b5978ad", "format 2: plain data and tensors only; kind, environment, "
            "spaces and agile_version"),
     Layout(3, "f103a6b", "9272645", "code_seal: the run's code, sealed by the user's key"),
@@ -350,10 +350,11 @@ def layout_of(state: Mapping[str, Any]) -> int:
     return next((number for number, marked in marks if marked), 2)
 
 
-def migrate(state: dict[str, Any]) -> dict[str, Any]:
+def migrate(state: dict[str, Any], layout: int | None = None) -> dict[str, Any]:
     """``state`` (decoded, of a known kind, with its kind's entries) in the current layout,
-    brought there one step at a time from the layout :func:`layout_of` finds."""
-    for number in range(layout_of(state), CURRENT_LAYOUT):
+    brought there one step at a time from ``layout`` (None: the one :func:`layout_of`
+    finds)."""
+    for number in range(layout_of(state) if layout is None else layout, CURRENT_LAYOUT):
         _STEPS[number](state)
     state["format"] = FORMAT_VERSION
     return state
@@ -364,7 +365,7 @@ def _migrated(state: dict[str, Any], path: Path) -> dict[str, Any]:
     them (a crafted or damaged file)."""
     number = layout_of(state)
     try:
-        return migrate(state)
+        return migrate(state, number)
     except (AttributeError, KeyError, TypeError, ValueError):
         raise TrainingError(
             f"{path} is not an agile checkpoint (its entries are not those of layout {number})"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ def load_agent(
     state = checkpoint.load(path, kind=(checkpoint.POPULATION, checkpoint.MEMBER))
     manifest = _trusted_manifest(state, path, registry, trust_code)
     with explain_mismatch():
-        saved = _member_state(state, member, path)
+        saved = member_state(state, member, path)
     return _built(state, manifest, registry, [saved], device)[0], manifest
 
 
@@ -110,7 +110,12 @@ def run_seed(path: Path) -> int:
     return int(state["run_seed"])
 
 
-def _member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[str, Any]:
+def member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[str, Any]:
+    """The saved member of checkpoint ``state`` (read from ``path``): a member file's one,
+    else member ``member`` of the population (None: the best by its latest fitness).
+
+    :raises UsageError: no such member, naming where it is or which members there are.
+    """
     if "member" in state:
         if member is not None and state["member"]["index"] != member:
             raise _only_one_member(path, state["member"]["index"], member)
@@ -163,7 +168,7 @@ class Evaluation:
 
 def score(
     agent: Member, manifest: TrainingManifest, registry: Registry, episodes: int, seed: int,
-    *, run_seed: Callable[[], int] | None = None, own_way: bool = True,
+    *, run_seed: Callable[[], int] | None = None,
 ) -> Evaluation:  # fmt: skip
     """Returns of ``episodes`` full episodes, acting without exploration; or, for a paradigm
     whose runner scores members its own way (bandits, language models), that score over
@@ -173,20 +178,12 @@ def score(
         needed): a paradigm that scores its own way then scores on the data that run held out
         (an LLM's held-out rows depend on the run's environment seed), not on a split drawn
         from ``seed``.
-    :param own_way: False: such a paradigm is not scored at all (an empty evaluation).
     """
-    updates = {
-        key: value
-        for key, value in (("num_envs", episodes), ("sync", True))
-        if key in type(manifest.environment).model_fields
-    }
-    spec = manifest.environment.model_copy(update=updates)
+    spec = _scoring_spec(manifest, episodes)
     env = setup.build_environment_from(spec, manifest, registry, seed)
     try:
         runner = setup.build_runner(manifest, env, None)  # scoring shares no experience
         returns = runner.episode_returns(agent, episodes, manifest.training.eval_steps, seed)
-        if returns is None and not own_way:
-            return Evaluation()
         if returns is None:  # the paradigm scores its own way
             if run_seed is not None:
                 env.close()
@@ -198,3 +195,34 @@ def score(
     finally:
         env.close()
     return Evaluation(returns=[float(value) for value in returns])
+
+
+def episode_returns(
+    agents: Sequence[Member], manifest: TrainingManifest, registry: Registry, episodes: int,
+    seed: int,
+) -> list[list[float]] | None:  # fmt: skip
+    """Each agent's returns of the same ``episodes`` greedy episodes from ``seed``, played in
+    one environment built once; None for a paradigm that plays no episodes (it scores its own
+    way)."""
+    env = setup.build_environment_from(_scoring_spec(manifest, episodes), manifest, registry, seed)
+    try:
+        runner = setup.build_runner(manifest, env, None)
+        found = []
+        for agent in agents:
+            returns = runner.episode_returns(agent, episodes, manifest.training.eval_steps, seed)
+            if returns is None:
+                return None
+            found.append([float(value) for value in returns])
+    finally:
+        env.close()
+    return found
+
+
+def _scoring_spec(manifest: TrainingManifest, episodes: int) -> Any:
+    """The environment section with one copy per episode, stepped in this process."""
+    updates = {
+        key: value
+        for key, value in (("num_envs", episodes), ("sync", True))
+        if key in type(manifest.environment).model_fields
+    }
+    return manifest.environment.model_copy(update=updates)

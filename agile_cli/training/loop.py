@@ -514,7 +514,12 @@ class EvolutionLoop:
             self._save_member(elite, self.folder.elite)
         summary = self._summary(best, interrupted)
         if scored:
-            summary["elite"] = self._elite_record(scored)
+            summary["elite"] = {
+                **scored[0].to_dict(),
+                "seed": reevaluation.evaluation_seed(self.state.seed),
+                "population": len(self.population),
+                "candidates": [result.to_dict() for result in scored],
+            }
         self.folder.write_summary(summary)
         self.reporter.finish(summary)
         with contextlib.suppress(Exception):  # workers already gone after Ctrl-C
@@ -539,17 +544,8 @@ class EvolutionLoop:
         episodes = self.options.elite_episodes
         self.reporter.phase(f"scoring the best {count} again on {episodes} fresh episodes each")
         ranked = reevaluation.top_members(self.population, count)
-        seed = reevaluation.evaluation_seed(self.seeds["members"])
+        seed = reevaluation.evaluation_seed(self.state.seed)
         return reevaluation.reevaluate(ranked, self.manifest, self.registry, episodes, seed)
-
-    def _elite_record(self, scored: list[Reevaluated]) -> dict[str, Any]:
-        """What ``summary.json`` says of the elite chosen by scoring the best again."""
-        return {
-            **scored[0].to_dict(),
-            "seed": reevaluation.evaluation_seed(self.seeds["members"]),
-            "population": len(self.population),
-            "candidates": [result.to_dict() for result in scored],
-        }
 
     def _summary(self, best: Member | None, interrupted: bool) -> dict[str, Any]:
         state = self.state

@@ -37,6 +37,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from agile_cli.errors import printable
+from agile_cli.training.reevaluation import ordinal
 
 #: From this console width on, the live bar shows the elapsed time and the generation table
 #: each member's network.
@@ -413,18 +414,10 @@ def _elite_lines(elite: dict[str, Any] | None) -> list[str]:
     return [
         f"  elite            member {elite['member']}: {elite['score']:.2f}{interval} on "
         f"{elite['episodes']} fresh episodes",
-        f"                   {_ordinal(elite['training_rank'])} of {elite['population']} by its "
+        f"                   {ordinal(elite['training_rank'])} of {elite['population']} by its "
         f"last training fitness ({elite['training_fitness']:.2f})"
         + (f"; also scored: {others}" if others else ""),
     ]
-
-
-def _ordinal(number: int) -> str:
-    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``."""
-    suffix = (
-        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
-    )
-    return f"{number}{suffix}"
 
 
 def next_steps(summary: dict[str, Any]) -> list[tuple[str, str]]:

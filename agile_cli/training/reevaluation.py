@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agile_cli.evolution.selection import last_fitness
-from agile_cli.host.registry import Registry
-from agile_cli.manifest import TrainingManifest
-from agile_cli.member import Member
+
+if TYPE_CHECKING:
+    from agile_cli.host.registry import Registry
+    from agile_cli.manifest import TrainingManifest
+    from agile_cli.member import Member
 
 #: Bootstrap resamples of an interval, drawn from a fixed seed: the same figures every time.
 RESAMPLES = 2000
@@ -52,9 +54,12 @@ class Reevaluated:
         return record
 
 
-def evaluation_seed(member_seed: int) -> int:
-    """The seed of the fresh evaluation episodes of a run whose members derive their
-    generators from ``member_seed`` (:attr:`~agile_cli.member.AgentContext.seed`)."""
+def evaluation_seed(run_seed: int) -> int:
+    """The seed of the fresh evaluation episodes of the run of seed ``run_seed``: drawn from
+    its members' seed (:attr:`~agile_cli.member.AgentContext.seed`) with a word of its own."""
+    from agile_cli.training.setup import seeds
+
+    member_seed = seeds(run_seed)["members"]
     return int(np.random.SeedSequence([member_seed, _REEVALUATION]).generate_state(1)[0])
 
 
@@ -91,21 +96,21 @@ def reevaluate(
     the same ones); best mean first, ties to the better training rank. Empty for a paradigm
     that plays no episodes (it scores its own way, e.g. on a language model's held-out rows,
     which fresh seeds do not change)."""
-    from agile_cli.training.evaluation import score
+    from agile_cli.training.evaluation import episode_returns
 
+    members = [member for _, member in ranked]
+    played = episode_returns(members, manifest, registry, episodes, seed)
+    if played is None:
+        return []
     results = []
-    for rank, member in ranked:
-        returns = score(member, manifest, registry, episodes, seed, own_way=False).returns
-        if returns is None:
-            return []
-        value = float(np.mean(returns))
+    for (rank, member), returns in zip(ranked, played, strict=True):
         interval = mean_interval(returns)
         results.append(
             Reevaluated(
                 member=member.index,
                 training_rank=rank,
                 training_fitness=last_fitness(member),
-                score=value,
+                score=float(np.mean(returns)),
                 low=interval[0] if interval else None,
                 high=interval[1] if interval else None,
                 returns=returns,
@@ -114,12 +119,8 @@ def reevaluate(
     return sorted(results, key=lambda r: (-r.score, r.training_rank))
 
 
-def describe(result: Reevaluated) -> str:
-    """``487.3 (95% interval 470.1 to 500.0, 10 episodes)``."""
-    if result.low is None or result.high is None:
-        count = len(result.returns)
-        return f"{result.score:.2f}" + (f" ({count} episode)" if count == 1 else "")
-    return (
-        f"{result.score:.2f} (95% interval {result.low:.2f} to {result.high:.2f}, "
-        f"{len(result.returns)} episodes)"
-    )
+def ordinal(number: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``: a training rank in words."""
+    teens = 10 <= number % 100 <= 20
+    suffix = "th" if teens else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"

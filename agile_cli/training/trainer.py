@@ -216,19 +216,23 @@ def _resume(
     return loop.run(fresh=False, only_finish=finished is not None)
 
 
+#: The most of command.txt's first line read back (a command line is far shorter).
+_COMMAND_LIMIT = 1 << 16
+
+
 def _start_again(folder: RunFolder) -> str:
     """The command that starts ``folder``'s run again as it began (its ``command.txt``'s first
     line, which has its seed and options), into the same folder."""
     overwrite = " --overwrite" if folder.started() else ""
     try:
-        first = (folder.path / "command.txt").read_text(encoding="utf-8").splitlines()[0]
-        words = shlex.split(first)
-    except (OSError, UnicodeDecodeError, IndexError, ValueError):
+        with (folder.path / "command.txt").open(encoding="utf-8") as stream:
+            words = shlex.split(stream.readline(_COMMAND_LIMIT))
+    except (OSError, UnicodeDecodeError, ValueError):
         words = []
     if len(words) < 3 or words[1] != "train" or "--resume" in words:
         return f"agile train {folder.manifest} --run-dir {folder.path}{overwrite}"
     words = [word for word in words if word != "--overwrite"]
-    if "--run-dir" not in words:
+    if not any(word == "--run-dir" or word.startswith("--run-dir=") for word in words):
         words += ["--run-dir", str(folder.path)]
     return shlex.join(words) + overwrite
 
