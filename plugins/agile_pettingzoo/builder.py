@@ -16,6 +16,7 @@ from typing import Any
 
 from agile_cli import EnvironmentBuilder, EnvironmentNotFoundError, MultiAgentVectorEnv
 from agile_cli.helpers import not_an_environment, resolve_reference, resolve_wrapper
+from agile_pettingzoo.mpe import MPEVectorEnv, world_for
 from agile_pettingzoo.spec import PettingZooEnvSpec
 from agile_pettingzoo.vector import SubprocessParallelVectorEnv, SyncParallelVectorEnv
 
@@ -38,11 +39,17 @@ class PettingZooBuilder(EnvironmentBuilder):
     def build(  # type: ignore[override]
         self, spec: PettingZooEnvSpec, *, seed: int | None = None
     ) -> MultiAgentVectorEnv:
-        """A vector of ``spec.num_envs`` copies, reset with ``seed``: in worker processes, or
-        in this process when ``sync`` is set or there is one copy."""
+        """A vector of ``spec.num_envs`` copies, reset with ``seed``: mpe2's speaker-listener
+        and simple spread as arrays (``vectorised``), others in worker processes, or in this
+        process when ``sync`` is set or there is one copy."""
         factory = self.make_factory(spec)
+        world = _vectorised(spec, factory)
         envs: MultiAgentVectorEnv
-        if spec.sync or spec.num_envs == 1:
+        if world is not None:
+            template = factory()
+            envs = MPEVectorEnv(world, template, spec.num_envs)
+            template.close()
+        elif spec.sync or spec.num_envs == 1:
             envs = SyncParallelVectorEnv(factory, spec.num_envs)
         else:
             envs = SubprocessParallelVectorEnv(factory, spec.num_envs)
@@ -88,6 +95,13 @@ class ParallelEnvFactory:
         for wrapper, kwargs in wrappers:
             env = wrapper(env, **kwargs)
         return env
+
+
+def _vectorised(spec: PettingZooEnvSpec, factory: ParallelEnvFactory) -> Any:
+    """The world maker that steps ``spec``'s copies as arrays, or None."""
+    if not spec.vectorised or spec.entrypoint or spec.wrappers:
+        return None
+    return world_for(factory.name, spec.config)
 
 
 def _moved(name: str) -> str:
