@@ -131,3 +131,8 @@ class EnvironmentNotFoundError(AgileError):
 
 class TrainingError(AgileError):
     """Training failed at run time."""
+
+
+class MembersLost(TrainingError):
+    """A runner lost members it held elsewhere (a remote worker died with them): the
+    evolutionary loop goes back to the run's last checkpoint and trains on from there."""

@@ -28,6 +28,7 @@ _LAZY = {
     "member_spaces": "agile_cli.training.setup:member_spaces",
     "MemberTrainer": "agile_cli.training.members:MemberTrainer",
     "MemberOutcome": "agile_cli.training.members:MemberOutcome",
+    "on_cpu": "agile_cli.training.members:on_cpu",
     "RunnerFactory": "agile_cli.training.members:RunnerFactory",
     "slot_sizes": "agile_cli.training.members:slot_sizes",
     "plugin_host": "agile_cli.cli:plugin_host",
@@ -41,7 +42,13 @@ if TYPE_CHECKING:
     from agile_cli.cli import plugin_host
     from agile_cli.evolution.selection import last_fitness
     from agile_cli.memory import available_memory, format_bytes
-    from agile_cli.training.members import MemberOutcome, MemberTrainer, RunnerFactory, slot_sizes
+    from agile_cli.training.members import (
+        MemberOutcome,
+        MemberTrainer,
+        RunnerFactory,
+        on_cpu,
+        slot_sizes,
+    )
     from agile_cli.training.setup import build_environment_from, member_spaces
     from agile_cli.training.trainer import resume_local, run_local
 
@@ -64,6 +71,7 @@ __all__ = [
     "located_error",
     "member_spaces",
     "not_an_environment",
+    "on_cpu",
     "plugin_host",
     "printable",
     "reset_seed",

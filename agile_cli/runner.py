@@ -127,7 +127,9 @@ class Runner(abc.ABC, Generic[A]):
         self, members: list[A], steps: int, progress: Progress
     ) -> list[GenerationStats]:
         """Train every member for about ``steps`` steps: one after the other with
-        :meth:`train` (a batched runner trains them together)."""
+        :meth:`train` (a batched runner trains them together). A runner whose members stay
+        where it trained them may replace ``members``' items by stand-ins that follow the
+        :class:`~agile_cli.Member` contract (the ``ray`` backend's do)."""
         return [self.train(member, steps, progress) for member in members]
 
     def evaluate_population(
@@ -135,6 +137,17 @@ class Runner(abc.ABC, Generic[A]):
     ) -> list[float]:
         """Every member's fitness: :meth:`evaluate` of each in turn."""
         return [float(self.evaluate(member, rounds, max_steps)) for member in members]
+
+    def state_dicts(self, members: list[A]) -> list[dict[str, Any]]:
+        """The members' states for the run's checkpoint: each one's ``state_dict()`` (a runner
+        whose members live elsewhere gathers them at once)."""
+        return [member.state_dict() for member in members]
+
+    def checkpoint_due(self, generation: int) -> bool:
+        """Whether the loop writes the run's checkpoint after ``generation`` (it always does
+        after the last one, and for ``--checkpoint-steps`` snapshots): every generation by
+        default; a runner whose members' states are costly to gather may say less often."""
+        return True
 
     def generation_metrics(self) -> dict[str, Any]:
         """What to add to the generation's line of ``metrics.jsonl`` about how the last

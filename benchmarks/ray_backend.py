@@ -8,6 +8,8 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
         configs/training/ppo/cartpole.yaml [--pop 8] [--seeds 1] [--max-steps N]
     python benchmarks/ray_backend.py sweep configs/training/dqn/cartpole.yaml \\
         [--pops 4 8 16] [--hidden 64 256 1024]
+    python benchmarks/ray_backend.py scale configs/training/dqn/cartpole.yaml \\
+        [--pops 16 64 256 1024] [--workers 16] [--evo-steps 64] [--checkpoint-every G]
     python benchmarks/ray_backend.py fault configs/training/dqn/cartpole.yaml [--pop 8]
 
 * ``compare``: for each manifest (population ``--pop``), the local backend and then the ray
@@ -21,6 +23,13 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
   member) of each population size and hidden width (``network`` of one hidden layer of that
   width in the encoder and the head, and that latent width), reporting the second
   generation's overhead and bytes: the data of the scaling model in the closing note.
+* ``scale``: a large cluster simulated on this machine: ``--workers`` Ray workers sharing its
+  CPUs (fractions of a CPU each), tiny members (one hidden layer of 16, one environment,
+  ``--evo-steps`` per generation), tournament selection and mutation as the manifest has them;
+  per population, the median over the generations after the first of the generation's wall
+  time, the slowest worker's own time, the driver's time outside it and its share, and the
+  member-state bytes the driver sent, the workers copied between them, the driver fetched
+  (checkpoints, the elite) and, before resident members, the workers returned.
 * ``fault``: a ray run of ``--pop`` members, one worker per member; once a worker is training,
   ``kill -9`` of its process; reports whether the run completed with every member, the
   generations and the worker deaths the metrics recorded.
@@ -82,8 +91,10 @@ def ray_costs(metrics: list[dict[str, Any]]) -> dict[str, float]:
         "first_overhead": metrics[0]["ray"]["overhead_seconds"],
         "overhead": statistics.median(r["overhead_seconds"] for r in later),
         "generation": statistics.median(r["wall_seconds"] for r in later),
-        "sent": statistics.median(r["bytes_sent"] for r in later),
-        "returned": statistics.median(r["bytes_returned"] for r in later),
+        "sent": statistics.median(r["bytes_sent"] + r.get("bytes_copied", 0) for r in later),
+        "returned": statistics.median(
+            r.get("bytes_returned", 0) + r.get("bytes_fetched", 0) for r in later
+        ),
     }
 
 
@@ -109,8 +120,8 @@ def _compare_row(manifest: Path, backend: str, seed: int, run: dict[str, Any]) -
     if backend == "ray":
         c = ray_costs(run["metrics"])
         costs = (f"overhead {c['overhead']:.2f} s of {c['generation']:.1f} s (first "
-                 f"{c['first_overhead']:.1f} s), sent {c['sent'] / 1e6:.2f} MB, returned "
-                 f"{c['returned'] / 1e6:.2f} MB")  # fmt: skip
+                 f"{c['first_overhead']:.1f} s), to workers {c['sent'] / 1e6:.2f} MB, to the "
+                 f"driver {c['returned'] / 1e6:.2f} MB")  # fmt: skip
     name = f"{manifest.parent.name}/{manifest.name}"
     print(f"{name:<36} {backend:<7} {seed:>4} {summary['steps_per_second']:>8,.0f} "
           f"{run['seconds']:>9.1f} {summary['best_fitness']:>6.1f} "
@@ -120,7 +131,7 @@ def _compare_row(manifest: Path, backend: str, seed: int, run: dict[str, Any]) -
 def sweep(args: argparse.Namespace, workdir: Path) -> None:
     manifest, evo = args.manifests[0], args.evo_steps
     print(f"{'pop':>4} {'hidden':>6} {'MB per member':>13} {'generation s':>12} "
-          f"{'overhead s':>10} {'sent MB':>8} {'returned MB':>11}")  # fmt: skip
+          f"{'overhead s':>10} {'to workers MB':>8} {'to driver MB':>11}")  # fmt: skip
     for hidden in args.hidden:
         for pop in args.pops:
             mlp = {"hidden_size": [hidden], "max_mlp_nodes": max(hidden, 256)}
@@ -133,11 +144,47 @@ def sweep(args: argparse.Namespace, workdir: Path) -> None:
             content["network"] = network
             sized.write_text(yaml.safe_dump(content))
             run = train(sized, workdir / f"sweep-{pop}-{hidden}", "--backend", "ray")
-            last = run["metrics"][-1]["ray"]
-            print(f"{pop:>4} {hidden:>6} {last['bytes_sent'] / pop / 1e6:>13.2f} "
+            first, last = run["metrics"][0]["ray"], run["metrics"][-1]["ray"]
+            to_workers = last["bytes_sent"] + last.get("bytes_copied", 0)
+            to_driver = last.get("bytes_returned", 0) + last.get("bytes_fetched", 0)
+            print(f"{pop:>4} {hidden:>6} {first['bytes_sent'] / pop / 1e6:>13.2f} "
                   f"{last['wall_seconds']:>12.2f} {last['overhead_seconds']:>10.3f} "
-                  f"{last['bytes_sent'] / 1e6:>8.1f} {last['bytes_returned'] / 1e6:>11.1f}",
-                  flush=True)  # fmt: skip
+                  f"{to_workers / 1e6:>8.1f} {to_driver / 1e6:>11.1f}", flush=True)  # fmt: skip
+
+
+def scale(args: argparse.Namespace, workdir: Path) -> None:
+    """A large cluster simulated on this machine: ``--workers`` Ray workers sharing its CPUs,
+    tiny members (one hidden layer of 16), short generations, populations of ``--pops``."""
+    manifest = args.manifests[0]
+    print(f"{'pop':>5} {'workers':>7} {'generation s':>12} {'slowest worker s':>16} "
+          f"{'driver s':>8} {'outside':>7} {'sent MB':>8} {'copied MB':>9} "
+          f"{'fetched MB':>10} {'returned MB':>11}")  # fmt: skip
+    tiny = {"hidden_size": [16], "min_mlp_nodes": 4}
+    network = {"latent_dim": 16, "min_latent_dim": 4, "encoder_config": tiny, "head_config": tiny}
+    for pop in args.pops:
+        workers = min(args.workers, pop)
+        sized = _sized(manifest, workdir, f"scale-{pop}", training__pop_size=pop,
+                       training__evo_steps=args.evo_steps, training__max_steps=3 * args.evo_steps,
+                       training__learning_delay=0, training__target_score=None,
+                       training__eval_steps=20, environment__num_envs=1)  # fmt: skip
+        content = yaml.safe_load(sized.read_text())
+        content["network"] = network
+        sized.write_text(yaml.safe_dump(content))
+        flags = ["--backend", "ray", "--members-per-worker", str(-(-pop // workers))]
+        if args.checkpoint_every is not None:
+            flags += ["--checkpoint-every", str(args.checkpoint_every)]
+        run = train(sized, workdir / f"scale-{pop}", *flags)
+        later = [m["ray"] for m in run["metrics"][1:]]
+
+        def median(key: str, rows: list[dict[str, Any]] = later) -> float:
+            return statistics.median(float(row.get(key, 0)) for row in rows)
+
+        outside = median("overhead_seconds") / median("wall_seconds")
+        print(f"{pop:>5} {workers:>7} {median('wall_seconds'):>12.2f} "
+              f"{median('worker_seconds'):>16.2f} {median('overhead_seconds'):>8.2f} "
+              f"{outside:>7.0%} {median('bytes_sent') / 1e6:>8.2f} "
+              f"{median('bytes_copied') / 1e6:>9.2f} {median('bytes_fetched') / 1e6:>10.2f} "
+              f"{median('bytes_returned') / 1e6:>11.2f}", flush=True)  # fmt: skip
 
 
 def fault(args: argparse.Namespace, workdir: Path) -> None:
@@ -173,7 +220,7 @@ def fault(args: argparse.Namespace, workdir: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("compare", "sweep", "fault"))
+    parser.add_argument("mode", choices=("compare", "sweep", "scale", "fault"))
     parser.add_argument("manifests", type=Path, nargs="+")
     parser.add_argument("--pop", type=int, default=8, help="Population (compare, fault).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
@@ -183,11 +230,21 @@ def main() -> None:
     parser.add_argument("--evo-steps", type=int, default=1_000,
                         help="sweep: steps per member per generation (short: the overhead "
                         "does not depend on them).")  # fmt: skip
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=16,
+        help="scale: Ray workers (they share this machine's CPUs).",
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=int, help="scale: the ray backend's --checkpoint-every."
+    )
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="agile-ray-bench-", dir=args.keep))
     try:
-        {"compare": compare, "sweep": sweep, "fault": fault}[args.mode](args, workdir)
+        modes = {"compare": compare, "sweep": sweep, "scale": scale, "fault": fault}
+        modes[args.mode](args, workdir)
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)

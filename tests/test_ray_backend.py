@@ -114,6 +114,14 @@ def test_a_population_trains_across_both_nodes_from_python(cluster: str, tmp_pat
         assert member.record.steps == 1_000
     assert (tmp_path / "run" / "checkpoints" / "latest.pt").is_file()
     assert (tmp_path / "run" / "elite.pt").is_file()
+    first, second = (generation["ray"] for generation in _generations(tmp_path / "run"))
+    assert first["bytes_sent"] > 0 and first["bytes_copied"] == 0  # every member, once
+    # then the members stay in their workers: only copies of members another worker holds
+    # move, and the driver fetches the elite and a checkpoint's states
+    assert second["bytes_sent"] == 0 and second["bytes_copied"] < first["bytes_sent"]
+    assert second["bytes_fetched"] > 0
+    saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "latest.pt")
+    assert [m["index"] for m in saved["members"]] == [m.index for m in result.population]
 
 
 def test_a_worker_killed_mid_generation_costs_only_that_generation(
@@ -135,6 +143,33 @@ def test_a_worker_killed_mid_generation_costs_only_that_generation(
     summary = _summary(run_dir)
     assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
     assert all(len(g["members"]) == 4 for g in _generations(run_dir))
+
+
+def test_with_fewer_checkpoints_a_lost_worker_sends_the_run_back_to_the_last_one(
+    nodes: Any, cluster: str, tmp_path: Path
+) -> None:
+    """Killed in the second generation, a worker takes the members it held with it, and no
+    checkpoint since the start holds them: the run trains both generations again."""
+    manifest = _manifest(tmp_path, max_steps=4_000, evo_steps=2_000)
+    run_dir = tmp_path / "run"
+    driver = _popen("train", manifest, "--backend", "ray", "--address", cluster,
+                    "--run-dir", run_dir, "--quiet", "--members-per-worker", "1",
+                    "--checkpoint-every", "5")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "metrics.jsonl").is_file():  # the first generation is done
+            if driver.poll() is not None or time.monotonic() > deadline:
+                _fail(driver, "the first generation did not finish")
+            time.sleep(0.2)
+        os.kill(_training_worker(driver, deadline, nodes), signal.SIGKILL)
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, output
+    assert "going back to the checkpoint of generation 0" in output
+    assert [g["generation"] for g in _generations(run_dir)] == [1, 2]
+    summary = _summary(run_dir)
+    assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
 
 
 def _training_worker(driver: subprocess.Popen[str], deadline: float, nodes: Any) -> int:

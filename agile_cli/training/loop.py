@@ -16,7 +16,7 @@ import torch
 
 from agile_cli import __version__
 from agile_cli.backend import RunResult
-from agile_cli.errors import ManifestError, TrainingError
+from agile_cli.errors import ManifestError, MembersLost, TrainingError
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
@@ -37,6 +37,9 @@ from agile_cli.training.run_folder import RunFolder
 
 #: Early stop: the best lineage's mean over this many latest evaluations reaches the target.
 TARGET_WINDOW = 3
+
+#: Times in a row the loop may go back to its last checkpoint after its runner lost members.
+MAX_GOING_BACK = 5
 
 
 #: Run options that shape what the run writes or how it trains: a resumed run keeps them
@@ -125,6 +128,8 @@ class EvolutionLoop:
         self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
         self.elite: Member | None = None
+        self.went_back = 0  # times in a row the loop went back to its checkpoint
+        self.checkpointed = 0  # the generation of the last checkpoint taken
         self.sinks: list[MetricSink] = []
         # Last, so that a manifest that cannot be built leaves no empty run folder behind.
         self.folder = folder or RunFolder.create(
@@ -216,8 +221,11 @@ class EvolutionLoop:
                     self.mutator.mutate(self.population, pre_training=True)
                 self._save_checkpoint()
             while not only_finish and self.state.steps_per_member < training.max_steps:
-                if self._generation():
-                    break
+                try:
+                    if self._generation():
+                        break
+                except MembersLost as lost:
+                    self._go_back(lost)
         except KeyboardInterrupt:
             interrupted = True
             self.reporter.note(self._interruption_note())
@@ -226,12 +234,35 @@ class EvolutionLoop:
                 sink.close()
         return self._finish(interrupted)
 
+    def _go_back(self, lost: MembersLost) -> None:
+        """Continue from the last checkpoint after the runner lost members: the generations
+        since are trained again.
+
+        :raises TrainingError: it happened :data:`MAX_GOING_BACK` times in a row.
+        """
+        self.went_back += 1
+        if self.went_back > MAX_GOING_BACK:
+            raise TrainingError(
+                f"{lost.message}, {self.went_back} times in a row: stopping",
+                "see why the workers die (e.g. their logs, for running out of memory); "
+                "agile train --resume RUN continues from the last checkpoint",
+            )
+        state = checkpoint.load(self.folder.latest, kind=checkpoint.POPULATION)
+        done = state["state"]["generation"]
+        self.reporter.note(
+            f"{lost.message}: going back to the checkpoint of generation {done} and training "
+            f"generation {done + 1} again"
+        )
+        self.restore(state)
+        self.folder.keep_metrics_until(done)
+
     def _interruption_note(self) -> str:
-        done = self.state.generation
-        kept = f"generation {done}" if done else "the start (no generation had finished)"
+        done, kept = self.state.generation, self.checkpointed
+        named = f"generation {kept}" if kept else "the start (no generation had finished)"
+        redone = f"generation {done + 1}" if kept == done else f"generations {kept + 1}-{done + 1}"
         return (
-            f"interrupted during generation {done + 1}: the checkpoint of {kept} is kept, "
-            f"and resuming redoes generation {done + 1}"
+            f"interrupted during generation {done + 1}: the checkpoint of {named} is kept, "
+            f"and resuming redoes {redone}"
         )
 
     def _generation(self) -> bool:
@@ -282,9 +313,12 @@ class EvolutionLoop:
                 self.reporter.note("every member has trained on all the data it may: stopping")
             stop = self._target_met() or exhausted
             self.state.stopped_early = stop
-            if not stop and self.state.steps_per_member < training.max_steps:
+            last = stop or self.state.steps_per_member >= training.max_steps
+            if not last:
                 self._evolve()
-            self._save_checkpoint()
+            if last or self._snapshot_due() or self.runner.checkpoint_due(self.state.generation):
+                self._save_checkpoint()
+            self.went_back = 0
         return stop
 
     def _follow_recipe(self, step: RecipeStep) -> None:
@@ -440,7 +474,7 @@ class EvolutionLoop:
         return {
             **self._header(checkpoint.POPULATION),
             "state": dataclasses.asdict(self.state),
-            "members": [member.state_dict() for member in self.population],
+            "members": self.runner.state_dicts(self.population),
             "elite": self.elite.state_dict() if self.elite is not None else None,
             "mutation_rng": self.mutator.rng.bit_generator.state if self.mutator else None,
             "selection_rng": self.selection_rng.bit_generator.state,
@@ -449,9 +483,15 @@ class EvolutionLoop:
             "run_options": {name: getattr(self.options, name) for name in RUN_SHAPING_OPTIONS},
         }
 
+    def _snapshot_due(self) -> bool:
+        """Whether ``--checkpoint-steps`` (or ``training.checkpoint_steps``) asks for a
+        snapshot now."""
+        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps or 0
+        return bool(every) and self.state.steps_per_member // every > self.state.snapshots
+
     def _save_checkpoint(self) -> None:
         every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps or 0
-        snapshot = bool(every) and self.state.steps_per_member // every > self.state.snapshots
+        snapshot = self._snapshot_due()
         if snapshot:
             self.state.snapshots = self.state.steps_per_member // every
         state = self.checkpoint_state()
@@ -460,6 +500,7 @@ class EvolutionLoop:
             name = f"step_{self.state.steps_per_member}.pt"
             checkpoint.save_atomically(state, self.folder.checkpoints / name)
         checkpoint.save_atomically(state, self.folder.latest)
+        self.checkpointed = self.state.generation
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint made by :meth:`checkpoint_state`.
@@ -477,6 +518,7 @@ class EvolutionLoop:
             if self.buffer is not None and state["buffer"] is not None:
                 self.buffer.load_state_dict(state["buffer"])
             self.state = LoopState(**state["state"])
+            self.checkpointed = self.state.generation
 
     def recheck_target(self, records: list[dict[str, Any]]) -> None:
         """Find again when the target was first reached, from the generations' ``records``
@@ -590,7 +632,11 @@ def _run_seed(manifest: TrainingManifest, options: LocalRunOptions) -> int:
 
 
 def network_size(member: Member) -> int | None:
-    """How many weights the member's networks hold; None where it has none of its own."""
+    """How many weights the member's networks hold; None where it has none of its own. A
+    member that stands in for one held elsewhere counts them with ``parameter_count()``."""
+    count = getattr(member, "parameter_count", None)
+    if callable(count):
+        return count()  # type: ignore[no-any-return]
     networks = getattr(member, "networks", None)
     if not networks:
         return None

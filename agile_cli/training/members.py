@@ -131,15 +131,28 @@ class MemberTrainer:
             :class:`~agile_rl.training.runners.EpisodeProgress` also hears of each finished
             training episode's return, for a backend that shows them while the members train.
         """
-        if len(states) != self.members:
-            raise ValueError(f"this slot holds {self.members} members, not {len(states)}")
         members = [self.member(state) for state in states]
+        scored = self.train_members(members, steps, rounds, eval_steps, progress)
+        return [
+            MemberOutcome(on_cpu(member.state_dict()), stat, fitness)
+            for member, (stat, fitness) in zip(members, scored, strict=True)
+        ]
+
+    def train_members(
+        self,
+        members: list[Member],
+        steps: int,
+        rounds: int,
+        eval_steps: int | None,
+        progress: Progress | None = None,
+    ) -> list[tuple[GenerationStats, float]]:
+        """:meth:`train` for members this process holds: trained in place, and each one's
+        stats and fitness."""
+        if len(members) != self.members:
+            raise ValueError(f"this slot holds {self.members} members, not {len(members)}")
         stats = self.runner.train_population(members, steps, progress or _ignore)
         fitnesses = self.runner.evaluate_population(members, rounds, eval_steps)
-        return [
-            MemberOutcome(on_cpu(member.state_dict()), stat, float(fitness))
-            for member, stat, fitness in zip(members, stats, fitnesses, strict=True)
-        ]
+        return [(stat, float(fitness)) for stat, fitness in zip(stats, fitnesses, strict=True)]
 
     def close(self) -> None:
         self.env.close()

@@ -82,8 +82,9 @@ def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerF
         note(layout.describe())
         options = {"device": spec.device, "per_member": spec.per_member}
         runner = RayRunner(
-            ray, manifest, seed, layout, options, note=note, timeout=spec.worker_timeout
-        )
+            ray, manifest, seed, layout, options, note=note, timeout=spec.worker_timeout,
+            checkpoint_every=spec.checkpoint_every,
+        )  # fmt: skip
         keep(runner)
         return runner
 

@@ -1,5 +1,5 @@
-"""The driver's side: a runner that trains each slot of the population in a Ray worker, and
-survives workers that die."""
+"""The driver's side: a runner that trains each slot of the population in a Ray worker, where
+its members stay between generations, and survives workers that die."""
 
 from __future__ import annotations
 
@@ -11,13 +11,22 @@ from agile_cli import (
     AgileError,
     GenerationStats,
     Member,
+    MembersLost,
     Progress,
     Runner,
     TrainingError,
     TrainingManifest,
 )
-from agile_cli.helpers import MemberOutcome
+from agile_cli.helpers import on_cpu
 from agile_ray.cluster import Plan
+from agile_ray.resident import (
+    Holder,
+    Instruction,
+    Standin,
+    Trained,
+    payload_bytes,
+    standin_of,
+)
 from agile_ray.worker import MemberWorker
 
 #: Seconds between looks at the workers' progress.
@@ -32,13 +41,17 @@ RETRY_SECONDS = 1.0
 Note = Callable[[str], None]
 
 
-class RayRunner(Runner[Member]):
-    """Trains and scores the members in Ray workers, one per slot of :class:`Plan`; the loop
-    keeps selection, mutation and checkpoints on the driver.
+class RayRunner(Runner[Member], Holder):
+    """Trains and scores the members in Ray workers, one per slot of :class:`Plan`, where they
+    stay between generations (:mod:`agile_ray.resident`); the loop keeps selection, mutation
+    and checkpoints on the driver, with stand-ins for the members.
 
-    A worker's call carries its members' states and returns them trained, with their fitness:
-    a worker that dies (or whose node does) is restarted by Ray and its call made again, so a
-    death costs that generation's work for its members, and an empty replay buffer."""
+    Per generation, only what a worker does not hold reaches it: a copy of a member another
+    worker holds (from that worker, through Ray's object store), or a whole state (the first
+    generation, after a resume). A worker that dies (or whose node does) is restarted by Ray;
+    its members train the generation again from the states the last checkpoint made of them,
+    or where it has none (``--checkpoint-every`` above 1), the run goes back to that
+    checkpoint (:class:`~agile_cli.MembersLost`)."""
 
     def __init__(
         self,
@@ -50,6 +63,7 @@ class RayRunner(Runner[Member]):
         *,
         note: Note,
         timeout: float,
+        checkpoint_every: int = 1,
     ) -> None:
         super().__init__(env=None)
         self.ray = ray
@@ -57,6 +71,8 @@ class RayRunner(Runner[Member]):
         self.note = note
         self.timeout = timeout
         self.training = manifest.training
+        self.mutation = manifest.mutation
+        self.checkpoint_every = checkpoint_every
         remote = ray.remote(MemberWorker).options(
             num_cpus=plan.cpus,
             num_gpus=plan.gpus,
@@ -73,6 +89,11 @@ class RayRunner(Runner[Member]):
             )
             for slot, size in enumerate(plan.sizes)
         ]  # fmt: skip
+        self.where: dict[int, int] = {}  # member index -> the slot whose worker holds it
+        self.template: Member | None = None
+        self.fetched = 0  # bytes of member state fetched by the driver since the last metrics
+        self.fetched_states: dict[int, dict[str, Any]] = {}  # since the last generation
+        self.closed = False
         self.fitnesses: list[float] = []
         self.metrics: dict[str, Any] = {}
 
@@ -82,35 +103,116 @@ class RayRunner(Runner[Member]):
     def train_population(
         self, members: list[Member], steps: int, progress: Progress
     ) -> list[GenerationStats]:
-        """Every slot's members trained and scored in its worker, at once."""
+        """Every slot's members made, trained and scored in its worker, at once; ``members``'
+        items become stand-ins for the members the workers now hold."""
         started = time.perf_counter()
-        states = [member.state_dict() for member in members]
-        slots, start = [], 0
-        for size in self.plan.sizes:
-            slots.append(states[start : start + size])
-            start += size
-        generation = _Generation(self, slots, steps, progress)
-        outcomes = generation.run()
-        flat = [outcome for slot in outcomes for outcome in slot]
-        for member, outcome in zip(members, flat, strict=True):
-            member.load_state_dict(outcome.state)
-        self.fitnesses = [outcome.fitness for outcome in flat]
+        self.fetched_states = {}
+        if self.template is None:
+            self.template = members[0].clone(members[0].index)
+        instructions = [self._instruction(member) for member in members]
+        positions = place(instructions, self.where, self.plan.sizes)
+        slots = [[instructions[i] for i in chunk] for chunk in positions]
+        exports = self._exports(slots)
+        generation = _Generation(self, slots, [[members[i] for i in chunk] for chunk in positions],
+                                 exports, steps, progress)  # fmt: skip
+        results = generation.run()
+        self.where = {}
+        flat: list[Trained] = [None] * len(members)  # type: ignore[list-item]
+        for slot, (chunk, trained) in enumerate(zip(positions, results, strict=True)):
+            for position, account in zip(chunk, trained, strict=True):
+                members[position] = standin_of(account, members[position].record, self)
+                self.where[account.index] = slot
+                flat[position] = account
+        self.fitnesses = [account.fitness for account in flat]
         wall = time.perf_counter() - started
+        sent = payload_bytes([instruction.state for instruction in instructions])
         self.metrics = {
             "workers": len(self.workers),
             "wall_seconds": round(wall, 3),
             "worker_seconds": round(max(generation.seconds), 3),
             "overhead_seconds": round(wall - max(generation.seconds), 3),
-            "bytes_sent": payload_bytes(states),
-            "bytes_returned": payload_bytes([outcome.state for outcome in flat]),
+            "bytes_sent": sent,
+            "bytes_copied": sum(generation.received) - sent,
+            "bytes_fetched": self.fetched,
             "worker_deaths": sum(generation.deaths),
         }
-        return [outcome.stats for outcome in flat]
+        self.fetched = 0
+        return [account.stats for account in flat]
+
+    def _instruction(self, member: Member) -> Instruction:
+        if not isinstance(member, Standin):  # a whole member: the first generation, a resume
+            return Instruction(member.index, state=on_cpu(member.state_dict()))
+        if member.held is not None and member.held not in self.where:
+            raise MembersLost(f"member {member.held}, which member {member.index} copies, is lost")
+        return member.instruction()
+
+    def _exports(self, slots: list[list[Instruction]]) -> list[list[Any]]:
+        """Per slot, the refs of the states it copies from other workers, once every one of
+        those is made (before any worker trains, and so changes, its members)."""
+        wanted: dict[tuple[int, int], set[int]] = {}
+        for slot, instructions in enumerate(slots):
+            for instruction in instructions:
+                source = instruction.held
+                if source is not None and self.where[source] != slot:
+                    wanted.setdefault((self.where[source], slot), set()).add(source)
+        refs = {
+            pair: self.workers[pair[0]].export.remote(sorted(indices))
+            for pair, indices in wanted.items()
+        }
+        if refs:
+            self.ray.wait(list(refs.values()), num_returns=len(refs), fetch_local=False)
+        return [[ref for (_, to), ref in refs.items() if to == slot] for slot in range(len(slots))]
+
+    def fetch(self, index: int) -> dict[str, Any]:
+        """The state of member ``index`` from the worker holding it (for the elite, scoring
+        again; checkpoints gather theirs first, :meth:`state_dicts`)."""
+        if index not in self.fetched_states:
+            self._gather({self.where.get(index, -1): [index]})
+        return self.fetched_states[index]
+
+    def state_dicts(self, members: list[Member]) -> list[dict[str, Any]]:
+        """The members' states for a checkpoint, their sources fetched with one call per
+        worker."""
+        wanted: dict[int, list[int]] = {}
+        for member in members:
+            source = member.held if isinstance(member, Standin) and member.made is None else None
+            if source is not None and source not in self.fetched_states:
+                wanted.setdefault(self.where.get(source, -1), []).append(source)
+        if wanted:
+            self._gather(wanted)
+        return [member.state_dict() for member in members]
+
+    def _gather(self, wanted: dict[int, list[int]]) -> None:
+        """Fetch the states of held members, ``{slot: indices}``, into :attr:`fetched_states`
+        (until the next generation trains)."""
+        from ray.exceptions import RayError
+
+        if self.closed:
+            raise TrainingError(
+                "this member stayed in a Ray worker of a run that has ended",
+                "load it from the run folder (elite.pt, checkpoints/latest.pt)",
+            )
+        if -1 in wanted:
+            raise MembersLost(f"member {wanted[-1][0]} is not held by any worker")
+        slots = sorted(wanted)
+        refs = [self.workers[slot].export.remote(sorted(set(wanted[slot]))) for slot in slots]
+        try:
+            batches = self.ray.get(refs)
+        except RayError as exc:
+            raise MembersLost(f"a worker holding members died ({_death(exc)})") from None
+        for batch in batches:
+            self.fetched_states.update(batch)
+            self.fetched += payload_bytes(batch)
+
+    def checkpoint_due(self, generation: int) -> bool:
+        """Every ``--checkpoint-every`` generations: a checkpoint fetches every member's state."""
+        return generation % self.checkpoint_every == 0
 
     def generation_metrics(self) -> dict[str, Any]:
         """``ray``: the last generation's workers, its wall time on the driver, the slowest
-        worker's own time, the difference (what Ray and the members' states cost), the bytes
-        of member state each way, and how many workers died."""
+        worker's own time, the difference (what Ray and moving states cost), the bytes of
+        member state sent by the driver, copied between workers and fetched by the driver
+        (checkpoints, the elite), and how many workers died."""
         return {"ray": self.metrics}
 
     def evaluate_population(
@@ -120,8 +222,29 @@ class RayRunner(Runner[Member]):
         return list(self.fitnesses)
 
     def close(self) -> None:
+        self.closed = True
         for worker in self.workers:
             self.ray.kill(worker, no_restart=True)
+
+
+def place(
+    instructions: list[Instruction], where: dict[int, int], sizes: list[int]
+) -> list[list[int]]:
+    """The positions each slot trains (``sizes[k]`` of them for slot ``k``): a member that
+    continues stays where it is held, then copies go where their source is held while there
+    is room, then the rest fill the slots in order; so that as few states as can be cross
+    between workers."""
+    room = list(sizes)
+    slot_of: list[int | None] = [None] * len(instructions)
+    continuing = [i for i, x in enumerate(instructions) if x.held == x.index]
+    copies = [i for i, x in enumerate(instructions) if x.held is not None and x.held != x.index]
+    for i in continuing + copies:
+        home = where.get(instructions[i].held)  # type: ignore[arg-type]
+        if home is not None and room[home] > 0:
+            slot_of[i], room[home] = home, room[home] - 1
+    free = (slot for slot, size in enumerate(room) for _ in range(size))
+    placed = [slot if slot is not None else next(free) for slot in slot_of]
+    return [[i for i, slot in enumerate(placed) if slot == k] for k in range(len(sizes))]
 
 
 class _Generation:
@@ -129,9 +252,16 @@ class _Generation:
     a dead worker's call again."""
 
     def __init__(
-        self, runner: RayRunner, slots: list[list[dict[str, Any]]], steps: int, progress: Progress
+        self,
+        runner: RayRunner,
+        slots: list[list[Instruction]],
+        members: list[list[Member]],
+        exports: list[list[Any]],
+        steps: int,
+        progress: Progress,
     ) -> None:
         self.runner, self.slots, self.steps, self.progress = runner, slots, steps, progress
+        self.members, self.exports = members, exports
         self.ray = runner.ray
         self.deaths = [0] * len(slots)
         self.seen = [0] * len(slots)  # steps shown, per slot
@@ -139,6 +269,7 @@ class _Generation:
         self.moved = [time.monotonic()] * len(slots)
         self.warned: set[int] = set()
         self.seconds = [0.0] * len(slots)  # each worker's own time on its call
+        self.received = [0] * len(slots)  # bytes of member state each worker received
         self.restarting = [False] * len(slots)  # died, and not yet trained since
         self.retries: dict[int, float] = {}  # slots to call again, and when
         self.calls = {slot: self._call(slot) for slot in range(len(slots))}
@@ -146,11 +277,23 @@ class _Generation:
     def _call(self, slot: int) -> Any:
         training = self.runner.training
         worker = self.runner.workers[slot]
-        states = self.slots[slot]
-        return worker.train.remote(states, self.steps, training.eval_loop, training.eval_steps)
+        return worker.train.remote(
+            self.slots[slot], self.steps, training.eval_loop, training.eval_steps,
+            *self.exports[slot],
+        )  # fmt: skip
 
-    def run(self) -> list[list[MemberOutcome]]:
-        results: dict[int, list[MemberOutcome]] = {}
+    def run(self) -> list[list[Trained]]:
+        try:
+            return self._run()
+        except MembersLost:
+            # the run goes back to its checkpoint: the other workers finish their calls
+            # first, so that none trains two generations at once
+            if self.calls:
+                self.ray.wait(list(self.calls.values()), num_returns=len(self.calls))
+            raise
+
+    def _run(self) -> list[list[Trained]]:
+        results: dict[int, list[Trained]] = {}
         while self.calls or self.retries:
             self._call_again_when_due()
             refs = list(self.calls.values())
@@ -173,12 +316,17 @@ class _Generation:
                 del self.retries[slot]
                 self.calls[slot] = self._call(slot)
 
-    def _collect(self, slot: int, ref: Any, results: dict[int, list[MemberOutcome]]) -> None:
-        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+    def _collect(self, slot: int, ref: Any, results: dict[int, list[Trained]]) -> None:
+        from ray.exceptions import (
+            ActorUnavailableError,
+            ObjectLostError,
+            RayActorError,
+            RayTaskError,
+        )
 
         try:
-            outcomes: list[MemberOutcome]
-            outcomes, self.seconds[slot] = self.ray.get(ref)
+            trained: list[Trained]
+            trained, self.seconds[slot], self.received[slot] = self.ray.get(ref)
         except ActorUnavailableError as exc:
             if not self.restarting[slot]:
                 self._died(slot, exc)
@@ -188,9 +336,11 @@ class _Generation:
             self._died(slot, exc)
             return
         except RayTaskError as exc:
+            if isinstance(exc.cause, ObjectLostError):  # a copy's source went with its node
+                raise MembersLost(f"a copy for {self._members(slot)} was lost") from None
             raise _worker_failure(slot, exc) from None
-        results[slot] = outcomes
-        done = sum(outcome.stats.steps for outcome in outcomes)
+        results[slot] = trained
+        done = sum(account.stats.steps for account in trained)
         self.progress(max(0, done - self.seen[slot]))
         self.seen[slot] = max(done, self.seen[slot])
 
@@ -204,6 +354,7 @@ class _Generation:
                 f"generation: {_first_line(exc)}",
                 "see the worker logs in the Ray session folder (e.g. for running out of memory)",
             )
+        self._start_again_from_checkpoint(slot, exc)
         self.runner.note(
             f"the Ray worker of {self._members(slot)} died ({_death(exc)}): its members "
             "train this generation again on a restarted worker"
@@ -212,6 +363,25 @@ class _Generation:
         self.restarting[slot] = True
         self.moved[slot], self.last[slot] = time.monotonic(), 0
         self.retries[slot] = time.monotonic() + RETRY_SECONDS
+
+    def _start_again_from_checkpoint(self, slot: int, exc: Exception) -> None:
+        """The dead worker's members start from the states the last checkpoint made of them
+        (it held their sources).
+
+        :raises MembersLost: a member has no such state (no checkpoint since it was made).
+        """
+        instructions = []
+        for instruction, member in zip(self.slots[slot], self.members[slot], strict=True):
+            if instruction.held is None or self.runner.where[instruction.held] != slot:
+                instructions.append(instruction)  # a whole state, or a copy from elsewhere
+            elif isinstance(member, Standin) and member.made is not None:
+                instructions.append(Instruction(member.index, state=member.made))
+            else:
+                raise MembersLost(
+                    f"the Ray worker of {self._members(slot)} died ({_death(exc)}) with members "
+                    "that no checkpoint holds"
+                )
+        self.slots[slot] = instructions
 
     def _look_at_progress(self) -> None:
         asked = {slot: self.runner.workers[slot].progress.remote() for slot in self.calls}
@@ -254,22 +424,8 @@ class _Generation:
         )
 
     def _members(self, slot: int) -> str:
-        indices = [state["index"] for state in self.slots[slot]]
+        indices = [instruction.index for instruction in self.slots[slot]]
         return ("member " if len(indices) == 1 else "members ") + ", ".join(map(str, indices))
-
-
-def payload_bytes(value: Any) -> int:
-    """The bytes of the tensors and arrays in ``value`` (dicts, lists and tuples walked): what
-    moving a member's state costs, less pickling's small change."""
-    if hasattr(value, "untyped_storage"):  # a tensor
-        return int(value.numel() * value.element_size())
-    if hasattr(value, "nbytes"):  # an array
-        return int(value.nbytes)
-    if isinstance(value, dict):
-        return sum(payload_bytes(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return sum(payload_bytes(item) for item in value)
-    return 0
 
 
 def _death(exc: Exception) -> str:

@@ -34,3 +34,10 @@ class RayOptions(LocalRunOptions):
         description="Seconds a worker may go without progress before the run says it waits "
         "for it (e.g. for Ray to place it again after its node died).",
     )
+    checkpoint_every: int = Field(
+        1,
+        ge=1,
+        description="Generations between the run's checkpoints (and after the last): each "
+        "one fetches every member's state from the workers, which otherwise keep them; a "
+        "worker that dies between two costs the generations since the last.",
+    )

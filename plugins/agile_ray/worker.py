@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from typing import Any
 
-from agile_cli.helpers import MemberOutcome, MemberTrainer
+from agile_cli import Member, MembersLost
+from agile_cli.helpers import MemberTrainer
+from agile_ray.resident import Instruction, Trained, payload_bytes, replay, summarise
 
 
 class MemberWorker:
     """Holds a :class:`~agile_cli.helpers.MemberTrainer` (its environment and replay buffer) in a
-    Ray worker process, and trains the members the driver sends each generation.
+    Ray worker process, and the members it trained last, which stay here between generations
+    (see :mod:`agile_ray.resident`).
 
-    Ray restarts the process when it dies; the trainer is then built afresh (an empty buffer),
-    and since every call carries the members' states, a retried call redoes the generation."""
+    Ray restarts the process when it dies; the trainer is then built afresh (an empty buffer,
+    no members held), and the driver sends what its members start from again."""
 
     def __init__(self, manifest: dict[str, Any], options: dict[str, Any]) -> None:
         self.steps = 0
         self.trainer = MemberTrainer(manifest, **options)
+        self.held: dict[int, Member] = {}
 
     def pid(self) -> int:
         """This worker's process id (e.g. to find it on its node)."""
@@ -29,14 +34,61 @@ class MemberWorker:
         """Env steps trained in the current call so far (read while :meth:`train` runs)."""
         return self.steps
 
+    def export(self, indices: list[int]) -> dict[int, dict[str, Any]]:
+        """The states of held members ``indices``, for another worker that copies them."""
+        from agile_cli.helpers import on_cpu
+
+        if lost := [index for index in indices if index not in self.held]:
+            raise MembersLost(f"member {lost[0]} is no longer in its Ray worker (it restarted)")
+        return {index: on_cpu(self.held[index].state_dict()) for index in indices}
+
     def train(
-        self, states: list[dict[str, Any]], steps: int, rounds: int, eval_steps: int | None
-    ) -> tuple[list[MemberOutcome], float]:
-        """The members trained and scored, and the seconds that took here."""
+        self,
+        instructions: list[Instruction],
+        steps: int,
+        rounds: int,
+        eval_steps: int | None,
+        *exported: dict[int, dict[str, Any]],
+    ) -> tuple[list[Trained], float, int]:
+        """Make the slot's members as ``instructions`` say, from the members held here, the
+        states other workers ``exported`` and whole states; train and score them, and hold
+        them instead of the last ones. Returns each one's account, the seconds that took here,
+        and the bytes of member state that came from elsewhere."""
         self.steps = 0
         started = time.perf_counter()
-        outcomes = self.trainer.train(states, steps, rounds, eval_steps, self._advance)
-        return outcomes, time.perf_counter() - started
+        states = {index: state for batch in exported for index, state in batch.items()}
+        members, labels = self._make(instructions, states)
+        scored = self.trainer.train_members(members, steps, rounds, eval_steps, self._advance)
+        self.held = {member.index: member for member in members}
+        received = payload_bytes([i.state for i in instructions]) + payload_bytes(exported)
+        trained = [
+            Trained(member.index, member.record.steps, summarise(member), label, stats, fitness)
+            for member, label, (stats, fitness) in zip(members, labels, scored, strict=True)
+        ]
+        return trained, time.perf_counter() - started, received
+
+    def _make(
+        self, instructions: list[Instruction], states: dict[int, dict[str, Any]]
+    ) -> tuple[list[Member], list[str | None]]:
+        uses = Counter(i.held for i in instructions if i.held is not None)
+        spec = self.trainer.manifest.mutation
+        members, labels = [], []
+        for instruction in instructions:
+            source = instruction.held
+            if source is not None and source in self.held:
+                member = self.held[source]
+                if uses[source] > 1:  # others start from it too: this one takes a copy
+                    member = member.clone(member.index)
+                uses[source] -= 1
+            else:
+                state = states.get(source) if source is not None else instruction.state
+                if state is None:
+                    raise MembersLost(f"member {source} is no longer in its Ray worker")
+                member = self.trainer.member(state)
+            member, label = replay(member, instruction.ops, spec)
+            members.append(member)
+            labels.append(label)
+        return members, labels
 
     def _advance(self, steps: int) -> None:
         self.steps += steps
