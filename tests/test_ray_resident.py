@@ -95,7 +95,11 @@ def test_a_copy_mutated_on_the_driver_is_the_member_its_worker_makes(two_workers
         made = child.state_dict()
         worker = workers[0]
         exported = workers[1].export([3])
-        member = worker._make([child.instruction()], exported)[0][0]
+        members, labels = worker._make([child.instruction()], exported)
+        member = members[0]
+        # a checkpoint records what the worker's replay does, not a placeholder
+        assert child.record.mutation == (labels[0] or child.record.mutation)
+        assert "applied in its worker" not in child.record.mutation
         assert made["index"] == member.index == child.index
         assert made["arch"] == member.state_dict()["arch"]
         assert _tensors_equal(made["networks"], member.state_dict()["networks"])

@@ -199,7 +199,9 @@ class Standin:
             assert state is not None, "a stand-in starts from a held member or a state"
             member = self.holder.whole_template().clone(int(state["index"]))
             member.load_state_dict(state)
-            member, _ = replay(member, self.ops, self.holder.mutation)
+            member, label = replay(member, self.ops, self.holder.mutation)
+            if label is not None:  # what the mutation did, in place of "applied in its worker"
+                self.record.mutation = label
             member.record = self.record
             self._whole = member
         return self._whole

@@ -242,9 +242,14 @@ def place(
         home = where.get(instructions[i].held)  # type: ignore[arg-type]
         if home is not None and room[home] > 0:
             slot_of[i], room[home] = home, room[home] - 1
+    # the rest side by side by source: copies of one member share its networks' shapes, and
+    # a slot trains members of one shape as one batched group
+    unplaced = [i for i, slot in enumerate(slot_of) if slot is None]
+    rest = sorted(unplaced, key=lambda i: (instructions[i].held is None, instructions[i].held, i))
     free = (slot for slot, size in enumerate(room) for _ in range(size))
-    placed = [slot if slot is not None else next(free) for slot in slot_of]
-    return [[i for i, slot in enumerate(placed) if slot == k] for k in range(len(sizes))]
+    for i in rest:
+        slot_of[i] = next(free)
+    return [[i for i, slot in enumerate(slot_of) if slot == k] for k in range(len(sizes))]
 
 
 class _Generation:
