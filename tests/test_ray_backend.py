@@ -172,6 +172,21 @@ def test_with_fewer_checkpoints_a_lost_worker_sends_the_run_back_to_the_last_one
     assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
 
 
+def test_a_worker_over_member_timeout_is_restarted_then_the_run_stops_naming_the_bound(
+    cluster: str, tmp_path: Path
+) -> None:
+    """(The bound is checked about every second and a half: these calls take longer.)"""
+    manifest = _manifest(tmp_path, max_steps=4_000, evo_steps=2_000)
+    flags = ["--members-per-worker", "2", "--member-timeout", "0.2", "--run-dir", tmp_path / "r"]
+    result = _agile("train", manifest, "--backend", "ray", "--address", cluster, *flags,
+                    check=False)  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = " ".join((result.stdout + result.stderr).split())  # lines wrap at the terminal's width
+    assert "ran over --member-timeout 0.2 s: its members train this generation again" in said
+    assert "6 times in one generation" in said and "raise --member-timeout" in said
+    assert "Traceback" not in result.stderr
+
+
 def _training_worker(driver: subprocess.Popen[str], deadline: float, nodes: Any) -> int:
     """The process id of a Ray worker of ``nodes`` in the middle of training its members (not
     one of another test's cluster, which the other pytest worker may be running); fails with

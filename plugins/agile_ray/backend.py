@@ -83,7 +83,7 @@ def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerF
         options = {"device": spec.device, "per_member": spec.per_member}
         runner = RayRunner(
             ray, manifest, seed, layout, options, note=note, timeout=spec.worker_timeout,
-            checkpoint_every=spec.checkpoint_every,
+            checkpoint_every=spec.checkpoint_every, member_timeout=spec.member_timeout,
         )  # fmt: skip
         keep(runner)
         return runner

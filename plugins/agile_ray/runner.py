@@ -64,6 +64,7 @@ class RayRunner(Runner[Member], Holder):
         note: Note,
         timeout: float,
         checkpoint_every: int = 1,
+        member_timeout: float | None = None,
     ) -> None:
         super().__init__(env=None)
         self.ray = ray
@@ -73,6 +74,7 @@ class RayRunner(Runner[Member], Holder):
         self.training = manifest.training
         self.mutation = manifest.mutation
         self.checkpoint_every = checkpoint_every
+        self.member_timeout = member_timeout
         remote = ray.remote(MemberWorker).options(
             num_cpus=plan.cpus,
             num_gpus=plan.gpus,
@@ -277,9 +279,12 @@ class _Generation:
         self.received = [0] * len(slots)  # bytes of member state each worker received
         self.restarting = [False] * len(slots)  # died, and not yet trained since
         self.retries: dict[int, float] = {}  # slots to call again, and when
+        self.called = [time.monotonic()] * len(slots)  # when each slot's call was made
+        self.overdue: set[int] = set()  # slots restarted for running over --member-timeout
         self.calls = {slot: self._call(slot) for slot in range(len(slots))}
 
     def _call(self, slot: int) -> Any:
+        self.called[slot] = time.monotonic()
         training = self.runner.training
         worker = self.runner.workers[slot]
         return worker.train.remote(
@@ -333,7 +338,7 @@ class _Generation:
             trained: list[Trained]
             trained, self.seconds[slot], self.received[slot] = self.ray.get(ref)
         except ActorUnavailableError as exc:
-            if not self.restarting[slot]:
+            if not self.restarting[slot] or slot in self.overdue:  # a death, or our kill
                 self._died(slot, exc)
             self.retries[slot] = time.monotonic() + RETRY_SECONDS  # still restarting
             return
@@ -353,16 +358,20 @@ class _Generation:
         if getattr(exc, "actor_init_failed", False):
             raise _start_failure(self._members(slot), exc)
         self.deaths[slot] += 1
+        overdue = f"ran over --member-timeout {self.runner.member_timeout or 0:g} s"
         if self.deaths[slot] > MAX_DEATHS:
             raise TrainingError(
-                f"the Ray worker of {self._members(slot)} died {MAX_DEATHS + 1} times in one "
-                f"generation: {_first_line(exc)}",
-                "see the worker logs in the Ray session folder (e.g. for running out of memory)",
+                f"the Ray worker of {self._members(slot)} died or {overdue} "
+                f"{MAX_DEATHS + 1} times in one generation: {_first_line(exc)}",
+                "see the worker logs in the Ray session folder (e.g. for running out of "
+                "memory), or raise --member-timeout",
             )
         self._start_again_from_checkpoint(slot, exc)
+        what = overdue if slot in self.overdue else f"died ({_death(exc)})"
+        self.overdue.discard(slot)
         self.runner.note(
-            f"the Ray worker of {self._members(slot)} died ({_death(exc)}): its members "
-            "train this generation again on a restarted worker"
+            f"the Ray worker of {self._members(slot)} {what}: its members train this "
+            "generation again on a restarted worker"
         )
         self.warned.discard(slot)
         self.restarting[slot] = True
@@ -408,6 +417,11 @@ class _Generation:
         for slot in self.retries:  # to be called again: Ray is restarting them
             if now - self.moved[slot] > self.runner.timeout:
                 self._waiting(slot, now - self.moved[slot])
+        bound = self.runner.member_timeout
+        for slot in self.calls:
+            if bound is not None and now - self.called[slot] > bound and slot not in self.overdue:
+                self.overdue.add(slot)  # its call fails as a death: handled there
+                self.ray.kill(self.runner.workers[slot], no_restart=False)
 
     def _read(self, ref: Any) -> int | None:
         from ray.exceptions import RayError

@@ -41,3 +41,11 @@ class RayOptions(LocalRunOptions):
         "one fetches every member's state from the workers, which otherwise keep them; a "
         "worker that dies between two costs the generations since the last.",
     )
+    member_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds a worker's call (training and scoring its members for a "
+        "generation, counted from the call, a restarted worker's start included; checked "
+        "about every 1.5 s) may take: past it the worker is restarted and its members train "
+        "the generation again, at most 5 times; default: no bound.",
+    )
