@@ -251,7 +251,7 @@ class EvolutionLoop:
         done = state["state"]["generation"]
         self.reporter.note(
             f"{lost.message}: going back to the checkpoint of generation {done} and training "
-            f"generation {done + 1} again"
+            f"on from generation {done + 1} again"
         )
         self.restore(state)
         self.folder.keep_metrics_until(done)
