@@ -33,6 +33,7 @@ _LAZY = {
     "slot_sizes": "agile_cli.training.members:slot_sizes",
     "plugin_host": "agile_cli.cli:plugin_host",
     "last_fitness": "agile_cli.evolution.selection:last_fitness",
+    "network_size": "agile_cli.training.loop:network_size",
     # Looked up at each use, so that a test can stand in for the machine's memory.
     "available_memory": "agile_cli.memory:available_memory",
     "format_bytes": "agile_cli.memory:format_bytes",
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from agile_cli.cli import plugin_host
     from agile_cli.evolution.selection import last_fitness
     from agile_cli.memory import available_memory, format_bytes
+    from agile_cli.training.loop import network_size
     from agile_cli.training.members import (
         MemberOutcome,
         MemberTrainer,
@@ -70,6 +72,7 @@ __all__ = [
     "last_fitness",
     "located_error",
     "member_spaces",
+    "network_size",
     "not_an_environment",
     "on_cpu",
     "plugin_host",

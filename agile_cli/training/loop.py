@@ -483,17 +483,20 @@ class EvolutionLoop:
             "run_options": {name: getattr(self.options, name) for name in RUN_SHAPING_OPTIONS},
         }
 
-    def _snapshot_due(self) -> bool:
-        """Whether ``--checkpoint-steps`` (or ``training.checkpoint_steps``) asks for a
-        snapshot now."""
+    def _snapshots_due(self) -> int:
+        """How many ``--checkpoint-steps`` (or ``training.checkpoint_steps``) snapshots the
+        steps trained so far call for (0 without the option)."""
         every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps or 0
-        return bool(every) and self.state.steps_per_member // every > self.state.snapshots
+        return self.state.steps_per_member // every if every else 0
+
+    def _snapshot_due(self) -> bool:
+        """Whether a snapshot is due now."""
+        return self._snapshots_due() > self.state.snapshots
 
     def _save_checkpoint(self) -> None:
-        every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps or 0
         snapshot = self._snapshot_due()
         if snapshot:
-            self.state.snapshots = self.state.steps_per_member // every
+            self.state.snapshots = self._snapshots_due()
         state = self.checkpoint_state()
         if snapshot and not self.manifest.training.overwrite_checkpoints:
             # before latest.pt, which counts it taken: a kill between the two keeps both

@@ -326,12 +326,11 @@ class MPEVectorEnv(_Vector):
         truncated[restart] = terminated[restart] = False
         self._steps[restart] = 0
         self._ended = truncated | terminated
-        flags = {agent: (terminated.copy(), truncated.copy()) for agent in self.agents}
         return (
             self.world.observations(),
             rewards,
-            {agent: done for agent, (done, _) in flags.items()},
-            {agent: cut for agent, (_, cut) in flags.items()},
+            {agent: terminated.copy() for agent in self.agents},
+            {agent: truncated.copy() for agent in self.agents},
             {},
         )
 

@@ -22,7 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from agile_cli import AgentContext, AlgorithmSpec, Member, MemberRecord, MutationSpec, Rebuildable
+from agile_cli import (
+    AgentContext,
+    AlgorithmSpec,
+    GenerationStats,
+    Member,
+    MemberRecord,
+    MutationSpec,
+    Rebuildable,
+)
+from agile_cli.helpers import network_size
 
 #: A change replayed on a member before it trains: ``("index", i)`` (a copy under index ``i``,
 #: :meth:`~agile_cli.Member.clone`), ``("set", name, value)`` (a hyperparameter),
@@ -65,20 +74,16 @@ class Trained:
     steps: int
     summary: Summary
     mutation: str | None  # what a network mutation replayed before training did
-    stats: Any
+    stats: GenerationStats
     fitness: float
 
 
 def summarise(member: Member) -> Summary:
     """The :class:`Summary` of a whole member."""
-    networks = getattr(member, "networks", None)
-    parameters = (
-        sum(p.numel() for network in networks.values() for p in network.parameters())
-        if networks
-        else None
-    )
     architecture = member.architecture() if isinstance(member, Rebuildable) else None
-    return Summary(member.hyperparameters(), member.describe_network(), parameters, architecture)
+    return Summary(
+        member.hyperparameters(), member.describe_network(), network_size(member), architecture
+    )
 
 
 def replay(

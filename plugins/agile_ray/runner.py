@@ -118,13 +118,13 @@ class RayRunner(Runner[Member], Holder):
         generation = _Generation(self, slots, [[members[i] for i in chunk] for chunk in positions],
                                  exports, steps, progress)  # fmt: skip
         results = generation.run()
-        self.where = {}
-        flat: list[Trained] = [None] * len(members)  # type: ignore[list-item]
+        self.where, by_position = {}, {}
         for slot, (chunk, trained) in enumerate(zip(positions, results, strict=True)):
             for position, account in zip(chunk, trained, strict=True):
                 members[position] = standin_of(account, members[position].record, self)
                 self.where[account.index] = slot
-                flat[position] = account
+                by_position[position] = account
+        flat = [by_position[position] for position in range(len(members))]
         self.fitnesses = [account.fitness for account in flat]
         wall = time.perf_counter() - started
         sent = payload_bytes([instruction.state for instruction in instructions])
@@ -169,24 +169,24 @@ class RayRunner(Runner[Member], Holder):
         """The state of member ``index`` from the worker holding it (for the elite, scoring
         again; checkpoints gather theirs first, :meth:`state_dicts`)."""
         if index not in self.fetched_states:
-            self._gather({self.where.get(index, -1): [index]})
+            self._gather({index})
         return self.fetched_states[index]
 
     def state_dicts(self, members: list[Member]) -> list[dict[str, Any]]:
         """The members' states for a checkpoint, their sources fetched with one call per
         worker."""
-        wanted: dict[int, list[int]] = {}
-        for member in members:
-            source = member.held if isinstance(member, Standin) and member.made is None else None
-            if source is not None and source not in self.fetched_states:
-                wanted.setdefault(self.where.get(source, -1), []).append(source)
-        if wanted:
+        sources = {
+            member.held
+            for member in members
+            if isinstance(member, Standin) and member.made is None and member.held is not None
+        }
+        if wanted := sources - self.fetched_states.keys():
             self._gather(wanted)
         return [member.state_dict() for member in members]
 
-    def _gather(self, wanted: dict[int, list[int]]) -> None:
-        """Fetch the states of held members, ``{slot: indices}``, into :attr:`fetched_states`
-        (until the next generation trains)."""
+    def _gather(self, indices: set[int]) -> None:
+        """Fetch the states of held members ``indices`` into :attr:`fetched_states` (until the
+        next generation trains), with one call per worker holding some."""
         from ray.exceptions import RayError
 
         if self.closed:
@@ -194,10 +194,12 @@ class RayRunner(Runner[Member], Holder):
                 "this member stayed in a Ray worker of a run that has ended",
                 "load it from the run folder (elite.pt, checkpoints/latest.pt)",
             )
-        if -1 in wanted:
-            raise MembersLost(f"member {wanted[-1][0]} is not held by any worker")
-        slots = sorted(wanted)
-        refs = [self.workers[slot].export.remote(sorted(set(wanted[slot]))) for slot in slots]
+        if lost := sorted(indices - self.where.keys()):
+            raise MembersLost(f"member {lost[0]} is not held by any worker")
+        wanted: dict[int, list[int]] = {}
+        for index in sorted(indices):
+            wanted.setdefault(self.where[index], []).append(index)
+        refs = [self.workers[slot].export.remote(held) for slot, held in sorted(wanted.items())]
         try:
             batches = self.ray.get(refs)
         except RayError as exc:

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from agile_cli import Member, MembersLost
-from agile_cli.helpers import MemberTrainer
+from agile_cli.helpers import MemberTrainer, on_cpu
 from agile_ray.resident import Instruction, Trained, payload_bytes, replay, summarise
 
 
@@ -36,8 +36,6 @@ class MemberWorker:
 
     def export(self, indices: list[int]) -> dict[int, dict[str, Any]]:
         """The states of held members ``indices``, for another worker that copies them."""
-        from agile_cli.helpers import on_cpu
-
         if lost := [index for index in indices if index not in self.held]:
             raise MembersLost(f"member {lost[0]} is no longer in its Ray worker (it restarted)")
         return {index: on_cpu(self.held[index].state_dict()) for index in indices}
