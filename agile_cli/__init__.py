@@ -56,7 +56,14 @@ from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
 from agile_cli.paradigm import Paradigm
-from agile_cli.runner import EpisodeProgress, GenerationStats, Progress, Runner
+from agile_cli.runner import (
+    AsynchronousRunner,
+    EpisodeProgress,
+    GenerationStats,
+    Progress,
+    Runner,
+    SlotRound,
+)
 
 __version__ = "0.1.0"
 
@@ -80,6 +87,7 @@ __all__ = [
     "AgentContext",
     "AgileError",
     "AlgorithmSpec",
+    "AsynchronousRunner",
     "Backend",
     "BackendTrainer",
     "EnvironmentBuilder",
@@ -116,6 +124,7 @@ __all__ = [
     "Selection",
     "SelectionSpec",
     "SelectionStrategy",
+    "SlotRound",
     "Spec",
     "StarterValue",
     "TrainingError",

@@ -159,3 +159,55 @@ class Runner(abc.ABC, Generic[A]):
         """Lines ``agile evaluate`` prints under the score :meth:`evaluate` just gave
         ``member`` (override to show more, e.g. sample outputs); none by default."""
         return []
+
+
+@dataclass
+class SlotRound:
+    """One slot's round, as an :class:`AsynchronousRunner` reports it: its positions in the
+    population, the members trained there (stand-ins or whole), what each did and its fitness."""
+
+    slot: int
+    positions: list[int]
+    members: list[Any]
+    stats: list[GenerationStats]
+    fitnesses: list[float]
+
+
+class AsynchronousRunner(abc.ABC):
+    """What a runner offers for asynchronous evolution (``agile train --async``): its slots,
+    fixed groups of positions in the population, train independently of each other, and the
+    loop evolves a slot's members as soon as its round ends, against the others' latest
+    fitnesses, without waiting for the other slots (see
+    :mod:`agile_cli.training.asynchronous`)."""
+
+    #: The bound on staleness: a member whose slot has finished this many rounds fewer than
+    #: the selecting slot takes no part in its selection.
+    max_staleness: int = 2
+
+    @abc.abstractmethod
+    def slots(self) -> list[list[int]]:
+        """The positions of the population each slot trains, fixed for the run."""
+
+    @abc.abstractmethod
+    def start(self, slot: int, members: list[Any], steps: int) -> None:
+        """Start training ``slot``'s ``members`` (in its positions' order) for one round of
+        about ``steps`` steps each, and scoring them; returns at once."""
+
+    @abc.abstractmethod
+    def finished(self, progress: Progress) -> SlotRound:
+        """Wait until a started slot's round ends, calling ``progress(n)`` as the slots train,
+        and return it."""
+
+    @abc.abstractmethod
+    def running(self) -> list[int]:
+        """The slots started and not yet returned by :meth:`finished`."""
+
+    @abc.abstractmethod
+    def settle(self) -> None:
+        """Wait for every running slot's round to end, and forget them (the run stops, or
+        goes back to its checkpoint): their members stay as they were before the round."""
+
+    def async_metrics(self) -> dict[str, Any]:
+        """Plain data for the ``async`` entry of the generation's line of ``metrics.jsonl``
+        (e.g. each slot's time so far); none by default."""
+        return {}

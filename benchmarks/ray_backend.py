@@ -11,6 +11,8 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
     python benchmarks/ray_backend.py scale configs/training/dqn/cartpole.yaml \\
         [--pops 16 64 256 1024] [--workers 16] [--evo-steps 64] [--checkpoint-every G]
     python benchmarks/ray_backend.py fault configs/training/dqn/cartpole.yaml [--pop 8]
+    python benchmarks/ray_backend.py slow configs/training/dqn/cartpole.yaml --pop 4 \\
+        --evo-steps 4000 [--factor 2]
 
 * ``compare``: for each manifest (population ``--pop``), the local backend and then the ray
   backend, with the manifest's own budget and early stop: env steps/s, whole-process seconds,
@@ -30,6 +32,9 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
   time, the slowest worker's own time, the driver's time outside it and its share, and the
   member-state bytes the driver sent, the workers copied between them, the driver fetched
   (checkpoints, the elite) and, before resident members, the workers returned.
+* ``slow``: two workers, one of them ``--factor`` times slower (as on a slower node):
+  the other worker's members' env steps per second, with synchronous generations and with
+  ``--async`` (:func:`slow`).
 * ``fault``: a ray run of ``--pop`` members, one worker per member; once a worker is training,
   ``kill -9`` of its process; reports whether the run completed with every member, the
   generations and the worker deaths the metrics recorded.
@@ -71,11 +76,13 @@ def _sized(manifest: Path, workdir: Path, name: str, **changes: Any) -> Path:
     return path
 
 
-def train(manifest: Path, run_dir: Path, *flags: str) -> dict[str, Any]:
+def train(
+    manifest: Path, run_dir: Path, *flags: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One ``agile train``; the summary, the process seconds and the metrics."""
     command = [_agile(), "train", str(manifest), "--quiet", "--run-dir", str(run_dir), *flags]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
@@ -218,9 +225,38 @@ def fault(args: argparse.Namespace, workdir: Path) -> None:
           f"{summary['best_fitness']}")  # fmt: skip
 
 
+def slow(args: argparse.Namespace, workdir: Path) -> None:
+    """Two workers, the first made ``--factor`` times slower (it sleeps after each call's work,
+    as on a slower node), synchronous and ``--async``: the env steps per second of the other
+    worker's members, from its start to the end of its last round."""
+    evo = args.evo_steps
+    manifest = _sized(args.manifests[0], workdir, "slow", training__pop_size=args.pop,
+                      training__evo_steps=evo, training__max_steps=args.max_steps or 4 * evo,
+                      training__target_score=None)  # fmt: skip
+    print(f"{'evolution':<12} {'slot 0':<10} {'other slot steps/s':>18} {'run s':>7} "
+          f"{'staleness max':>13} {'best':>6}")  # fmt: skip
+    for mode in ("synchronous", "async"):
+        for factor in (1.0, args.factor):
+            env = {**os.environ, "AGILE_RAY_SLOW_SLOT": f"0:{factor:g}"}
+            flags = ["--backend", "ray", "--members-per-worker", str(args.pop // 2)]
+            flags += ["--async"] if mode == "async" else []
+            run = train(manifest, workdir / f"slow-{mode}-{factor:g}", *flags, env=env)
+            last = run["metrics"][-1]
+            if mode == "async":
+                other = last["async"]["slots"][1]
+                speed = other["steps"] / other["ended_at"]
+                stale = max(m["async"]["staleness_max"] for m in run["metrics"])
+            else:
+                speed = last["steps_per_member"] * (args.pop // 2) / last["wall_seconds"]
+                stale = 0
+            pace = "normal" if factor == 1 else f"1/{factor:g} speed"
+            print(f"{mode:<12} {pace:<10} {speed:>18,.0f} {run['seconds']:>7.1f} {stale:>13} "
+                  f"{run['summary']['best_fitness']:>6.1f}", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("compare", "sweep", "scale", "fault"))
+    parser.add_argument("mode", choices=("compare", "sweep", "scale", "fault", "slow"))
     parser.add_argument("manifests", type=Path, nargs="+")
     parser.add_argument("--pop", type=int, default=8, help="Population (compare, fault).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
@@ -239,11 +275,12 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint-every", type=int, help="scale: the ray backend's --checkpoint-every."
     )
+    parser.add_argument("--factor", type=float, default=2.0, help="slow: how much slower.")
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="agile-ray-bench-", dir=args.keep))
     try:
-        modes = {"compare": compare, "sweep": sweep, "scale": scale, "fault": fault}
+        modes = {"compare": compare, "sweep": sweep, "scale": scale, "fault": fault, "slow": slow}
         modes[args.mode](args, workdir)
     finally:
         if args.keep is None:

@@ -73,9 +73,12 @@ def cluster(nodes: Any) -> str:
     return str(nodes.address)
 
 
-def _manifest(tmp_path: Path, **training: Any) -> Path:
+def _manifest(tmp_path: Path, *, evolving: bool = False, **training: Any) -> Path:
+    """:data:`MANIFEST` with ``training`` changed; ``evolving``: with tournament selection."""
     data = json.loads(json.dumps(MANIFEST))
     data["training"].update(training)
+    if evolving:
+        data["tournament_selection"] = {"tournament_size": 2, "elitism": True}
     path = tmp_path / "manifest.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -234,6 +237,64 @@ def test_runs_resume_with_the_other_backend(cluster: str, tmp_path: Path) -> Non
     assert len((run_dir / "command.txt").read_text().splitlines()) == 3
     evaluated = _agile("evaluate", run_dir, "--episodes", "1")
     assert "DQN member" in evaluated.stdout and "mean return" in evaluated.stdout
+
+
+def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --async, the first worker made 2 times slower (as on a slow node): the second one
+    trains its rounds without waiting, its selections leave the first one's members out once
+    they are more rounds behind than --max-staleness 0 allows; a resume continues each slot."""
+    monkeypatch.setenv("AGILE_RAY_SLOW_SLOT", "0:2")
+    run_dir = tmp_path / "run"
+    manifest = _manifest(tmp_path, max_steps=2_500, evolving=True)
+    _agile("train", manifest, "--backend", "ray", "--address",
+           cluster, "--run-dir", run_dir, "--members-per-worker", "2", "--async",
+           "--max-staleness", "0", "--quiet")  # fmt: skip
+    lines = _generations(run_dir)
+    ahead = [line["async"]["rounds"] for line in lines]
+    assert any(rounds[2] > rounds[0] for rounds in ahead), ahead  # slot 1 did not wait
+    assert ahead[-1] == [5, 5, 5, 5]
+    slow, fast = lines[-1]["async"]["slots"]
+    assert fast["ended_at"] < slow["ended_at"] and fast["steps"] == slow["steps"] == 2 * 2_500
+    assert sum(line["async"]["left_out"] for line in lines) > 0
+    assert all(line["async"]["staleness_max"] == 0 for line in lines)
+    summary = _summary(run_dir)
+    assert summary["global_steps"] == 4 * 2_500 and summary["steps_per_member"] == 2_500
+    saved = yaml.safe_load((run_dir / "manifest.yaml").read_text())
+    saved["training"]["max_steps"] = 3_000
+    (run_dir / "manifest.yaml").write_text(yaml.safe_dump(saved))
+    monkeypatch.delenv("AGILE_RAY_SLOW_SLOT")
+    _agile("train", "--resume", run_dir, "--backend", "ray", "--address", cluster, "--async")
+    assert _generations(run_dir)[-1]["async"]["rounds"] == [6, 6, 6, 6]
+    assert _summary(run_dir)["global_steps"] == 4 * 3_000
+    assert len(checkpoint.load(run_dir / "checkpoints" / "latest.pt")["members"]) == 4
+
+
+def test_async_a_killed_worker_trains_its_round_again_from_the_published_states(
+    nodes: Any, cluster: str, tmp_path: Path
+) -> None:
+    manifest = _manifest(tmp_path, max_steps=4_000, evo_steps=2_000, evolving=True)
+    run_dir = tmp_path / "run"
+    driver = _popen("train", manifest, "--backend", "ray", "--address", cluster, "--async",
+                    "--run-dir", run_dir, "--quiet", "--members-per-worker", "2")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "metrics.jsonl").is_file():  # a round has ended and published
+            if driver.poll() is not None or time.monotonic() > deadline:
+                _fail(driver, "the first generation did not finish")
+            time.sleep(0.2)
+        os.kill(_training_worker(driver, deadline, nodes), signal.SIGKILL)
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, output
+    assert "died" in output and "from their published states" in output
+    assert "going back" not in output
+    lines = _generations(run_dir)
+    assert lines[-1]["async"]["rounds"] == [2, 2, 2, 2]
+    assert sum(line["ray"]["worker_deaths"] for line in lines) >= 1
+    assert _summary(run_dir)["global_steps"] == 4 * 4_000
 
 
 # -- errors and planning ----------------------------------------------------------------------

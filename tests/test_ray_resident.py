@@ -36,7 +36,7 @@ class LocalHolder(Holder):
         self.template: Any = None
         self.where: dict[int, int] = {}
 
-    def fetch(self, index: int) -> dict[str, Any]:
+    def fetch(self, index: int, steps: int) -> dict[str, Any]:
         return self.workers[self.where[index]].export([index])[index]
 
 

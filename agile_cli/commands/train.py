@@ -132,19 +132,23 @@ def _backend_flags(registry: Registry) -> list[click.Option]:
         for field_name, field in registry.backends[name].options.model_fields.items():
             if field_name in flags:
                 continue
-            flags[field_name] = _flag(field_name, field.annotation, field.description, name)
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            flag = _flag(field_name, field.annotation, field.description, name)
+            aliases = extra.get("flags")
+            flag.opts[:0] = [str(a) for a in aliases] if isinstance(aliases, list) else []
+            flags[field_name] = flag
     return list(flags.values())
 
 
 def _flag(name: str, annotation: Any, description: str | None, backend: str) -> click.Option:
-    flag = "--" + name.replace("_", "-")
+    declared = ["--" + name.replace("_", "-"), name]
     text = f"{description or ''} [{backend}]"
     if annotation is bool:
-        return click.Option([flag], is_flag=True, default=False, help=text)
+        return click.Option(declared, is_flag=True, default=False, help=text)
     kinds = {int: int, float: float}
     inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
     kind = kinds.get(annotation) or next((kinds[a] for a in inner if a in kinds), str)
-    return click.Option([flag], type=kind, default=None, help=text)
+    return click.Option(declared, type=kind, default=None, help=text)
 
 
 def _exit_status(result: RunResult) -> int:

@@ -25,9 +25,10 @@ from agile_cli.member import AgentContext, Member, Rebuildable
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.recipe import RecipeStep
 from agile_cli.models.run_options import LocalRunOptions
-from agile_cli.runner import Runner
+from agile_cli.runner import AsynchronousRunner, Runner
 from agile_cli.signals import interrupt_held
 from agile_cli.training import checkpoint, provenance, reevaluation, setup, trust
+from agile_cli.training.asynchronous import AsynchronousEvolution
 from agile_cli.training.loggers import MetricSink, TensorBoardSink, WandbSink
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import GenerationReport, MemberRow, Reporter, RunnerProgress
@@ -64,6 +65,8 @@ class LoopState:
     stopped_early: bool = False
     #: The members of the last generation reported: who of the next one survived selection.
     reported: list[int] = field(default_factory=list)
+    #: Asynchronous runs: the rounds each position of the population has trained.
+    rounds: list[int] = field(default_factory=list)
 
 
 class EvolutionLoop:
@@ -127,6 +130,11 @@ class EvolutionLoop:
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
+        self.asynchronous = (
+            AsynchronousEvolution(self, self.runner)
+            if isinstance(self.runner, AsynchronousRunner)
+            else None
+        )
         self.elite: Member | None = None
         self.went_back = 0  # times in a row the loop went back to its checkpoint
         self.checkpointed = 0  # the generation of the last checkpoint taken
@@ -220,9 +228,10 @@ class EvolutionLoop:
                 if self.mutator is not None:
                     self.mutator.mutate(self.population, pre_training=True)
                 self._save_checkpoint()
+            generation = self.asynchronous.generation if self.asynchronous else self._generation
             while not only_finish and self.state.steps_per_member < training.max_steps:
                 try:
-                    if self._generation():
+                    if generation():
                         break
                 except MembersLost as lost:
                     self._go_back(lost)
@@ -247,6 +256,8 @@ class EvolutionLoop:
                 "see why the workers die (e.g. their logs, for running out of memory); "
                 "agile train --resume RUN continues from the last checkpoint",
             )
+        if self.asynchronous is not None:
+            self.asynchronous.forget()
         state = checkpoint.load(self.folder.latest, kind=checkpoint.POPULATION)
         done = state["state"]["generation"]
         self.reporter.note(
@@ -381,7 +392,9 @@ class EvolutionLoop:
         names = self.mutator.ranges if self.mutator is not None else member.spec.default_mutable
         return {name: values[name] for name in names if name in values} or values
 
-    def _report(self, speed: float) -> None:
+    def _report(self, speed: float, members: list[Member] | None = None) -> None:
+        """Report the generation just scored: ``members`` (default: the population)."""
+        members = self.population if members is None else members
         survivors = set(self.state.reported)
         rows = [
             MemberRow(
@@ -394,9 +407,9 @@ class EvolutionLoop:
                 parent=m.index if m.index in survivors else m.record.parent,
                 parameters=network_size(m),
             )
-            for m in self.population
+            for m in members
         ]
-        self.state.reported = [m.index for m in self.population]
+        self.state.reported = [m.index for m in members]
         report = GenerationReport(self.state.generation, self.state.global_steps, speed, rows)
         best = report.best
         target = self.manifest.training.target_score
@@ -417,6 +430,8 @@ class EvolutionLoop:
         selection = self.selection.metrics(self.population) if self.selection else {}
         if selection:
             record["selection"] = selection
+        if self.asynchronous is not None:
+            record["async"] = self.asynchronous.metrics()
         return record
 
     def _report_record(self, report: GenerationReport) -> dict[str, Any]:
@@ -438,11 +453,13 @@ class EvolutionLoop:
             "wall_seconds": round(self.state.wall_seconds, 3),
         }
 
-    def _target_met(self) -> bool:
+    def _target_met(self, members: list[Member] | None = None) -> bool:
+        """Whether a member of ``members`` (default: the population) reached the target."""
         target = self.manifest.training.target_score
         if target is None:
             return False
-        window = [m.record.fitness[-TARGET_WINDOW:] for m in self.population]
+        members = self.population if members is None else members
+        window = [m.record.fitness[-TARGET_WINDOW:] for m in members]
         return any(len(f) == TARGET_WINDOW and np.mean(f) >= target for f in window)
 
     # -- checkpoints and the end -----------------------------------------------------------------

@@ -68,6 +68,7 @@ def _workers(spec: RayOptions) -> Iterator[RunnerFactory]:
 
 
 def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerFactory:
+    from agile_ray.asynchronous import AsyncRayRunner
     from agile_ray.cluster import cluster_cpus, plan
     from agile_ray.runner import RayRunner
 
@@ -81,10 +82,18 @@ def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerF
         )
         note(layout.describe())
         options = {"device": spec.device, "per_member": spec.per_member}
-        runner = RayRunner(
-            ray, manifest, seed, layout, options, note=note, timeout=spec.worker_timeout,
-            checkpoint_every=spec.checkpoint_every, member_timeout=spec.member_timeout,
-        )  # fmt: skip
+        shared: dict[str, Any] = {
+            "note": note,
+            "timeout": spec.worker_timeout,
+            "checkpoint_every": spec.checkpoint_every,
+            "member_timeout": spec.member_timeout,
+        }
+        if spec.asynchronous:
+            runner: RayRunner = AsyncRayRunner(
+                ray, manifest, seed, layout, options, max_staleness=spec.max_staleness, **shared
+            )
+        else:
+            runner = RayRunner(ray, manifest, seed, layout, options, **shared)  # fmt: skip
         keep(runner)
         return runner
 

@@ -117,8 +117,9 @@ class Holder:
         assert self.template is not None, "stand-ins exist once a generation has trained"
         return self.template
 
-    def fetch(self, index: int) -> dict[str, Any]:
-        """The state of member ``index`` as the worker holding it has it now."""
+    def fetch(self, index: int, steps: int) -> dict[str, Any]:
+        """The state of member ``index`` as it was after ``steps`` steps of training (as the
+        worker holding it has it now, or as it was published)."""
         raise NotImplementedError
 
 
@@ -200,7 +201,8 @@ class Standin:
     def whole(self) -> Member:
         """The member itself, made here from its source's state and its changes."""
         if self._whole is None:
-            state = self.state if self.held is None else self.holder.fetch(self.held)
+            held, steps = self.held, self.record.steps
+            state = self.state if held is None else self.holder.fetch(held, steps)
             assert state is not None, "a stand-in starts from a held member or a state"
             member = self.holder.whole_template().clone(int(state["index"]))
             member.load_state_dict(state)

@@ -3,6 +3,7 @@ its members stay between generations, and survives workers that die."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +28,7 @@ from agile_ray.resident import (
     payload_bytes,
     standin_of,
 )
-from agile_ray.worker import MemberWorker
+from agile_ray.worker import SLOW_SLOT, MemberWorker
 
 #: Seconds between looks at the workers' progress.
 POLL_SECONDS = 0.5
@@ -81,6 +82,7 @@ class RayRunner(Runner[Member], Holder):
             max_restarts=-1,
             max_task_retries=0,
             max_concurrency=2,  # progress() answers while train() runs
+            **_slowed(),
         )
         data = manifest.to_dict()
         self.workers = [
@@ -165,9 +167,10 @@ class RayRunner(Runner[Member], Holder):
             self.ray.wait(list(refs.values()), num_returns=len(refs), fetch_local=False)
         return [[ref for (_, to), ref in refs.items() if to == slot] for slot in range(len(slots))]
 
-    def fetch(self, index: int) -> dict[str, Any]:
+    def fetch(self, index: int, steps: int) -> dict[str, Any]:
         """The state of member ``index`` from the worker holding it (for the elite, scoring
-        again; checkpoints gather theirs first, :meth:`state_dicts`)."""
+        again; checkpoints gather theirs first, :meth:`state_dicts`); between synchronous
+        generations a worker holds each member as its last ``steps`` left it."""
         if index not in self.fetched_states:
             self._gather({index})
         return self.fetched_states[index]
@@ -447,6 +450,13 @@ class _Generation:
     def _members(self, slot: int) -> str:
         indices = [instruction.index for instruction in self.slots[slot]]
         return ("member " if len(indices) == 1 else "members ") + ", ".join(map(str, indices))
+
+
+def _slowed() -> dict[str, Any]:
+    """For benchmarks and tests: a slowed slot (:data:`~agile_ray.worker.SLOW_SLOT`) said on
+    the driver reaches the workers, wherever they run."""
+    value = os.environ.get(SLOW_SLOT)
+    return {"runtime_env": {"env_vars": {SLOW_SLOT: value}}} if value else {}
 
 
 def _death(exc: Exception) -> str:

@@ -49,3 +49,16 @@ class RayOptions(LocalRunOptions):
         "about every 1.5 s) may take: past it the worker is restarted and its members train "
         "the generation again, at most 5 times; default: no bound.",
     )
+    asynchronous: bool = Field(
+        False,
+        description="Asynchronous evolution (--async): each worker's members are selected and "
+        "mutated as soon as their round ends, against the latest fitnesses of the others, and "
+        "train on without waiting for the other workers; default: synchronous generations.",
+        json_schema_extra={"flags": ["--async"]},
+    )
+    max_staleness: int = Field(
+        2,
+        ge=0,
+        description="With --async: a member whose worker has trained more than this many "
+        "rounds fewer than the selecting worker takes no part in its selection.",
+    )

@@ -25,6 +25,7 @@ class MemberWorker:
         self.steps = 0
         self.trainer = MemberTrainer(manifest, **options)
         self.held: dict[int, Member] = {}
+        self.slowdown = _slowdown(int(options.get("slot", 0)))
 
     def pid(self) -> int:
         """This worker's process id (e.g. to find it on its node)."""
@@ -39,6 +40,12 @@ class MemberWorker:
         if lost := [index for index in indices if index not in self.held]:
             raise MembersLost(f"member {lost[0]} is no longer in its Ray worker (it restarted)")
         return {index: on_cpu(self.held[index].state_dict()) for index in indices}
+
+    def export_each(self, indices: list[int]) -> Any:
+        """:meth:`export` as one object per member (called with ``num_returns=len(indices)``:
+        a single one for a single member), for the asynchronous runner to publish."""
+        batches = [self.export([index]) for index in indices]
+        return batches[0] if len(batches) == 1 else tuple(batches)
 
     def train(
         self,
@@ -58,6 +65,8 @@ class MemberWorker:
         members, labels = self._make(instructions, states)
         scored = self.trainer.train_members(members, steps, rounds, eval_steps, self._advance)
         self.held = {member.index: member for member in members}
+        if self.slowdown > 1:  # a slow node, simulated (benchmarks/ray_backend.py slow)
+            time.sleep((time.perf_counter() - started) * (self.slowdown - 1))
         received = payload_bytes([i.state for i in instructions]) + payload_bytes(exported)
         trained = [
             Trained(member.index, member.record.steps, summarise(member), label, stats, fitness)
@@ -90,3 +99,14 @@ class MemberWorker:
 
     def _advance(self, steps: int) -> None:
         self.steps += steps
+
+
+#: For benchmarks: ``"SLOT:FACTOR"`` makes that slot's worker take FACTOR times as long (it
+#: sleeps after each call's work), as a worker on a slower node would.
+SLOW_SLOT = "AGILE_RAY_SLOW_SLOT"
+
+
+def _slowdown(slot: int) -> float:
+    """How many times slower this slot's worker is made to run (1: as fast as it can)."""
+    said, _, factor = os.environ.get(SLOW_SLOT, "").partition(":")
+    return float(factor) if said.strip() == str(slot) and factor else 1.0
