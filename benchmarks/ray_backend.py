@@ -5,7 +5,8 @@ process, never two at once; with ``--backend ray`` and no address, each run star
 a Ray instance of its own on this machine, so its start-up is in the process time.
 
     python benchmarks/ray_backend.py compare configs/training/dqn/cartpole.yaml \\
-        configs/training/ppo/cartpole.yaml [--pop 8] [--seeds 1] [--max-steps N]
+        configs/training/ppo/cartpole.yaml [--pop 8] [--seeds 1] [--max-steps N] \\
+        [--backends local ray ray-shared ray-async]
     python benchmarks/ray_backend.py sweep configs/training/dqn/cartpole.yaml \\
         [--pops 4 8 16] [--hidden 64 256 1024]
     python benchmarks/ray_backend.py scale configs/training/dqn/cartpole.yaml \\
@@ -13,6 +14,7 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
     python benchmarks/ray_backend.py fault configs/training/dqn/cartpole.yaml [--pop 8]
     python benchmarks/ray_backend.py slow configs/training/dqn/cartpole.yaml --pop 4 \\
         --evo-steps 4000 [--factor 2]
+    python benchmarks/ray_backend.py curves RUN_DIR... [--every 40000] [--upto 400000]
 
 * ``compare``: for each manifest (population ``--pop``), the local backend and then the ray
   backend, with the manifest's own budget and early stop: env steps/s, whole-process seconds,
@@ -35,6 +37,7 @@ a Ray instance of its own on this machine, so its start-up is in the process tim
 * ``slow``: two workers, one of them ``--factor`` times slower (as on a slower node):
   the other worker's members' env steps per second, with synchronous generations and with
   ``--async`` (:func:`slow`).
+* ``curves``: the best fitness against global steps of run folders (``compare --keep``).
 * ``fault``: a ray run of ``--pop`` members, one worker per member; once a worker is training,
   ``kill -9`` of its process; reports whether the run completed with every member, the
   generations and the worker deaths the metrics recorded.
@@ -105,8 +108,17 @@ def ray_costs(metrics: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+#: What ``compare --backends`` runs: the backends, and the ray backend's ways to evolve.
+BACKENDS = {
+    "local": ["--backend", "local"],
+    "ray": ["--backend", "ray"],
+    "ray-shared": ["--backend", "ray", "--share-experience"],
+    "ray-async": ["--backend", "ray", "--async"],
+}
+
+
 def compare(args: argparse.Namespace, workdir: Path) -> None:
-    print(f"{'manifest':<36} {'backend':<7} {'seed':>4} {'steps/s':>8} {'process s':>9} "
+    print(f"{'manifest':<36} {'backend':<10} {'seed':>4} {'steps/s':>8} {'process s':>9} "
           f"{'best':>6} {'target@steps':>12}  ray per generation")  # fmt: skip
     for manifest in args.manifests:
         for seed in args.seeds:
@@ -114,9 +126,9 @@ def compare(args: argparse.Namespace, workdir: Path) -> None:
             if args.max_steps is not None:
                 changes["training__max_steps"] = args.max_steps
             sized = _sized(manifest, workdir, f"{manifest.parent.name}-{seed}", **changes)
-            for backend in ("local", "ray"):
+            for backend in args.backends:
                 run = train(sized, workdir / f"{manifest.parent.name}-{backend}-{seed}",
-                            "--backend", backend, "--seed", str(seed))  # fmt: skip
+                            *BACKENDS[backend], "--seed", str(seed))  # fmt: skip
                 _compare_row(manifest, backend, seed, run)
 
 
@@ -124,13 +136,13 @@ def _compare_row(manifest: Path, backend: str, seed: int, run: dict[str, Any]) -
     summary = run["summary"]
     reached = (summary.get("target_reached_at") or {}).get("global_steps")
     costs = ""
-    if backend == "ray":
+    if backend in ("ray", "ray-shared"):
         c = ray_costs(run["metrics"])
         costs = (f"overhead {c['overhead']:.2f} s of {c['generation']:.1f} s (first "
                  f"{c['first_overhead']:.1f} s), to workers {c['sent'] / 1e6:.2f} MB, to the "
                  f"driver {c['returned'] / 1e6:.2f} MB")  # fmt: skip
     name = f"{manifest.parent.name}/{manifest.name}"
-    print(f"{name:<36} {backend:<7} {seed:>4} {summary['steps_per_second']:>8,.0f} "
+    print(f"{name:<36} {backend:<10} {seed:>4} {summary['steps_per_second']:>8,.0f} "
           f"{run['seconds']:>9.1f} {summary['best_fitness']:>6.1f} "
           f"{reached if reached is not None else '-':>12}  {costs}", flush=True)  # fmt: skip
 
@@ -254,12 +266,29 @@ def slow(args: argparse.Namespace, workdir: Path) -> None:
                   f"{run['summary']['best_fitness']:>6.1f}", flush=True)  # fmt: skip
 
 
+def curves(args: argparse.Namespace, workdir: Path) -> None:
+    """For run folders (kept by ``compare --keep``), the best fitness of each generation at
+    every ``--every`` global steps (the last generation at or before them), as a table."""
+    marks = list(range(args.every, args.upto + 1, args.every))
+    print(f"{'run':<28}" + "".join(f"{m // 1000:>6}k" for m in marks))
+    for run_dir in args.manifests:
+        lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        cells = []
+        for mark in marks:
+            seen = [line["best_fitness"] for line in lines if line["global_steps"] <= mark]
+            done = lines[-1]["global_steps"] < mark
+            cells.append(" " * 7 if done or not seen else f"{seen[-1]:>7.1f}")
+        print(f"{run_dir.name:<28}" + "".join(cells), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("compare", "sweep", "scale", "fault", "slow"))
+    parser.add_argument("mode", choices=("compare", "sweep", "scale", "fault", "slow", "curves"))
     parser.add_argument("manifests", type=Path, nargs="+")
     parser.add_argument("--pop", type=int, default=8, help="Population (compare, fault).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--backends", nargs="+", choices=sorted(BACKENDS),
+                        default=["local", "ray"], help="compare: what to run.")  # fmt: skip
     parser.add_argument("--max-steps", type=int, help="training.max_steps (per member).")
     parser.add_argument("--pops", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256, 1024])
@@ -276,11 +305,16 @@ def main() -> None:
         "--checkpoint-every", type=int, help="scale: the ray backend's --checkpoint-every."
     )
     parser.add_argument("--factor", type=float, default=2.0, help="slow: how much slower.")
+    parser.add_argument("--every", type=int, default=40_000, help="curves: global steps apart.")
+    parser.add_argument("--upto", type=int, default=400_000, help="curves: the last mark.")
     parser.add_argument("--keep", type=Path, help="Keep the run folders here.")
     args = parser.parse_args()
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="agile-ray-bench-", dir=args.keep))
     try:
-        modes = {"compare": compare, "sweep": sweep, "scale": scale, "fault": fault, "slow": slow}
+        modes = {"compare": compare, "sweep": sweep, "scale": scale, "fault": fault,
+                 "slow": slow, "curves": curves}  # fmt: skip
         modes[args.mode](args, workdir)
     finally:
         if args.keep is None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agile_cli import UsageError
 from agile_rl.runtime.buffers import (
     NStepAccumulator,
     NStepBatch,
@@ -433,3 +434,48 @@ def test_sum_tree_never_returns_an_empty_slot() -> None:
     tree.set(np.array([0, 1, 2]), np.array([1.0, 0.0, 2.0]))
     found = tree.find(np.array([0.0, 1.0, 2.999, 3.0, 3.5]))
     assert found.tolist() == [0, 2, 2, 2, 2]
+
+
+# -- rows shared between buffers (the ray backend's --share-experience) ---------------------------
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_rows_since_a_mark_move_to_another_buffer_in_order(
+    buffer_class: type[ReplayBuffer],
+) -> None:
+    giver = buffer_class(6, VECTOR, TWO_ACTIONS, gamma=0.9)
+    _fill(giver, 4)
+    mark = giver.added
+    _fill(giver, 5, start=10.0)  # wraps the ring of 6: rows 10-14 are its latest
+    rows = giver.rows_since(mark)
+    assert rows["count"] == 5 and rows["columns"]["rewards"].tolist() == [10, 11, 12, 13, 14]
+    taker = buffer_class(4, VECTOR, TWO_ACTIONS, gamma=0.9)
+    _fill(taker, 3, start=100.0)
+    taker.add_rows(rows)  # more than it holds: its last 4 rows, after its own
+    assert len(taker) == 4 and taker.added == 7
+    batch = taker.sample(400, torch.Generator().manual_seed(0))
+    assert set(batch.rewards.tolist()) == {11.0, 12.0, 13.0, 14.0}
+    _assert_aligned(batch)
+    assert giver.rows_since(giver.added)["count"] == 0
+
+
+def test_shared_rows_keep_their_n_step_discounts() -> None:
+    giver = ReplayBuffer(8, VECTOR, TWO_ACTIONS, gamma=0.9)
+    obs = np.zeros((2, 3), dtype=np.float32)
+    giver.add(obs, np.array([0, 1]), np.array([1.0, 2.0]), obs, np.array([0, 1]),
+              discounts=np.array([0.81, 0.0], dtype=np.float32))  # fmt: skip
+    taker = ReplayBuffer(8, VECTOR, TWO_ACTIONS, gamma=0.9)
+    taker.add_rows(giver.rows_since(0))
+    batch = taker.sample(50, torch.Generator().manual_seed(0))
+    assert batch.discounts is not None
+    assert sorted(set(batch.discounts.tolist())) == [0.0, pytest.approx(0.81)]
+
+
+def test_rows_of_another_shape_are_refused() -> None:
+    giver = ReplayBuffer(4, spaces.Box(-1.0, 1.0, shape=(2,)), TWO_ACTIONS, gamma=0.9)
+    giver.add(np.zeros((1, 2), np.float32), np.array([0]), np.array([1.0]),
+              np.zeros((1, 2), np.float32), np.array([0]))  # fmt: skip
+    taker = ReplayBuffer(4, VECTOR, TWO_ACTIONS, gamma=0.9)
+    with pytest.raises(UsageError, match="obs shape"):
+        taker.add_rows(giver.rows_since(0))
+    assert len(taker) == 0

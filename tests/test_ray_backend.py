@@ -297,6 +297,26 @@ def test_async_a_killed_worker_trains_its_round_again_from_the_published_states(
     assert _summary(run_dir)["global_steps"] == 4 * 4_000
 
 
+def test_shared_experience_reaches_every_worker_and_needs_a_replay_buffer(
+    cluster: str, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    _agile("train", _manifest(tmp_path), "--backend", "ray", "--address", cluster, "--run-dir",
+           run_dir, "--members-per-worker", "2", "--share-experience", "--quiet")  # fmt: skip
+    first, second = (line["ray"] for line in _generations(run_dir))
+    # a generation's rows reach the other worker's buffer before the next generation: two
+    # workers of two members, 500 steps each, about 50 bytes a CartPole transition
+    assert first["bytes_experience"] == 0
+    assert 2 * 2 * 500 * 40 < second["bytes_experience"] < 2 * 2 * 500 * 80
+    assert _summary(run_dir)["global_steps"] == 4 * 1_000
+    data = {**MANIFEST, "algorithm": {"name": "PPO", "learn_step": 64}}
+    (tmp_path / "ppo.yaml").write_text(yaml.safe_dump(data))
+    refused = _agile("train", tmp_path / "ppo.yaml", "--backend", "ray", "--address", cluster,
+                     "--share-experience", check=False)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "PPO keeps no replay buffer" in refused.stderr and "Traceback" not in refused.stderr
+
+
 # -- errors and planning ----------------------------------------------------------------------
 
 

@@ -97,8 +97,9 @@ class MemberTrainer:
             replay_buffer=self.manifest.replay_buffer,
         )
         self.template = setup.build_population(self.manifest, cls, self.env, context, size=1)[0]
-        buffer = setup.build_buffer(self.manifest, self.env, self.device)
-        self.runner = self._runner(setup.build_runner(self.manifest, self.env, buffer))
+        #: What the slot's members share (a replay buffer), or None.
+        self.buffer = setup.build_buffer(self.manifest, self.env, self.device)
+        self.runner = self._runner(setup.build_runner(self.manifest, self.env, self.buffer))
 
     def _environment(self, registry: Registry, seed: int) -> Any:
         if self.batched:

@@ -46,6 +46,23 @@ def _checked(options: Spec) -> RayOptions:
     return spec
 
 
+def _check_sharing(spec: RayOptions, manifest: TrainingManifest) -> None:
+    """``--share-experience`` needs a replay buffer, and synchronous generations."""
+    if not spec.share_experience:
+        return
+    if manifest.replay_buffer is None:
+        raise UsageError(
+            f"--share-experience: {manifest.algorithm_name} keeps no replay buffer to share "
+            "(it learns from its own rollouts)",
+            "drop --share-experience",
+        )
+    if spec.asynchronous:
+        raise UsageError(
+            "--share-experience is for synchronous generations, not with --async",
+            "drop one of them",
+        )
+
+
 def _driver(spec: RayOptions) -> RayOptions:
     """The loop's options: the driver's copies of the members stay on its CPU (the workers
     train on --device)."""
@@ -73,6 +90,7 @@ def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerF
     from agile_ray.runner import RayRunner
 
     def make(manifest: TrainingManifest, seed: int, note: Callable[[str], None]) -> RayRunner:
+        _check_sharing(spec, manifest)
         layout = plan(
             manifest.training.pop_size,
             cluster_cpus(ray),
@@ -87,6 +105,7 @@ def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerF
             "timeout": spec.worker_timeout,
             "checkpoint_every": spec.checkpoint_every,
             "member_timeout": spec.member_timeout,
+            "share_experience": spec.share_experience,
         }
         if spec.asynchronous:
             runner: RayRunner = AsyncRayRunner(

@@ -66,6 +66,7 @@ class RayRunner(Runner[Member], Holder):
         timeout: float,
         checkpoint_every: int = 1,
         member_timeout: float | None = None,
+        share_experience: bool = False,
     ) -> None:
         super().__init__(env=None)
         self.ray = ray
@@ -76,6 +77,10 @@ class RayRunner(Runner[Member], Holder):
         self.mutation = manifest.mutation
         self.checkpoint_every = checkpoint_every
         self.member_timeout = member_timeout
+        self.share_experience = share_experience
+        #: With ``share_experience``: per slot, the rows its buffer stored in the last
+        #: generation (a Ray object each), for the other slots' buffers.
+        self.experience: dict[int, Any] = {}
         remote = ray.remote(MemberWorker).options(
             num_cpus=plan.cpus,
             num_gpus=plan.gpus,
@@ -120,6 +125,7 @@ class RayRunner(Runner[Member], Holder):
         generation = _Generation(self, slots, [[members[i] for i in chunk] for chunk in positions],
                                  exports, steps, progress)  # fmt: skip
         results = generation.run()
+        self.experience = dict(generation.experience)
         self.where, by_position = {}, {}
         for slot, (chunk, trained) in enumerate(zip(positions, results, strict=True)):
             for position, account in zip(chunk, trained, strict=True):
@@ -140,6 +146,8 @@ class RayRunner(Runner[Member], Holder):
             "bytes_fetched": self.fetched,
             "worker_deaths": sum(generation.deaths),
         }
+        if self.share_experience:
+            self.metrics["bytes_experience"] = sum(generation.experience_bytes)
         self.fetched = 0
         return [account.stats for account in flat]
 
@@ -286,16 +294,22 @@ class _Generation:
         self.retries: dict[int, float] = {}  # slots to call again, and when
         self.called = [time.monotonic()] * len(slots)  # when each slot's call was made
         self.overdue: set[int] = set()  # slots restarted for running over --member-timeout
+        self.experience: dict[int, Any] = {}  # per slot, the rows its buffer stored
+        self.experience_bytes = [0] * len(slots)  # bytes of rows each worker took in
         self.calls = {slot: self._call(slot) for slot in range(len(slots))}
 
     def _call(self, slot: int) -> Any:
         self.called[slot] = time.monotonic()
-        training = self.runner.training
-        worker = self.runner.workers[slot]
-        return worker.train.remote(
-            self.slots[slot], self.steps, training.eval_loop, training.eval_steps,
-            *self.exports[slot],
-        )  # fmt: skip
+        runner = self.runner
+        worker, training = runner.workers[slot], runner.training
+        arguments = (self.slots[slot], self.steps, training.eval_loop, training.eval_steps)
+        if not runner.share_experience:
+            return worker.train.remote(*arguments, *self.exports[slot])
+        others = [rows for k, rows in runner.experience.items() if k != slot]
+        called, self.experience[slot] = worker.train_sharing.options(num_returns=2).remote(
+            *arguments, *self.exports[slot], *others
+        )
+        return called
 
     def run(self) -> list[list[Trained]]:
         try:
@@ -341,7 +355,8 @@ class _Generation:
 
         try:
             trained: list[Trained]
-            trained, self.seconds[slot], self.received[slot] = self.ray.get(ref)
+            trained, self.seconds[slot], self.received[slot], *taken = self.ray.get(ref)
+            self.experience_bytes[slot] = sum(taken)
         except ActorUnavailableError as exc:
             if not self.restarting[slot] or slot in self.overdue:  # a death, or our kill
                 self._died(slot, exc)

@@ -62,3 +62,10 @@ class RayOptions(LocalRunOptions):
         description="With --async: a member whose worker has trained more than this many "
         "rounds fewer than the selecting worker takes no part in its selection.",
     )
+    share_experience: bool = Field(
+        False,
+        description="Off-policy algorithms: after each generation, every worker's replay "
+        "buffer takes in the rows the other workers' buffers stored in it (moved between "
+        "workers by Ray), so members learn from the whole population's experience a "
+        "generation late; default: each worker's buffer keeps its own slot's experience.",
+    )

@@ -6,11 +6,20 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
-from agile_cli import Member, MembersLost
+from agile_cli import Member, MembersLost, TrainingError
 from agile_cli.helpers import MemberTrainer, on_cpu
 from agile_ray.resident import Instruction, Trained, payload_bytes, replay, summarise
+
+
+@dataclass(frozen=True)
+class Experience:
+    """The rows a worker's replay buffer stored in one call (a buffer's ``rows_since``), for
+    the other workers' buffers."""
+
+    rows: dict[str, Any]
 
 
 class MemberWorker:
@@ -46,6 +55,39 @@ class MemberWorker:
         a single one for a single member), for the asynchronous runner to publish."""
         batches = [self.export([index]) for index in indices]
         return batches[0] if len(batches) == 1 else tuple(batches)
+
+    def train_sharing(
+        self,
+        instructions: list[Instruction],
+        steps: int,
+        rounds: int,
+        eval_steps: int | None,
+        *received: dict[int, dict[str, Any]] | Experience,
+    ) -> tuple[tuple[list[Trained], float, int, int], Experience]:
+        """:meth:`train`, with experience shared between workers (``--share-experience``):
+        first the rows the other workers' buffers stored in their last call (``received``'s
+        :class:`Experience` items) go into this worker's buffer, then the members train; the
+        rows they stored are returned apart (called with ``num_returns=2``, they stay in the
+        object store for the other workers' next calls), with the bytes of rows taken."""
+        buffer = self._buffer()
+        shared = [item for item in received if isinstance(item, Experience)]
+        for experience in shared:
+            buffer.add_rows(experience.rows)
+        mark = buffer.added
+        states = [item for item in received if not isinstance(item, Experience)]
+        trained, seconds, got = self.train(instructions, steps, rounds, eval_steps, *states)
+        taken = sum(payload_bytes(experience.rows["columns"]) for experience in shared)
+        return (trained, seconds, got, taken), Experience(buffer.rows_since(mark))
+
+    def _buffer(self) -> Any:
+        buffer = self.trainer.buffer
+        if not all(hasattr(buffer, name) for name in ("added", "rows_since", "add_rows")):
+            raise TrainingError(
+                f"--share-experience: this algorithm's buffer ({type(buffer).__name__}) cannot "
+                "share its rows (it needs added, rows_since and add_rows)",
+                "drop --share-experience",
+            )
+        return buffer
 
     def train(
         self,

@@ -137,6 +137,19 @@ def _unflatten(field: Any, members: int) -> Any:
     return field.reshape(members, -1, *field.shape[1:])
 
 
+def _on_cpu(store: Stored) -> Stored:
+    if isinstance(store, dict):
+        return {key: tensor.cpu() for key, tensor in store.items()}
+    return store.cpu()
+
+
+def _last_rows(store: Any, count: int) -> Any:
+    """The last ``count`` rows of a column (of each tensor of a dict column)."""
+    if isinstance(store, Mapping):
+        return {key: tensor[-count:] for key, tensor in store.items()}
+    return store[-count:]
+
+
 def _snapshot(store: Stored, size: int) -> Stored:
     if isinstance(store, dict):
         return {key: tensor[:size].clone() for key, tensor in store.items()}
@@ -220,6 +233,8 @@ class ReplayBuffer:
         self.n_step = False
         self._position = 0
         self._size = 0
+        #: Rows ever stored (it only grows; see :meth:`rows_since`).
+        self.added = 0
 
     def __len__(self) -> int:
         return self._size
@@ -262,12 +277,46 @@ class ReplayBuffer:
         _write(self._rewards, start, _take(rewards, rows))
         _write(self._terminated, start, _take(terminated, rows))
         _write(self._discounts, start, discounts)
+        self._advance(start, count)
+
+    def _advance(self, start: int, count: int) -> None:
+        """Count ``count`` rows just stored from slot ``start`` (ring order)."""
         self._position = (start + count) % self.capacity
         self._size = min(self._size + count, self.capacity)
+        self.added += count
         self._written(start, count)
 
     def _written(self, start: int, count: int) -> None:
         """Called after ``count`` rows were stored from slot ``start`` (ring order)."""
+
+    def rows_since(self, mark: int) -> dict[str, Any]:
+        """The rows stored since :attr:`added` was ``mark`` (at most the ring's size: the
+        latest ones), column by column on the CPU, in the order they were stored: what
+        another buffer of the same spaces takes with :meth:`add_rows` (the ray backend's
+        workers share their experience so)."""
+        count = max(0, min(self.added - mark, self._size))
+        slots = (self._position - count + torch.arange(count)) % self.capacity
+        slots = slots.to(self.device)
+        columns = {name: _on_cpu(_gather(store, slots)) for name, store in self._columns().items()}
+        return {"count": count, "n_step": self.n_step, "columns": columns}
+
+    def add_rows(self, rows: dict[str, Any]) -> None:
+        """Store rows another buffer of the same spaces gave with :meth:`rows_since`.
+
+        :raises UsageError: the rows do not fit this buffer's columns (nothing is stored).
+        """
+        count = int(rows["count"])
+        if count == 0:
+            return
+        keep = min(count, self.capacity)
+        start = self._position
+        columns = self._columns()
+        for name, store in columns.items():
+            _check_fits(store, rows["columns"][name], name)
+        for name, store in columns.items():
+            _write(store, start, _last_rows(rows["columns"][name], keep))
+        self.n_step = self.n_step or bool(rows["n_step"])
+        self._advance(start, keep)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Transitions:
         """Draw ``batch_size`` stored transitions uniformly, with replacement.
@@ -432,8 +481,7 @@ class MultiAgentReplayBuffer(ReplayBuffer):
         ):  # fmt: skip
             _write(store, start, _take(value, rows))
         _write(self._discounts, start, np.full(count, self.gamma, dtype=np.float32))
-        self._position = (start + count) % self.capacity
-        self._size = min(self._size + count, self.capacity)
+        self._advance(start, count)
 
     def _batch(self, index: torch.Tensor, weights: torch.Tensor) -> Transitions:
         return Transitions(
