@@ -158,16 +158,7 @@ def test_with_fewer_checkpoints_a_lost_worker_sends_the_run_back_to_the_last_one
     driver = _popen("train", manifest, "--backend", "ray", "--address", cluster,
                     "--run-dir", run_dir, "--quiet", "--members-per-worker", "1",
                     "--checkpoint-every", "5")  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "metrics.jsonl").is_file():  # the first generation is done
-            if driver.poll() is not None or time.monotonic() > deadline:
-                _fail(driver, "the first generation did not finish")
-            time.sleep(0.2)
-        os.kill(_training_worker(driver, deadline, nodes), signal.SIGKILL)
-        output, _ = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
+    output = _kill_a_worker_after_the_first_generation(driver, run_dir, nodes)
     assert driver.returncode == 0, output
     assert "going back to the checkpoint of generation 0" in output
     assert [g["generation"] for g in _generations(run_dir)] == [1, 2]
@@ -188,6 +179,24 @@ def test_a_worker_over_member_timeout_is_restarted_then_the_run_stops_naming_the
     assert "ran over --member-timeout 0.2 s: its members train this generation again" in said
     assert "6 times in one generation" in said and "raise --member-timeout" in said
     assert "Traceback" not in result.stderr
+
+
+def _kill_a_worker_after_the_first_generation(
+    driver: subprocess.Popen[str], run_dir: Path, nodes: Any
+) -> str:
+    """Once the run's first generation is written, ``kill -9`` a worker while it trains; the
+    driver's output once it ends."""
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "metrics.jsonl").is_file():
+            if driver.poll() is not None or time.monotonic() > deadline:
+                _fail(driver, "the first generation did not finish")
+            time.sleep(0.2)
+        os.kill(_training_worker(driver, deadline, nodes), signal.SIGKILL)
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    return output
 
 
 def _training_worker(driver: subprocess.Popen[str], deadline: float, nodes: Any) -> int:
@@ -244,7 +253,8 @@ def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
 ) -> None:
     """With --async, the first worker made 2 times slower (as on a slow node): the second one
     trains its rounds without waiting, its selections leave the first one's members out once
-    they are more rounds behind than --max-staleness 0 allows; a resume continues each slot."""
+    they are more rounds behind than --max-staleness 0 allows; a resume continues each slot,
+    asynchronously as the run started."""
     monkeypatch.setenv("AGILE_RAY_SLOW_SLOT", "0:2")
     run_dir = tmp_path / "run"
     manifest = _manifest(tmp_path, max_steps=2_500, evolving=True)
@@ -265,8 +275,9 @@ def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
     saved["training"]["max_steps"] = 3_000
     (run_dir / "manifest.yaml").write_text(yaml.safe_dump(saved))
     monkeypatch.delenv("AGILE_RAY_SLOW_SLOT")
-    _agile("train", "--resume", run_dir, "--backend", "ray", "--address", cluster, "--async")
-    assert _generations(run_dir)[-1]["async"]["rounds"] == [6, 6, 6, 6]
+    _agile("train", "--resume", run_dir, "--backend", "ray", "--address", cluster)
+    resumed = _generations(run_dir)[-1]  # asynchronous still: the run's own options are kept
+    assert resumed["async"]["rounds"] == [6, 6, 6, 6] and resumed["async"]["max_staleness"] == 0
     assert _summary(run_dir)["global_steps"] == 4 * 3_000
     assert len(checkpoint.load(run_dir / "checkpoints" / "latest.pt")["members"]) == 4
 
@@ -278,16 +289,7 @@ def test_async_a_killed_worker_trains_its_round_again_from_the_published_states(
     run_dir = tmp_path / "run"
     driver = _popen("train", manifest, "--backend", "ray", "--address", cluster, "--async",
                     "--run-dir", run_dir, "--quiet", "--members-per-worker", "2")  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "metrics.jsonl").is_file():  # a round has ended and published
-            if driver.poll() is not None or time.monotonic() > deadline:
-                _fail(driver, "the first generation did not finish")
-            time.sleep(0.2)
-        os.kill(_training_worker(driver, deadline, nodes), signal.SIGKILL)
-        output, _ = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
+    output = _kill_a_worker_after_the_first_generation(driver, run_dir, nodes)
     assert driver.returncode == 0, output
     assert "died" in output and "from their published states" in output
     assert "going back" not in output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -14,6 +15,11 @@ class LocalRunOptions(Spec):
     """How a run trains and what it writes: the local backend's options, which a backend that
     trains elsewhere but keeps the run folder here (e.g. on a Ray cluster) extends. The one
     shape of run options, from the command line (and ``LocalTrainer.train``) to the loop."""
+
+    #: A backend's own options that shape how its runs train (beside the local backend's,
+    #: ``RUN_SHAPING_OPTIONS``): checkpoints record them, and ``--resume`` with that backend
+    #: keeps them unless given anew.
+    shaping: ClassVar[tuple[str, ...]] = ()
 
     device: str = Field(
         default="auto", description="cpu, cuda, cuda:N, or auto (CUDA when present)."

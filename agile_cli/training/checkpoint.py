@@ -46,9 +46,9 @@ from agile_cli.signals import interrupt_held
 #: The ``format`` this agile writes: the number of its layout, so that an older agile refuses
 #: the file naming the version to upgrade to. Format 2 files hold any of layouts 2 to 8 (8 was
 #: written as format 2 for a few commits), told apart by their content.
-FORMAT_VERSION = 8
-#: The formats files say: 1, 2 (layouts 2 to 8) and this agile's own.
-READ_FORMATS = (1, 2, FORMAT_VERSION)
+FORMAT_VERSION = 9
+#: The formats files say: 1, 2 (layouts 2 to 8), and from 8 on each layout's own number.
+READ_FORMATS = (1, 2, *range(8, FORMAT_VERSION + 1))
 POPULATION = "population"
 MEMBER = "member"
 
@@ -82,9 +82,11 @@ LAYOUTS = (
            "imports (older seals no longer verify: such a run needs --trust-code once)"),
     Layout(6, "ca832f6", "cad838b", "run_options.threads"),
     Layout(7, "318e335", "08d8322", "run_seed"),
-    Layout(8, "cd84227", None, "each member's record.lineage; run_options.device, elite_top "
-           "and elite_episodes; says format 8 from the commit after a2c2dcc on (format 2 "
-           "before)"),
+    Layout(8, "cd84227", "91ce7dd", "each member's record.lineage; run_options.device, "
+           "elite_top and elite_episodes; says format 8 from the commit after a2c2dcc on "
+           "(format 2 before)"),
+    Layout(9, "a7e0c4f", None, "state.rounds (an asynchronous run's rounds per position); a "
+           "backend's own run options in run_options (the ray backend's)"),
 )  # fmt: skip
 #: The layout this agile writes.
 CURRENT_LAYOUT = LAYOUTS[-1].number
@@ -422,6 +424,12 @@ def _from_6(state: dict[str, Any]) -> None:
     state["run_seed"] = seed if isinstance(seed, int) else 0
 
 
+def _from_8(state: dict[str, Any]) -> None:
+    """No rounds: the run was synchronous (an asynchronous one takes its generations)."""
+    if state["kind"] == POPULATION:
+        state["state"].setdefault("rounds", [])
+
+
 def _from_7(state: dict[str, Any]) -> None:
     """An empty lineage: the generations before were not recorded. The device and the
     elite's scoring were not kept either (None: a resume takes them from its command line,
@@ -436,6 +444,7 @@ def _from_7(state: dict[str, Any]) -> None:
 
 _STEPS: dict[int, Callable[[dict[str, Any]], None]] = {
     1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6, 7: _from_7,
+    8: _from_8,
 }  # fmt: skip
 
 

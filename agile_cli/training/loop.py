@@ -51,6 +51,11 @@ RUN_SHAPING_OPTIONS = (
 )  # fmt: skip
 
 
+def run_shaping(options: LocalRunOptions) -> tuple[str, ...]:
+    """The options that shape ``options``' run: the local backend's and its backend's own."""
+    return RUN_SHAPING_OPTIONS + type(options).shaping
+
+
 @dataclass
 class LoopState:
     """Counters that a checkpoint carries across a resume."""
@@ -497,7 +502,7 @@ class EvolutionLoop:
             "selection_rng": self.selection_rng.bit_generator.state,
             "selection": self.selection.state_dict() if self.selection else None,
             "buffer": buffer.state_dict() if buffer is not None else None,
-            "run_options": {name: getattr(self.options, name) for name in RUN_SHAPING_OPTIONS},
+            "run_options": {n: getattr(self.options, n) for n in run_shaping(self.options)},
         }
 
     def _snapshots_due(self) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,8 @@ from agile_cli.models.base import Spec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.training import checkpoint
 from agile_cli.training.loop import (
-    RUN_SHAPING_OPTIONS,
     EvolutionLoop,
+    run_shaping,
 )
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
@@ -161,9 +161,14 @@ def resume_local(
     *,
     verbose: bool = True,
     runner: RunnerFactory | None = None,
+    adopt: Callable[[LocalRunOptions], None] | None = None,
 ) -> RunResult:
     """Continue the run in ``run_dir`` from its latest checkpoint (whichever backend trained
-    it), in this process or with the backend's ``runner``."""
+    it), in this process or with the backend's ``runner``.
+
+    :param adopt: called with the options the run resumes with (those it started with that
+        shape it, unless given anew), before ``runner`` makes the backend's runner.
+    """
     _refuse_fresh_run_options(options)
     folder = RunFolder(run_dir)
     if not folder.manifest.is_file():
@@ -171,7 +176,7 @@ def resume_local(
     check_writable(run_dir, f"--resume {run_dir}", _RESUME_ELSEWHERE)
     folder.lock()
     try:
-        return _resume(folder, registry, options, verbose=verbose, runner=runner)
+        return _resume(folder, registry, options, verbose=verbose, runner=runner, adopt=adopt)
     finally:
         folder.unlock()
 
@@ -183,6 +188,7 @@ def _resume(
     *,
     verbose: bool,
     runner: RunnerFactory | None,
+    adopt: Callable[[LocalRunOptions], None] | None = None,
 ) -> RunResult:
     run_dir = folder.path
     if not folder.latest.is_file():
@@ -201,6 +207,8 @@ def _resume(
         options = options.model_copy(update={"seed": int(state["state"]["seed"])})
         options, kept = _keep_run_options(state["run_options"], options)
         notes += kept
+    if adopt is not None:
+        adopt(options)
     reporter = _reporter(verbose)
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder, runner=runner)
     loop.restore(state)
@@ -241,10 +249,10 @@ def _keep_run_options(
     saved: dict[str, Any], options: LocalRunOptions
 ) -> tuple[LocalRunOptions, list[str]]:
     """``options`` with the run-shaping options the run was started with (see
-    :data:`~agile_cli.training.loop.RUN_SHAPING_OPTIONS`) unless the resume command sets them
-    anew, and a note for each one it sets anew."""
+    :data:`~agile_cli.training.loop.RUN_SHAPING_OPTIONS`, and its backend's ``shaping``)
+    unless the resume command sets them anew, and a note for each one it sets anew."""
     notes, kept = [], {}
-    for name in RUN_SHAPING_OPTIONS:
+    for name in run_shaping(options):
         given, before = getattr(options, name), saved.get(name)
         flag = "--" + name.replace("_", "-")
         if name not in options.model_fields_set:  # not given again: the run's own

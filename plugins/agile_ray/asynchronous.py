@@ -148,9 +148,11 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
             else:
                 self._died(call, exc)
             return None
+        except ObjectLostError:  # a published state left with its node
+            raise MembersLost(f"a published state for {_members(call)} was lost") from None
         except RayTaskError as exc:
-            if isinstance(exc.cause, ObjectLostError):  # a source went with its node
-                raise MembersLost(f"a copy for {_members(call)} was lost") from None
+            if isinstance(exc.cause, ObjectLostError):
+                raise MembersLost(f"a published state for {_members(call)} was lost") from None
             raise _worker_failure(call.slot, exc) from None
         except (RayActorError, RayError) as exc:
             self._died(call, exc)

@@ -22,16 +22,33 @@ class RayBackend(Backend):
         self, manifest: TrainingManifest, options: Spec, registry: Registry, *, verbose: bool
     ) -> RunResult:
         spec = _checked(options)
-        with _workers(spec) as factory:
+        with _workers(_Settings(spec)) as factory:
             result = run_local(manifest, registry, _driver(spec), verbose=verbose, runner=factory)
         return result
+
+
+class _Settings:
+    """The run's options as the workers' runner is made with them: a resumed run's are the
+    ones it started with where the resume command does not give them anew."""
+
+    def __init__(self, spec: RayOptions) -> None:
+        self.spec = spec
+
+    def adopt(self, options: Any) -> None:
+        """Take the run-shaping options the run resumes with (not the driver's device)."""
+        kept = {name: getattr(options, name) for name in RayOptions.shaping}
+        self.spec = self.spec.model_copy(update=kept)
 
     def resume(
         self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
     ) -> RunResult:
         spec = _checked(options)
-        with _workers(spec) as factory:
-            result = resume_local(run_dir, registry, _driver(spec), verbose=verbose, runner=factory)
+        settings = _Settings(spec)
+        with _workers(settings) as factory:
+            result = resume_local(
+                run_dir, registry, _driver(spec), verbose=verbose, runner=factory,
+                adopt=settings.adopt,
+            )  # fmt: skip
         return result
 
 
@@ -70,26 +87,27 @@ def _driver(spec: RayOptions) -> RayOptions:
 
 
 @contextmanager
-def _workers(spec: RayOptions) -> Iterator[RunnerFactory]:
+def _workers(settings: _Settings) -> Iterator[RunnerFactory]:
     """A runner factory for the loop, with Ray connected until the run ends (its workers are
     stopped then)."""
     from agile_ray.cluster import connected
 
     made: list[Any] = []
-    with connected(spec.address) as ray:
+    with connected(settings.spec.address) as ray:
         try:
-            yield _factory(ray, spec, made.append)
+            yield _factory(ray, settings, made.append)
         finally:
             for runner in made:
                 runner.close()
 
 
-def _factory(ray: Any, spec: RayOptions, keep: Callable[[Any], None]) -> RunnerFactory:
+def _factory(ray: Any, settings: _Settings, keep: Callable[[Any], None]) -> RunnerFactory:
     from agile_ray.asynchronous import AsyncRayRunner
     from agile_ray.cluster import cluster_cpus, plan
     from agile_ray.runner import RayRunner
 
     def make(manifest: TrainingManifest, seed: int, note: Callable[[str], None]) -> RayRunner:
+        spec = settings.spec
         _check_sharing(spec, manifest)
         layout = plan(
             manifest.training.pop_size,

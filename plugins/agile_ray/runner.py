@@ -365,9 +365,11 @@ class _Generation:
         except RayActorError as exc:
             self._died(slot, exc)
             return
+        except ObjectLostError:  # an argument (a copy's source, shared rows) left with its node
+            raise MembersLost(f"a state or rows for {self._members(slot)} were lost") from None
         except RayTaskError as exc:
-            if isinstance(exc.cause, ObjectLostError):  # a copy's source went with its node
-                raise MembersLost(f"a copy for {self._members(slot)} was lost") from None
+            if isinstance(exc.cause, ObjectLostError):
+                raise MembersLost(f"a state or rows for {self._members(slot)} were lost") from None
             raise _worker_failure(slot, exc) from None
         results[slot] = trained
         done = sum(account.stats.steps for account in trained)

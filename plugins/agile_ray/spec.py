@@ -10,6 +10,9 @@ from agile_cli import LocalRunOptions
 class RayOptions(LocalRunOptions):
     """How ``agile train --backend ray`` runs."""
 
+    shaping = ("checkpoint_every", "member_timeout", "asynchronous", "max_staleness",
+               "share_experience")  # fmt: skip
+
     address: str | None = Field(
         None,
         description="Ray cluster to join: auto (the one `ray start` made on this machine) or "
