@@ -85,7 +85,7 @@ LAYOUTS = (
     Layout(8, "cd84227", "91ce7dd", "each member's record.lineage; run_options.device, "
            "elite_top and elite_episodes; says format 8 from the commit after a2c2dcc on "
            "(format 2 before)"),
-    Layout(9, "a7e0c4f", None, "state.rounds (an asynchronous run's rounds per position); a "
+    Layout(9, "fa69e05", None, "state.rounds (an asynchronous run's rounds per position); a "
            "backend's own run options in run_options (the ray backend's)"),
 )  # fmt: skip
 #: The layout this agile writes.
