@@ -26,6 +26,18 @@ class RayBackend(Backend):
             result = run_local(manifest, registry, _driver(spec), verbose=verbose, runner=factory)
         return result
 
+    def resume(
+        self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
+    ) -> RunResult:
+        spec = _checked(options)
+        settings = _Settings(spec)
+        with _workers(settings) as factory:
+            result = resume_local(
+                run_dir, registry, _driver(spec), verbose=verbose, runner=factory,
+                adopt=settings.adopt,
+            )  # fmt: skip
+        return result
+
 
 class _Settings:
     """The run's options as the workers' runner is made with them: a resumed run's are the
@@ -38,18 +50,6 @@ class _Settings:
         """Take the run-shaping options the run resumes with (not the driver's device)."""
         kept = {name: getattr(options, name) for name in RayOptions.shaping}
         self.spec = self.spec.model_copy(update=kept)
-
-    def resume(
-        self, run_dir: Path, options: Spec, registry: Registry, *, verbose: bool
-    ) -> RunResult:
-        spec = _checked(options)
-        settings = _Settings(spec)
-        with _workers(settings) as factory:
-            result = resume_local(
-                run_dir, registry, _driver(spec), verbose=verbose, runner=factory,
-                adopt=settings.adopt,
-            )  # fmt: skip
-        return result
 
 
 def _checked(options: Spec) -> RayOptions:
