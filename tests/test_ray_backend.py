@@ -258,9 +258,11 @@ def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
     monkeypatch.setenv("AGILE_RAY_SLOW_SLOT", "0:2")
     run_dir = tmp_path / "run"
     manifest = _manifest(tmp_path, max_steps=2_500, evolving=True)
-    _agile("train", manifest, "--backend", "ray", "--address",
-           cluster, "--run-dir", run_dir, "--members-per-worker", "2", "--async",
-           "--max-staleness", "0", "--quiet")  # fmt: skip
+    slowed = _agile("train", manifest, "--backend", "ray", "--address", cluster, "--run-dir",
+                    run_dir, "--members-per-worker", "2", "--async", "--max-staleness", "0",
+                    "--worker-timeout", "1", "--quiet")  # fmt: skip
+    # its workers start, and the slow one sleeps, for longer than --worker-timeout: it says so
+    assert "has trained nothing for" in slowed.stdout + slowed.stderr
     lines = _generations(run_dir)
     ahead = [line["async"]["rounds"] for line in lines]
     assert any(rounds[2] > rounds[0] for rounds in ahead), ahead  # slot 1 did not wait

@@ -24,25 +24,50 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from agile_cli.errors import UsageError
-from agile_cli.evolution.selection import TournamentSelection, last_fitness
+from agile_cli.evolution.mutation import Mutator
+from agile_cli.evolution.selection import SelectionStrategy, TournamentSelection, last_fitness
+from agile_cli.manifest import TrainingManifest
 from agile_cli.member import Member
-from agile_cli.runner import AsynchronousRunner, SlotRound
+from agile_cli.runner import AsynchronousRunner, Runner, SlotRound
 from agile_cli.signals import interrupt_held
-from agile_cli.training.progress import RunnerProgress
+from agile_cli.training.progress import Reporter, RunnerProgress
+from agile_cli.training.run_folder import RunFolder
 
-if TYPE_CHECKING:
-    from agile_cli.training.loop import EvolutionLoop
+
+class Loop(Protocol):
+    """What this module uses of the evolutionary loop
+    (:class:`~agile_cli.training.loop.EvolutionLoop`)."""
+
+    manifest: TrainingManifest
+    state: Any  # LoopState
+    population: list[Member]
+    reporter: Reporter
+    runner: Runner[Any]
+    selection: SelectionStrategy | None
+    mutator: Mutator | None
+    selection_rng: np.random.Generator
+    folder: RunFolder
+    elite: Member | None
+    went_back: int
+
+    def report(self, speed: float, members: list[Member] | None = None) -> None: ...
+    def target_met(self, members: list[Member] | None = None) -> bool: ...
+    def lineage_entry(self, member: Member) -> dict[str, Any]: ...
+    def save_member(self, member: Member, path: Path) -> None: ...
+    def snapshot_due(self) -> bool: ...
+    def save_checkpoint(self) -> None: ...
 
 
 class AsynchronousEvolution:
     """The loop's generations when its runner trains slots asynchronously."""
 
-    def __init__(self, loop: EvolutionLoop, runner: AsynchronousRunner) -> None:
+    def __init__(self, loop: Loop, runner: AsynchronousRunner) -> None:
         manifest = loop.manifest
         if manifest.recipe is not None:
             raise UsageError(
@@ -118,7 +143,7 @@ class AsynchronousEvolution:
     def _end_generation(self, trained: int, elapsed: float, progress: RunnerProgress) -> bool:
         loop = self.loop
         members = [m for m in self.latest if m is not None]
-        stop = loop._target_met(members)
+        stop = loop.target_met(members)
         if stop:  # the slots still training finish their round, and stop there
             while self.runner.running():
                 trained += self._take(self.runner.finished(progress))
@@ -130,15 +155,15 @@ class AsynchronousEvolution:
             steps_per_member=self._steps(min(self.rounds)),
             wall_seconds=loop.state.wall_seconds + elapsed,
         )
-        loop._report(trained / max(elapsed, 1e-9), members)
+        loop.report(trained / max(elapsed, 1e-9), members)
         loop.state.stopped_early = stop
         last = stop or not self.runner.running()
         best = members[int(np.argmax([last_fitness(m) for m in members]))]
         loop.elite = best.clone(best.index)
         if not last:
-            loop._save_member(loop.elite, loop.folder.elite)
-        if last or loop._snapshot_due() or loop.runner.checkpoint_due(loop.state.generation):
-            loop._save_checkpoint()
+            loop.save_member(loop.elite, loop.folder.elite)
+        if last or loop.snapshot_due() or loop.runner.checkpoint_due(loop.state.generation):
+            loop.save_checkpoint()
         loop.went_back = 0
         return stop
 
@@ -153,7 +178,7 @@ class AsynchronousEvolution:
             record.episode_returns = (record.episode_returns + stats.episode_returns)[-100:]
             record.fitness.append(float(fitness))
             self.rounds[position] += 1
-            entry = loop._lineage_entry(member)
+            entry = loop.lineage_entry(member)
             entry.update(generation=self.rounds[position], steps=self._steps(self.rounds[position]))
             record.lineage.append(entry)
             loop.population[position] = member

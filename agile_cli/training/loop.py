@@ -232,7 +232,7 @@ class EvolutionLoop:
             if fresh:
                 if self.mutator is not None:
                     self.mutator.mutate(self.population, pre_training=True)
-                self._save_checkpoint()
+                self.save_checkpoint()
             generation = self.asynchronous.generation if self.asynchronous else self._generation
             while not only_finish and self.state.steps_per_member < training.max_steps:
                 try:
@@ -323,17 +323,17 @@ class EvolutionLoop:
                 wall_seconds=self.state.wall_seconds + elapsed,
             )
             for member in self.population:
-                member.record.lineage.append(self._lineage_entry(member))
-            self._report(global_steps / max(elapsed, 1e-9))
+                member.record.lineage.append(self.lineage_entry(member))
+            self.report(global_steps / max(elapsed, 1e-9))
             if exhausted:
                 self.reporter.note("every member has trained on all the data it may: stopping")
-            stop = self._target_met() or exhausted
+            stop = self.target_met() or exhausted
             self.state.stopped_early = stop
             last = stop or self.state.steps_per_member >= training.max_steps
             if not last:
                 self._evolve()
-            if last or self._snapshot_due() or self.runner.checkpoint_due(self.state.generation):
-                self._save_checkpoint()
+            if last or self.snapshot_due() or self.runner.checkpoint_due(self.state.generation):
+                self.save_checkpoint()
             self.went_back = 0
         return stop
 
@@ -361,7 +361,7 @@ class EvolutionLoop:
                     "write the recipe again with agile recipe RUN from the run it came from",
                 ) from None
 
-    def _lineage_entry(self, member: Member) -> dict[str, Any]:
+    def lineage_entry(self, member: Member) -> dict[str, Any]:
         """What ``record.lineage`` keeps of the generation just scored (see
         :class:`~agile_cli.MemberRecord`): the architecture where it changed, and first."""
         entry: dict[str, Any] = {
@@ -384,7 +384,7 @@ class EvolutionLoop:
         self.elite = outcome.elite
         self.population = outcome.population
         self.mutator.mutate(self.population, only=outcome.to_mutate)
-        self._save_member(self.elite, self.folder.elite)
+        self.save_member(self.elite, self.folder.elite)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -397,7 +397,7 @@ class EvolutionLoop:
         names = self.mutator.ranges if self.mutator is not None else member.spec.default_mutable
         return {name: values[name] for name in names if name in values} or values
 
-    def _report(self, speed: float, members: list[Member] | None = None) -> None:
+    def report(self, speed: float, members: list[Member] | None = None) -> None:
         """Report the generation just scored: ``members`` (default: the population)."""
         members = self.population if members is None else members
         survivors = set(self.state.reported)
@@ -458,7 +458,7 @@ class EvolutionLoop:
             "wall_seconds": round(self.state.wall_seconds, 3),
         }
 
-    def _target_met(self, members: list[Member] | None = None) -> bool:
+    def target_met(self, members: list[Member] | None = None) -> bool:
         """Whether a member of ``members`` (default: the population) reached the target."""
         target = self.manifest.training.target_score
         if target is None:
@@ -484,7 +484,7 @@ class EvolutionLoop:
             "run_seed": self.state.seed,
         }
 
-    def _save_member(self, member: Member, path: Path) -> None:
+    def save_member(self, member: Member, path: Path) -> None:
         state = {**self._header(checkpoint.MEMBER), "member": member.state_dict()}
         checkpoint.save_atomically(state, path)
         if path == self.folder.elite:
@@ -511,12 +511,12 @@ class EvolutionLoop:
         every = self.options.checkpoint_steps or self.manifest.training.checkpoint_steps or 0
         return self.state.steps_per_member // every if every else 0
 
-    def _snapshot_due(self) -> bool:
+    def snapshot_due(self) -> bool:
         """Whether a snapshot is due now."""
         return self._snapshots_due() > self.state.snapshots
 
-    def _save_checkpoint(self) -> None:
-        snapshot = self._snapshot_due()
+    def save_checkpoint(self) -> None:
+        snapshot = self.snapshot_due()
         if snapshot:
             self.state.snapshots = self._snapshots_due()
         state = self.checkpoint_state()
@@ -578,7 +578,7 @@ class EvolutionLoop:
         scored = self._score_again() if best is not None and not interrupted else []
         elite = next(m for m in self.population if m.index == scored[0].member) if scored else best
         if elite is not None and not (interrupted and self.folder.elite.exists()):
-            self._save_member(elite, self.folder.elite)
+            self.save_member(elite, self.folder.elite)
         summary = self._summary(best, interrupted)
         if scored:
             summary["elite"] = {

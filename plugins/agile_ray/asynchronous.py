@@ -50,6 +50,8 @@ class _SlotCall:
     restarting: bool = False  # died, and not trained since
     overdue: bool = False  # killed for running over --member-timeout
     seen: int = 0  # steps shown
+    moved: float = 0.0  # when it was called, or its steps last changed
+    warned: bool = False  # said that it waits
 
 
 class AsyncRayRunner(RayRunner, AsynchronousRunner):
@@ -102,6 +104,7 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
             raise MembersLost(f"member {missing[0][0]}'s state after {missing[0][1]} steps is lost")
         training = self.training
         call.called, call.retry_at = time.monotonic(), None
+        call.moved = call.moved or call.called
         call.ref = self.workers[call.slot].train.remote(
             call.instructions, call.steps, training.eval_loop, training.eval_steps,
             *(self.published[key] for key in wanted),
@@ -226,6 +229,7 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
         self.holding[call.slot] = set()  # a restarted worker holds nothing
         call.overdue, call.restarting = False, True
         call.ref, call.retry_at = None, time.monotonic() + RETRY_SECONDS
+        call.moved, call.warned = time.monotonic(), False
 
     def _call_again_when_due(self) -> None:
         now = time.monotonic()
@@ -250,11 +254,20 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
                 steps = None
             if steps is not None and steps > call.seen:
                 progress(steps - call.seen)
-                call.seen, call.restarting = steps, False
+                call.seen, call.restarting, call.moved, call.warned = steps, False, now, False
             bound = self.member_timeout
             if bound is not None and now - call.called > bound and not call.overdue:
                 call.overdue = True  # its call fails as a death: handled there
                 self.ray.kill(self.workers[call.slot], no_restart=False)
+        for call in self.calls.values():  # training nothing, or waiting to be called again
+            if not call.warned and now - call.moved > self.timeout:
+                call.warned = True
+                self.note(
+                    f"the Ray worker of {_members(call)} has trained nothing for "
+                    f"{now - call.moved:.0f} s: waiting for it (a worker starting or restarting "
+                    f"needs a node with {self.plan.cpus:g} CPUs free; Ctrl-C stops the run and "
+                    "keeps its last checkpoint)"
+                )
 
     # -- the driver's needs ----------------------------------------------------------------------
 
