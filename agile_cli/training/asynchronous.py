@@ -137,17 +137,16 @@ class AsynchronousEvolution:
             if self._round_steps(done.slot) > 0:
                 self._select(done.positions)
                 self._start(done.slot)
+        stop = loop.target_met([m for m in self.latest if m is not None])
+        while stop and self.runner.running():  # the slots still training end their round
+            trained += self._take(self.runner.finished(progress))
         with interrupt_held():
-            return self._end_generation(trained, time.perf_counter() - started, progress)
+            return self._end_generation(trained, time.perf_counter() - started, stop)
 
-    def _end_generation(self, trained: int, elapsed: float, progress: RunnerProgress) -> bool:
+    def _end_generation(self, trained: int, elapsed: float, stop: bool) -> bool:
+        """The loop's counters, report, elite and checkpoint after a generation."""
         loop = self.loop
         members = [m for m in self.latest if m is not None]
-        stop = loop.target_met(members)
-        if stop:  # the slots still training finish their round, and stop there
-            while self.runner.running():
-                trained += self._take(self.runner.finished(progress))
-            members = [m for m in self.latest if m is not None]
         loop.state = dataclasses.replace(
             loop.state,
             generation=loop.state.generation + 1,
