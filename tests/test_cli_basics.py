@@ -7,7 +7,7 @@ import sys
 
 from agile_cli import __version__
 
-from .conftest import CONFIGS
+from .conftest import CONFIGS, ROOT
 
 HEAVY = (
     "torch",
@@ -71,3 +71,10 @@ def test_python_dash_m_runs_the_cli() -> None:
 def test_usage_mistake_exits_two(run) -> None:
     assert run("validate").exit_code == 2
     assert run("no-such-command").exit_code == 2
+
+
+def test_a_backend_option_of_another_backend_is_named_as_typed(run) -> None:
+    result = run("train", str(ROOT / "configs" / "training" / "dqn" / "cartpole.yaml"), "--async")
+    assert result.exit_code == 2
+    assert "--async is not an option of backend 'local'" in result.output
+    assert "Traceback" not in result.output

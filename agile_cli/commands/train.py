@@ -110,7 +110,7 @@ def _options(entry: BackendEntry, flags: dict[str, Any]) -> Any:
         return entry.options.model_validate(given)
     except ValidationError as exc:
         first = field_errors(exc, entry.options)[0]
-        flag = "--" + first.path.replace("_", "-")
+        flag = _SHOWN.get(first.path, "--" + first.path.replace("_", "-"))
         if first.message == "unknown field":
             raise UsageError(
                 f"{flag} is not an option of backend '{entry.name}'",
@@ -126,6 +126,10 @@ def with_backend_options(command: click.Command, registry: Registry) -> click.Co
     return extended
 
 
+#: The flag an error names for a backend option declared with other flags (``--async``).
+_SHOWN: dict[str, str] = {}
+
+
 def _backend_flags(registry: Registry) -> list[click.Option]:
     flags: dict[str, click.Option] = {}
     for name in sorted(registry.backends, key=lambda n: (n != "local", n)):
@@ -134,8 +138,10 @@ def _backend_flags(registry: Registry) -> list[click.Option]:
                 continue
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             flag = _flag(field_name, field.annotation, field.description, name)
-            aliases = extra.get("flags")
-            flag.opts[:0] = [str(a) for a in aliases] if isinstance(aliases, list) else []
+            aliases = [str(a) for a in extra.get("flags") or []]  # type: ignore[union-attr]
+            flag.opts[:0] = aliases
+            if aliases:
+                _SHOWN[field_name] = aliases[0]
             flags[field_name] = flag
     return list(flags.values())
 
