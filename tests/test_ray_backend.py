@@ -481,6 +481,48 @@ def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
     assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
 
 
+def test_async_a_node_lost_with_published_states_sends_the_run_back(
+    nodes: Any, tmp_path: Path
+) -> None:
+    """With --async, members' states live, once published, in their worker's node (states
+    over Ray's 100 KB inline limit: 128-wide networks). The second node dies after the first
+    generation: its worker's restart needs those states. Where Ray finds a copy of them (on the
+    driver's node, fetched for a checkpoint or a copy), the worker trains its round again from
+    them; where none is left, the run goes back to its last checkpoint. Either way it finishes
+    whole, its metrics one line per generation."""
+    data = json.loads(json.dumps(MANIFEST))
+    data["training"].update(max_steps=2_000, evo_steps=500)
+    wide = {"hidden_size": [128]}
+    data["network"] = {"latent_dim": 128, "encoder_config": wide, "head_config": wide}
+    data["tournament_selection"] = {"tournament_size": 2, "elitism": True}
+    (tmp_path / "wide.yaml").write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    driver = _popen("train", tmp_path / "wide.yaml", "--backend", "ray", "--address",
+                    nodes.address, "--run-dir", run_dir, "--quiet", "--async",
+                    "--members-per-worker", "2", "--worker-timeout", "3")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "metrics.jsonl").is_file():
+            if driver.poll() is not None or time.monotonic() > deadline:
+                _fail(driver, "the first generation did not finish")
+            time.sleep(0.2)
+        second = next(node for node in nodes.list_all_nodes() if node is not nodes.head_node)
+        nodes.remove_node(second)
+        time.sleep(5)  # its worker's restart waits for room
+        nodes.add_node(num_cpus=2, node_ip_address="127.0.0.3")
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, output
+    assert "died" in output
+    went_back = "lost: going back to the checkpoint of generation" in output
+    assert went_back or "from their published states" in output, output
+    lines = _generations(run_dir)
+    assert [line["generation"] for line in lines] == list(range(1, len(lines) + 1))
+    assert lines[-1]["async"]["rounds"] == [4, 4, 4, 4]
+    assert _summary(run_dir)["global_steps"] == 4 * 2_000
+
+
 def test_a_worker_that_cannot_start_says_why(cluster: str, tmp_path: Path) -> None:
     import torch
 
