@@ -181,17 +181,24 @@ def test_a_worker_over_member_timeout_is_restarted_then_the_run_stops_naming_the
     assert "Traceback" not in result.stderr
 
 
+def _first_generation_written(driver: subprocess.Popen[str], run_dir: Path) -> float:
+    """Wait until the run has written its first generation's metrics; the deadline (240 s from
+    now) for what the test waits for next. Fails with the driver's output if it ends first."""
+    deadline = time.monotonic() + 240
+    while not (run_dir / "metrics.jsonl").is_file():
+        if driver.poll() is not None or time.monotonic() > deadline:
+            _fail(driver, "the first generation did not finish")
+        time.sleep(0.2)
+    return deadline
+
+
 def _kill_a_worker_after_the_first_generation(
     driver: subprocess.Popen[str], run_dir: Path, nodes: Any
 ) -> str:
     """Once the run's first generation is written, ``kill -9`` a worker while it trains; the
     driver's output once it ends."""
     try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "metrics.jsonl").is_file():
-            if driver.poll() is not None or time.monotonic() > deadline:
-                _fail(driver, "the first generation did not finish")
-            time.sleep(0.2)
+        deadline = _first_generation_written(driver, run_dir)
         os.kill(_training_worker(driver, deadline, nodes), signal.SIGKILL)
         output, _ = driver.communicate(timeout=300)
     finally:
@@ -501,11 +508,7 @@ def test_async_a_node_lost_with_published_states_sends_the_run_back(
                     nodes.address, "--run-dir", run_dir, "--quiet", "--async",
                     "--members-per-worker", "2", "--worker-timeout", "3")  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "metrics.jsonl").is_file():
-            if driver.poll() is not None or time.monotonic() > deadline:
-                _fail(driver, "the first generation did not finish")
-            time.sleep(0.2)
+        _first_generation_written(driver, run_dir)
         second = next(node for node in nodes.list_all_nodes() if node is not nodes.head_node)
         nodes.remove_node(second)
         time.sleep(5)  # its worker's restart waits for room

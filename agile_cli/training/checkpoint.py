@@ -424,12 +424,6 @@ def _from_6(state: dict[str, Any]) -> None:
     state["run_seed"] = seed if isinstance(seed, int) else 0
 
 
-def _from_8(state: dict[str, Any]) -> None:
-    """No rounds: the run was synchronous (an asynchronous one takes its generations)."""
-    if state["kind"] == POPULATION:
-        state["state"].setdefault("rounds", [])
-
-
 def _from_7(state: dict[str, Any]) -> None:
     """An empty lineage: the generations before were not recorded. The device and the
     elite's scoring were not kept either (None: a resume takes them from its command line,
@@ -440,6 +434,12 @@ def _from_7(state: dict[str, Any]) -> None:
     if state["kind"] == POPULATION:
         for name in ("device", "elite_top", "elite_episodes"):
             state["run_options"].setdefault(name, None)
+
+
+def _from_8(state: dict[str, Any]) -> None:
+    """No rounds: the run was synchronous (an asynchronous one takes its generations)."""
+    if state["kind"] == POPULATION:
+        state["state"].setdefault("rounds", [])
 
 
 _STEPS: dict[int, Callable[[dict[str, Any]], None]] = {

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agile_cli import AsynchronousRunner, Member, MembersLost, Progress, SlotRound, TrainingError
+from agile_cli import AsynchronousRunner, Member, MembersLost, Progress, SlotRound
 from agile_cli.helpers import on_cpu
 from agile_ray.resident import Instruction, Standin, Trained, payload_bytes, standin_of
 from agile_ray.runner import (
@@ -26,9 +26,13 @@ from agile_ray.runner import (
     RETRY_SECONDS,
     RayRunner,
     _death,
-    _first_line,
     _start_failure,
     _worker_failure,
+    described,
+    read_steps,
+    too_many_deaths,
+    waiting_note,
+    why_restarted,
 )
 
 #: A published state's name: the member's index and the steps it had trained.
@@ -136,7 +140,6 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
         from ray.exceptions import (
             ActorUnavailableError,
             ObjectLostError,
-            RayActorError,
             RayError,
             RayTaskError,
         )
@@ -157,7 +160,7 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
             if isinstance(exc.cause, ObjectLostError):
                 raise MembersLost(f"a published state for {_members(call)} was lost") from None
             raise _worker_failure(call.slot, exc) from None
-        except (RayActorError, RayError) as exc:
+        except RayError as exc:  # the worker is gone (RayActorError, and the like)
             self._died(call, exc)
             return None
         del self.calls[call.slot]
@@ -165,7 +168,7 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
         progress(max(0, done - call.seen))
         keys = [(account.index, account.steps) for account in trained]
         self.published.update(zip(keys, refs, strict=True))
-        self.holding[call.slot] = self.latest[call.slot] = set(keys)
+        self.holding[call.slot], self.latest[call.slot] = set(keys), set(keys)
         self._account(call, trained, seconds, received)
         members = [
             standin_of(account, member.record, self)
@@ -213,15 +216,9 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
             raise _start_failure(_members(call), exc)
         call.deaths += 1
         self.counts["worker_deaths"] += 1
-        overdue = f"ran over --member-timeout {self.member_timeout or 0:g} s"
         if call.deaths > MAX_DEATHS:
-            raise TrainingError(
-                f"the Ray worker of {_members(call)} died or {overdue} {MAX_DEATHS + 1} times "
-                f"in one round: {_first_line(exc)}",
-                "see the worker logs in the Ray session folder (e.g. for running out of "
-                "memory), or raise --member-timeout",
-            )
-        what = overdue if call.overdue else f"died ({_death(exc)})"
+            raise too_many_deaths(_members(call), exc, self.member_timeout, "round")
+        what = why_restarted(exc, call.overdue, self.member_timeout)
         self.note(
             f"the Ray worker of {_members(call)} {what}: its members train this round again "
             "on a restarted worker, from their published states"
@@ -238,8 +235,6 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
                 self._call(call)
 
     def _look_at_progress(self, progress: Progress) -> None:
-        from ray.exceptions import RayError
-
         running = [call for call in self.calls.values() if call.ref is not None]
         asked = {call.slot: self.workers[call.slot].progress.remote() for call in running}
         ready: list[Any] = []
@@ -248,10 +243,7 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
         now = time.monotonic()
         for call in running:
             ref = asked[call.slot]
-            try:
-                steps = int(self.ray.get(ref)) if ref in ready else None
-            except RayError:
-                steps = None
+            steps = read_steps(self.ray, ref) if ref in ready else None
             if steps is not None and steps > call.seen:
                 progress(steps - call.seen)
                 call.seen, call.restarting, call.moved, call.warned = steps, False, now, False
@@ -262,12 +254,7 @@ class AsyncRayRunner(RayRunner, AsynchronousRunner):
         for call in self.calls.values():  # training nothing, or waiting to be called again
             if not call.warned and now - call.moved > self.timeout:
                 call.warned = True
-                self.note(
-                    f"the Ray worker of {_members(call)} has trained nothing for "
-                    f"{now - call.moved:.0f} s: waiting for it (a worker starting or restarting "
-                    f"needs a node with {self.plan.cpus:g} CPUs free; Ctrl-C stops the run and "
-                    "keeps its last checkpoint)"
-                )
+                self.note(waiting_note(_members(call), now - call.moved, self.plan.cpus))
 
     # -- the driver's needs ----------------------------------------------------------------------
 
@@ -324,5 +311,4 @@ def _sources(members: list[Member]) -> set[Key]:
 
 
 def _members(call: _SlotCall) -> str:
-    indices = [instruction.index for instruction in call.instructions]
-    return ("member " if len(indices) == 1 else "members ") + ", ".join(map(str, indices))
+    return described(call.instructions)

@@ -22,6 +22,7 @@ class RayBackend(Backend):
         self, manifest: TrainingManifest, options: Spec, registry: Registry, *, verbose: bool
     ) -> RunResult:
         spec = _checked(options)
+        _check_sharing(spec, manifest)  # before Ray starts
         with _workers(_Settings(spec)) as factory:
             result = run_local(manifest, registry, _driver(spec), verbose=verbose, runner=factory)
         return result
@@ -60,23 +61,24 @@ def _checked(options: Spec) -> RayOptions:
             "checkpoints hold the members only",
             "drop it (a resumed run refills its buffers), or train with --backend local",
         )
+    _check_sharing(spec, None)
     return spec
 
 
-def _check_sharing(spec: RayOptions, manifest: TrainingManifest) -> None:
-    """``--share-experience`` needs a replay buffer, and synchronous generations."""
-    if not spec.share_experience:
-        return
-    if manifest.replay_buffer is None:
+def _check_sharing(spec: RayOptions, manifest: TrainingManifest | None) -> None:
+    """``--share-experience`` needs synchronous generations, and a replay buffer (checked
+    where the ``manifest`` is known; a resumed run's options are known only once its
+    checkpoint is read: its runner's factory checks them again)."""
+    if spec.share_experience and spec.asynchronous:
+        raise UsageError(
+            "--share-experience is for synchronous generations, not with --async",
+            "drop one of them",
+        )
+    if spec.share_experience and manifest is not None and manifest.replay_buffer is None:
         raise UsageError(
             f"--share-experience: {manifest.algorithm_name} keeps no replay buffer to share "
             "(it learns from its own rollouts)",
             "drop --share-experience",
-        )
-    if spec.asynchronous:
-        raise UsageError(
-            "--share-experience is for synchronous generations, not with --async",
-            "drop one of them",
         )
 
 

@@ -380,16 +380,11 @@ class _Generation:
         if getattr(exc, "actor_init_failed", False):
             raise _start_failure(self._members(slot), exc)
         self.deaths[slot] += 1
-        overdue = f"ran over --member-timeout {self.runner.member_timeout or 0:g} s"
+        bound = self.runner.member_timeout
         if self.deaths[slot] > MAX_DEATHS:
-            raise TrainingError(
-                f"the Ray worker of {self._members(slot)} died or {overdue} "
-                f"{MAX_DEATHS + 1} times in one generation: {_first_line(exc)}",
-                "see the worker logs in the Ray session folder (e.g. for running out of "
-                "memory), or raise --member-timeout",
-            )
+            raise too_many_deaths(self._members(slot), exc, bound, "generation")
         self._start_again_from_checkpoint(slot, exc)
-        what = overdue if slot in self.overdue else f"died ({_death(exc)})"
+        what = why_restarted(exc, slot in self.overdue, bound)
         self.overdue.discard(slot)
         self.runner.note(
             f"the Ray worker of {self._members(slot)} {what}: its members train this "
@@ -446,27 +441,57 @@ class _Generation:
                 self.ray.kill(self.runner.workers[slot], no_restart=False)
 
     def _read(self, ref: Any) -> int | None:
-        from ray.exceptions import RayError
-
-        try:
-            return int(self.ray.get(ref))
-        except RayError:  # restarting: its call fails and is made again
-            return None
+        return read_steps(self.ray, ref)
 
     def _waiting(self, slot: int, seconds: float) -> None:
         if slot in self.warned:
             return
         self.warned.add(slot)
-        plan = self.runner.plan
-        self.runner.note(
-            f"the Ray worker of {self._members(slot)} has trained nothing for {seconds:.0f} s: "
-            f"waiting for it (a worker starting or restarting needs a node with {plan.cpus:g} "
-            "CPUs free; Ctrl-C stops the run and keeps its last generation's checkpoint)"
-        )
+        self.runner.note(waiting_note(self._members(slot), seconds, self.runner.plan.cpus))
 
     def _members(self, slot: int) -> str:
-        indices = [instruction.index for instruction in self.slots[slot]]
-        return ("member " if len(indices) == 1 else "members ") + ", ".join(map(str, indices))
+        return described(self.slots[slot])
+
+
+def described(instructions: list[Instruction]) -> str:
+    """ "member 3" or "members 3, 7": who a call trains, for messages."""
+    indices = [instruction.index for instruction in instructions]
+    return ("member " if len(indices) == 1 else "members ") + ", ".join(map(str, indices))
+
+
+def why_restarted(exc: Exception, overdue: bool, bound: float | None) -> str:
+    """Why a worker's call ended early: it ran over ``--member-timeout``, or it died."""
+    return f"ran over --member-timeout {bound or 0:g} s" if overdue else f"died ({_death(exc)})"
+
+
+def too_many_deaths(members: str, exc: Exception, bound: float | None, within: str) -> AgileError:
+    """The error that stops a run whose worker died (or ran over the bound) too often."""
+    return TrainingError(
+        f"the Ray worker of {members} died or ran over --member-timeout {bound or 0:g} s "
+        f"{MAX_DEATHS + 1} times in one {within}: {_first_line(exc)}",
+        "see the worker logs in the Ray session folder (e.g. for running out of memory), or "
+        "raise --member-timeout",
+    )
+
+
+def waiting_note(members: str, seconds: float, cpus: float) -> str:
+    """What the run says of a worker that has trained nothing for ``seconds``."""
+    return (
+        f"the Ray worker of {members} has trained nothing for {seconds:.0f} s: waiting for it "
+        f"(a worker starting or restarting needs a node with {cpus:g} CPUs free; Ctrl-C stops "
+        "the run and keeps its last checkpoint)"
+    )
+
+
+def read_steps(ray: Any, ref: Any) -> int | None:
+    """A worker's answer to ``progress()``; None while it is restarting (its call fails and is
+    made again)."""
+    from ray.exceptions import RayError
+
+    try:
+        return int(ray.get(ref))
+    except RayError:
+        return None
 
 
 def _slowed() -> dict[str, Any]:
