@@ -9,6 +9,7 @@ are imported here, on use.
 from __future__ import annotations
 
 import importlib.util
+import io
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -52,24 +53,29 @@ def exported_policy(agent: Member, name: str) -> PolicyModule:
 
 
 def write(policy: PolicyModule, fmt: str, path: Path) -> None:
-    """Write ``policy`` to ``path`` as ``fmt`` (``onnx`` or ``torchscript``).
+    """Write ``policy`` to ``path`` as ``fmt`` (``onnx`` or ``torchscript``), whole or not at
+    all, replacing (never following) a link at ``path``.
 
     :raises AgileError: (exit 1) onnx is not installed.
     """
     import torch
 
+    from agile_cli.training import files
+
     path.parent.mkdir(parents=True, exist_ok=True)
     example = policy.example_inputs(TRACE_BATCH)
+    written = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
         if fmt == "torchscript":
             traced = torch.jit.trace(policy, example, check_trace=False)
-            torch.jit.save(traced, str(path))
+            torch.jit.save(traced, written)
         else:
-            _write_onnx(policy, example, path)
+            _write_onnx(policy, example, written)
+    files.write_atomically(path, written.getvalue())
 
 
-def _write_onnx(policy: PolicyModule, example: tuple[object, ...], path: Path) -> None:
+def _write_onnx(policy: PolicyModule, example: tuple[object, ...], out: io.BytesIO) -> None:
     """The legacy (tracing) exporter: the dynamo one needs onnxscript, and these policies
     are plain feed-forward graphs."""
     if importlib.util.find_spec("onnx") is None:
@@ -83,7 +89,7 @@ def _write_onnx(policy: PolicyModule, example: tuple[object, ...], path: Path) -
     names = [*policy.input_names, *policy.output_names]
     module = cast("torch.nn.Module", policy)  # the contract: a torch module
     torch.onnx.export(
-        module, tuple(example), str(path), input_names=policy.input_names,
+        module, tuple(example), out, input_names=policy.input_names,
         output_names=policy.output_names, dynamic_axes={name: {0: "batch"} for name in names},
         opset_version=ONNX_OPSET, dynamo=False,
     )  # fmt: skip

@@ -336,8 +336,10 @@ def test_a_start_that_failed_leaves_nothing_to_step_over(run, finished, tmp_path
     failed = run("train", str(finished / "m.yaml"), *args, "--run-dir", str(target), "--wb")
     assert failed.exit_code == 1 and "no API key" in failed.output
     assert not target.exists()
-    # A start killed during set-up leaves its manifest and an empty checkpoints folder:
+    # A start killed during set-up leaves agile's mark, its manifest and an empty checkpoints
+    # folder:
     (target / "checkpoints").mkdir(parents=True)
+    (target / run_folder.MARK).write_text('{"agile": "0.1.0"}\n')
     (target / "manifest.yaml").write_text(MANIFEST)
     (target / "command.txt").write_text("agile train m.yaml\n")
     retried = run("train", str(finished / "m.yaml"), *args, "--run-dir", str(target))

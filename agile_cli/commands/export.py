@@ -8,6 +8,7 @@ import click
 
 from agile_cli.errors import UsageError, printable
 from agile_cli.host.registry import Registry
+from agile_cli.training import files
 from agile_cli.training.run_folder import RUN_FILES, RunFolder, check_writable
 
 
@@ -34,6 +35,7 @@ def run_export(
     if path.is_dir():
         raise UsageError(f"{path} is a folder", "give --out a file name")
     _refuse_run_files(path, source)
+    _refuse_link(path)
     check_writable(path, f"--out {path}")
     if path.exists() and not force:
         raise UsageError(f"{path} already exists", "pass --force to overwrite it, or --out")
@@ -64,4 +66,18 @@ def _refuse_run_files(path: Path, source: Path) -> None:
             f"--out {path}: that file belongs to the run in {folder}, and the export would "
             "replace it",
             "write the export elsewhere, e.g. --out policy.onnx",
+        )
+
+
+def _refuse_link(path: Path) -> None:
+    """Never write an export through a symbolic link (a dangling one included), which could
+    carry it anywhere.
+
+    :raises UsageError: ``path`` is a link.
+    """
+    problem = files.link_problem(path)
+    if problem is not None:
+        raise UsageError(
+            f"--out {problem}: agile writes no export through a link",
+            "remove the link, or give --out another path",
         )

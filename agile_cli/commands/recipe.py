@@ -17,6 +17,7 @@ import yaml
 
 from agile_cli.errors import UsageError, printable
 from agile_cli.host.registry import Registry
+from agile_cli.training import files
 
 #: The evolution sections a recipe leaves out: it replays instead of evolving.
 EVOLUTION = ("mutation", "tournament_selection", "selection_strategy")
@@ -54,8 +55,13 @@ def run_recipe(registry: Registry, source: Path, member: int | None, out: Path |
         f"#   agile train {target}\n"
     )
     text = header + yaml.safe_dump(manifest, sort_keys=False, width=100)
+    problem = files.link_problem(target)
+    if problem is not None:
+        raise UsageError(
+            f"{problem}: agile writes no recipe through a link", "remove it, or give --out a path"
+        )
     try:
-        target.write_text(text, encoding="utf-8")
+        files.write_atomically(target, text)
     except OSError as exc:
         raise UsageError(
             f"cannot write {target}: {exc.strerror}", "give --out another path"

@@ -56,6 +56,9 @@ class Spec(BaseModel):
         # change it under the others (``model_copy(update=...)`` makes a changed copy).
         frozen=True,
         strict=True,
+        # No field of a manifest means infinity or "not a number": ``lr: .inf`` or
+        # ``target_score: .nan`` is a mistake that would otherwise surface deep in training.
+        allow_inf_nan=False,
         use_attribute_docstrings=False,
         # Build validators on first use: `agile validate` loads every plugin's specs but
         # validates against only a few of them.

@@ -2,6 +2,7 @@
 
 runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
   .agile.lock          held by the one process training in the folder (see run_lock)
+  .agile-run           agile's mark: agile made the folder, or took it empty, for a run
   manifest.yaml        the resolved manifest (every default filled in)
   command.txt          the command line that started (or resumed) the run
   provenance.json      per start or resume: versions, machine, device, command (see provenance)
@@ -11,6 +12,9 @@ runs/<algorithm>-<environment>-<YYYYmmdd-HHMMSS>/
   elite/               the same member in a format other tools load, for algorithms that
                        have one (an LLM's LoRA adapter in PEFT's folder format)
   summary.json         best fitness, steps, speed, whether the target was reached
+
+Nothing agile writes or deletes leaves the folder: a symbolic link where agile writes is
+refused (see :mod:`.files`), and a folder agile did not mark as its own is never emptied.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from typing import Any
 
 import yaml
 
-from agile_cli.errors import UsageError
+from agile_cli.errors import TrainingError, UsageError
 from agile_cli.manifest import TrainingManifest
-from agile_cli.training import run_lock
+from agile_cli.training import files, run_lock
 
 #: What a run folder holds; ``--overwrite`` deletes these and nothing else.
 RUN_FILES = (
@@ -40,8 +44,13 @@ RUN_FILES = (
 #: The most of an existing provenance.json read back (a run has a few sessions, ~1 KB each).
 _PROVENANCE_LIMIT = 1 << 20
 RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb", "elite")
+#: agile's mark on a folder it made, or took empty, for a run: only such a folder's
+#: ``RUN_FOLDERS`` are ever deleted (``--overwrite``, or a run that never started).
+MARK = ".agile-run"
 # Temporary files of atomic writes: checkpoints (.latest.pt.<random>.tmp) and the rest.
 _TEMPORARY = (".*.pt.*", ".*.tmp")
+#: What a checkpoints folder of agile's holds: its checkpoints and their temporary files.
+_CHECKPOINT_NAMES = re.compile(r"latest\.pt|step_\d+\.pt|\..*\.pt\..*|\..*\.tmp")
 
 
 class RunFolder:
@@ -66,9 +75,10 @@ class RunFolder:
         else:
             folder.lock()
         try:
+            files.write_atomically(folder.path / MARK, strict_json({"agile": _version()}) + "\n")
             folder.checkpoints.mkdir(parents=True, exist_ok=True)
             text = yaml.safe_dump(manifest.to_dict(), sort_keys=False)
-            _write_atomically(folder.manifest, text)
+            files.write_atomically(folder.manifest, text)
             folder.record_command()
         except BaseException:
             folder.unlock()
@@ -86,27 +96,85 @@ class RunFolder:
         run_lock.release(self.path)
 
     def check_available(self, overwrite: bool) -> None:
-        """Raise unless a new run may start in ``self.path`` (changes nothing).
+        """Raise unless a new run may start in ``self.path`` (changes nothing): the folder is
+        new or empty, holds a run of agile's that never started, or (with ``overwrite``) one
+        of agile's that did.
 
-        :raises UsageError: the folder holds a run (without ``overwrite``), or other files.
+        :raises UsageError: the folder holds a run (without ``overwrite``), files agile did not
+            write, or a link.
         """
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path} is a file, not a folder", "choose another --run-dir")
         check_writable(self.path, f"--run-dir {self.path}")
         if not self.path.exists():
             return
+        self.check_links("--run-dir")
         if not run_lock.holds(self.path):
             run_lock.check_free(self.path)
-        if self.holds_run() and self.started() and not overwrite:
+        if not self.holds_run():
+            if any(p.name not in (run_lock.LOCK_NAME, MARK) for p in self.path.iterdir()):
+                raise UsageError(
+                    f"{self.path} is not empty and holds no run", "choose a new or empty --run-dir"
+                )
+            return
+        if self.started() and not overwrite:
             raise UsageError(
                 f"{self.path} already holds a run",
                 f"continue it with agile train --resume {self.path}, replace it with "
                 "--overwrite, or choose another --run-dir",
             )
-        if not self.holds_run() and any(p.name != run_lock.LOCK_NAME for p in self.path.iterdir()):
+        self._check_ours(overwrite)
+
+    def _check_ours(self, overwrite: bool) -> None:
+        """Refuse to replace what agile cannot tell it wrote: a folder without agile's mark
+        is taken only with ``overwrite``, and only when it holds agile's file names alone (a
+        run of an agile from before the mark)."""
+        if self.marked():
+            return
+        foreign = self._foreign_entries()
+        if foreign:
+            names = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
             raise UsageError(
-                f"{self.path} is not empty and holds no run", "choose a new or empty --run-dir"
+                f"{self.path} holds files agile did not write ({names}) beside a run's files, "
+                f"and no {MARK} mark that agile made the folder: agile deletes nothing there",
+                "choose a new or empty --run-dir, or move those files away yourself",
             )
+        if not overwrite:
+            raise UsageError(
+                f"{self.path} holds a run's files without agile's {MARK} mark",
+                "replace them with --overwrite, or choose a new or empty --run-dir",
+            )
+
+    def _foreign_entries(self) -> list[str]:
+        """What in the folder is not provably agile's by name: anything but its run files,
+        its lock and a checkpoints folder of checkpoints."""
+        known = {*RUN_FILES, run_lock.LOCK_NAME}
+        foreign = [p.name for p in self.path.iterdir() if p.name not in {*known, "checkpoints"}]
+        if self.checkpoints.is_dir():
+            foreign += [f"checkpoints/{p.name}" for p in self.checkpoints.iterdir()
+                        if not _CHECKPOINT_NAMES.fullmatch(p.name) or not p.is_file()]  # fmt: skip
+        elif self.checkpoints.exists():
+            foreign.append("checkpoints")
+        return foreign
+
+    def check_links(self, what: str = "--resume") -> None:
+        """Refuse a folder where agile would write or delete through a symbolic link: any of
+        the names it writes, or any entry of its checkpoints folder.
+
+        :param what: how the user named the folder (``--run-dir``), for the hint.
+        :raises UsageError: naming the first link.
+        """
+        names = (*RUN_FILES, *RUN_FOLDERS, MARK, run_lock.LOCK_NAME, "recipe.yaml")
+        places = [self.path / name for name in names]
+        if self.checkpoints.is_dir() and not self.checkpoints.is_symlink():
+            places += sorted(self.checkpoints.iterdir())
+        for place in places:
+            problem = files.link_problem(place)
+            if problem is not None:
+                raise UsageError(
+                    f"{problem}: agile writes and deletes nothing through a link in a run folder",
+                    f"remove the link, or give {what} a folder without links",
+                )
 
     def claim(self, overwrite: bool) -> None:
         """Take ``self.path`` for a new run, locked for this process (:meth:`lock`), so that
@@ -126,6 +194,11 @@ class RunFolder:
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in (*RUN_FILES, "checkpoints"))
 
+    def marked(self) -> bool:
+        """Whether agile made the folder, or took it empty, for a run (its :data:`MARK`)."""
+        mark = self.path / MARK
+        return mark.is_file() and not mark.is_symlink()
+
     def started(self) -> bool:
         """Whether the run here ever wrote a checkpoint or a generation's metrics (one that
         never did, e.g. that stopped at a missing W&B login, holds nothing to keep: a new run
@@ -138,16 +211,23 @@ class RunFolder:
         it is then empty (as a new default folder is)."""
         self._remove_run()
         self.unlock()
-        (self.path / run_lock.LOCK_NAME).unlink(missing_ok=True)
+        for name in (run_lock.LOCK_NAME, MARK):
+            (self.path / name).unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # not empty: the user's folder, kept
             self.path.rmdir()
 
     def _remove_run(self) -> None:
+        """Delete the run's files; its folders where agile marked the folder as its own, else
+        only the checkpoints (:meth:`_check_ours` found nothing else there). Links are
+        removed, never followed."""
         for name in RUN_FILES:
             (self.path / name).unlink(missing_ok=True)
-        for name in RUN_FOLDERS:
-            if (self.path / name).is_dir():
-                shutil.rmtree(self.path / name)
+        for name in RUN_FOLDERS if self.marked() else ("checkpoints",):
+            folder = self.path / name
+            if folder.is_symlink():
+                folder.unlink()
+            elif folder.is_dir():
+                shutil.rmtree(folder)
 
     @property
     def manifest(self) -> Path:
@@ -176,8 +256,9 @@ class RunFolder:
 
     def record_command(self) -> None:
         """Append the current command line (a resumed run gets a second line)."""
-        with (self.path / "command.txt").open("a", encoding="utf-8") as stream:
-            stream.write(shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
+        files.append_line(
+            self.path / "command.txt", shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        )
 
     @property
     def provenance(self) -> Path:
@@ -187,20 +268,18 @@ class RunFolder:
         """Append one session (a start or a resume) to ``provenance.json``; a file that is not
         this format's, or past its size bound, is started anew."""
         sessions: list[Any] = []
-        with contextlib.suppress(OSError, ValueError):
-            if self.provenance.stat().st_size <= _PROVENANCE_LIMIT:
-                earlier = json.loads(self.provenance.read_text(encoding="utf-8"))
-                if isinstance(earlier, dict) and isinstance(earlier.get("sessions"), list):
-                    sessions = earlier["sessions"]
+        with contextlib.suppress(OSError, ValueError, RecursionError, TrainingError):
+            earlier = json.loads(files.read_text(self.provenance, _PROVENANCE_LIMIT) or "null")
+            if isinstance(earlier, dict) and isinstance(earlier.get("sessions"), list):
+                sessions = earlier["sessions"]
         text = strict_json({"sessions": [*sessions, session]}, indent=2) + "\n"
-        _write_atomically(self.provenance, text)
+        files.write_atomically(self.provenance, text)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with self.metrics.open("a", encoding="utf-8") as stream:
-            stream.write(strict_json(record) + "\n")
+        files.append_line(self.metrics, strict_json(record))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _write_atomically(self.summary, strict_json(summary, indent=2) + "\n")
+        files.write_atomically(self.summary, strict_json(summary, indent=2) + "\n")
 
     def records(self) -> list[dict[str, Any]]:
         """The generations' metrics records, in order (a torn or foreign line is skipped)."""
@@ -231,15 +310,21 @@ class RunFolder:
             else:
                 dropped += 1
         if dropped:
-            _write_atomically(self.metrics, "".join(line + "\n" for line in kept))
+            files.write_atomically(self.metrics, "".join(line + "\n" for line in kept))
         return dropped
 
     def remove_temporary_files(self) -> list[Path]:
-        """Delete what interrupted writes (a crash, kill -9) left behind; returns them."""
+        """Delete what interrupted writes (a crash, kill -9) left behind; returns them. A link
+        among them is removed itself; a checkpoints folder that is a link is not looked in.
+
+        :raises TrainingError: the checkpoints folder is a link.
+        """
+        files.refuse_link(self.checkpoints)
         stale = {
             path
             for folder in (self.path, self.checkpoints) if folder.is_dir()
-            for pattern in _TEMPORARY for path in folder.glob(pattern) if path.is_file()
+            for pattern in _TEMPORARY for path in folder.glob(pattern)
+            if path.is_file() or path.is_symlink()
         }  # fmt: skip
         for path in stale:
             path.unlink(missing_ok=True)
@@ -298,7 +383,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+def _version() -> str:
+    from agile_cli import __version__
+
+    return __version__

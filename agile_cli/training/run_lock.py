@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from agile_cli.errors import UsageError, printable
+from agile_cli.errors import TrainingError, UsageError, printable
+from agile_cli.training import files
 
 try:
     import fcntl
@@ -31,6 +32,7 @@ except ImportError:  # pragma: no cover - Windows: no POSIX record locks
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = ".agile.lock"
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 # Record locks belong to a process, which may take one any number of times (and loses it on
 # closing any descriptor of the file): this process's own locks are refused here instead.
@@ -40,14 +42,15 @@ _HELD: dict[Path, IO[str]] = {}
 def acquire(folder: Path) -> None:
     """Take ``folder``'s lock for this process (the folder must exist).
 
-    :raises UsageError: another process (or another run in this one) holds it.
+    :raises UsageError: another process (or another run in this one) holds it, or the lock's
+        place holds a link or something other than a regular file.
     """
-    path = (folder / LOCK_NAME).resolve()
+    path = _lock_path(folder)
     if path in _HELD:
         raise UsageError(
             f"{folder} is in use by another run in this process", "wait for it to finish"
         )
-    stream = path.open("a+", encoding="utf-8")
+    stream = _open(path)
     if fcntl is not None:
         try:
             fcntl.lockf(stream, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -61,27 +64,46 @@ def acquire(folder: Path) -> None:
     _HELD[path] = stream
 
 
+def _lock_path(folder: Path) -> Path:
+    """The lock file's path, its folder resolved (the file itself never is: a link there is
+    refused, not followed)."""
+    return folder.resolve() / LOCK_NAME
+
+
+def _open(path: Path) -> IO[str]:
+    """The lock file, opened for reading and writing without following a link.
+
+    :raises UsageError: it is a link, a FIFO or anything but a regular file.
+    """
+    flags = os.O_RDWR | os.O_CREAT | files.NO_FOLLOW | _NONBLOCK
+    try:
+        descriptor = files.open_regular(path, flags)
+    except TrainingError as error:
+        raise UsageError(error.message, error.hint) from None
+    return os.fdopen(descriptor, "r+", encoding="utf-8")
+
+
 def check_free(folder: Path) -> None:
     """Raise as :func:`acquire` would when another process holds ``folder``'s lock; take
     nothing (a check before a run's slow set-up: the lock is taken after it).
 
     :raises UsageError: another process (or another run in this one) holds it.
     """
-    if (folder / LOCK_NAME).is_file():
+    if (folder / LOCK_NAME).exists() or (folder / LOCK_NAME).is_symlink():
         acquire(folder)
         release(folder)
 
 
 def release(folder: Path) -> None:
     """Give ``folder``'s lock back (nothing happens when this process does not hold it)."""
-    stream = _HELD.pop((folder / LOCK_NAME).resolve(), None)
+    stream = _HELD.pop(_lock_path(folder), None)
     if stream is not None:
         stream.close()  # closing the descriptor releases the record lock
 
 
 def holds(folder: Path) -> bool:
     """Whether this process holds ``folder``'s lock."""
-    return (folder / LOCK_NAME).resolve() in _HELD
+    return _lock_path(folder) in _HELD
 
 
 def _holder() -> dict[str, Any]:
@@ -95,11 +117,13 @@ def _holder() -> dict[str, Any]:
 
 def _in_use(folder: Path, path: Path) -> UsageError:
     try:
-        holder = json.loads(path.read_text(encoding="utf-8")[:4096])
+        descriptor = files.open_regular(path, os.O_RDONLY | files.NO_FOLLOW | _NONBLOCK)
+        with os.fdopen(descriptor, encoding="utf-8") as stream:
+            holder = json.loads(stream.read(4096))
         pid, host = int(holder["pid"]), printable(str(holder["host"]))[:100]
         since = printable(str(holder["started"]))[:40]
         command = printable(str(holder.get("command", "")))[:200]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, TrainingError):
         return UsageError(f"{folder} is in use by another agile process", "wait for it to finish")
     stop = f"kill {pid}" if host == socket.gethostname() else f"kill {pid} on {host}"
     return UsageError(

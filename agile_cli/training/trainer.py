@@ -176,6 +176,7 @@ def resume_local(
     check_writable(run_dir, f"--resume {run_dir}", _RESUME_ELSEWHERE)
     folder.lock()
     try:
+        folder.check_links()
         return _resume(folder, registry, options, verbose=verbose, runner=runner, adopt=adopt)
     finally:
         folder.unlock()
