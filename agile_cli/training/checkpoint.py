@@ -174,7 +174,7 @@ def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any
             "agile reads only plain data and tensors from checkpoints; it never runs code in them",
         ) from None
     _check_format(state, path)
-    state = _decode(state)
+    state = _decoded(state, path)
     held = _kind_of(state)
     if held in _ENTRIES:
         _check_holds(state, held, path)
@@ -246,7 +246,7 @@ def _check_format(state: Any, path: Path) -> None:
     if not isinstance(state, dict) or "format" not in state:
         raise TrainingError(f"{path} is not an agile checkpoint")
     found = state["format"]
-    if found not in READ_FORMATS or isinstance(found, bool):
+    if type(found) is not int or found not in READ_FORMATS:
         raise _unreadable_format(state, path)
 
 
@@ -277,7 +277,7 @@ def _unreadable_format(state: dict[str, Any], path: Path) -> TrainingError:
     from agile_cli import __version__
 
     found, writer = state["format"], printable(str(state.get("agile_version", "unknown")))
-    said = f"{path} has checkpoint format {printable(repr(found))}"
+    said = f"{path} has checkpoint format {printable(repr(found))[:40]}"
     if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
         return TrainingError(
             f"{said}, written by agile {writer}; this agile ({__version__}) reads formats up "
@@ -484,13 +484,54 @@ def _encode(value: Any, where: str) -> Any:
     )
 
 
-def _decode(value: Any) -> Any:
+class _Oversized(Exception):
+    """The decoded structure passed its bounds (:func:`_decoded`)."""
+
+
+def _decoded(state: Any, path: Path) -> Any:
+    """``state`` with its numpy arrays restored, built within bounds the file sets: at most
+    :data:`MAX_DEPTH` levels deep, and at most as many values as its pickle has bytes (plus a
+    little), however many times it refers to one object. A crafted file that shares one list
+    at every level of a deep nest (a few hundred bytes standing for billions of values), or
+    holds a list that contains itself, is refused instead of filling memory.
+
+    :raises TrainingError: naming the file and the bound.
+    """
+    budget = [_pickle_bytes(path) * _VALUES_PER_BYTE + _SPARE_VALUES]
+    try:
+        return _decode(state, budget, 0)
+    except _Oversized as exc:
+        raise TrainingError(
+            f"{path} is not an agile checkpoint: {exc}",
+            "agile reads only checkpoints whose content is bounded by their size",
+        ) from None
+
+
+#: The deepest nesting :func:`_decoded` builds (agile's checkpoints are about ten deep).
+MAX_DEPTH = 64
+#: Values built per byte of a file's pickle: each value takes at least one opcode, so a file
+#: that shares no object never comes near; a file sharing a few does not either.
+_VALUES_PER_BYTE = 4
+_SPARE_VALUES = 10_000
+
+
+def _pickle_bytes(path: Path) -> int:
+    with zipfile.ZipFile(path) as archive:
+        return sum(e.file_size for e in archive.infolist() if e.filename.endswith("data.pkl"))
+
+
+def _decode(value: Any, budget: list[int], depth: int) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Oversized("it stands for more values than its size can hold (shared many times)")
+    if depth > MAX_DEPTH:
+        raise _Oversized(f"it nests more than {MAX_DEPTH} levels deep (or contains itself)")
     if isinstance(value, dict):
-        if len(value) == 1 and _ARRAY_TAG in value:
+        if len(value) == 1 and _ARRAY_TAG in value and isinstance(value[_ARRAY_TAG], torch.Tensor):
             return value[_ARRAY_TAG].numpy()
-        return {key: _decode(item) for key, item in value.items()}
+        return {key: _decode(item, budget, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [_decode(item) for item in value]
+        return [_decode(item, budget, depth + 1) for item in value]
     if isinstance(value, tuple) and not isinstance(value, torch.Size):
-        return tuple(_decode(item) for item in value)
+        return tuple(_decode(item, budget, depth + 1) for item in value)
     return value

@@ -7,16 +7,18 @@ import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pydantic.dataclasses
 import torch
+from pydantic import ConfigDict
 
 from agile_cli import __version__
 from agile_cli.backend import RunResult
-from agile_cli.errors import ManifestError, MembersLost, TrainingError
+from agile_cli.errors import ManifestError, MembersLost, TrainingError, printable
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
@@ -56,9 +58,10 @@ def run_shaping(options: LocalRunOptions) -> tuple[str, ...]:
     return RUN_SHAPING_OPTIONS + type(options).shaping
 
 
-@dataclass
+@pydantic.dataclasses.dataclass(config=ConfigDict(strict=True, allow_inf_nan=False, extra="forbid"))
 class LoopState:
-    """Counters that a checkpoint carries across a resume."""
+    """Counters that a checkpoint carries across a resume (each of its type: a checkpoint's
+    are checked as they are read, see :meth:`read`)."""
 
     generation: int = 0
     steps_per_member: int = 0
@@ -72,6 +75,26 @@ class LoopState:
     reported: list[int] = field(default_factory=list)
     #: Asynchronous runs: the rounds each position of the population has trained.
     rounds: list[int] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, saved: Any, source: Path) -> LoopState:
+        """The counters a checkpoint saved (its ``state``).
+
+        :param source: the checkpoint's file, for the message.
+        :raises TrainingError: one is not of its type, or the entry is not a mapping.
+        """
+        if not isinstance(saved, dict):
+            raise TrainingError(f"{source} is not an agile checkpoint (its state is no mapping)")
+        try:
+            return cls(**saved)
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise TrainingError(
+                f"{source} is not an agile checkpoint as agile wrote it: state.{printable(where)}: "
+                f"{error['msg'][:1].lower()}{error['msg'][1:]}",
+                "resume from a checkpoint agile wrote (a step_N.pt snapshot), or train again",
+            ) from None
 
 
 class EvolutionLoop:
@@ -542,7 +565,7 @@ class EvolutionLoop:
                 self.selection.load_state_dict(state["selection"])
             if self.buffer is not None and state["buffer"] is not None:
                 self.buffer.load_state_dict(state["buffer"])
-            self.state = LoopState(**state["state"])
+            self.state = LoopState.read(state["state"], self.folder.latest)
             self.checkpointed = self.state.generation
 
     def recheck_target(self, records: list[dict[str, Any]]) -> None:

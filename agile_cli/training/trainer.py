@@ -16,10 +16,7 @@ from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.training import checkpoint
-from agile_cli.training.loop import (
-    EvolutionLoop,
-    run_shaping,
-)
+from agile_cli.training.loop import EvolutionLoop, LoopState, run_shaping
 from agile_cli.training.members import RunnerFactory
 from agile_cli.training.progress import LogReporter, Reporter, RichReporter
 from agile_cli.training.resume import check_compatible, checked_manifest, explain_mismatch
@@ -198,6 +195,7 @@ def _resume(
             "start it again: " + _start_again(folder),
         )
     state = checkpoint.load(folder.latest, kind=checkpoint.POPULATION)
+    LoopState.read(state["state"], folder.latest)  # its counters, before anything reads them
     manifest = TrainingManifest.get_validated(folder.manifest, registry=registry)
     check_compatible(state, manifest)
     manifest, notes = checked_manifest(state, manifest, folder.latest, trusted=options.trust_code)

@@ -38,6 +38,7 @@ from agile_rl.nn.eager import eager_optimizers
 from agile_rl.nn.modules import EvolvableNetwork, preprocess
 from agile_rl.nn.transfer import transfer_optimizer_state
 from agile_rl.runtime.rollout import PolicyRecord
+from agile_rl.runtime.saved import check_saved_arch
 from agile_rl.runtime.solo import SoloGroup, one_member
 
 if TYPE_CHECKING:
@@ -375,6 +376,7 @@ class Algorithm(MemberBasics, abc.ABC):
         self.index = state["index"]
         arch = NetworkArch.from_dict(state["arch"])
         if arch != self.arch:  # rebuilding takes milliseconds: remote backends restore often
+            check_saved_arch(arch, self.networks.values(), state["networks"])
             self.set_architecture(arch)
         for name, value in state["hyperparameters"].items():
             self.set_hyperparameter(name, value)
