@@ -76,6 +76,16 @@ def test_a_new_run_writes_nothing_through_the_lock(run, finished, tmp_path, outs
     assert outside.read_text() == "keep me\n"
 
 
+def test_a_link_inside_the_elite_folder_is_refused(run, resumable, outside) -> None:
+    (resumable / "elite").mkdir()
+    (resumable / "elite" / "adapter_model.safetensors").symlink_to(outside)
+    result = run("train", "--resume", str(resumable), *QUIET)
+    assert result.exit_code == 2 and "adapter_model.safetensors is a symbolic link" in (
+        result.output
+    )
+    assert outside.read_text() == "keep me\n"
+
+
 def test_dangling_temporary_links_create_nothing_outside(run, resumable, tmp_path) -> None:
     for name in (".summary.json.tmp", ".provenance.json.tmp", ".metrics.jsonl.tmp"):
         (resumable / name).symlink_to(tmp_path / f"created-{name}")

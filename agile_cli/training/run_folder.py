@@ -159,15 +159,16 @@ class RunFolder:
 
     def check_links(self, what: str = "--resume") -> None:
         """Refuse a folder where agile would write or delete through a symbolic link: any of
-        the names it writes, or any entry of its checkpoints folder.
+        the names it writes, or any entry of its checkpoints and elite folders.
 
         :param what: how the user named the folder (``--run-dir``), for the hint.
         :raises UsageError: naming the first link.
         """
         names = (*RUN_FILES, *RUN_FOLDERS, MARK, run_lock.LOCK_NAME, "recipe.yaml")
         places = [self.path / name for name in names]
-        if self.checkpoints.is_dir() and not self.checkpoints.is_symlink():
-            places += sorted(self.checkpoints.iterdir())
+        for folder in (self.checkpoints, self.portable_elite):
+            if folder.is_dir() and not folder.is_symlink():
+                places += sorted(folder.iterdir())
         for place in places:
             problem = files.link_problem(place)
             if problem is not None:
