@@ -9,7 +9,6 @@ are imported here, on use.
 from __future__ import annotations
 
 import importlib.util
-import io
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -64,18 +63,16 @@ def write(policy: PolicyModule, fmt: str, path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     example = policy.example_inputs(TRACE_BATCH)
-    written = io.BytesIO()
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), files.replacing(path) as written:
         warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
         if fmt == "torchscript":
             traced = torch.jit.trace(policy, example, check_trace=False)
-            torch.jit.save(traced, written)
+            torch.jit.save(traced, str(written))
         else:
             _write_onnx(policy, example, written)
-    files.write_atomically(path, written.getvalue())
 
 
-def _write_onnx(policy: PolicyModule, example: tuple[object, ...], out: io.BytesIO) -> None:
+def _write_onnx(policy: PolicyModule, example: tuple[object, ...], path: Path) -> None:
     """The legacy (tracing) exporter: the dynamo one needs onnxscript, and these policies
     are plain feed-forward graphs."""
     if importlib.util.find_spec("onnx") is None:
@@ -89,7 +86,7 @@ def _write_onnx(policy: PolicyModule, example: tuple[object, ...], out: io.Bytes
     names = [*policy.input_names, *policy.output_names]
     module = cast("torch.nn.Module", policy)  # the contract: a torch module
     torch.onnx.export(
-        module, tuple(example), out, input_names=policy.input_names,
+        module, tuple(example), str(path), input_names=policy.input_names,
         output_names=policy.output_names, dynamic_axes={name: {0: "batch"} for name in names},
         opset_version=ONNX_OPSET, dynamo=False,
     )  # fmt: skip

@@ -2,7 +2,9 @@
 
 - duplicate keys in a mapping are an error, not last-wins;
 - files over :data:`MAX_BYTES` are refused before they are read;
-- YAML anchors/aliases may not expand to more than :data:`MAX_NODES` nodes (no alias bombs);
+- YAML anchors/aliases may not expand to more than :data:`MAX_NODES` nodes, nor to more than
+  :data:`MAX_TEXT` characters of scalars (no alias bombs): what is read, and so what a run
+  folder writes back from it, stays of the order of :data:`MAX_BYTES`;
 - syntax errors name the line and column.
 """
 
@@ -20,6 +22,10 @@ from agile_cli.errors import FieldError, ManifestError
 
 MAX_BYTES = 1024 * 1024
 MAX_NODES = 100_000
+#: Characters of scalar text (keys and values) a document may hold once its aliases are
+#: expanded. A document without aliases holds at most its own bytes, so only sharing
+#: (one long string aliased many times) can pass it.
+MAX_TEXT = MAX_BYTES
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -123,29 +129,37 @@ def parse_yaml(text: str, source: str) -> Any:
 
 
 def _check_expansion(root: yaml.Node) -> None:
-    """Refuse documents whose aliases expand beyond MAX_NODES (counted without expanding)."""
-    sizes: dict[int, int] = {}
+    """Refuse documents whose aliases expand beyond MAX_NODES values or MAX_TEXT characters
+    of scalar text (both counted without expanding: each node once, its size remembered)."""
+    over = (MAX_NODES + 1, MAX_TEXT + 1)
+    sizes: dict[int, tuple[int, int]] = {}
 
-    def size(node: yaml.Node) -> int:
+    def size(node: yaml.Node) -> tuple[int, int]:
+        """Values and scalar characters ``node`` expands to, each capped just past its limit."""
         known = sizes.get(id(node))
         if known is not None:
             return known
-        sizes[id(node)] = MAX_NODES + 1  # a node reached again while counting: a cycle
-        total = 1
+        sizes[id(node)] = over  # a node reached again while counting: a cycle
+        values, text = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+        children: list[yaml.Node] = []
         if isinstance(node, yaml.MappingNode):
-            total += sum(size(key) + size(value) for key, value in node.value)
+            children = [part for pair in node.value for part in pair]
         elif isinstance(node, yaml.SequenceNode):
-            total += sum(size(item) for item in node.value)
-        total = min(total, MAX_NODES + 1)
-        sizes[id(node)] = total
-        return total
+            children = node.value
+        for child in children:
+            child_values, child_text = size(child)
+            values, text = values + child_values, text + child_text
+        sizes[id(node)] = (min(values, over[0]), min(text, over[1]))
+        return sizes[id(node)]
 
-    if size(root) > MAX_NODES:
-        raise _YamlProblem(
-            f"anchors and aliases expand to more than {MAX_NODES:,} values",
-            root.start_mark,
-            "write the values out, or share fewer of them",
-        )
+    values, text = size(root)
+    hint = "write the values out, or share fewer of them"
+    if values > MAX_NODES:
+        message = f"anchors and aliases expand to more than {MAX_NODES:,} values"
+        raise _YamlProblem(message, root.start_mark, hint)
+    if text > MAX_TEXT:
+        message = f"anchors and aliases expand to more than {MAX_TEXT:,} characters of text"
+        raise _YamlProblem(message, root.start_mark, hint)
 
 
 def _parse_json(text: str, source: str) -> Any:

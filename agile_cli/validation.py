@@ -18,7 +18,7 @@ from agile_cli.host.registry import (
     Registry,
 )
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
-from agile_cli.models.base import field_errors, suggest
+from agile_cli.models.base import Spec, field_errors, suggest
 from agile_cli.models.mutation import KIND_FIELDS, MutationSpec
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.recipe import RecipeSpec
@@ -125,7 +125,7 @@ def validate_mapping(
         replay = _check_replay_buffer(replay, entry, registry, check)
     if selection is not None and training is not None:
         selection = _check_selection(selection, training, _selection_key(data), check)
-    recipe = _recipe(data, entry, training, check)
+    recipe = _recipe(data, entry, algorithm, training, network, registry, check)
     if check.errors or None in (entry, algorithm, environment, training, network):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None
@@ -334,11 +334,15 @@ def _training_keys_elsewhere(registry: Registry) -> set[str]:
 def _recipe(
     data: Mapping[str, Any],
     entry: AlgorithmEntry | None,
+    algorithm: AlgorithmSpec | None,
     training: TrainingSpec | None,
+    network: Spec | None,
+    registry: Registry,
     check: _Collector,
 ) -> RecipeSpec | None:
-    """The recipe section: it retrains one member without evolution, on its algorithm's
-    hyperparameters."""
+    """The recipe section: it retrains one member without evolution, on values its
+    algorithm's section would take and architectures within the network section's bounds
+    (``algorithm``, ``training``, ``network``: the validated sections, None where invalid)."""
     recipe = _optional(check, "recipe", RecipeSpec, data)
     if recipe is None:
         return None
@@ -351,16 +355,87 @@ def _recipe(
                       f"remove the {section} section")  # fmt: skip
     if entry is None:
         return recipe
+    raw = _algorithm_fields(data["algorithm"], registry)
+    recipe = _schedule_values(recipe, entry, raw, check)
+    paradigm = registry.paradigm(entry.family)
+    _check_schedule_architectures(recipe, entry, paradigm, network, algorithm, check)
+    return recipe
+
+
+def _schedule_values(
+    recipe: RecipeSpec, entry: AlgorithmEntry, raw: Mapping[str, Any], check: _Collector
+) -> RecipeSpec:
+    """Each hyperparameter of the schedule as the algorithm section takes it: one the members
+    can change, of its field's type, within its bounds, through the spec's validators.
+
+    :returns: the recipe with the values as the spec reads them (``1e3`` for an integer: 1000).
+    """
     mutable = set(entry.spec.mutable_hyperparameters)
+    said: dict[tuple[tuple[str, type, Any], ...], tuple[dict[str, Any], list[FieldError]]] = {}
+    steps = []
     for position, step in enumerate(recipe.schedule):
+        path = f"recipe.schedule[{position}].hyperparameters"
         for name in step.hyperparameters:
             if name not in mutable:
                 check.add(
-                    f"recipe.schedule[{position}].hyperparameters.{name}",
+                    f"{path}.{name}",
                     f"not a hyperparameter {entry.name}'s members can change",
                     "they can change: " + ", ".join(sorted(mutable)),
                 )
-    return recipe
+        values = {k: v for k, v in step.hyperparameters.items() if k in mutable}
+        key = tuple((name, type(value), value) for name, value in sorted(values.items()))
+        if key not in said:  # lineages repeat their values from one generation to the next
+            said[key] = _read_values(entry.spec, raw, values)
+        read, errors = said[key]
+        check.errors.extend(error.under(path) for error in errors)
+        steps.append(step.model_copy(update={"hyperparameters": read}))
+    return recipe.model_copy(update={"schedule": steps})
+
+
+def _read_values(
+    spec: type[AlgorithmSpec], raw: Mapping[str, Any], values: dict[str, Any]
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """``values`` as the algorithm section ``raw`` with them in place reads them, or what it
+    says of them (errors of its other fields are the section's own, reported there)."""
+    if not values:
+        return values, []
+    try:
+        section = spec.model_validate({**raw, **values})
+    except ValidationError as exc:
+        errors = field_errors(exc, spec)
+        return values, [error for error in errors if error.path.partition(".")[0] in values]
+    return {name: getattr(section, name) for name in values}, []
+
+
+def _check_schedule_architectures(
+    recipe: RecipeSpec,
+    entry: AlgorithmEntry,
+    paradigm: ParadigmEntry,
+    network: Spec | None,
+    algorithm: AlgorithmSpec | None,
+    check: _Collector,
+) -> None:
+    """Each architecture of the schedule as the paradigm's check takes it, against the
+    validated network and algorithm sections (None where invalid: their own errors come
+    first)."""
+    for position, step in enumerate(recipe.schedule):
+        if step.architecture is None:
+            continue
+        path = f"recipe.schedule[{position}].architecture"
+        if paradigm.check_architecture is None:
+            check.add(
+                path,
+                f"{entry.name}'s members cannot adopt an architecture from a recipe",
+                "remove the architecture entries to replay the hyperparameters alone",
+            )
+        elif network is not None and algorithm is not None:
+            try:
+                paradigm.check_architecture(step.architecture, network, algorithm)
+            except ValueError as exc:
+                check.add(path, str(exc), _ARCHITECTURE_HINT)
+
+
+_ARCHITECTURE_HINT = "give the architecture agile recipe wrote, within the network section's bounds"
 
 
 def _optional(check: _Collector, key: str, model: type[M], data: Mapping[str, Any]) -> M | None:

@@ -130,22 +130,32 @@ def test_a_format_that_is_a_tensor_is_refused(tmp_path: Path) -> None:
 def _widen(width: int) -> Any:
     def change(state: dict[str, Any]) -> None:
         for member in state.get("members", [state.get("member")]):
-            member["arch"]["head"].update(hidden_size=[width, width], max_mlp_nodes=10**7)
+            member["arch"]["head"]["hidden_size"] = [width, width]
 
     return change
 
 
-def test_an_architecture_past_the_weights_is_never_built(run_copy: Path) -> None:
+def test_an_architecture_past_the_manifests_bounds_is_never_built(run_copy: Path) -> None:
     _edit(run_copy / "elite.pt", _widen(20_000))  # 1.6 GB of weights, held in 100 KB
     evaluated = _agile("evaluate", str(run_copy), "--device", "cpu", timeout=30)
     assert evaluated.returncode == 1, evaluated.stderr
-    assert "mlp[20000,20000] makes networks of at least 401,428,897 parameters" in (
+    assert "head.hidden_size[0] is 20000, over network.head_config.max_mlp_nodes 500" in (
         evaluated.stderr
     )
     _edit(run_copy / "checkpoints" / "latest.pt", _widen(1_000_000))  # 4 TB
     resumed = _agile("train", "--resume", str(run_copy), "--device", "cpu", "--quiet")
     assert resumed.returncode == 1, resumed.stderr
-    assert "nothing of it was built" in resumed.stderr and "Traceback" not in resumed.stderr
+    assert "is not one its run could have grown" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+
+
+def test_an_architecture_past_the_weights_is_never_built(run_copy: Path) -> None:
+    """Within the bounds (500 nodes a layer), but far more than the weights held (64)."""
+    _edit(run_copy / "elite.pt", _widen(500))
+    evaluated = _agile("evaluate", str(run_copy), "--device", "cpu", timeout=30)
+    assert evaluated.returncode == 1, evaluated.stderr
+    assert "mlp[500,500] makes networks of at least 294,397 parameters" in evaluated.stderr
+    assert "nothing of it was built" in evaluated.stderr
 
 
 def test_counters_of_the_wrong_type_are_a_sentence(run, run_copy: Path) -> None:

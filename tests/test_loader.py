@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agile_cli.errors import ManifestError
-from agile_cli.loader import MAX_BYTES, load_file, load_text
+from agile_cli.loader import MAX_BYTES, MAX_TEXT, load_file, load_text
 
 
 def _only_error(excinfo: pytest.ExceptionInfo[ManifestError]) -> str:
@@ -63,6 +63,29 @@ def test_alias_bomb_fails_fast() -> None:
 def test_modest_aliases_are_fine() -> None:
     data = load_text("base: &lr {min: 0.001, max: 0.1}\ncopy: *lr\n")
     assert data["copy"] == {"min": 0.001, "max": 0.1}
+
+
+def test_one_long_string_aliased_many_times_is_refused_by_its_characters() -> None:
+    """300 aliases of a 400 KB note: a handful of values, but 120 MB of text once expanded
+    (a run folder's manifest.yaml writes it all out)."""
+    note = "x" * 400_000
+    steps = "".join(f"  - {{generation: {g}, mutation: *note}}\n" for g in range(2, 301))
+    text = f"notes:\n  - {{generation: 1, mutation: &note {note}}}\n{steps}"
+    assert len(text.encode("utf-8")) < MAX_BYTES
+    with pytest.raises(ManifestError) as excinfo:
+        load_text(text, source="recipe.yaml")
+    assert _only_error(excinfo) == (
+        f"line 1, column 1: anchors and aliases expand to more than {MAX_TEXT:,} characters "
+        "of text (write the values out, or share fewer of them)"
+    )
+
+
+def test_a_file_without_aliases_is_not_refused_for_its_text() -> None:
+    note = "x" * (MAX_BYTES - 100)
+    assert load_text(f"notes: {note}\n")["notes"] == note
+    shared = "y" * (MAX_TEXT // 4 - 100)  # shared, but expanding to less than the limit
+    data = load_text(f"a: &s {shared}\nb: *s\nc: *s\nd: *s\n")
+    assert data["d"] == shared
 
 
 def test_huge_file_is_refused_before_reading(tmp_path) -> None:

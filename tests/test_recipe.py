@@ -154,17 +154,18 @@ def test_recipe_names_what_it_needs(run: Run, trained: Path) -> None:
     assert f"member {held}" in one.output
 
 
-def test_an_architecture_the_member_cannot_take_fails_the_run_by_field(
+def test_an_architecture_the_member_cannot_take_is_refused_by_field(
     run: Run, trained: Path, tmp_path: Path
 ) -> None:
+    """Refused as the manifest is validated (exit 2), before a run folder is made."""
     assert run("recipe", str(trained), "--out", str(tmp_path / "r.yaml")).exit_code == 0
     recipe = yaml.safe_load((tmp_path / "r.yaml").read_text(encoding="utf-8"))
     recipe["recipe"]["schedule"][1]["architecture"] = {"encoder": "a sketch"}
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     result = run("train", str(tmp_path / "r.yaml"), "--quiet", "--run-dir", str(tmp_path / "re"))
-    assert result.exit_code == 1, result.output
-    assert "recipe.schedule[1].architecture: not an architecture of DQN" in result.output
-    assert "Traceback" not in result.output
+    assert result.exit_code == 2, result.output
+    assert "recipe.schedule[1].architecture: not a network architecture" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "re").exists()
 
 
 def test_a_lineage_recorded_only_after_a_resume_is_refused_with_the_reason(

@@ -68,7 +68,13 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     - ``algorithm_fields``: ``{name: type}`` every algorithm's spec must declare (the runner
       reads them);
     - ``description``: one line for ``agile plugins``;
-    - ``step_unit``: what ``training.max_steps`` counts, as progress names it.
+    - ``step_unit``: what ``training.max_steps`` counts, as progress names it;
+    - ``check_architecture``: ``check(architecture, network, algorithm)`` (an
+      :class:`~agile_cli.host.registry.ArchitectureCheck`), called by validation for each
+      architecture a recipe gives the members, with the validated ``network`` and
+      ``algorithm`` sections; it raises ``ValueError`` naming what is wrong (a width over the
+      section's bound, data the members cannot adopt). Without it a recipe may give no
+      architecture. Keep it light: import the training stack inside it.
     """
 
 

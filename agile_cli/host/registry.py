@@ -34,6 +34,22 @@ def load_object(reference: str) -> Any:
     return target
 
 
+class ArchitectureCheck(Protocol):
+    """A paradigm's check of an architecture a manifest names for its members (each entry of
+    a recipe's schedule), at validation: before anything is built, so it may not import the
+    training stack until it is called with an architecture."""
+
+    def __call__(
+        self, architecture: Mapping[str, Any], network: Spec, algorithm: AlgorithmSpec
+    ) -> None:
+        """Refuse ``architecture`` unless the members of the validated ``algorithm`` section
+        could adopt it and the validated ``network`` section's bounds allow every size in it.
+
+        :raises ValueError: one sentence saying what is wrong in ``architecture``, e.g.
+            ``head.hidden_size[1] is 100000, over network.head_config.max_mlp_nodes 500``.
+        """
+
+
 @dataclass(frozen=True)
 class ParadigmEntry:
     """A training paradigm a plugin registered: how the members of its algorithms train.
@@ -52,6 +68,8 @@ class ParadigmEntry:
     :param step_unit: what the paradigm's ``training.max_steps`` and ``evo_steps`` count, as
         progress and summaries name it (``env steps``; an LLM's ``prompts``; an offline
         learner's ``updates``).
+    :param check_architecture: checks an architecture a manifest gives the paradigm's members
+        (a recipe's schedule) against the network section; None: its members take none.
     """
 
     name: str
@@ -63,6 +81,7 @@ class ParadigmEntry:
     plugin: str
     replay_buffer: bool = False
     step_unit: str = "env steps"
+    check_architecture: ArchitectureCheck | None = None
 
     @property
     def uses_replay_buffer(self) -> bool:
@@ -183,6 +202,7 @@ class RegisterParadigm(Protocol):
         description: str = "",
         replay_buffer: bool = False,
         step_unit: str = "env steps",
+        check_architecture: ArchitectureCheck | None = None,
     ) -> None: ...
 
 
@@ -293,14 +313,19 @@ class Registry:
             description: str = "",
             replay_buffer: bool = False,
             step_unit: str = "env steps",
+            check_architecture: ArchitectureCheck | None = None,
         ) -> None:
             name = _plain(name)
             _require_subclass(name, training, TrainingSpec)
             _check_reference(name, implementation)
+            if check_architecture is not None and not callable(check_architecture):
+                raise PluginError(
+                    f"paradigm '{name}': check_architecture {check_architecture!r} is not callable"
+                )
             fields = tuple((algorithm_fields or {}).items())
             entry = ParadigmEntry(
                 name, implementation, bool(multi_agent), training, fields, description, plugin,
-                bool(replay_buffer), str(step_unit),
+                bool(replay_buffer), str(step_unit), check_architecture,
             )  # fmt: skip
             _add(self.paradigms, "paradigm", entry)
 

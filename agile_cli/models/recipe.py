@@ -24,8 +24,10 @@ class RecipeStep(Spec):
         default=0, ge=0, le=limits.STEPS,
         description="Steps per member the original run had trained at the generation's end.",
     )  # fmt: skip
-    hyperparameters: dict[str, float | int] = Field(
-        default_factory=dict, description="The algorithm's hyperparameters in this generation."
+    hyperparameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The algorithm's hyperparameters in this generation, each checked as the "
+        "algorithm section's field of that name is.",
     )
     architecture: dict[str, Any] | None = Field(
         default=None,

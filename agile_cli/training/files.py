@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from agile_cli.errors import TrainingError, printable
@@ -102,14 +104,30 @@ def write_atomically(path: Path, data: str | bytes) -> None:
 
     :raises OSError: the folder cannot be written (the temporary file is removed).
     """
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with replacing(path) as temporary, temporary.open("wb") as stream:
+        stream.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A new, empty file in ``path``'s folder for the caller to write (a writer that takes a
+    file name, such as ``torch.jit.save``), renamed over ``path`` when the block ends, or
+    removed when it raises: ``path`` is then whole or untouched, and a link there is replaced,
+    never followed.
+
+    :raises OSError: the folder cannot be written.
+    """
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with contextlib.suppress(OSError):  # mkstemp's 0600: the mode any new file would have
+        os.fchmod(handle, 0o666 & ~_umask())
+    os.close(handle)
+    temporary = Path(name)
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data.encode("utf-8") if isinstance(data, str) else data)
+        yield temporary
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temporary)
+            temporary.unlink()
         raise
 
 
@@ -124,3 +142,13 @@ def read_text(path: Path, limit: int) -> str | None:
     with os.fdopen(descriptor, "rb") as stream:
         data = stream.read(limit + 1)
     return None if len(data) > limit else data.decode("utf-8", errors="replace")
+
+
+@functools.cache
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux); else the usual 022."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022

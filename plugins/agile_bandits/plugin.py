@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agile_bandits.spec import BanditEnvSpec, BanditTraining, NeuralTSSpec, NeuralUCBSpec
 from agile_cli import Family, RegisterAlgorithm, RegisterEnvironment, RegisterParadigm, hookimpl
+from agile_rl import check_architecture
 
 
 @hookimpl
@@ -15,6 +16,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         replay_buffer=True,
         training=BanditTraining,
         algorithm_fields={"learn_step": int, "gamma": float},
+        check_architecture=check_architecture,
         description="pull arms in episodes of episode_steps, learn from the shared buffer",
     )
 

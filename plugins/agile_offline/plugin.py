@@ -6,6 +6,7 @@ from __future__ import annotations
 from agile_cli import Family, RegisterCommand, RegisterEnvironment, RegisterParadigm, hookimpl
 from agile_offline.command import dataset
 from agile_offline.spec import OfflineEnvSpec, OfflineTraining
+from agile_rl import check_architecture
 
 
 @hookimpl
@@ -16,6 +17,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         replay_buffer=True,
         training=OfflineTraining,
         algorithm_fields={"gamma": float},
+        check_architecture=check_architecture,
         description="learn from a fixed dataset copied into a replay buffer, without acting",
         step_unit="updates",
     )

@@ -15,6 +15,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from agile_rl import experience
+from agile_rl.architectures import check_architecture
 from agile_rl.models.actor_critic import (
     CentralisedActorCriticSpec,
     DeterministicActorCriticSpec,
@@ -227,6 +228,7 @@ __all__ = [
     "TeamRollout",
     "Transitions",
     "box_action_space",
+    "check_architecture",
     "clipped_surrogate",
     "compute_gae",
     "experience",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agile_cli import Family, RegisterParadigm, hookimpl
+from agile_rl.architectures import check_architecture
 from agile_rl.spec import OffPolicyTraining, TeamOffPolicyTraining, TeamTraining
 
 _IMPLEMENTATIONS = "agile_rl.paradigms"
@@ -16,12 +17,14 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         replay_buffer=True,
         training=OffPolicyTraining,
         algorithm_fields={"learn_step": int, "gamma": float},
+        check_architecture=check_architecture,
         description="act, store transitions in a shared replay buffer, learn from batches",
     )
     register(
         name=Family.ON_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:OnPolicy",
         algorithm_fields={"learn_step": int},
+        check_architecture=check_architecture,
         description="collect a rollout of learn_step steps, learn from it, repeat",
     )
     register(
@@ -31,6 +34,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         multi_agent=True,
         training=TeamOffPolicyTraining,
         algorithm_fields={"gamma": float},
+        check_architecture=check_architecture,
         description="a team acts, every agent's transitions go to a shared replay buffer",
     )
     register(
@@ -38,5 +42,6 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         implementation=f"{_IMPLEMENTATIONS}:TeamOnPolicy",
         multi_agent=True,
         training=TeamTraining,
+        check_architecture=check_architecture,
         description="a team collects a rollout per agent and learns from it",
     )

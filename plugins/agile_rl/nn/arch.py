@@ -11,13 +11,14 @@ bounds changes nothing, as in AgileRL's evolvable modules.
 
 from __future__ import annotations
 
+import math
+import types
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
+from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, Union
 
-import numpy as np
-
-from agile_cli import FieldError, ManifestError
+from agile_cli import FieldError, ManifestError, Spec, limits
 from agile_cli.sections import (
     CNNEncoderConfig,
     LSTMEncoderConfig,
@@ -26,11 +27,12 @@ from agile_cli.sections import (
     NetworkSpec,
     SimBaEncoderConfig,
 )
-from agile_rl.nn.activations import check_activation
+from agile_rl.nn.activations import ACTIVATIONS, check_activation
 from agile_rl.nn.recurrent_arch import LSTMArch
 
 if TYPE_CHECKING:
     import gymnasium
+    import numpy as np
 
 
 _NODE_STEPS = (16, 32, 64)
@@ -345,19 +347,39 @@ def _to_json(arch: EncoderArch) -> dict[str, Any]:
     return data
 
 
-def _from_json(data: Mapping[str, Any]) -> EncoderArch:
+def _from_json(data: Any) -> EncoderArch:
+    """The architecture ``_to_json`` wrote (values unchecked: see :func:`check_within`).
+
+    :raises ValueError: ``data`` is not a mapping of a known kind with that kind's fields.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected a mapping with a kind, got {_shown(data)}")
     kind = data.get("kind")
-    if kind not in _KINDS:
-        raise ValueError(f"unknown architecture kind {kind!r}; expected one of {sorted(_KINDS)}")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise ValueError(
+            f"unknown architecture kind {_shown(kind)}; expected one of {sorted(_KINDS)}"
+        )
+    cls = _KINDS[kind]
+    names = {field.name for field in fields(cls)}
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key == "kind":
+            continue
+        if key not in names:
+            raise ValueError(f"an architecture of kind '{kind}' has no field {_shown(key)}")
         if isinstance(value, list):
             values[key] = tuple(value)
         elif isinstance(value, Mapping):
             values[key] = _from_json(value)
-        elif key != "kind":
+        else:
             values[key] = value
-    return _KINDS[kind](**values)
+    required = {
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    }
+    missing = sorted(required - set(values))
+    if missing:
+        raise ValueError(f"an architecture of kind '{kind}' needs {', '.join(missing)}")
+    return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -426,21 +448,49 @@ class NetworkArch:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NetworkArch:
-        """The architecture :meth:`to_dict` wrote.
+        """The architecture :meth:`to_dict` wrote. Its shape is checked, not its values: check
+        data from a file with :func:`check_within` before building anything from it.
 
         :param data: the dict, e.g. read back from a JSON checkpoint.
         :raises ValueError: the dict does not describe a network architecture.
         """
-        head = _from_json(data["head"])
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping, got {_shown(data)}")
+        missing = [key for key in _NETWORK_KEYS if key not in data]
+        if missing:
+            raise ValueError(f"a network architecture needs {', '.join(missing)}")
+        try:
+            head, encoder = _from_json(data["head"]), _from_json(data["encoder"])
+        except RecursionError:
+            raise ValueError("its mappings nest too deeply") from None
         if not isinstance(head, MLPArch):
             raise ValueError(f"the head must be an mlp, not {head.kind}")
         return cls(
-            encoder=_from_json(data["encoder"]),
-            latent_dim=int(data["latent_dim"]),
-            min_latent_dim=int(data["min_latent_dim"]),
-            max_latent_dim=int(data["max_latent_dim"]),
+            encoder=encoder,
+            latent_dim=_whole(data, "latent_dim"),
+            min_latent_dim=_whole(data, "min_latent_dim"),
+            max_latent_dim=_whole(data, "max_latent_dim"),
             head=head,
         )
+
+
+_NETWORK_KEYS = ("encoder", "latent_dim", "min_latent_dim", "max_latent_dim", "head")
+
+
+def _whole(data: Mapping[str, Any], key: str) -> int:
+    """``data[key]`` as an int: an int, or a float without a fractional part."""
+    value = data[key]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"{key} is {_shown(value)}, not a whole number")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error message shows it: its repr, cut short."""
+    text = repr(list(value) if isinstance(value, tuple) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def is_image_space(space: gymnasium.spaces.Space) -> TypeGuard[gymnasium.spaces.Box]:
@@ -633,3 +683,247 @@ def arch_from_spec(
         max_latent_dim=network.max_latent_dim,
         head=_from_config(MLPArch, network.head_config),
     )
+
+
+# -- an architecture within a network section's bounds -------------------------------------------
+
+#: What bounds each size of an architecture: ``field -> (least, the section's bounding field or
+#: None, agile's limit)``. A field of several layers is bounded entry by entry.
+_SIZES: dict[type, dict[str, tuple[int, str | None, int]]] = {
+    NetworkArch: {
+        "latent_dim": (1, "max_latent_dim", limits.WIDTH),
+        "min_latent_dim": (1, "max_latent_dim", limits.WIDTH),
+        "max_latent_dim": (1, "max_latent_dim", limits.WIDTH),
+    },
+    MLPArch: {
+        "hidden_size": (1, "max_mlp_nodes", limits.WIDTH),
+        "min_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
+        "max_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
+        "min_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
+        "max_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
+    },
+    CNNArch: {
+        "channel_size": (1, "max_channel_size", limits.CHANNELS),
+        "kernel_size": (1, None, limits.KERNEL),
+        "stride_size": (1, None, limits.KERNEL),
+        "min_channel_size": (1, "max_channel_size", limits.CHANNELS),
+        "max_channel_size": (1, "max_channel_size", limits.CHANNELS),
+        "min_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
+        "max_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
+    },
+    MultiInputArch: {
+        "latent_dim": (1, "max_latent_dim", limits.WIDTH),
+        "min_latent_dim": (1, "max_latent_dim", limits.WIDTH),
+        "max_latent_dim": (1, "max_latent_dim", limits.WIDTH),
+    },
+    SimBaArch: {
+        "hidden_size": (1, "max_mlp_nodes", limits.WIDTH),
+        "min_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
+        "max_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
+        "num_blocks": (1, "max_blocks", limits.LAYERS),
+        "min_blocks": (1, "max_blocks", limits.LAYERS),
+        "max_blocks": (1, "max_blocks", limits.LAYERS),
+        "scale_factor": (1, "scale_factor", 64),
+    },
+    LSTMArch: {
+        "hidden_state_size": (1, "max_hidden_state_size", limits.WIDTH),
+        "min_hidden_state_size": (1, "max_hidden_state_size", limits.WIDTH),
+        "max_hidden_state_size": (1, "max_hidden_state_size", limits.WIDTH),
+        "num_layers": (1, "max_layers", limits.LAYERS),
+        "min_layers": (0, "max_layers", limits.LAYERS),
+        "max_layers": (1, "max_layers", limits.LAYERS),
+        "dropout": (0, None, 1),
+    },
+}
+#: The field of layers whose length is an architecture's depth, and the section's bound of it.
+_DEPTHS = {
+    MLPArch: ("hidden_size", "max_hidden_layers"),
+    CNNArch: ("channel_size", "max_hidden_layers"),
+}
+#: The encoders the observation space may call for when the network section names none.
+_OBSERVED = ("mlp", "cnn", "multiinput")
+
+
+def check_within(arch: NetworkArch, network: NetworkSpec, *, recurrent: bool | None = None) -> None:
+    """Refuse an architecture that members built from the validated ``network`` section could
+    not have grown into: a size past the section's bound of it (or past agile's own limits,
+    :mod:`agile_cli.limits`), bounds of its own (``max_mlp_nodes``, ``max_latent_dim``, ...)
+    wider than the section's, or an encoder of another kind than the section declares.
+
+    An architecture read from a file (a recipe's schedule, a checkpoint) is data anyone can
+    write, and :meth:`NetworkArch.from_dict` checks its shape only: this checks its values
+    too (whole numbers, flags, activation names), so that nothing large or broken is built
+    from it. Each part is held to the section's config of that part (``head_config``,
+    ``encoder_config`` where it describes the same kind of encoder, else that kind's
+    defaults, which is what :func:`arch_from_spec` builds from).
+
+    :param arch: the architecture, e.g. ``NetworkArch.from_dict(data)``.
+    :param network: the validated network section whose bounds apply.
+    :param recurrent: the algorithm carries a hidden state (its encoder is an LSTM, unless
+        the section declares another, which building refuses); None: not known here, the
+        observation space decides, so any encoder the section does not rule out passes.
+    :raises ValueError: one sentence naming the first thing out of bounds, e.g.
+        ``head.hidden_size[1] is 100000, over network.head_config.max_mlp_nodes 500``.
+    """
+    _check_types(arch, "")
+    _check_kind(arch.encoder.kind, network, recurrent)
+    for path, part, config, source in _bounded_parts(arch, network):
+        _check_sizes(path, part, config, source)
+
+
+def check_architecture(data: Mapping[str, Any], network: Spec, *, recurrent: bool) -> None:
+    """The RL paradigms' check of an architecture a manifest names for their members (each
+    entry of a recipe's schedule): data :meth:`NetworkArch.from_dict` reads, within the
+    network section's bounds (:func:`check_within`).
+
+    :param data: the architecture as the manifest gives it.
+    :param network: the validated network section.
+    :param recurrent: the algorithm carries a hidden state (``algorithm.recurrent``).
+    :raises ValueError: naming what is wrong in ``data``.
+    """
+    if not isinstance(network, NetworkSpec):
+        raise ValueError(
+            f"names an architecture, but the network section is a {type(network).__name__}"
+        )
+    try:
+        arch = NetworkArch.from_dict(data)
+    except ValueError as exc:
+        raise ValueError(f"not a network architecture: {exc}") from None
+    check_within(arch, network, recurrent=recurrent)
+
+
+def _check_kind(kind: str, network: NetworkSpec, recurrent: bool | None) -> None:
+    """The encoder is of the kind members of ``network`` build: the one the section declares,
+    else an LSTM for a recurrent algorithm, else one the observation space may call for."""
+    declared = network.arch
+    if declared is not None:
+        allowed: tuple[str, ...] = (declared,)
+        wanted = f"the network section's is '{declared}'"
+    elif recurrent is None:
+        allowed, wanted = (*_OBSERVED, "lstm"), "the network section declares no simba"
+    elif recurrent:
+        allowed, wanted = ("lstm",), "a recurrent algorithm's is 'lstm'"
+    else:
+        allowed, wanted = _OBSERVED, "an algorithm without a hidden state takes no 'lstm'"
+    if kind not in allowed:
+        raise ValueError(f"encoder.kind is '{kind}', but {wanted}")
+
+
+def _bounded_parts(arch: NetworkArch, network: NetworkSpec) -> list[tuple[str, Any, Any, str]]:
+    """Each part of ``arch`` with its path, the config bounding it and how to name that
+    config."""
+    encoder = arch.encoder
+    config, source = _config(network.encoder_config, encoder.kind, "network.encoder_config")
+    parts = [
+        ("", arch, network, "network."),
+        ("head", arch.head, network.head_config, "network.head_config."),
+        ("encoder", encoder, config, source),
+    ]
+    if isinstance(encoder, MultiInputArch):
+        for kind in ("mlp", "cnn"):
+            inner = getattr(config, f"{kind}_config", None)
+            parts.append((f"encoder.{kind}", getattr(encoder, kind),
+                          *_config(inner, kind, f"{source}{kind}_config")))  # fmt: skip
+    return parts
+
+
+def _config(config: Spec | None, kind: str, path: str) -> tuple[Spec, str]:
+    """The config bounding an encoder of ``kind``: ``config`` (at ``path``) where it describes
+    one, else that kind's defaults."""
+    spec = NetworkSpec.encoder_types()[kind]
+    if isinstance(config, spec):
+        return config, f"{path}."
+    return spec(), f"the {kind} encoder's default "
+
+
+def _check_layers(path: str, part: Any, config: Any, source: str) -> None:
+    """``part``'s depth within ``config``'s bound of it (named by ``source``), and a CNN's
+    kernels and strides one per layer."""
+    depth = _DEPTHS.get(type(part))
+    if depth is not None:
+        layers, most = depth
+        count, bound = len(getattr(part, layers)), getattr(config, most)
+        if not 1 <= count <= bound:
+            side = f"over {source}{most} {bound}" if count > bound else "under 1"
+            raise ValueError(f"{_join(path, layers)} has {count} layers, {side}")
+    if isinstance(part, CNNArch):
+        lengths = {len(part.channel_size), len(part.kernel_size), len(part.stride_size)}
+        if len(lengths) > 1:
+            raise ValueError(f"{_join(path, 'kernel_size')} and stride_size need one entry per "
+                             "layer of channel_size")  # fmt: skip
+
+
+def _check_sizes(path: str, part: Any, config: Any, source: str) -> None:
+    """Every size of ``part`` (at ``path``) within ``config``'s bound of it (``source`` names
+    the config) and agile's limits."""
+    _check_layers(path, part, config, source)
+    for name, (least, bound_name, limit) in _SIZES[type(part)].items():
+        bound = limit if bound_name is None else min(getattr(config, bound_name), limit)
+        over = f"{source}{bound_name} {bound}" if bound != limit else f"agile's limit {limit}"
+        for where, size in _entries(_join(path, name), getattr(part, name)):
+            if size < least:
+                raise ValueError(f"{where} is {size}, under {least}")
+            if size > bound:
+                raise ValueError(f"{where} is {size}, over {over}")
+
+
+def _entries(path: str, value: Any) -> list[tuple[str, Any]]:
+    """``(path, value)``, or each entry of a tuple with its index."""
+    if isinstance(value, tuple):
+        return [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+    return [(path, value)]
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _check_types(part: Any, path: str) -> None:
+    """Every field of ``part`` and of the parts inside it holds what its annotation says."""
+    hints = _hints(type(part))
+    for field in fields(part):
+        where, value, hint = _join(path, field.name), getattr(part, field.name), hints[field.name]
+        if not _fits(value, hint):
+            raise ValueError(f"{where} is {_shown(value)}, not {_words(hint)}")
+        if is_dataclass(value):
+            _check_types(value, where)
+        elif field.name.endswith("activation") and value is not None and value not in ACTIVATIONS:
+            raise ValueError(f"{where} is {_shown(value)}, not one of {', '.join(ACTIVATIONS)}")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The annotations of ``cls``'s fields, evaluated once."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, member) for member in typing.get_args(hint))
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        return isinstance(value, tuple) and all(_fits(entry, item) for entry in value)
+    if hint is float:
+        return type(value) is int or (type(value) is float and math.isfinite(value))
+    if hint in (int, bool, str):
+        return type(value) is hint
+    if hint is type(None):
+        return value is None
+    return isinstance(value, hint)  # an architecture inside another
+
+
+def _words(hint: Any) -> str:
+    """What ``hint`` wants, as an error message says it."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_words(member) for member in typing.get_args(hint))
+    if origin is tuple:
+        return "a list of whole numbers"
+    plain = {int: "a whole number", float: "a finite number", bool: "true or false",
+             str: "a name", type(None): "null"}  # fmt: skip
+    return plain.get(hint) or f"a {getattr(hint, 'kind', 'known')} architecture"

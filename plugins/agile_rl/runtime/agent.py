@@ -376,7 +376,7 @@ class Algorithm(MemberBasics, abc.ABC):
         self.index = state["index"]
         arch = NetworkArch.from_dict(state["arch"])
         if arch != self.arch:  # rebuilding takes milliseconds: remote backends restore often
-            check_saved_arch(arch, self.networks.values(), state["networks"])
+            check_saved_arch(arch, self.networks.values(), state["networks"], self.context.network)
             self.set_architecture(arch)
         for name, value in state["hyperparameters"].items():
             self.set_hyperparameter(name, value)

@@ -16,9 +16,12 @@ from typing import Any
 
 import torch
 
-from agile_cli import TrainingError
-from agile_rl.nn.arch import NetworkArch
+from agile_cli import Spec, TrainingError
+from agile_cli.sections import NetworkSpec
+from agile_rl.nn.arch import NetworkArch, check_within
 from agile_rl.nn.modules import EvolvableNetwork
+
+_CHANGED = "use a checkpoint as agile wrote it, or train the run again"
 
 
 def parameter_floor(arch: NetworkArch, networks: Iterable[Any]) -> int:
@@ -46,20 +49,31 @@ def held_parameters(saved: Any) -> int:
     return sum(tensor.numel() for tensor in tensors if isinstance(tensor, torch.Tensor))
 
 
-def check_saved_arch(arch: NetworkArch, networks: Iterable[Any], saved: Any) -> None:
-    """Refuse ``arch`` unless the weights ``saved`` with it can fill ``networks`` rebuilt for
-    it: nothing is built.
+def check_saved_arch(
+    arch: NetworkArch, networks: Iterable[Any], saved: Any, network: Spec | None = None
+) -> None:
+    """Refuse ``arch`` unless it lies within the ``network`` section's bounds (where given) and
+    the weights ``saved`` with it can fill ``networks`` rebuilt for it: nothing is built.
 
-    :raises TrainingError: naming the architecture, the parameters it needs and those held.
+    :raises TrainingError: naming what is out of bounds, or the parameters the architecture
+        needs and those held.
     :raises ValueError: ``saved`` is not a mapping of state dicts.
     """
+    if isinstance(network, NetworkSpec):
+        try:
+            check_within(arch, network)
+        except ValueError as exc:
+            raise TrainingError(
+                f"a saved member's architecture is not one its run could have grown: {exc}",
+                _CHANGED,
+            ) from None
     floor, held = parameter_floor(arch, networks), held_parameters(saved)
     if floor > held:
         raise TrainingError(
             f"a saved member's architecture {arch.describe()} makes networks of at least "
             f"{floor:,} parameters, and its saved weights hold {held:,}: the checkpoint was "
             "changed after agile wrote it, and nothing of it was built",
-            "use a checkpoint as agile wrote it, or train the run again",
+            _CHANGED,
         )
 
 

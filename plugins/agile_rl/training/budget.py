@@ -4,7 +4,8 @@ The RL paradigms name these needs to the core (:meth:`agile_cli.Paradigm.memory_
 compares them with what is available (:mod:`agile_cli.memory`) once the vector environment is
 built (so its spaces are known) and before the population and the replay buffer exist:
 
-- the population: each member's networks, counted from the network section and the spaces (at
+- the population: each member's networks at their largest, counted from the network section
+  (or from the largest architecture a recipe's schedule gives the member) and the spaces (at
   least one network per distinct agent; algorithms add critics and targets), 16 bytes a
   parameter with its gradient and Adam's two moments, for every member held at once (while a
   generation is selected: the old population, the new one and the elite);
@@ -46,14 +47,16 @@ def needs(manifest: TrainingManifest, env: Any, members: int = 1) -> list[Need]:
 def _population(manifest: TrainingManifest, env: Any) -> Need:
     pop_size = manifest.training.pop_size
     held = 2 * pop_size + 1 if manifest.evolves else pop_size
-    parameters = member_parameters(manifest, env)
+    parameters, field = _largest_member(manifest, env)
     detail = (
         f"at least {parameters:,} parameters a member, {BYTES_PER_PARAMETER} B each with "
         f"gradients and Adam state, {held:,} member{'s' if held != 1 else ''} held at once"
     )
     hint = "narrow the network (hidden_size, latent_dim, channel_size) or lower training.pop_size"
+    if field != "network":
+        hint = "narrow that architecture (its hidden_size, latent_dim, channel_size)"
     return Need(
-        "network", "the population", detail, held * parameters * BYTES_PER_PARAMETER, True, hint
+        field, "the population", detail, held * parameters * BYTES_PER_PARAMETER, True, hint
     )
 
 
@@ -140,16 +143,23 @@ def _flat_size(space: Any) -> int:
 
 
 def member_parameters(manifest: TrainingManifest, env: Any) -> int:
-    """A lower bound of one member's parameters: one network of the manifest's architecture
-    per distinct (observation, action) space pair of its agents."""
-    from agile_rl.nn.arch import arch_from_spec
+    """A lower bound of one member's parameters at its largest: one network per distinct
+    (observation, action) space pair of its agents, of the network section's architecture or
+    of the largest one the manifest's recipe gives the member."""
+    return _largest_member(manifest, env)[0]
+
+
+def _largest_member(manifest: TrainingManifest, env: Any) -> tuple[int, str]:
+    """:func:`member_parameters`, and the field whose architecture gives it: ``network``, or
+    the recipe's ``recipe.schedule[i].architecture``."""
+    from agile_rl.nn.arch import NetworkArch, arch_from_spec
 
     recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
     pairs: list[tuple[Any, Any]] = []
     for pair in zip(*_team_spaces(manifest, env), strict=True):
         if pair not in pairs:
             pairs.append(pair)
-    total = 0
+    largest, field = 0, "network"
     for observation, action in pairs:
         try:
             arch = arch_from_spec(
@@ -158,8 +168,19 @@ def member_parameters(manifest: TrainingManifest, env: Any) -> int:
             )  # fmt: skip
         except (NotImplementedError, ValueError):
             continue  # building the population reports it
-        total += network_parameters(arch, observation, _flat_size(action))
-    return total
+        largest += network_parameters(arch, observation, _flat_size(action))
+    schedule = manifest.recipe.schedule if manifest.recipe is not None else []
+    for position, step in enumerate(schedule):
+        if step.architecture is None:
+            continue
+        try:
+            adopted = NetworkArch.from_dict(step.architecture)
+            count = sum(network_parameters(adopted, o, _flat_size(a)) for o, a in pairs)
+        except (ValueError, IndexError):
+            continue  # validation refused it, or it does not read these spaces: adopting says so
+        if count > largest:
+            largest, field = count, f"recipe.schedule[{position}].architecture"
+    return largest, field
 
 
 def network_parameters(arch: Any, space: Any, outputs: int) -> int:
