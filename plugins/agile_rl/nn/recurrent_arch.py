@@ -7,11 +7,12 @@ module built from it is :class:`agile_rl.nn.recurrent.LSTMEncoder`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar
 
 from agile_rl.nn.activations import check_activation
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _NODE_STEPS = (16, 32, 64)
 
