@@ -124,6 +124,9 @@ def parse_yaml(text: str, source: str) -> Any:
         raise _fail(source, f"invalid YAML: {exc}") from None
     except RecursionError:
         raise _fail(source, "YAML nests too deeply") from None
+    except (ValueError, TypeError) as exc:  # a value no constructor takes: 2020-13-45, ? [a]
+        detail = " ".join(str(exc).split())[:200]
+        raise _fail(source, f"invalid YAML value: {detail}", "quote it as a string") from None
     finally:
         loader.dispose()
 

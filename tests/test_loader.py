@@ -107,3 +107,13 @@ def test_missing_file_says_so(tmp_path) -> None:
 
 def test_exponent_without_dot_is_a_float() -> None:
     assert load_text("lr: 1e-4\nbig: 1_000_000\n") == {"lr": 1e-4, "big": 1_000_000}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("when: 2020-13-45\n", "month must be in 1..12"), ("? [a, b]\n: 1\n", "unhashable type"),
+     ("x: !!float abc\n", "could not convert string to float")],
+)  # fmt: skip
+def test_a_value_no_yaml_constructor_takes_is_a_sentence(text: str, message: str) -> None:
+    with pytest.raises(ManifestError, match=f"invalid YAML value: {message}"):
+        load_text(text)

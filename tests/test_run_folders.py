@@ -257,6 +257,20 @@ def test_resume_keeps_one_record_per_generation(tmp_path) -> None:
     assert all(record["best_fitness"] != -12345.0 for record in records)
 
 
+def test_resume_says_which_generations_lost_their_record(run, copy) -> None:
+    target = copy()
+    manifest = target / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("max_steps: 192", "max_steps: 256"))
+    lines = (target / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][: len(lines[1]) // 2]  # generation 2's line, cut short in the middle
+    (target / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    resumed = run("train", "--resume", str(target), "--quiet", "--device", "cpu")
+    assert resumed.exit_code == 0, resumed.output
+    assert "metrics.jsonl holds no record of generation 2 (" in resumed.output
+    assert "metrics.jsonl line 2: is not JSON" in resumed.output
+    assert _generations(target) == [1, 3, 4]
+
+
 def test_resume_keeps_the_options_that_shape_the_runs_checkpoints(tmp_path) -> None:
     run_dir = _interrupted(tmp_path, 2, checkpoint_buffer=True, checkpoint_steps=64)
     assert checkpoint.load(run_dir / "checkpoints" / "latest.pt")["buffer"] is not None
@@ -495,3 +509,19 @@ def test_a_provenance_file_that_is_not_ours_is_started_anew(tmp_path) -> None:
     folder.record_provenance({"command": "agile train --resume ."})
     sessions = json.loads(folder.provenance.read_text())["sessions"]
     assert [s["command"] for s in sessions] == ["agile train m.yaml", "agile train --resume ."]
+
+
+def test_the_resolved_manifest_stays_within_what_agile_reads_back(tmp_path) -> None:
+    """Text a manifest reads is written back as it was (not as escapes several times longer),
+    so a run folder's manifest.yaml is never larger than the manifests agile reads."""
+    from agile_cli.loader import MAX_BYTES, load_file
+    from agile_cli.manifest import TrainingManifest
+
+    data = yaml.safe_load(MANIFEST.replace("pop_size: 2", "pop_size: 1"))
+    del data["mutation"], data["tournament_selection"]
+    data["recipe"] = {"source": "\N{GRINNING FACE}" * 200_000, "schedule": [{"generation": 1}]}
+    manifest = TrainingManifest.get_validated(data, registry=installed_host().registry)
+    folder = RunFolder.create(manifest, tmp_path / "run")
+    folder.unlock()
+    assert folder.manifest.stat().st_size <= MAX_BYTES
+    assert load_file(folder.manifest)["recipe"]["source"] == data["recipe"]["source"]

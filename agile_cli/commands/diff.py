@@ -1,20 +1,23 @@
 """``agile diff``: what differs between two run folders, and their results side by side.
 
-Reads, as data and bounded in size, each run's ``manifest.yaml`` (the resolved settings),
-the latest session of its ``provenance.json`` (versions, machine, device, seed, command) and
-its ``summary.json`` (results).
+Reads each run's ``manifest.yaml`` (the resolved settings), the latest session of its
+``provenance.json`` (versions, machine, device, seed, command) and its ``summary.json``
+(results) through :mod:`agile_cli.run_files`: as data, bounded and typed. A manifest that
+cannot be read refuses the comparison; a provenance or summary that cannot be read is left
+out, with a note saying why.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from agile_cli.errors import UsageError, printable
-from agile_cli.report.runs import read_json, read_yaml
+from agile_cli.run_files import Fields, RunFileError, read_json, read_manifest
 
 #: Summary fields shown side by side, and their labels.
 RESULTS = (
@@ -35,16 +38,22 @@ def run_diff(first: Path, second: Path, *, as_json: bool = False) -> int:
     """Print what differs between runs ``first`` and ``second`` (as JSON with ``as_json``).
 
     :raises UsageError: a folder holds no run.
+    :raises RunFileError: a run's ``manifest.yaml`` cannot be read (naming it, and the line).
     """
-    runs = [_load(first), _load(second)]
+    notes: list[str] = []
+    runs = [_load(first, notes), _load(second, notes)]
     report = {
         "runs": [str(first), str(second)],
         "settings": changed(*(flat(run["manifest"]) for run in runs)),
         "provenance": changed(*(flat(_latest(run["provenance"])) for run in runs)),
         "results": {
             **{key: [run["summary"].get(key) for run in runs] for key, _ in RESULTS},
-            "elite": [_elite(run["summary"]) for run in runs],
+            "elite": [
+                _elite(run["summary"], path, notes)
+                for run, path in zip(runs, (first, second), strict=True)
+            ],
         },
+        "notes": notes,
     }
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
@@ -70,17 +79,36 @@ def changed(first: dict[str, Any], second: dict[str, Any]) -> dict[str, list[Any
     return {p: [first.get(p), second.get(p)] for p in paths if first.get(p) != second.get(p)}
 
 
-def _load(path: Path) -> dict[str, Any]:
-    if not (path / "manifest.yaml").is_file():
+def _load(path: Path, notes: list[str]) -> dict[str, Any]:
+    """The run's manifest, provenance and summary (an unreadable one of the last two is
+    empty, with a note in ``notes``).
+
+    :raises UsageError: the folder has no ``manifest.yaml``.
+    :raises RunFileError: its ``manifest.yaml`` cannot be read.
+    """
+    manifest = read_manifest(path / "manifest.yaml")
+    if manifest is None:
         raise UsageError(
             f"{path} is not a run folder (no manifest.yaml)",
             "give two folders agile train wrote, e.g. agile diff runs/A runs/B",
         )
     return {
-        "manifest": read_yaml(path / "manifest.yaml"),
-        "provenance": read_json(path / "provenance.json"),
-        "summary": read_json(path / "summary.json"),
+        "manifest": manifest,
+        "provenance": _noted(lambda: read_json(path / "provenance.json"), notes, "provenance is"),
+        "summary": _noted(lambda: read_json(path / "summary.json"), notes, "results are"),
     }
+
+
+def _noted(
+    read: Callable[[], dict[str, Any] | None], notes: list[str], what: str
+) -> dict[str, Any]:
+    """What ``read`` returns ({} for no file); {} where it raises :class:`RunFileError`,
+    with its sentence in ``notes`` saying that ``what`` ("results are") left out."""
+    try:
+        return read() or {}
+    except RunFileError as error:
+        notes.append(f"{error.message}; its {what} left out")
+        return {}
 
 
 def _latest(provenance: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +121,7 @@ def _latest(provenance: dict[str, Any]) -> dict[str, Any]:
 
 def _lines(report: dict[str, Any]) -> list[str]:
     first, second = report["runs"]
-    lines = [f"A: {first}", f"B: {second}"]
+    lines = [f"A: {first}", f"B: {second}", *(f"note: {note}" for note in report["notes"])]
     for section, source in (("settings", "manifest.yaml"), ("provenance", "provenance.json")):
         differences = report[section]
         count = len(differences)
@@ -106,25 +134,34 @@ def _lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _elite(summary: dict[str, Any]) -> dict[str, Any] | None:
+def _elite(summary: dict[str, Any], run: Path, notes: list[str]) -> dict[str, Any] | None:
     """The elite the run chose by scoring its best again (``summary.json``'s ``elite``),
-    without the other members it scored."""
-    elite = summary.get("elite")
-    if not isinstance(elite, dict):
+    without the other members it scored; None where it has none, or (with a note) where its
+    score, member or interval is not as agile writes them."""
+    fields = Fields(summary, str(run / "summary.json"))
+    if not fields.has("elite"):
         return None
-    return {key: value for key, value in elite.items() if key != "candidates"}
+    try:
+        elite = fields.mapping("elite")
+        elite.number("score")
+        for name in ("low", "high"):
+            if elite.has(name):
+                elite.number(name)
+        if elite.has("member"):
+            elite.integer("member")
+    except RunFileError as error:
+        notes.append(f"{error.message}; its elite is left out")
+        return None
+    return {key: value for key, value in elite.data.items() if key != "candidates"}
 
 
 def _elite_text(elite: dict[str, Any] | None) -> str | None:
     """``-27.65 (member 28; 95% interval -32.62 to -22.54)``."""
     if elite is None:
         return None
-    score, member = elite.get("score"), elite.get("member")
+    score, member = elite["score"], elite.get("member")  # numbers, as _elite checked
     low, high = elite.get("low"), elite.get("high")
-    if not isinstance(score, int | float):
-        return None
-    bounded = isinstance(low, int | float) and isinstance(high, int | float)
-    interval = f"; 95% interval {low:.4g} to {high:.4g}" if bounded else ""
+    interval = f"; 95% interval {low:.4g} to {high:.4g}" if None not in (low, high) else ""
     return f"{score:.4g} (member {member}{interval})"
 
 

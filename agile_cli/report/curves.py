@@ -177,9 +177,13 @@ class Trajectory:
     best_values: np.ndarray
 
 
-def trajectories(run: Run) -> list[Trajectory]:
-    """Each evolving hyperparameter's trajectory, then the network size's (where known)."""
-    found = [_trajectory(run, name) for name in run.hyperparameter_names()]
+def trajectories(run: Run, names: list[str] | None = None) -> list[Trajectory]:
+    """Each evolving hyperparameter's trajectory, then the network size's (where known).
+
+    :param names: the hyperparameters to trace (default: all the run has).
+    """
+    chosen = run.hyperparameter_names() if names is None else names
+    found = [_trajectory(run, name) for name in chosen]
     found.append(_trajectory(run, None))
     return [t for t in found if t.values.size]
 

@@ -1,12 +1,17 @@
 """The report's figures, drawn with matplotlib (the ``plot`` extra), imported only here.
 
 Figures are built with ``matplotlib.figure.Figure``: no pyplot, no window, no global state.
+Every figure is built and saved under :data:`LITERAL_TEXT` (:func:`literal_text`): names read
+from run folders (folders, algorithms, environments, hyperparameters, settings) are drawn as
+written, never as mathtext.
 """
 
 from __future__ import annotations
 
+import functools
 import io
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -33,6 +38,9 @@ if TYPE_CHECKING:
 ELITES_MARK = "the elites scored again on fresh episodes at the end (IQM, 95% bootstrap CI)"
 #: Lineage charts drawn at most (one per run); the others are named under the last one.
 MAX_LINEAGES = 4
+#: Hyperparameters drawn at most (a panel each, beside the network size's); the others are
+#: counted under the panels.
+MAX_HYPERPARAMETERS = 12
 #: What the band around a setup's mean best fitness is (see :func:`~.curves.group_curve`).
 BAND = "95% confidence interval of the seeds' mean best, within their range"
 #: What the band around a setup's interquartile mean is (see :func:`~.curves.iqm_curve`).
@@ -55,8 +63,34 @@ EVENT_MARKERS: dict[str, tuple[str, dict[str, Any]]] = {
     "mutated": ("mutated (hyperparameters, network or weights)",
                 {"marker": "x", "markersize": 6, "color": "#9467bd", "markeredgewidth": 1.6}),
 }  # fmt: skip
+#: matplotlib's settings while a figure is built and saved: text is drawn as written (a
+#: ``$`` starts no mathtext: ``$\frac{1}{$`` would raise, ``$x^2$`` would become math; no LaTeX),
+#: and tick labels are plain text too.
+LITERAL_TEXT: dict[Any, Any] = {
+    "text.parse_math": False,
+    "text.usetex": False,
+    "axes.formatter.use_mathtext": False,
+}
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def literal_text(build: Callable[P, R]) -> Callable[P, R]:
+    """``build`` run under :data:`LITERAL_TEXT`: each text it places (a title, a label, a
+    legend entry, a tick label) keeps that setting when the figure is drawn later."""
+
+    @functools.wraps(build)
+    def built(*args: P.args, **kwargs: P.kwargs) -> R:
+        import matplotlib
+
+        with matplotlib.rc_context(LITERAL_TEXT):
+            return build(*args, **kwargs)
+
+    return built
 
 
 def require_matplotlib() -> None:
@@ -71,6 +105,7 @@ def require_matplotlib() -> None:
         ) from None
 
 
+@literal_text
 def png(figure: Figure) -> bytes:
     """The figure as PNG bytes."""
     buffer = io.BytesIO()
@@ -95,6 +130,7 @@ def _steps_axis(axes: Axes, groups: list[Group]) -> None:
     axes.set_xlim(0, end * 1.03 or 1)
 
 
+@literal_text
 def curves_figure(groups: list[Group]) -> Figure:
     """Best (solid) and population-mean (dashed) fitness against env steps and wall time.
 
@@ -130,8 +166,7 @@ def curves_figure(groups: list[Group]) -> Figure:
 
 def legend_labels(groups: list[Group]) -> tuple[str, list[str]]:
     """What the setups have in common (their algorithm and environment, when they share
-    them; else ""), and each setup's label without it, with its number of seeds; as
-    matplotlib shows them literally."""
+    them; else ""), and each setup's label without it, with its number of seeds."""
     titles = {run.title for group in groups for run in group.runs}
     common = titles.pop() if len(titles) == 1 else ""
     labels = []
@@ -141,8 +176,8 @@ def legend_labels(groups: list[Group]) -> tuple[str, list[str]]:
         if common and rest.startswith(" (") and rest.endswith(")"):
             label = rest[2:-1]
         seeds = len(group.runs)
-        labels.append(_plain(label + (f", {seeds} seeds" if seeds > 1 else "")))
-    return _plain(common), labels
+        labels.append(label + (f", {seeds} seeds" if seeds > 1 else ""))
+    return common, labels
 
 
 def _curves_legend(
@@ -185,6 +220,7 @@ def _draw_curve(axes: Axes, group: Group, axis: Axis, colour: str) -> None:
         axes.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=0.2, linewidth=0)
 
 
+@literal_text
 def iqm_figure(groups: list[Group]) -> Figure | None:
     """The interquartile mean of the seeds' best fitness against env steps, per setup, with
     its 95% percentile-bootstrap interval as a band (see :data:`IQM_CAPTION`); a setup of one
@@ -241,6 +277,7 @@ def _draw_scored_elites(axes: Axes, group: Group, x: float, colour: str) -> bool
     return True
 
 
+@literal_text
 def replay_figure(runs: list[Run]) -> Figure | None:
     """Per replay run (at most :data:`MAX_LINEAGES`), the original lineage's fitness (from the
     recipe's schedule) and the replay's, against steps per member. None when no run is a
@@ -263,22 +300,18 @@ def _draw_replay(axes: Axes, run: Run, replay: Replay) -> None:
     from matplotlib.ticker import EngFormatter
 
     axes.plot(*original_series(replay), color="#555555", linewidth=1.6, marker="o",
-              markersize=4, label=_plain(f"original lineage: {replay.name}"))  # fmt: skip
+              markersize=4, label=f"original lineage: {replay.name}")  # fmt: skip
     axes.plot(*replay_series(run), color=COLOURS[0], linewidth=2, marker="o", markersize=4,
-              label=_plain(f"replay: {run.name}"))  # fmt: skip
+              label=f"replay: {run.name}")  # fmt: skip
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes.set_xlabel("steps per member")
     axes.set_ylabel("fitness")
     axes.grid(alpha=0.3)
-    axes.set_title(closeness_text(run) or run.name, fontsize=10, parse_math=False)
+    axes.set_title(closeness_text(run) or run.name, fontsize=10)
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9, frameon=False)
 
 
-def _plain(text: str) -> str:
-    """``text`` as matplotlib shows it literally (a pair of ``$`` would start mathtext)."""
-    return text.replace("$", r"\$")
-
-
+@literal_text
 def lineage_figure(runs: list[Run]) -> Figure:
     """Per run, two panels: every member (a dot coloured by fitness) in every generation,
     joined to the member it continues or was cloned from; under it, every member's fitness
@@ -304,15 +337,19 @@ def lineage_figure(runs: list[Run]) -> Figure:
 
 def _draw_lineage(axes: Axes, run: Run) -> PathCollection:
     """The run's lineage; returns its dots (coloured by fitness), for a colour bar."""
-    links = [run.lineage(k) for k in range(len(run.generations))]
-    for k, generation_links in enumerate(links[1:], start=1):
-        for slot, source in enumerate(generation_links):
-            if source is None:
-                continue
-            before = run.generations[k - 1].members[source]
-            kept = run.generations[k].members[slot].index == before.index
-            axes.plot([k, k + 1], [source, slot], color="#999999", zorder=1,
-                      linewidth=1.6 if kept else 0.8, linestyle="-" if kept else "--")  # fmt: skip
+    from matplotlib.collections import LineCollection
+
+    kept: list[Any] = []  # each a segment from the member in one generation to the next
+    cloned: list[Any] = []
+    for k in range(1, len(run.generations)):
+        for slot, source in enumerate(run.lineage(k)):
+            if source is not None:
+                before = run.generations[k - 1].members[source]
+                same = run.generations[k].members[slot].index == before.index
+                (kept if same else cloned).append([(k, source), (k + 1, slot)])
+    axes.add_collection(LineCollection(kept, colors="#999999", linewidths=1.6, zorder=1))
+    axes.add_collection(LineCollection(cloned, colors="#999999", linewidths=0.8,
+                                       linestyles="--", zorder=1))  # fmt: skip
     path = [(k + 1, slot) for k, slot in run.ancestry()]
     axes.plot(*zip(*path, strict=True), color=ANCESTRY, linewidth=2.2, zorder=2)
     from matplotlib.ticker import MaxNLocator
@@ -357,14 +394,19 @@ def _draw_member_curves(axes: Axes, run: Run) -> None:
     axes.set_ylabel("fitness")
 
 
+@literal_text
 def hyperparameter_figure(groups: list[Group]) -> Figure | None:
-    """One panel per evolving hyperparameter, and one for the network size: every member's
-    value (dots) and the best member's (line), per run. None when nothing evolves."""
+    """One panel per evolving hyperparameter (the first :data:`MAX_HYPERPARAMETERS`; the
+    legend counts the others), and one for the network size: every member's value (dots) and
+    the best member's (line), per run. None when nothing evolves."""
     colours = {g.label: COLOURS[n % len(COLOURS)] for n, g in enumerate(groups)}
+    runs = [run for group in groups for run in group.runs]
+    names = list(dict.fromkeys(name for run in runs for name in run.hyperparameter_names()))
+    drawn_names = names[:MAX_HYPERPARAMETERS]
     panels: dict[str, list[tuple[Any, str, str]]] = {}
     for group in groups:
         for run in group.runs:
-            for trajectory in trajectories(run):
+            for trajectory in trajectories(run, drawn_names):
                 entry = (trajectory, colours[group.label], group.label)
                 panels.setdefault(trajectory.name, []).append(entry)
     if not panels:
@@ -384,9 +426,11 @@ def hyperparameter_figure(groups: list[Group]) -> Figure | None:
     if common:
         figure.suptitle(common)
     handles = [Line2D([], [], color=colour, linewidth=2) for colour in colours.values()]
+    title = "dots: every member; line: the best member of each generation (one per seed)"
+    if len(names) > len(drawn_names):
+        title += f"; {len(names) - len(drawn_names):,} more hyperparameters not drawn"
     figure.legend(handles, labels, loc="outside lower center", ncols=min(3, len(colours)),
-                  fontsize=9, title="dots: every member; line: the best member of each "
-                  "generation (one per seed)", title_fontsize=9)  # fmt: skip
+                  fontsize=9, title=title, title_fontsize=9)  # fmt: skip
     return figure
 
 
@@ -400,7 +444,12 @@ def _draw_trajectories(axes: Axes, name: str, drawn: list[tuple[Any, str, str]])
                   drawstyle="steps-post", alpha=0.85)  # fmt: skip
     values = np.concatenate([t.values for t, _, _ in drawn])
     if values.min() > 0 and values.max() / values.min() > 20:
+        from matplotlib.ticker import LogFormatter
+
         axes.set_yscale("log")
+        # the log scale's own labels are mathtext ($10^{-3}$), which LITERAL_TEXT shows as is
+        axes.yaxis.set_major_formatter(LogFormatter())
+        axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
     elif values.max() >= 10_000:
         axes.yaxis.set_major_formatter(EngFormatter(sep=""))
     axes.set_title(name)

@@ -104,7 +104,7 @@ def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
         target = (f"; target {run.target:g} reached at {reached.global_steps:,} {run.unit}"
                   if reached else f"; target {run.target:g} not reached")  # fmt: skip
     elite = last.best_member
-    values = ", ".join(f"{k} {v:.4g}" for k, v in elite.hyperparameters.items())
+    values = _hyperparameters(elite.hyperparameters)
     size = f" ({elite.parameters:,} weights)" if elite.parameters is not None else ""
     lines = [
         f"  {run.path}{seed}",
@@ -117,15 +117,20 @@ def _run_lines(run: Run, scales: tuple[Scale, Scale]) -> list[str]:
         f"{gens[0].mean:.4g} -> {last.mean:.4g}",
         f"  best member now: {elite.index}: {values or 'no hyperparameters'}; {elite.arch}{size}",
     ]
-    if run.skipped:
-        lines.append(f"  ({run.skipped} unreadable metrics lines skipped)")
-    lines += [f"  ({note})" for note in run.notes]
+    lines += [f"  ({text})" for text in run.unread()]
     compared = closeness_text(run)
     if compared is not None:
         lines.append(f"  {compared}")
     if run.elite is not None:
         lines.append(f"  {elite_text(run.elite)}")
     return lines
+
+
+def _hyperparameters(values: dict[str, float], most: int = 12) -> str:
+    """``lr 0.001, gamma 0.99``: the first ``most`` of ``values``, the others counted."""
+    shown = ", ".join(f"{name} {value:.4g}" for name, value in list(values.items())[:most])
+    rest = len(values) - most
+    return shown + (f" and {rest:,} more" if rest > 0 else "")
 
 
 def elite_text(elite: ScoredElite) -> str:
@@ -159,7 +164,7 @@ def html_page(groups: list[Group], pictures: list[Picture]) -> str:
     title = "agile report: " + ", ".join(dict.fromkeys(group.label for group in groups))
     rows = "\n".join(_html_row(run) for run in runs)
     figures = "\n".join(_html_figure(p) for p in pictures)
-    sections = _setups_table(groups) + _replays(runs)
+    sections = _setups_table(groups) + _replays(runs) + _unread(runs)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}}
@@ -220,17 +225,24 @@ def _setups_table(groups: list[Group]) -> str:
 
 
 def _replays(runs: list[Run]) -> str:
-    """The terminal's replay comparison and notes, per run that has them."""
-    items = []
-    for run in runs:
-        compared = closeness_text(run)
-        for text in [*run.notes, *([compared] if compared else [])]:
-            items.append(f"<li>{html.escape(run.name)}: {html.escape(text)}</li>")
+    """The terminal's replay comparison, per run that has one."""
+    compared = [(run, text) for run in runs if (text := closeness_text(run)) is not None]
+    return _list("Replays against their original lineage", compared)
+
+
+def _unread(runs: list[Run]) -> str:
+    """What could not be read of each run (:meth:`~.runs.Run.unread`), as the terminal says."""
+    return _list("What could not be read", [(run, text) for run in runs for text in run.unread()])
+
+
+def _list(heading: str, items: list[tuple[Run, str]]) -> str:
+    """A section listing each run's ``items`` (none: no section)."""
     if not items:
         return ""
-    return (
-        "\n<h2>Replays against their original lineage</h2>\n<ul>\n" + "\n".join(items) + "\n</ul>"
+    rows = "\n".join(
+        f"<li>{html.escape(run.name)}: {html.escape(text)}</li>" for run, text in items
     )
+    return f"\n<h2>{html.escape(heading)}</h2>\n<ul>\n{rows}\n</ul>"
 
 
 def _lineage_events(runs: list[Run]) -> str:

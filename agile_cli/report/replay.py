@@ -9,13 +9,13 @@ becomes a note for the user, never an error.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import numpy as np
 
 from agile_cli.errors import printable
+from agile_cli.run_files import Fields, RunFileError
 
 #: The longest source name shown (a path, as the recipe wrote it).
 MAX_SOURCE = 80
@@ -86,18 +86,15 @@ def read_replay(manifest: dict[str, Any]) -> tuple[Replay | None, str | None]:
 
 def _step(entry: Any) -> Step | None:
     """A schedule entry, or None when it lacks a whole generation and step count, or gives a
-    fitness that is not a finite number."""
+    fitness that is not a finite number (:class:`~agile_cli.run_files.Fields` checks each)."""
     if not isinstance(entry, dict):
         return None
-    generation, steps, fitness = (entry.get(key) for key in
-                                  ("generation", "steps_per_member", "fitness"))  # fmt: skip
-    if not (_is_integer(generation) and _is_integer(steps) and steps >= 0):
+    fields = Fields(entry, "recipe.schedule")
+    try:
+        fitness = fields.number("fitness") if fields.has("fitness") else None
+        return Step(fields.integer("generation"), fields.count("steps_per_member"), fitness)
+    except RunFileError:
         return None
-    if fitness is None:
-        return Step(generation, steps, None)
-    if isinstance(fitness, bool) or not isinstance(fitness, int | float):
-        return None
-    return Step(generation, steps, float(fitness)) if math.isfinite(fitness) else None
 
 
 def _is_integer(value: Any) -> TypeGuard[int]:

@@ -1,31 +1,50 @@
 """Run folders read back for a report: each generation's fitness, members and lineage, and
 runs of one manifest with different seeds grouped together.
 
-Only ``metrics.jsonl``, ``manifest.yaml`` and ``summary.json`` are read, as data (JSON and
-safe YAML), a bounded line at a time.
+Only ``metrics.jsonl``, ``manifest.yaml`` and ``summary.json`` are read, through
+:mod:`agile_cli.run_files` (bounded, typed). What cannot be read becomes a note on the run:
+a metrics line is skipped with the sentence saying why, an unreadable manifest or summary
+leaves out what it would have told. Only a run without one readable generation is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-import yaml
 
 from agile_cli.errors import UsageError, printable
 from agile_cli.report.replay import SECTIONS as REPLAY_SECTIONS
 from agile_cli.report.replay import Replay, read_replay
+from agile_cli.run_files import (
+    HINT,
+    Fields,
+    RunFileError,
+    metrics_lines,
+    read_json,
+    read_manifest,
+)
 
-#: The longest metrics line read (one generation; a population of thousands fits well).
-MAX_LINE = 16 * 1024 * 1024
 #: Manifest fields that only seed a run: runs differing in nothing else are seeds of one setup.
 SEED_FIELDS = (("mutation", "rand_seed"), ("network", "random_seed"))
+#: The longest name or setting shown in a label (an algorithm, a hyperparameter, a value).
+MAX_LABEL = 60
+#: Skipped metrics lines named one by one under a run; the others are counted.
+MAX_SKIPS_SHOWN = 3
+
+T = TypeVar("T")
+
+
+def label(text: str, limit: int = MAX_LABEL) -> str:
+    """``text`` read from a run folder as a label shows it: control characters escaped
+    (:func:`~agile_cli.errors.printable`), cut to ``limit`` characters."""
+    shown = printable(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 @dataclass
@@ -91,24 +110,24 @@ class ScoredElite:
     training_fitness: float
 
     @classmethod
-    def read(cls, summary: dict[str, Any]) -> ScoredElite | None:
-        """The summary's elite, or None where it has none or it is not as agile writes it."""
-        elite = summary.get("elite")
-        if not isinstance(elite, dict):
-            return None
-        numbers = {name: elite.get(name) for name in ("score", "training_fitness")}
-        counts = {name: elite.get(name) for name in ("member", "episodes", "training_rank")}
-        bounds = [elite.get("low"), elite.get("high")]
-        if not all(_is_number(value) for value in numbers.values()) or not all(
-            isinstance(value, int) and not isinstance(value, bool) for value in counts.values()
-        ):
-            return None
-        low, high = bounds if all(_is_number(value) for value in bounds) else (None, None)
-        return cls(low=low, high=high, **numbers, **counts)  # type: ignore[arg-type]
+    def read(cls, summary: Fields) -> ScoredElite | None:
+        """The summary's elite (None where it has none).
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        :raises RunFileError: it is not as agile writes it.
+        """
+        if not summary.has("elite"):
+            return None
+        elite = summary.mapping("elite")
+        bounded = elite.has("low") and elite.has("high")
+        return cls(
+            member=elite.integer("member"),
+            score=elite.number("score"),
+            low=elite.number("low") if bounded else None,
+            high=elite.number("high") if bounded else None,
+            episodes=elite.count("episodes"),
+            training_rank=elite.count("training_rank"),
+            training_fitness=elite.number("training_fitness"),
+        )
 
 
 @dataclass
@@ -122,7 +141,7 @@ class Run:
     target: float | None
     settings: dict[str, str]  # the manifest without its seeds, flattened to dotted paths
     generations: list[Generation]
-    skipped: int = 0  # metrics lines that could not be read
+    skipped: list[str] = field(default_factory=list)  # metrics lines left out, and why
     unit: str = "steps"  # what its steps count ("env steps", "prompts"; older runs did not say)
     replay: Replay | None = None  # the recipe it retrained one member on, if it did
     notes: list[str] = field(default_factory=list)  # what could not be read, for the user
@@ -130,7 +149,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return printable(self.path.name)
 
     @property
     def setup(self) -> str:
@@ -141,6 +160,15 @@ class Run:
     @property
     def title(self) -> str:
         return f"{self.algorithm} on {self.environment}"
+
+    def unread(self) -> list[str]:
+        """What could not be read, for the user: the notes, then the skipped metrics lines
+        (the first :data:`MAX_SKIPS_SHOWN` by their sentence, the rest counted)."""
+        shown = [f"skipped {sentence}" for sentence in self.skipped[:MAX_SKIPS_SHOWN]]
+        rest = len(self.skipped) - len(shown)
+        if rest:
+            shown.append(f"{rest:,} more unreadable lines of metrics.jsonl skipped")
+        return [*self.notes, *shown]
 
     def hyperparameter_names(self) -> list[str]:
         names: dict[str, None] = {}
@@ -220,33 +248,87 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 def load_run(path: Path) -> Run:
     """Read one run folder.
 
-    :raises UsageError: it has no generation yet, or its manifest cannot be read.
+    :raises UsageError: it has no generation yet.
+    :raises RunFileError: no line of its metrics holds a generation (naming the first line
+        that could not be read).
     """
-    manifest = read_yaml(path / "manifest.yaml")
-    summary = read_json(path / "summary.json")
-    generations, skipped = _read_generations(path / "metrics.jsonl")
+    generations, skipped = read_generations(path / "metrics.jsonl")
     if not generations:
-        raise UsageError(f"{path} has no finished generation yet", "report on it after one")
-    algorithm = manifest.get("algorithm", {}).get("name") or summary.get("algorithm", "?")
-    environment = manifest.get("environment", {}).get("name") or summary.get("environment", "?")
-    seed = summary.get("seed")
-    target = manifest.get("training", {}).get("target_score")
-    unit = summary.get("step_unit")
-    replay, note = read_replay(manifest)
+        raise _no_generation(path, skipped)
+    notes: list[str] = []
+    manifest = _noted(lambda: read_manifest(path / "manifest.yaml"), notes,
+                      "the run is shown without its settings")  # fmt: skip
+    summary_file = _noted(lambda: read_json(path / "summary.json"), notes,
+                          "its seed, step unit and elite are left out")  # fmt: skip
+    facts = Fields(manifest or {}, str(path / "manifest.yaml"))
+    summary = Fields(summary_file or {}, str(path / "summary.json"))
+    replay, note = read_replay(manifest or {})
+    notes += [note] if note else []
     return Run(
         path=path,
-        algorithm=str(algorithm),
-        environment=str(environment),
-        seed=seed if isinstance(seed, int) else None,
-        target=float(target) if isinstance(target, int | float) else None,
-        settings=unseeded_settings(manifest),
+        algorithm=_name(facts, summary, "algorithm", notes),
+        environment=_name(facts, summary, "environment", notes),
+        seed=_noted(lambda: summary.integer("seed") if summary.has("seed") else None, notes),
+        target=_noted(lambda: _target(facts), notes),
+        settings=unseeded_settings(manifest) if manifest is not None else _own_setup(path),
         generations=generations,
         skipped=skipped,
-        unit=printable(unit) if isinstance(unit, str) and unit else "steps",
+        unit=label(_noted(lambda: _text(summary, "step_unit"), notes) or "steps"),
         replay=replay,
-        notes=[note] if note else [],
-        elite=ScoredElite.read(summary),
+        notes=notes,
+        elite=_noted(lambda: ScoredElite.read(summary), notes),
     )
+
+
+def _noted(read: Callable[[], T | None], notes: list[str], then: str = "") -> T | None:
+    """What ``read`` returns; None where it raises :class:`RunFileError`, whose sentence is
+    added to ``notes`` (with ``then``, what the report does without it)."""
+    try:
+        return read()
+    except RunFileError as error:
+        notes.append(f"{error.message}; {then}" if then else error.message)
+        return None
+
+
+def _name(manifest: Fields, summary: Fields, section: str, notes: list[str]) -> str:
+    """The manifest's ``algorithm.name`` or ``environment.name``, else the summary's
+    ``algorithm`` or ``environment``, else "?"; as a label."""
+
+    def from_manifest() -> str | None:
+        if not manifest.has(section):
+            return None
+        fields = manifest.mapping(section)
+        return fields.text("name") if fields.has("name") else None
+
+    found = _noted(from_manifest, notes) or _noted(lambda: _text(summary, section), notes)
+    return label(found or "?")
+
+
+def _text(fields: Fields, name: str) -> str | None:
+    """A string field (None: not there)."""
+    return fields.text(name) if fields.has(name) else None
+
+
+def _target(manifest: Fields) -> float | None:
+    """The manifest's ``training.target_score`` (None: not there)."""
+    if not manifest.has("training"):
+        return None
+    training = manifest.mapping("training")
+    return training.number("target_score") if training.has("target_score") else None
+
+
+def _own_setup(path: Path) -> dict[str, str]:
+    """The settings of a run whose manifest could not be read: a setup of its own."""
+    return {"manifest.yaml": f"unreadable in {path}"}
+
+
+def _no_generation(path: Path, skipped: list[str]) -> UsageError:
+    """Why the run at ``path`` has nothing to report."""
+    if not skipped:
+        return UsageError(f"{path} has no finished generation yet", "report on it after one")
+    more = len(skipped) - 1
+    others = f" ({more:,} more unreadable line{'s' if more > 1 else ''})" if more else ""
+    return RunFileError(f"{skipped[0]}; no line holds a generation to report{others}", HINT)
 
 
 def unseeded_settings(manifest: dict[str, Any]) -> dict[str, str]:
@@ -299,7 +381,7 @@ def _difference(group: Group, alike: list[Group]) -> str:
 def _setting(run: Run, key: str) -> str:
     """``name=value`` for a setting in a group's label; a replay by what it replays."""
     if key != "replay":
-        return f"{key.rsplit('.', 1)[-1]}={run.settings.get(key, '-')}"
+        return f"{label(key.rsplit('.', 1)[-1])}={label(run.settings.get(key, '-'))}"
     if run.replay is not None:
         return f"replay of {run.replay.name}"
     replayed = any(_replay_setting(name) for name in run.settings)
@@ -311,81 +393,53 @@ def _replay_setting(key: str) -> bool:
     return key.split(".", 1)[0] in REPLAY_SECTIONS
 
 
-def _read_generations(path: Path) -> tuple[list[Generation], int]:
+def read_generations(path: Path) -> tuple[list[Generation], list[str]]:
+    """The generations of ``metrics.jsonl`` at ``path``, and for each line that holds none, the
+    sentence saying why (naming the file and the line).
+
+    :raises RunFileError: the file cannot be read at all.
+    """
     generations: list[Generation] = []
-    skipped = 0
-    for line in _bounded_lines(path):
-        generation = _generation(line)
-        if generation is None:
-            skipped += 1
-        else:
-            generations.append(generation)
+    skipped: list[str] = []
+    for line in metrics_lines(path):
+        try:
+            generations.append(_generation(line.fields()))
+        except RunFileError as error:
+            skipped.append(error.message)
     return generations, skipped
 
 
-def _bounded_lines(path: Path) -> Iterator[str | None]:
-    """Each line of ``path``; None for one longer than :data:`MAX_LINE` (not kept)."""
-    with path.open(encoding="utf-8", errors="replace") as stream:
-        while line := stream.readline(MAX_LINE):
-            if not line.endswith("\n") and len(line) == MAX_LINE:
-                while (rest := stream.readline(MAX_LINE)) and not rest.endswith("\n"):
-                    pass
-                yield None
-            elif line.strip():
-                yield line
+def _generation(record: Fields) -> Generation:
+    """A metrics record as a generation: its members with a fitness (a member whose fitness
+    is null, as a diverged one's is, is left out).
 
-
-def _generation(line: str | None) -> Generation | None:
-    if line is None:
-        return None
-    try:
-        record = json.loads(line)
-        members = [_member(row) for row in record["members"]]
-        per_member = record.get("steps_per_member")
-        generation = Generation(
-            number=int(record["generation"]),
-            global_steps=int(record["global_steps"]),
-            wall_seconds=float(record["wall_seconds"]),
-            members=[m for m in members if math.isfinite(m.fitness)],
-            steps_per_member=per_member if isinstance(per_member, int) else None,
-        )
-    except (ValueError, KeyError, TypeError):
-        return None
-    return generation if generation.members else None
-
-
-def _member(row: dict[str, Any]) -> Member:
-    parent, parameters = row.get("parent"), row.get("parameters")
-    return Member(
-        index=int(row["index"]),
-        fitness=float(row["fitness"]) if row["fitness"] is not None else math.nan,
-        parent=int(parent) if parent is not None else None,
-        hyperparameters={
-            str(k): float(v)
-            for k, v in (row.get("hyperparameters") or {}).items()
-            if isinstance(v, int | float)
-        },
-        parameters=int(parameters) if parameters is not None else None,
-        arch=str(row.get("arch", "")),
-        mutation=str(row.get("mutation", "")),
+    :raises RunFileError: a field is missing or not as agile writes it, or no member has a
+        fitness.
+    """
+    members = [member for row in record.records("members") if (member := _member(row))]
+    if not members:
+        raise record.problem("members", "holds no member with a fitness")
+    per_member = record.count("steps_per_member") if record.has("steps_per_member") else None
+    return Generation(
+        number=record.integer("generation"),
+        global_steps=record.count("global_steps"),
+        wall_seconds=record.number("wall_seconds"),
+        members=members,
+        steps_per_member=per_member,
     )
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open(encoding="utf-8") as stream:
-            document = yaml.safe_load(stream.read(MAX_LINE))
-    except FileNotFoundError:
-        return {}
-    except (OSError, yaml.YAMLError) as error:
-        raise UsageError(f"cannot read {path}: {error}") from None
-    return document if isinstance(document, dict) else {}
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        with path.open(encoding="utf-8") as stream:
-            document = json.loads(stream.read(MAX_LINE))
-    except (OSError, ValueError):
-        return {}
-    return document if isinstance(document, dict) else {}
+def _member(row: Fields) -> Member | None:
+    """A member's row (None: its fitness is null)."""
+    if "fitness" in row.data and not row.has("fitness"):
+        return None
+    hyperparameters = row.numbers("hyperparameters") if row.has("hyperparameters") else {}
+    return Member(
+        index=row.integer("index"),
+        fitness=row.number("fitness"),
+        parent=row.integer("parent") if row.has("parent") else None,
+        hyperparameters={label(name): value for name, value in hyperparameters.items()},
+        parameters=row.count("parameters") if row.has("parameters") else None,
+        arch=row.text("arch") if row.has("arch") else "",
+        mutation=row.text("mutation") if row.has("mutation") else "",
+    )

@@ -85,7 +85,7 @@ def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
     try:
         descriptor = os.open(path, flags, mode)
     except OSError as error:
-        if error.errno == errno.ELOOP or path.is_symlink():
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link
             raise _link_error(link_problem(path) or f"{path} is a symbolic link") from None
         raise
     kind = os.fstat(descriptor).st_mode

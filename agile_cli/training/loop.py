@@ -293,7 +293,8 @@ class EvolutionLoop:
             f"on from generation {done + 1} again"
         )
         self.restore(state)
-        self.folder.keep_metrics_until(done)
+        for note in self.folder.keep_metrics_until(done):
+            self.reporter.note(note)
 
     def _interruption_note(self) -> str:
         done, kept = self.state.generation, self.checkpointed

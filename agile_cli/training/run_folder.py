@@ -35,6 +35,7 @@ import yaml
 
 from agile_cli.errors import TrainingError, UsageError
 from agile_cli.manifest import TrainingManifest
+from agile_cli.run_files import metrics_lines
 from agile_cli.training import files, run_lock
 
 #: What a run folder holds; ``--overwrite`` deletes these and nothing else.
@@ -69,6 +70,7 @@ class RunFolder:
         :param overwrite: replace the run already in ``base`` (its files only).
         :raises UsageError: ``base`` holds a run (without ``overwrite``) or other files.
         """
+        text = _resolved_manifest(manifest)
         folder = cls(base if base is not None else _new_default_folder(manifest))
         if base is not None:
             folder.claim(overwrite)
@@ -77,7 +79,6 @@ class RunFolder:
         try:
             files.write_atomically(folder.path / MARK, strict_json({"agile": _version()}) + "\n")
             folder.checkpoints.mkdir(parents=True, exist_ok=True)
-            text = yaml.safe_dump(manifest.to_dict(), sort_keys=False)
             files.write_atomically(folder.manifest, text)
             folder.record_command()
         except BaseException:
@@ -283,36 +284,33 @@ class RunFolder:
         files.write_atomically(self.summary, strict_json(summary, indent=2) + "\n")
 
     def records(self) -> list[dict[str, Any]]:
-        """The generations' metrics records, in order (a torn or foreign line is skipped)."""
+        """The generations' metrics records, in order (a line without one is skipped)."""
         if not self.metrics.is_file():
             return []
-        records = []
-        for line in self.metrics.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    records.append(record)
-        return records
+        return [line.record for line in metrics_lines(self.metrics) if line.record is not None]
 
-    def keep_metrics_until(self, generation: int) -> int:
+    def keep_metrics_until(self, generation: int) -> list[str]:
         """Drop the records of generations after ``generation`` (written before a crash that
-        the checkpoint did not see), and any torn last line; returns how many were dropped."""
+        the checkpoint did not see) and every line that holds no record (a torn last line);
+        returns what the user should hear: the generations up to ``generation`` left with no
+        record that way (a line cut short or edited inside the checkpointed range), which
+        no checkpoint holds either."""
         if not self.metrics.is_file():
-            return 0
-        kept, dropped = [], 0
-        for line in self.metrics.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                dropped += 1
+            return []
+        kept: dict[int, str] = {}
+        unreadable, dropped = [], 0
+        for line in metrics_lines(self.metrics):
+            number = line.record.get("generation") if line.record is not None else None
+            if type(number) is int and 1 <= number <= generation and number not in kept:
+                kept[number] = line.text
                 continue
-            if isinstance(record, dict) and record.get("generation", 0) <= generation:
-                kept.append(line)
-            else:
-                dropped += 1
+            dropped += 1
+            if line.problem is not None:
+                unreadable.append(line.problem)
         if dropped:
-            files.write_atomically(self.metrics, "".join(line + "\n" for line in kept))
-        return dropped
+            files.write_atomically(self.metrics, "".join(f"{text}\n" for text in kept.values()))
+        lost = generation - len(kept)  # each kept record is of one generation up to it
+        return [_lost_records(self.metrics, _missing(kept, lost), lost, unreadable)] if lost else []
 
     def remove_temporary_files(self) -> list[Path]:
         """Delete what interrupted writes (a crash, kill -9) left behind; returns them. A link
@@ -384,7 +382,48 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _resolved_manifest(manifest: TrainingManifest) -> str:
+    """``manifest.yaml``'s text: the manifest with every default filled in, as agile reads it
+    back (``--resume``, ``evaluate``).
+
+    :raises UsageError: it would be larger than a manifest agile reads.
+    """
+    from agile_cli.loader import MAX_BYTES
+
+    text = yaml.safe_dump(manifest.to_dict(), sort_keys=False, allow_unicode=True)
+    size = len(text.encode("utf-8"))
+    if size > MAX_BYTES:
+        raise UsageError(
+            f"the resolved manifest would be {size:,} bytes, more than the {MAX_BYTES:,} agile "
+            "reads back from a run folder (--resume, evaluate)",
+            "shorten the manifest's free text or its nesting",
+        )
+    return text
+
+
 def _version() -> str:
     from agile_cli import __version__
 
     return __version__
+
+
+def _missing(kept: dict[int, str], lost: int, shown: int = 10) -> list[int]:
+    """The first ``shown`` generations from 1 on that ``kept`` lacks (``lost`` lack one)."""
+    found: list[int] = []
+    number = 0
+    while len(found) < min(lost, shown):
+        number += 1
+        if number not in kept:
+            found.append(number)
+    return found
+
+
+def _lost_records(metrics: Path, missing: list[int], lost: int, unreadable: list[str]) -> str:
+    """The note on the ``lost`` generations whose metrics records are lost, ``missing`` the
+    first of them."""
+    shown = ", ".join(str(number) for number in missing) + (", ..." if lost > len(missing) else "")
+    why = f" ({unreadable[0]})" if unreadable else ""
+    return (
+        f"{metrics} holds no record of generation{'s' if lost > 1 else ''} {shown}{why}: the "
+        "checkpoint does not hold them either, so reports show the run without them"
+    )

@@ -212,7 +212,7 @@ def _resume(
     loop = EvolutionLoop(manifest, registry, options, reporter, folder=folder, runner=runner)
     loop.restore(state)
     folder.remove_temporary_files()
-    folder.keep_metrics_until(loop.state.generation)
+    notes += folder.keep_metrics_until(loop.state.generation)
     if manifest.training.target_score != state["manifest"].get("training", {}).get("target_score"):
         loop.recheck_target(folder.records())
     folder.record_command()
