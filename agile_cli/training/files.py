@@ -131,19 +131,6 @@ def replacing(path: Path) -> Iterator[Path]:
         raise
 
 
-def read_text(path: Path, limit: int) -> str | None:
-    """The text of the regular file ``path`` (not followed if a link), or None when it holds
-    more than ``limit`` bytes; undecodable bytes read as U+FFFD.
-
-    :raises OSError: it cannot be read (missing included).
-    :raises TrainingError: it is a link or not a regular file.
-    """
-    descriptor = open_regular(path, os.O_RDONLY | NO_FOLLOW | _CLOEXEC | _NONBLOCK)
-    with os.fdopen(descriptor, "rb") as stream:
-        data = stream.read(limit + 1)
-    return None if len(data) > limit else data.decode("utf-8", errors="replace")
-
-
 @functools.cache
 def _umask() -> int:
     """This process's umask, read without changing it (Linux); else the usual 022."""

@@ -33,17 +33,15 @@ from typing import Any
 
 import yaml
 
-from agile_cli.errors import TrainingError, UsageError
+from agile_cli.errors import UsageError
 from agile_cli.manifest import TrainingManifest
-from agile_cli.run_files import metrics_lines
+from agile_cli.run_files import RunFileError, metrics_lines, read_json
 from agile_cli.training import files, run_lock
 
 #: What a run folder holds; ``--overwrite`` deletes these and nothing else.
 RUN_FILES = (
     "manifest.yaml", "command.txt", "provenance.json", "metrics.jsonl", "summary.json", "elite.pt",
 )  # fmt: skip
-#: The most of an existing provenance.json read back (a run has a few sessions, ~1 KB each).
-_PROVENANCE_LIMIT = 1 << 20
 RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb", "elite")
 #: agile's mark on a folder it made, or took empty, for a run: only such a folder's
 #: ``RUN_FOLDERS`` are ever deleted (``--overwrite``, or a run that never started).
@@ -270,9 +268,9 @@ class RunFolder:
         """Append one session (a start or a resume) to ``provenance.json``; a file that is not
         this format's, or past its size bound, is started anew."""
         sessions: list[Any] = []
-        with contextlib.suppress(OSError, ValueError, RecursionError, TrainingError):
-            earlier = json.loads(files.read_text(self.provenance, _PROVENANCE_LIMIT) or "null")
-            if isinstance(earlier, dict) and isinstance(earlier.get("sessions"), list):
+        with contextlib.suppress(RunFileError):
+            earlier = read_json(self.provenance) or {}
+            if isinstance(earlier.get("sessions"), list):
                 sessions = earlier["sessions"]
         text = strict_json({"sessions": [*sessions, session]}, indent=2) + "\n"
         files.write_atomically(self.provenance, text)
