@@ -68,9 +68,11 @@ def test_on_a_gpu_the_base_loads_quantised_in_place(
         def to(self, *args: Any, **kwargs: Any) -> Any:
             raise AssertionError("a quantised model cannot be moved")
 
-    def from_pretrained(path: str, **options: Any) -> Loaded:
+    def from_pretrained(path: str, **options: Any) -> Any:
         asked.update(options)
-        return Loaded()
+        if not options.get("output_loading_info"):
+            return Loaded()
+        return Loaded(), {"missing_keys": set(), "unexpected_keys": set(), "mismatched_keys": set()}
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", from_pretrained)
     monkeypatch.setattr(model_module, "require_bitsandbytes", lambda device: None)

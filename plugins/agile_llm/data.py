@@ -29,6 +29,10 @@ Row = dict[str, Any]
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq")
 #: Python objects take a few times the bytes of the text or Arrow data they are read from.
 _EXPANSION = 4
+#: Levels of lists and objects inside one another a row may have. Python's JSON reader gives
+#: up past about a thousand (with a RecursionError); no dataset's rows come near a hundred.
+MAX_NESTING = 100
+_TOO_DEEP = f"nests lists or objects more than {MAX_NESTING} deep"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _WHERE = "environment.dataset"
 _INSTALL_HINT = (
@@ -105,8 +109,12 @@ def _jsonl_rows(path: Path) -> Iterator[Row]:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
                 raise _bad_line(path, number, f"is not JSON ({error.msg})") from None
+            except RecursionError:
+                raise _bad_line(path, number, _TOO_DEEP) from None
             if not isinstance(row, dict):
                 raise _bad_line(path, number, f"is {_kind(row)}, not an object")
+            if nesting(row) > MAX_NESTING:
+                raise _bad_line(path, number, _TOO_DEEP)
             yield row
 
 
@@ -115,6 +123,8 @@ def _read_json(path: Path) -> list[Row]:
         rows = json.loads(path.read_text(encoding="utf-8") or "[]")
     except json.JSONDecodeError as error:
         raise _bad_line(path, error.lineno, f"is not JSON ({error.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{_WHERE}: {path} {_TOO_DEEP}", "flatten its rows") from None
     if not isinstance(rows, list):
         raise UsageError(
             f"{_WHERE}: {path} holds {_kind(rows)}, not a list of objects",
@@ -123,7 +133,23 @@ def _read_json(path: Path) -> list[Row]:
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise UsageError(f"{_WHERE}: {path}: item {index} is {_kind(row)}, not an object")
+        if nesting(row) > MAX_NESTING:
+            raise UsageError(f"{_WHERE}: {path}: item {index} {_TOO_DEEP}", "flatten that item")
     return rows
+
+
+def nesting(value: Any) -> int:
+    """How many levels of lists and objects ``value`` has inside one another (0 for a plain
+    value), counted without recursion and only until past :data:`MAX_NESTING`."""
+    if not isinstance(value, dict | list):
+        return 0
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_NESTING:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 def _read_csv(path: Path) -> list[Row]:

@@ -69,30 +69,54 @@ def load_model(
     """The causal language model at ``path``, frozen, in evaluation mode, on ``device``;
     quantised by bitsandbytes when ``quantization`` (AgileRL's presets or settings) asks.
 
-    :raises UsageError: its weight files alone exceed the memory available for them.
-    :raises TrainingError: a quantised base is asked for where bitsandbytes cannot load one.
+    :raises UsageError: its weight files, or the model its config.json describes, exceed the
+        memory available for them; its config.json asks for layers or tensors its weights do
+        not hold, or holds tensors of other shapes (:mod:`agile_llm.folder`).
+    :raises TrainingError: a quantised base is asked for where bitsandbytes cannot load one,
+        or transformers cannot load the folder.
     """
+    from agile_llm import folder as checks
+
     require_stack()
     refuse_pickles(path)
     config = quantization_config(quantization)
-    if config is None:
-        check_fits(path, device)
+    check_folder(path, device, fits=config is None)
     from transformers import AutoModelForCausalLM
 
     # safetensors only: transformers would otherwise fall back to unpickling pytorch_model.bin.
     options: dict[str, Any] = {"local_files_only": True, "use_safetensors": True}
+    options["output_loading_info"] = True
     if attn_implementation not in (None, "auto"):
         options["attn_implementation"] = attn_implementation
     if config is not None:
         require_bitsandbytes(device)
         options.update(quantization_config=config, device_map={"": device})
+    else:  # other shapes are named by check_loaded, not raised on with a pointer to a log
+        options["ignore_mismatched_sizes"] = True
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **options)
-    except (OSError, ValueError) as exc:
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, **options)
+    except Exception as exc:  # a stranger's config can make model code raise anything
         raise _not_here(path, exc) from None
+    model, info = loaded
+    if config is None:  # a quantiser adds and consumes tensors of its own as it loads
+        checks.check_loaded(path, info)
     model.requires_grad_(False)
     # A quantised model is placed as it loads (and cannot be moved after).
     return (model if config is not None else model.to(device)).eval()
+
+
+def check_folder(path: str, device: Any, *, fits: bool) -> None:
+    """Hold the model folder's config.json, before the model is built, to the memory free
+    where the weights would live (with ``fits``: :func:`check_fits`) and to the layers its
+    weights hold (:func:`agile_llm.folder.check_layers`)."""
+    from agile_llm import folder as checks
+
+    found = model_folder(path)
+    config = checks.read_config(found) if found is not None else None
+    if fits:
+        check_fits(path, device, config)
+    if found is not None and config is not None:
+        checks.check_layers(found, config)
 
 
 #: AgileRL's quantisation presets, by the form they take without case or spaces.
@@ -199,15 +223,30 @@ def refuse_pickles(path: str) -> None:
         )
 
 
-def check_fits(path: str, device: Any) -> None:
+def check_fits(path: str, device: Any, config: dict[str, Any] | None = None) -> None:
     """Refuse a model whose weights alone exceed the memory free where they would live (a
-    lower bound: activations, adapters and optimizer state come on top)."""
+    lower bound: activations, adapters and optimizer state come on top): the weight files'
+    size, or the model ``config`` (its config.json) describes where that is larger (before
+    transformers builds it).
+    """
+    from agile_llm.folder import estimate
+
     needed = weight_bytes(path)
+    described = estimate(config) if config is not None else None
     on_cuda = getattr(device, "type", "cpu") == "cuda"
     free = _free_on_device(device) if on_cuda else available_memory()
+    where = str(device) if on_cuda else "this machine"
+    if free is not None and described is not None and described.nbytes > max(needed or 0, free):
+        raise UsageError(
+            f"the config.json of {path} gives {described.field}: a model of "
+            f"{described.detail}, {format_bytes(described.nbytes)}, more than the "
+            f"{format_bytes(free)} {where} has free (its weight files take "
+            f"{format_bytes(needed or 0)})",
+            "check the sizes in its config.json against the model's; fine-tune a smaller "
+            "model, or train where there is more memory",
+        )
     if needed is None or free is None or needed <= free:
         return
-    where = str(device) if on_cuda else "this machine"
     raise UsageError(
         f"the weights of {path} take {format_bytes(needed)}, more than the "
         f"{format_bytes(free)} {where} has free",
@@ -230,9 +269,15 @@ def error_detail(error: BaseException, limit: int = 300) -> str:
 
 
 def _not_here(path: str, exc: Exception) -> TrainingError:
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return TrainingError(
+            f"loading {path} ran out of memory ({type(exc).__name__}: {error_detail(exc)})",
+            "fine-tune a smaller model, or train where there is more memory",
+        )
     if Path(path).exists():
         return TrainingError(
-            f"{path} is not a model folder transformers can load: {error_detail(exc)}",
+            f"{path} is not a model folder transformers can load: {type(exc).__name__}: "
+            f"{error_detail(exc)}",
             "point network.pretrained_model_name_or_path at a folder written by "
             "save_pretrained (config.json, weights and tokenizer files)",
         )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import numpy as np
 
 from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import printable, resolve_reference
+from agile_llm import templates, text
 from agile_llm.model import error_detail
 from agile_llm.rewards import Bound, RewardTimeout, as_number
 
@@ -77,6 +79,7 @@ class MultiTurnData:
         self.strict_boundary = spec.strict_chat_template_boundary
         self.timeout: float = spec.reward_timeout
         self.train: list[Row] = []  # no data: the stream of seeds never ends
+        self.noted: set[str] = set()  # the kinds of text the environment gave that were mended
         self.test: list[Row] = []
         self.single_observation_space = gym.spaces.Text(1 << 20, min_length=0)
         self.single_action_space = gym.spaces.Text(1 << 20, min_length=0)
@@ -222,9 +225,10 @@ class Conversation:
         self.special = set(getattr(tokenizer, "all_special_ids", None) or [])
 
     def opening(self, messages: list[Message]) -> list[int]:
-        from agile_llm import text
-
-        return self.encode(text.render(self.tokenizer, messages, chat=self.chat))
+        """The ids of the opening prompt; an empty one is the tokenizer's start token, so that
+        the model has a position to reply from."""
+        ids = self.encode(text.render(self.tokenizer, messages, chat=self.chat))
+        return ids or text.start_ids(self.tokenizer)
 
     def boundary(self, history: list[Message], reply: list[int], message: str) -> list[int]:
         """The ids that follow the model's ``reply`` (its generated ids) before its next turn:
@@ -243,11 +247,11 @@ class Conversation:
         """What the chat template writes from the end of an assistant turn's content to the
         start of the next one's, found by rendering the turn with a sentinel content."""
         probe = [*history, {"role": "assistant", "content": _SENTINEL}]
-        render = self.tokenizer.apply_chat_template
         try:
-            open_ = str(render(probe, tokenize=False, continue_final_message=True))
-            after = str(render([*probe, {"role": "user", "content": message}], tokenize=False,
-                               add_generation_prompt=True))  # fmt: skip
+            open_ = templates.render(self.tokenizer, probe)  # continues the sentinel turn
+            after = templates.render(self.tokenizer, [*probe, {"role": "user", "content": message}])
+        except templates.OverBound as bound:
+            raise text.over_bound(self.tokenizer, bound) from None
         except Exception as error:  # the template is the model folder's code
             self._no_boundary(f"{type(error).__name__}: {error_detail(error)}")
             return None
@@ -291,15 +295,17 @@ def play(
     """Play one episode per ``(seed, owner)``, all turns of all episodes in step: each turn
     is one :func:`generate` call for every episode still running.
 
-    :param context: tokens a transcript may hold.
+    :param context: tokens a transcript may hold; it never holds more (the environment's
+        texts are cut to :data:`~agile_llm.text.CHARS_PER_TOKEN` characters a token of it).
     :param reply_room: tokens a reply may take; an episode whose transcript leaves less room
         ends (``cut``), as does one that reaches ``data.max_turns``.
     """
     episodes = [Episode(seed=s, owner=o) for s, o in seeds]
     with Bound(data.timeout) as bound:
+        game = _Game(data, conversation, bound, context)
         try:
             for episode in episodes:
-                _open(episode, data, conversation, bound)
+                _open(episode, game)
             for turn in range(data.max_turns):
                 for episode in episodes:
                     if not episode.done and len(episode.ids) + reply_room > context:
@@ -310,7 +316,7 @@ def play(
                 done = generate([e.ids for e in running], [e.owner for e in running])
                 for row, episode in enumerate(running):
                     reply = done.ids[row][done.completion[row]].tolist()
-                    _take_turn(episode, reply, done.texts[row], turn, data, conversation, bound)
+                    _take_turn(episode, reply, done.texts[row], turn, game)
         finally:
             for episode in episodes:
                 _close(episode.env)
@@ -318,33 +324,72 @@ def play(
     return episodes
 
 
-def _open(episode: Episode, data: MultiTurnData, conversation: Conversation, bound: Bound) -> None:
+@dataclass
+class _Game:
+    """What playing takes besides the episodes: the environment, how its turns are written
+    as tokens, the bound on its calls, and the tokens a transcript may hold."""
+
+    data: MultiTurnData
+    conversation: Conversation
+    bound: Bound
+    context: int
+
+    def mended(self, episode: Episode, what: str, said: str, *, keep_end: bool) -> str:
+        """``said``, a text the environment gave, as a transcript takes it: cut to
+        :data:`~agile_llm.text.CHARS_PER_TOKEN` characters a token of the context (keeping
+        its end for the opening, its start after a reply: the part that can fit), its lone
+        surrogates and NULs, which no tokenizer takes, replaced by U+FFFD. Each kind of change
+        is noted once a run."""
+        limit = max(self.context, 1) * text.CHARS_PER_TOKEN
+        where = _where(self.data, episode, what)
+        if len(said) > limit:
+            end = "last" if keep_end else "first"
+            self._note("long", f"{where} gave a text of {len(said):,} characters, more than "
+                       f"a transcript of max_context_length tokens can use; it is cut to its "
+                       f"{end} {limit:,}")  # fmt: skip
+            said = said[-limit:] if keep_end else said[:limit]
+        mended = text.clean(said)
+        if mended != said:
+            unreadable = "lone surrogates or NUL characters, which no tokenizer takes"
+            self._note("unreadable", f"{where} gave {unreadable}; they are replaced by U+FFFD")
+        return mended
+
+    def _note(self, kind: str, message: str) -> None:
+        if kind not in self.data.noted:
+            self.data.noted.add(kind)
+            warnings.warn(message, stacklevel=3)
+
+
+def _open(episode: Episode, game: _Game) -> None:
+    data = game.data
     episode.env = _made(data.factory, data.label)
-    returned = _call(bound, data, episode, "reset", lambda: episode.env.reset(seed=episode.seed))
+    returned = _call(game.bound, data, episode, "reset",
+                     lambda: episode.env.reset(seed=episode.seed))  # fmt: skip
     if not (isinstance(returned, tuple) and len(returned) == 2):
         raise _bad_return(data, episode, "reset", returned, "(observation, info)")
     observation, info = returned
     messages = []
     system = getattr(episode.env, "system_prompt", None)
     if isinstance(system, str) and system.strip():
+        system = game.mended(episode, "system_prompt", system, keep_end=False)
         messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": _observation(data, episode, observation, info)})
+    said = _observation(data, episode, "reset", observation, info)
+    said = game.mended(episode, "reset()", said, keep_end=True)
+    messages.append({"role": "user", "content": said})
     episode.messages = messages
-    episode.ids = conversation.opening(messages)
+    episode.ids = game.conversation.opening(messages)
     episode.turn_of = [-1] * len(episode.ids)
 
 
-def _take_turn(
-    episode: Episode, reply: list[int], said: str, turn: int, data: MultiTurnData,
-    conversation: Conversation, bound: Bound,
-) -> None:  # fmt: skip
+def _take_turn(episode: Episode, reply: list[int], said: str, turn: int, game: _Game) -> None:
     """Record the model's reply, step the environment with it and, unless the episode ends,
-    append the boundary and the environment's answer."""
+    append the boundary and the environment's answer (as much of it as the context holds)."""
+    data = game.data
     history = list(episode.messages)
     episode.ids += reply
     episode.turn_of += [turn] * len(reply)
     episode.messages.append({"role": "assistant", "content": said})
-    returned = _call(bound, data, episode, "step", lambda: episode.env.step(said))
+    returned = _call(game.bound, data, episode, "step", lambda: episode.env.step(said))
     if not (isinstance(returned, tuple) and len(returned) == 5):
         raise _bad_return(data, episode, "step", returned,
                           "(observation, reward, terminated, truncated, info)")  # fmt: skip
@@ -356,15 +401,19 @@ def _take_turn(
     if terminated or truncated or turn + 1 >= data.max_turns:
         episode.done = True
         return
-    message = _observation(data, episode, observation, info)
-    episode.ids += conversation.boundary(history, reply, message)
+    message = _observation(data, episode, "step", observation, info)
+    message = game.mended(episode, "step()", message, keep_end=False)
+    room = max(game.context - len(episode.ids), 0)  # what follows is never trained: the rest
+    episode.ids += game.conversation.boundary(history, reply, message)[:room]
     episode.turn_of += [-1] * (len(episode.ids) - len(episode.turn_of))
     episode.messages.append({"role": "user", "content": message})
 
 
-def _observation(data: MultiTurnData, episode: Episode, observation: Any, info: Any) -> str:
+def _observation(
+    data: MultiTurnData, episode: Episode, method: str, observation: Any, info: Any
+) -> str:
     if not isinstance(observation, str):
-        raise _bad_return(data, episode, "an observation", observation, "text (a str)")
+        raise _bad_return(data, episode, method, observation, "text (a str) as the observation")
     if isinstance(info, dict):
         prefix, suffix = info.get("prefix"), info.get("suffix")
         if isinstance(prefix, str) and prefix:
@@ -374,8 +423,13 @@ def _observation(data: MultiTurnData, episode: Episode, observation: Any, info: 
     return observation
 
 
+def _where(data: MultiTurnData, episode: Episode, what: str) -> str:
+    """Where the environment gave ``what`` (``reset()``, ``system_prompt``), for a message."""
+    return f"{data.label}: {what} of the episode seeded {episode.seed}, turn {episode.turns}"
+
+
 def _call(bound: Bound, data: MultiTurnData, episode: Episode, method: str, call: Any) -> Any:
-    where = f"{data.label}: {method}() of the episode seeded {episode.seed}, turn {episode.turns}"
+    where = _where(data, episode, f"{method}()")
     try:
         with bound.call(where):
             return call()

@@ -238,7 +238,9 @@ class LLMMember(MemberBasics):
         completion), keeping its end."""
         room = max(self.shared.context_length - self.output_tokens(), 1) if limit is None else limit
         special = self.shared.prompts_as_written
-        return text.encode_all(self.tokenizer, prompts, room, keep_end=True, special=special)
+        encoded = text.encode_all(self.tokenizer, prompts, room, keep_end=True, special=special)
+        # An empty prompt starts from the start token: generation needs a position to go on from.
+        return [ids or text.start_ids(self.tokenizer) for ids in encoded]
 
     def output_tokens(self) -> int:
         """The most tokens a completion may have."""
@@ -460,8 +462,11 @@ def build_population(
     shared = SharedModel(manifest, context.device)
     if isinstance(env, PromptData):
         shared.prompts_as_written = not env.chat_prompts
+    if getattr(env, "chat_prompts", False):
+        # A chat template that breaks a bound or cannot render the prompts fails now, before
+        # any run folder: on a stand-in conversation, then on the first row.
+        text.check_template(shared.tokenizer)
     if isinstance(env, PromptData) and env.train and env.chat_prompts:
-        # A chat template that cannot render the prompts fails now, before any run folder.
         text.render(shared.tokenizer, env.messages(env.train[0]))
     return [cls(spec, shared=shared, context=context, index=i) for i in range(size)]
 

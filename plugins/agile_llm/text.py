@@ -7,6 +7,7 @@ the tokenizer explicitly; none holds state.
 
 from __future__ import annotations
 
+import re
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import torch
 
 from agile_cli import UsageError
 from agile_cli.helpers import printable
-from agile_llm import objectives
+from agile_llm import objectives, templates
 from agile_llm.model import error_detail
 from agile_llm.objectives import IGNORE
 
@@ -31,38 +32,96 @@ CUT_NOTICE = (
     "it can take of max_context_length was cut before tokenising, keeping the end the model "
     "reads (a prompt's last characters, a response's first), where the token limit cuts it"
 )
+UNREADABLE_NOTICE = (
+    "a text held lone surrogates or NUL characters, which no tokenizer takes; they were "
+    "replaced by U+FFFD before tokenising"
+)
+#: What no tokenizer takes: NUL, and a surrogate code point standing alone.
+_UNREADABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean(text: str) -> str:
+    """``text`` as a tokenizer takes it: a surrogate pair written as two code points joined
+    into one character, a lone surrogate or a NUL replaced by U+FFFD (a JSON file's
+    ``"\\ud800"`` or an environment's ``"\\x00"`` would make the tokenizer raise)."""
+    if not _UNREADABLE.search(text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return joined.replace("\x00", "\ufffd")
+
+
+def start_ids(tokenizer: Any) -> list[int]:
+    """What an empty prompt is read as: the tokenizer's beginning-of-text token (its end
+    token where it has none), so that the model has a position to continue from."""
+    for token in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id):
+        if token is not None:
+            return [int(token)]
+    return []
 
 
 def render(tokenizer: Any, messages: list[dict[str, str]], *, chat: bool = True) -> str:
     """Chat turns as the prompt text the model continues.
 
     With a chat template (and ``chat``), the template renders them (continuing a final
-    assistant turn, else opening the assistant's); otherwise the turns' texts are joined by
-    newlines (a prompt read as written).
+    assistant turn, else opening the assistant's) in agile's bounded sandbox
+    (:mod:`agile_llm.templates`); otherwise the turns' texts are joined by newlines (a prompt
+    read as written).
 
     :raises UsageError: the template fails: Jinja's sandbox refuses it (SecurityError), it is
-        not valid Jinja (TemplateSyntaxError), or it raises on these turns.
+        not valid Jinja (TemplateSyntaxError), it raises on these turns, or it breaks a bound
+        on its time or on what it makes.
     """
     if not chat or not getattr(tokenizer, "chat_template", None):
         return "\n".join(message["content"] for message in messages)
-    prefilled = bool(messages) and messages[-1]["role"] == "assistant"
     try:
-        text = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=not prefilled,
-            continue_final_message=prefilled,
-        )  # fmt: skip
+        return templates.render(tokenizer, messages)
+    except templates.OverBound as bound:
+        raise over_bound(tokenizer, bound) from None
     except Exception as error:  # the template is the model folder's code: all it raises is its own
         raise _template_failed(tokenizer, error) from None
-    return str(text)
+
+
+def check_template(tokenizer: Any) -> None:
+    """Render a short conversation (a user turn, an assistant turn continued, a user turn
+    after it) with the tokenizer's chat template, to refuse a template that breaks a bound on
+    any conversation before a run folder is made. What it raises on these stand-in turns is
+    left for the real ones to report.
+
+    :raises UsageError: the template broke a bound.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return
+    user, assistant = {"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}
+    for messages in ([user], [user, assistant], [user, assistant, user]):
+        try:
+            templates.render(tokenizer, messages)
+        except templates.OverBound as bound:
+            raise over_bound(tokenizer, bound) from None
+        except Exception:  # reported, if the real turns raise it too, when they render
+            continue
+
+
+def _folder(tokenizer: Any) -> str:
+    return printable(str(getattr(tokenizer, "name_or_path", "") or "the model folder"))
+
+
+def over_bound(tokenizer: Any, bound: templates.OverBound) -> UsageError:
+    """The error of a chat template that went past a bound of agile's sandbox."""
+    return UsageError(
+        f"the chat template of the tokenizer in {_folder(tokenizer)} went past agile's bounds "
+        f"on a template: it {bound}",
+        "a chat template renders turns in milliseconds and about their own size; fix "
+        "chat_template in its tokenizer_config.json (or chat_template.jinja), or remove it to "
+        "join the turns' texts by newlines",
+    )
 
 
 def _template_failed(tokenizer: Any, error: Exception) -> UsageError:
-    """What a chat template that cannot render the prompt turns did (transformers renders it
-    in Jinja's sandbox, which refuses unsafe calls with a SecurityError)."""
-    folder = printable(str(getattr(tokenizer, "name_or_path", "") or "the model folder"))
+    """What a chat template that cannot render the prompt turns did (it renders in Jinja's
+    sandbox, which refuses unsafe calls with a SecurityError)."""
     return UsageError(
-        f"the chat template of the tokenizer in {folder} cannot render the prompt turns: "
-        f"{type(error).__name__}: {error_detail(error)}",
+        f"the chat template of the tokenizer in {_folder(tokenizer)} cannot render the prompt "
+        f"turns: {type(error).__name__}: {error_detail(error)}",
         "fix chat_template in its tokenizer_config.json (or chat_template.jinja), or remove it "
         "to join the turns' texts by newlines",
     )
@@ -78,6 +137,10 @@ def encode_all(
     if any(len(text) > budget for text in texts):
         warnings.warn(CUT_NOTICE, stacklevel=1)
         texts = [(t[-budget:] if keep_end else t[:budget]) if len(t) > budget else t for t in texts]
+    cleaned = [clean(t) for t in texts]
+    if cleaned != texts:
+        warnings.warn(UNREADABLE_NOTICE, stacklevel=1)
+        texts = cleaned
     before, after = framing(tokenizer) if special else ([], [])
     room = max(limit - len(before) - len(after), 0)
     cut = []
