@@ -24,7 +24,7 @@ from typing import Any
 from agile_cli import UsageError
 from agile_cli.helpers import format_bytes, printable
 from agile_llm.data import MAX_NESTING, nesting
-from agile_llm.model import error_detail
+from agile_llm.messages import error_detail
 
 #: The largest config.json agile reads (real ones take a few kilobytes).
 CONFIG_BYTES = 4 << 20

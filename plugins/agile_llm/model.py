@@ -17,6 +17,7 @@ from typing import Any
 
 from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import available_memory, format_bytes, printable
+from agile_llm.messages import error_detail
 
 #: Set before transformers or huggingface_hub is imported: the run never reaches the network.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -259,13 +260,6 @@ def _free_on_device(device: Any) -> int:
 
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)
-
-
-def error_detail(error: BaseException, limit: int = 300) -> str:
-    """A library's error message for one of agile's: on one line, printable, at most ``limit``
-    characters (it may quote a file's text)."""
-    text = printable(" ".join(str(error).split()))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _not_here(path: str, exc: Exception) -> TrainingError:

@@ -36,7 +36,7 @@ import numpy as np
 from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import printable, resolve_reference
 from agile_llm import templates, text
-from agile_llm.model import error_detail
+from agile_llm.messages import error_detail
 from agile_llm.rewards import Bound, RewardTimeout, as_number
 
 if TYPE_CHECKING:

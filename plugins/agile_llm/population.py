@@ -31,7 +31,8 @@ from agile_cli.helpers import printable
 from agile_llm import text
 from agile_llm.adapters import AdapterPopulation
 from agile_llm.environment import PromptData
-from agile_llm.model import error_detail, load_model, load_tokenizer
+from agile_llm.messages import error_detail
+from agile_llm.model import load_model, load_tokenizer
 from agile_llm.spec import LLMSpec, LoraSpec
 
 

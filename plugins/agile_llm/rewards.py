@@ -31,7 +31,7 @@ import numpy as np
 
 from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import printable
-from agile_llm.model import error_detail
+from agile_llm.messages import error_detail
 
 _WHERE = "environment.reward_file_path"
 #: Characters of a value the function returned shown in a message.

@@ -18,7 +18,7 @@ import torch
 from agile_cli import UsageError
 from agile_cli.helpers import printable
 from agile_llm import objectives, templates
-from agile_llm.model import error_detail
+from agile_llm.messages import error_detail
 from agile_llm.objectives import IGNORE
 
 #: Characters tokenised per token a text may contribute. A text longer than ``limit`` times

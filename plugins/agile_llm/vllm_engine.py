@@ -26,7 +26,7 @@ import torch
 
 from agile_cli import TrainingError
 from agile_llm import text
-from agile_llm.model import error_detail
+from agile_llm.messages import error_detail
 from agile_llm.spec import VLLM_ENGINE_OPTIONS
 
 #: The ``max_lora_rank`` values vLLM's LoRA configuration accepts; the adapters' rank is
