@@ -532,7 +532,7 @@ def test_a_worker_that_cannot_start_says_why(cluster: str, tmp_path: Path) -> No
     if torch.cuda.is_available():
         pytest.skip("the workers could train on this machine's GPU")
     result = _agile("train", _manifest(tmp_path), "--backend", "ray", "--address", cluster,
-                    "--device", "cuda", check=False)  # fmt: skip
+                    "--device", "cuda", "--run-dir", tmp_path / "run", check=False)  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert "the Ray worker of member" in result.stderr and "could not start" in result.stderr
     assert "no CUDA device is available" in result.stderr and "Traceback" not in result.stderr
