@@ -190,3 +190,10 @@ def test_an_unstarted_run_of_agiles_own_is_taken_without_overwrite(run, finished
     taken = run("train", str(finished / "m.yaml"), *QUIET, "--run-dir", str(target))
     assert taken.exit_code == 0, taken.output
     assert not (target / "wandb").exists()
+
+
+def test_a_run_dir_that_is_a_dangling_link_is_a_sentence(run, finished, tmp_path) -> None:
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    result = run("train", str(finished / "m.yaml"), *QUIET, "--run-dir", str(tmp_path / "dangling"))
+    assert result.exit_code == 2
+    assert f"is a symbolic link (to {tmp_path / 'nowhere'}), which does not exist" in result.output

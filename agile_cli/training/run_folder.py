@@ -104,6 +104,11 @@ class RunFolder:
         """
         if self.path.exists() and not self.path.is_dir():
             raise UsageError(f"{self.path} is a file, not a folder", "choose another --run-dir")
+        if self.path.is_symlink() and not self.path.exists():
+            raise UsageError(
+                f"{files.link_problem(self.path)}, which does not exist",
+                "make the folder it points to, or choose another --run-dir",
+            )
         check_writable(self.path, f"--run-dir {self.path}")
         if not self.path.exists():
             return
