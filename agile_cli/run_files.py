@@ -292,9 +292,8 @@ def _open(path: Path) -> IO[bytes]:
     """
     from agile_cli.training.files import open_regular
 
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        descriptor = open_regular(path, flags)
+        descriptor = open_regular(path, os.O_RDONLY)
     except OSError as error:
         raise _error(path, f"cannot be read: {error.strerror or type(error).__name__}") from None
     except TrainingError:

@@ -95,7 +95,7 @@ def _member_file(extra: bytes) -> bytes:
     return head + extra + b"uu."
 
 
-def test_one_list_shared_at_every_level_is_refused(tmp_path: Path, trained: Path) -> None:
+def test_one_list_shared_at_every_level_is_refused(tmp_path: Path) -> None:
     nest: list[Any] = [1]
     for _ in range(24):  # 2**24 values as a tree: 1 GB and a minute before the bound
         nest = [nest, nest]

@@ -68,22 +68,20 @@ def append_line(path: Path, line: str) -> None:
 
     :raises TrainingError: ``path`` is a link or not a regular file (a FIFO, a device).
     """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | NO_FOLLOW | _CLOEXEC | _NONBLOCK
-    descriptor = open_regular(path, flags)
+    descriptor = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NO_FOLLOW)
     with os.fdopen(descriptor, "a", encoding="utf-8") as stream:
         stream.write(line + "\n")
 
 
 def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
-    """``os.open(path, flags)`` that refuses a link and anything but a regular file.
+    """``os.open(path, flags)`` that refuses anything but a regular file (a FIFO does not
+    block the open: it is opened without blocking, then refused), and a link where ``flags``
+    hold :data:`NO_FOLLOW`. The descriptor is not inherited by child processes.
 
-    Pass ``O_NOFOLLOW`` and ``O_NONBLOCK`` in ``flags``: the first makes the kernel refuse a
-    link, the second keeps a FIFO from blocking the open (it is refused after).
-
-    :raises TrainingError: ``path`` is a link or not a regular file.
+    :raises TrainingError: ``path`` is not a regular file, or a link refused.
     """
     try:
-        descriptor = os.open(path, flags, mode)
+        descriptor = os.open(path, flags | _NONBLOCK | _CLOEXEC, mode)
     except OSError as error:
         if error.errno == errno.ELOOP:  # O_NOFOLLOW met a link
             raise _link_error(link_problem(path) or f"{path} is a symbolic link") from None

@@ -32,7 +32,6 @@ except ImportError:  # pragma: no cover - Windows: no POSIX record locks
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = ".agile.lock"
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 # Record locks belong to a process, which may take one any number of times (and loses it on
 # closing any descriptor of the file): this process's own locks are refused here instead.
@@ -75,7 +74,7 @@ def _open(path: Path) -> IO[str]:
 
     :raises UsageError: it is a link, a FIFO or anything but a regular file.
     """
-    flags = os.O_RDWR | os.O_CREAT | files.NO_FOLLOW | _NONBLOCK
+    flags = os.O_RDWR | os.O_CREAT | files.NO_FOLLOW
     try:
         descriptor = files.open_regular(path, flags)
     except TrainingError as error:
@@ -117,7 +116,7 @@ def _holder() -> dict[str, Any]:
 
 def _in_use(folder: Path, path: Path) -> UsageError:
     try:
-        descriptor = files.open_regular(path, os.O_RDONLY | files.NO_FOLLOW | _NONBLOCK)
+        descriptor = files.open_regular(path, os.O_RDONLY | files.NO_FOLLOW)
         with os.fdopen(descriptor, encoding="utf-8") as stream:
             holder = json.loads(stream.read(4096))
         pid, host = int(holder["pid"]), printable(str(holder["host"]))[:100]
