@@ -55,7 +55,7 @@ from agile_cli.models.base import StarterValue
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
-from agile_cli.paradigm import Paradigm
+from agile_cli.paradigm import Build, Paradigm
 from agile_cli.runner import (
     AsynchronousRunner,
     EpisodeProgress,
@@ -90,6 +90,7 @@ __all__ = [
     "AsynchronousRunner",
     "Backend",
     "BackendTrainer",
+    "Build",
     "EnvironmentBuilder",
     "EnvironmentNotFoundError",
     "EnvironmentSpec",

@@ -6,16 +6,15 @@ subclass as its ``implementation``, imported only to train. The core asks it for
 needs, one method per thing, each taking the manifest first: the environment the members
 step (:meth:`Paradigm.environment`), the members (:meth:`Paradigm.population`), what they
 share (:meth:`Paradigm.buffer`), the runner that trains them for a generation
-(:meth:`Paradigm.runner`) and the memory all that takes (:meth:`Paradigm.memory_needs`). A
-paradigm that can train several members at once as one computation says so
-(:meth:`Paradigm.trains_together`) and gives the runner that does
-(:meth:`Paradigm.population_runner`).
+(:meth:`Paradigm.runner`) and the memory all that takes (:meth:`Paradigm.memory_needs`).
+There is one way to train: the runner trains the whole population at once, in the
+environment built for it.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -23,17 +22,31 @@ if TYPE_CHECKING:
     from agile_cli.manifest import TrainingManifest
     from agile_cli.member import AgentContext, Member
     from agile_cli.memory import Need
+    from agile_cli.models.base import Spec
     from agile_cli.runner import Runner
+
+
+class Build(Protocol):
+    """How a paradigm has its environments built: ``build()`` is what the manifest's
+    environment builder makes of :attr:`spec`, the section in question, and
+    ``build(num_envs=32)`` the same with fields changed."""
+
+    spec: Spec
+
+    def __call__(self, **changes: Any) -> Any: ...
 
 
 class Paradigm(abc.ABC):
     """What a paradigm builds for a run (see the module). :meth:`population` and
     :meth:`runner` are required; the rest have defaults."""
 
-    def environment(self, manifest: TrainingManifest, env: Any) -> Any:
-        """The environment the members step: ``env`` as the builder made it, or wrapped
-        (e.g. a team of agents as one). By default ``env`` itself."""
-        return env
+    def environment(self, manifest: TrainingManifest, build: Build, members: int) -> Any:
+        """The environment ``members`` members train or are scored in at once, made with
+        ``build``. By default ``build()``: the members take turns in it. A paradigm whose
+        members step side by side builds room for them all (agile_rl's give each member the
+        section's ``num_envs`` sub-environments), and may wrap what it built (e.g. a team of
+        agents as one)."""
+        return build()
 
     @abc.abstractmethod
     def population(
@@ -66,17 +79,3 @@ class Paradigm(abc.ABC):
         dataset the environment declared and refuses a run that cannot fit. None by
         default (a paradigm that sizes its own memory checks it while building)."""
         return []
-
-    def trains_together(self, manifest: TrainingManifest, cls: type[Member]) -> bool:
-        """Whether members of ``cls`` can train as one computation, in one environment with
-        the population's ``num_envs`` for each member (:meth:`population_runner`). No by
-        default; ``--per-member`` and the remote backends never ask."""
-        return False
-
-    def population_runner(
-        self, manifest: TrainingManifest, runner: Runner[Any], size: int
-    ) -> Runner[Any]:
-        """The runner that trains ``size`` members at once in place of :meth:`runner`'s
-        ``runner``, asked only where :meth:`trains_together` said yes. By default
-        ``runner`` itself."""
-        return runner

@@ -29,8 +29,8 @@ class EpisodeProgress(Protocol):
     """A :data:`Progress` callback that also hears of episodes as they finish, so that the
     live display shows recent episode returns between evaluations.
 
-    The evolution loop hands runners one; a caller of ``Runner.train`` may hand a plain
-    ``progress(n)`` function instead. Runners need not check which:
+    The evolution loop hands runners one; another caller of ``Runner.train_population`` may
+    hand a plain ``progress(n)`` function instead. Runners need not check which:
     :meth:`GenerationStats.add_episodes` tells the callback only when it is one of these.
     """
 
@@ -89,54 +89,47 @@ def reset_seed(members: Sequence[Member], purpose: str, round_: int = 0) -> int:
 
 
 class Runner(abc.ABC, Generic[A]):
-    """What a paradigm's ``runner`` returns: it trains one member for one generation and
-    scores it.
+    """What a paradigm's ``runner`` returns: it trains a population for one generation and
+    scores it, all its members at once. A runner whose members can share one computation
+    groups them; a member that cannot is a group of one.
 
-    :param env: what the members act in (the environment the paradigm's builder made).
+    :param env: what the members act in: the environment the paradigm built for as many
+        members as the runner trains at once (see :meth:`~agile_cli.Paradigm.environment`).
     """
 
-    #: Whether :meth:`train_population` may train the members together, where the runner
-    #: can (``--per-member`` clears it: one after the other, for debugging).
-    together: bool = True
+    #: Whether members that can share one computation do (``--per-member`` clears it, for
+    #: debugging: every member is then a group of one).
+    stack: bool = True
 
     def __init__(self, env: Any) -> None:
         self.env = env
 
     @abc.abstractmethod
-    def train(self, member: A, steps: int, progress: Progress) -> GenerationStats:
-        """Train ``member`` for about ``steps`` steps, calling ``progress(n)`` as ``n`` more are
-        done and adding them to ``member.record.steps``; episodes that finish go to the stats
-        with :meth:`GenerationStats.add_episodes` (``progress`` included, for the display)."""
+    def train_population(
+        self, members: list[A], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        """Train every member for about ``steps`` steps, calling ``progress(n)`` as ``n`` more
+        are done (all members' together) and adding each member's to its
+        ``record.steps``; episodes that finish go to its stats with
+        :meth:`GenerationStats.add_episodes` (``progress`` included, for the display). A
+        runner whose members stay where it trained them may replace ``members``' items by
+        stand-ins that follow the :class:`~agile_cli.Member` contract (the ``ray`` backend's
+        do)."""
 
-    def evaluate(self, member: A, rounds: int, max_steps: int | None) -> float:
-        """The member's fitness: the mean return of each sub-environment's first greedy
-        episode, over ``rounds`` rounds of at most ``max_steps`` steps (override to score
-        members another way). The base class has no way to score: a runner overrides this or
-        :meth:`evaluate_population`."""
-        raise NotImplementedError(f"{type(self).__name__} does not score members")
+    @abc.abstractmethod
+    def evaluate_population(
+        self, members: list[A], rounds: int, max_steps: int | None
+    ) -> list[float]:
+        """Every member's fitness, over ``rounds`` rounds of at most ``max_steps`` steps (for
+        an RL runner, the mean return of each sub-environment's first greedy episode)."""
 
     def episode_returns(
         self, member: A, episodes: int, max_steps: int | None, seed: int
     ) -> list[float] | None:
         """For ``agile evaluate``: the return of each of ``episodes`` episodes the member plays
         without exploring (at most ``max_steps`` steps, environments reset from ``seed``), or
-        None (the default) where members are scored only by :meth:`evaluate`."""
+        None (the default) where members are scored only by :meth:`evaluate_population`."""
         return None
-
-    def train_population(
-        self, members: list[A], steps: int, progress: Progress
-    ) -> list[GenerationStats]:
-        """Train every member for about ``steps`` steps: one after the other with
-        :meth:`train` (a batched runner trains them together). A runner whose members stay
-        where it trained them may replace ``members``' items by stand-ins that follow the
-        :class:`~agile_cli.Member` contract (the ``ray`` backend's do)."""
-        return [self.train(member, steps, progress) for member in members]
-
-    def evaluate_population(
-        self, members: list[A], rounds: int, max_steps: int | None
-    ) -> list[float]:
-        """Every member's fitness: :meth:`evaluate` of each in turn."""
-        return [float(self.evaluate(member, rounds, max_steps)) for member in members]
 
     def state_dicts(self, members: list[A]) -> list[dict[str, Any]]:
         """The members' states for the run's checkpoint: each one's ``state_dict()`` (a runner
@@ -156,8 +149,8 @@ class Runner(abc.ABC, Generic[A]):
         return {}
 
     def details(self, member: A) -> list[str]:
-        """Lines ``agile evaluate`` prints under the score :meth:`evaluate` just gave
-        ``member`` (override to show more, e.g. sample outputs); none by default."""
+        """Lines ``agile evaluate`` prints under the score :meth:`evaluate_population` just
+        gave ``member`` (override to show more, e.g. sample outputs); none by default."""
         return []
 
 

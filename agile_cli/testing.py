@@ -145,15 +145,11 @@ def check_reproducibility(
 def _reproducibility_problems(
     algorithm: str, workdir: Path, registry: Any, sections: Mapping[str, Any]
 ) -> list[str]:
-    """Two runs with one seed must log the same metrics, batched and (for an algorithm that
-    batches) one by one as well."""
-    from agile_cli.training import setup
-
+    """Two runs with one seed must log the same metrics, with members stacked where they can
+    be and as groups of one (``--per-member``) alike."""
     registry = _registry(registry)
     manifest = tiny_manifest(algorithm, registry=registry, **sections)
-    paths = {False: ""}
-    if setup.trains_together(manifest, setup.algorithm_class(manifest, registry)):
-        paths = {False: " (batched)", True: " (one by one)"}
+    paths = {False: " (stacked)", True: " (groups of one)"}
     for per_member, label in paths.items():
         problems = _seeded_problems(manifest, workdir, registry, per_member, label)
         if problems:
@@ -275,7 +271,7 @@ def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
     try:
         buffer = setup.build_buffer(manifest, env, torch.device("cpu"))
         runner = setup.build_runner(manifest, env, buffer)
-        runner.train(member, manifest.generation_steps, lambda _steps: None)
+        runner.train_population([member], manifest.generation_steps, lambda _steps: None)
         off_policy = (Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY)
         size = int(member.spec.batch_size)
         if manifest.family in off_policy and len(buffer) >= size:

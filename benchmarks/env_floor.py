@@ -1,6 +1,6 @@
 """The environment floor: how fast the manifest's population environment steps by itself.
 
-Builds the environment a batched population of ``--population`` members trains in (the
+Builds the environment a population of ``--population`` members trains in (the
 manifest's builder, ``num_envs`` copies per member, as ``agile train`` builds it) and steps it
 with fixed random actions (drawn once, so that drawing them costs nothing), resetting copies
 as the vector environment does. Prints env steps per second (each copy's step counts as one,
@@ -37,11 +37,11 @@ def steps_per_second(manifest: Path, population: int, seconds: float) -> tuple[f
     """Env steps per second of the population environment, and its number of copies."""
     from agile_cli.manifest import TrainingManifest
     from agile_cli.testing import installed_host
-    from agile_cli.training.setup import population_environment
+    from agile_cli.training.setup import build_environment
 
     registry = installed_host().registry
     validated = TrainingManifest.get_validated(manifest, registry=registry)
-    env = population_environment(validated, registry, seed=0, members=population)
+    env = build_environment(validated, registry, seed=0, members=population)
     try:
         env.reset(seed=0)
         actions = fixed_actions(env, np.random.default_rng(0))

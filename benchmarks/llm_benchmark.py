@@ -71,7 +71,7 @@ def fresh_scores(manifest_path: Path) -> dict[str, float]:
     cls = setup.algorithm_class(manifest, registry)
     member = setup.build_population(manifest, cls, env, context, size=1)[0]
     runner = setup.build_runner(manifest, env, None)
-    runner.evaluate(member, 1, None)
+    runner.evaluate_population([member], 1, None)
     return runner.last[member.index].metrics
 
 

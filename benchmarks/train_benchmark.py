@@ -16,11 +16,11 @@ evaluation share includes its own acting and stepping, which the first two also 
 With ``--populations 4 8 16`` it also trains the manifest once per population size (first
 seed, ``training.pop_size`` replaced) and reports, for each, env steps/s, the median wall time
 of a generation, and how many groups each generation had: members that act and learn as one
-batched computation (``--per-member``: members whose networks have the same architecture).
+computation (with ``--per-member``, every member is a group of one).
 ``--generations G`` trains each size for G generations (no early stop);
 ``--compare-per-member`` trains each size both ways and prints the ratios. Without
 ``--seeds``, ``--populations`` runs only that sweep. Flags after ``--`` go to every
-``agile train``; on a GPU machine, one command measures what batching buys there:
+``agile train``; on a GPU machine, one command measures what stacking buys there:
 
     python benchmarks/train_benchmark.py configs/training/dqn/cartpole.yaml \
         --populations 4 16 64 --generations 2 --compare-per-member -- --device cuda
@@ -91,33 +91,22 @@ def report(rows: list[dict[str, Any]]) -> None:
         print()
 
 
-# Phase -> functions whose cumulative time counts for it (matched on "file:function"), for
-# members trained one by one. No two functions of a phase call each other.
+# Phase -> functions whose cumulative time counts for it (matched on "file:function"). Groups
+# act, sample and learn together; a member alone calls its own act and learn inside the
+# runner's. No two functions of a phase call each other.
 PHASES = {
-    "act (policy forward)": ("agent.py:act", "algorithm.py:act", "algorithm.py:policy_step",
-                             "q_learning.py:act", "deterministic.py:act"),
+    "act (policy forward)": ("runners.py:_act", "on_policy.py:_policy_steps",
+                             "multi_agent_on_policy.py:_policy_steps"),
     "environment step": ("vector_env.py:step", "sync_vector_env.py:step",
                          "async_vector_env.py:step", "cartpole.py:step",
                          "multi_agent.py:step"),
-    "store / sample experience": ("buffers.py:add", "buffers.py:sample", "buffers.py:push",
-                                  "rollout.py:add", "rollout.py:finish"),
-    "learn (gradient steps)": ("algorithm.py:learn",),
-    "evaluate": ("runners.py:evaluate",),
-    "select + mutate": ("loop.py:_evolve",),
-    "checkpoints": ("loop.py:_save_checkpoint",),
-}  # fmt: skip
-
-# The same phases for a batched population (a run is one or the other): groups act, sample
-# and learn together; a member that stacks with no other still calls its own act and learn,
-# inside the batched runner's.
-BATCHED_PHASES = {
-    **PHASES,
-    "act (policy forward)": ("batched.py:_act", "batched_on_policy.py:_act"),
-    "store / sample experience": ("batched.py:_store", "buffers.py:sample_stacked",
+    "store / sample experience": ("runners.py:store", "buffers.py:sample_stacked",
                                   "buffers.py:sample", "rollout.py:add", "rollout.py:finish"),
     "learn (gradient steps)": ("algorithm.py:learn", "algorithm.py:learn_batch",
                                "group.py:learn_batch", "group.py:learn_rollouts"),
-    "evaluate": ("batched.py:evaluate_population", "batched_on_policy.py:evaluate_population"),
+    "evaluate": ("runners.py:evaluate_population",),
+    "select + mutate": ("loop.py:_evolve",),
+    "checkpoints": ("loop.py:_save_checkpoint",),
 }  # fmt: skip
 
 
@@ -135,7 +124,7 @@ def profile_phases(manifest: Path, seed: int, workdir: Path) -> dict[str, float]
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     keyed = {f"{Path(file).name}:{function}": row[3] for (file, _, function), row in stats.items()}
-    phases = BATCHED_PHASES if "batched.py:_act" in keyed else PHASES
+    phases = PHASES
     totals = dict.fromkeys(phases, 0.0)
     whole = keyed.get("loop.py:run", 0.0)
     for key, cumulative in keyed.items():
@@ -208,17 +197,17 @@ def report_populations(rows: list[dict[str, Any]], title: str = "") -> None:
 
 
 def compare_populations(args: argparse.Namespace, workdir: Path) -> None:
-    """The population sizes as the flags say, batched (and one by one, to compare)."""
+    """The population sizes as the flags say, stacked (and as groups of one, to compare)."""
     sizes, seed = args.populations, (args.seeds or [1])[0]
     batched = population_rows(args.manifest, sizes, seed, workdir, args.extra, args.generations)
-    report_populations(batched, "as one batched population:" if args.compare_per_member else "")
+    report_populations(batched, "members stacked:" if args.compare_per_member else "")
     if not args.compare_per_member:
         return
     alone = population_rows(args.manifest, sizes, seed, workdir, [*args.extra, "--per-member"],
                             args.generations)  # fmt: skip
-    report_populations(alone, "one member after another (--per-member):")
+    report_populations(alone, "each member a group of one (--per-member):")
     print(
-        f"{'pop':>4} {'steps/s batched / per member':>30} {'s/generation per member / batched':>35}"
+        f"{'pop':>4} {'steps/s stacked / per member':>30} {'s/generation per member / stacked':>35}"
     )
     for one, other in zip(batched, alone, strict=True):
         speed = one["steps_per_second"] / other["steps_per_second"]

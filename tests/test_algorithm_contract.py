@@ -22,7 +22,8 @@ from agile_ppo.spec import PPOSpec
 from agile_rl import LearnResult, OnPolicyAlgorithm, QLearning
 from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer, Transitions
 from agile_rl.runtime.solo import one_member
-from agile_rl.training.runners import OnPolicyRunner, budget_progress, learned_loss
+from agile_rl.training.on_policy import OnPolicyRunner
+from agile_rl.training.runners import budget_progress, learned_loss
 
 
 class TemperatureDQN(DQN):
@@ -194,21 +195,21 @@ def test_the_runner_passes_progress_and_samples_with_the_importance_exponent(
         runner = setup.build_runner(manifest, env, buffer)
         asked: list[float] = []
         sampled: list[float] = []
-        exponent, sample = member.importance_exponent, buffer.sample
+        exponent, sample = member.importance_exponent, buffer.sample_stacked
 
         def importance_exponent(progress: float) -> float:
             asked.append(progress)
             assert progress == budget_progress(member)
             return exponent(progress)
 
-        def spy(batch_size: int, generator: torch.Generator, beta: float) -> Transitions:
-            sampled.append(beta)
-            return sample(batch_size, generator, beta)
+        def spy(sizes: list[int], generators: list[torch.Generator], betas: list[float]) -> Any:
+            sampled.append(betas[0])
+            return sample(sizes, generators, betas)
 
         monkeypatch.setattr(member, "importance_exponent", importance_exponent)
-        monkeypatch.setattr(buffer, "sample", spy)
+        monkeypatch.setattr(buffer, "sample_stacked", spy)
         member.record.steps = manifest.training.max_steps // 2
-        runner.train(member, 64, lambda _steps: None)
+        runner.train_population([member], 64, lambda _steps: None)
     finally:
         env.close()
     assert asked and all(0.5 <= p <= 1.0 for p in asked)
@@ -245,7 +246,7 @@ def test_the_on_policy_runner_refuses_a_bare_float_from_learn_saying_why(agile_h
     env = setup.build_environment(manifest, agile_host().registry, seed=0)
     try:
         with pytest.raises(TrainingError, match="LearnResult") as caught:
-            OnPolicyRunner(env).train(member, 64, lambda _steps: None)
+            OnPolicyRunner(env).train_population([member], 64, lambda _steps: None)
     finally:
         env.close()
     assert "return LearnResult(loss=...)" in str(caught.value.hint)

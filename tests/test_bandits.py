@@ -195,11 +195,13 @@ def test_runner_trains_in_episodes_and_evaluates_greedily() -> None:
 
     buffer = ReplayBuffer(100, env.single_observation_space, env.single_action_space, gamma=1.0)
     calls = []
-    stats = BanditRunner(env, buffer, episode_steps=20).train(member, 50, calls.append)
+    [stats] = BanditRunner(env, buffer, episode_steps=20).train_population(
+        [member], 50, calls.append
+    )
     assert len(stats.episode_returns) == 3 and stats.steps == 50 == len(calls)
     assert len(stats.losses) == 2 * (50 - 7) and member.record.steps == 50
     assert len(buffer) == 50 and buffer.sample(4, member.generator).terminated.all()
-    fitness = BanditRunner(env, buffer, episode_steps=20).evaluate(member, 2, None)
+    [fitness] = BanditRunner(env, buffer, episode_steps=20).evaluate_population([member], 2, None)
     assert 0.0 <= fitness <= 20.0
 
 
@@ -287,4 +289,4 @@ def test_members_play_in_lockstep_and_learn_as_a_group(tmp_path) -> None:
     groups = [yaml.safe_load(line)["groups"] for line in lines]
     assert any(len(group) > 1 for generation in groups for group in generation)
     first = yaml.safe_load((tmp_path / "apart" / "metrics.jsonl").read_text().splitlines()[0])
-    assert "groups" not in first
+    assert first["groups"] == [[0], [1], [2]]

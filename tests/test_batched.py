@@ -22,7 +22,6 @@ from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.nn.modules import EvolvableNetwork
 from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from agile_rl.runtime.group import MemberGroup, group_members
-from agile_rl.training import batched
 from agile_rl.training.runners import OffPolicyRunner
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
@@ -417,16 +416,11 @@ def _train(algorithm: str, tmp_path: Path, **options: Any) -> Any:
 def assert_batched_equals_alone(
     manifest: Any, tmp_path: Path, seed: int = 3, tolerance: dict = RUN_TOLERANCE
 ) -> None:
-    """Train ``manifest`` batched and with every member a group of one (its own act and
-    learn, in the same population environment rows); the runs must group some members and
-    end with the same fitnesses and members."""
+    """Train ``manifest`` with members stacked and with every member a group of one
+    (``--per-member``, in the same population environment rows); the runs must group some
+    members and end with the same fitnesses and members."""
     grouped = smoke_train(manifest, tmp_path / "groups", seed=seed)
-    real = batched.group_members
-    batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
-    try:
-        alone = smoke_train(manifest, tmp_path / "singles", seed=seed)
-    finally:
-        batched.group_members = real  # type: ignore[assignment]
+    alone = smoke_train(manifest, tmp_path / "singles", seed=seed, per_member=True)
     groups = [json.loads(line)["groups"] for line in _metrics(grouped)]
     assert any(len(group) > 1 for generation in groups for group in generation)
     np.testing.assert_allclose(grouped.fitnesses, alone.fitnesses, rtol=1e-5)
@@ -477,15 +471,14 @@ def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -
     from agile_rl.training.runners import GenerationStats
 
     manifest = tiny_manifest("DQN", training={"pop_size": 3, "max_steps": 128, "evo_steps": 64})
-    env = setup.population_environment(manifest, installed_host().registry, 0, 3)
+    env = setup.build_environment(manifest, installed_host().registry, 0, members=3)
     obs, _ = env.reset(seed=0)
     assert env.num_envs == 6 and len({tuple(row) for row in obs.round(6)}) == 6  # own seeds
-    runner = batched.BatchedOffPolicyRunner(
-        OffPolicyRunner(env, ReplayBuffer(10, env.single_observation_space,
-                                          env.single_action_space, gamma=0.9)), 3,
-    )  # fmt: skip
+    buffer = ReplayBuffer(10, env.single_observation_space, env.single_action_space, gamma=0.9)
+    runner = OffPolicyRunner(env, buffer)
     stats = [GenerationStats() for _ in range(3)]
     members = tiny_population(manifest, size=3)
+    assert [len(slot.rows) for slot in runner._slots(members)] == [6]  # one group, 2 rows each
     done = np.array([False, False, True, False, False, True])  # member 1's row 0, member 2's row 1
     runner._episodes(members, stats, np.ones(6, dtype=bool), done, np.array([7.0, 9.0]))
     assert [s.episode_returns for s in stats] == [[], [7.0], [9.0]]
@@ -493,24 +486,15 @@ def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -
     env.close()
     result = _train("DQN", tmp_path)
     assert _metrics(result) and all(len(m.record.fitness) == 2 for m in result.population)
-    assert batched.applies(manifest, type(result.population[0]))
+    assert json.loads(_metrics(result)[0])["groups"] == [[0, 1, 2]]
 
 
-def test_per_member_switch_trains_one_by_one(tmp_path: Path) -> None:
-    from agile_cli.models.run_options import LocalRunOptions
-    from agile_cli.testing import installed_host
-    from agile_cli.training.loop import EvolutionLoop
-    from agile_cli.training.progress import LogReporter
-
-    manifest = tiny_manifest("DQN")
-    registry = installed_host().registry
-    for per_member, num_envs in ((False, 4), (True, 2)):
-        run_dir = tmp_path / str(per_member)
-        options = LocalRunOptions(device="cpu", run_dir=run_dir, per_member=per_member)
-        loop = EvolutionLoop(manifest, registry, options, LogReporter())
-        assert loop.env.num_envs == num_envs and loop.context.num_envs == 2
-        assert isinstance(loop.runner, batched.BatchedOffPolicyRunner) != per_member
-        loop.env.close()
+def test_per_member_switch_makes_every_member_a_group_of_one(tmp_path: Path) -> None:
+    manifest = _manifest("DQN")
+    for per_member, groups in ((False, [[0, 1, 2]]), (True, [[0], [1], [2]])):
+        result = smoke_train(manifest, tmp_path / str(per_member), seed=3, per_member=per_member)
+        assert json.loads(_metrics(result)[0])["groups"] == groups
+        assert all(m.record.steps == 192 for m in result.population)
 
 
 def test_evolvable_networks_train_on_one_thread_whatever_the_machine_has() -> None:

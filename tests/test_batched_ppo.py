@@ -24,8 +24,7 @@ from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.runtime.group import MemberGroup
 from agile_rl.runtime.on_policy_group import epoch_minibatches
 from agile_rl.runtime.rollout import Rollout
-from agile_rl.training import batched
-from agile_rl.training.batched_on_policy import BatchedOnPolicyRunner
+from agile_rl.training.on_policy import OnPolicyRunner
 from tests.test_batched import assert_batched_equals_alone
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
@@ -319,39 +318,19 @@ def learn_rollouts_both_ways(
     return alone, stacked, losses
 
 
-def test_on_policy_runs_train_batched_unless_per_member(tmp_path: Path) -> None:
-    from agile_cli.models.run_options import LocalRunOptions
-    from agile_cli.training.loop import EvolutionLoop
-    from agile_cli.training.progress import LogReporter
-
-    manifest = tiny_manifest("PPO")
-    registry = installed_host().registry
-    for per_member in (False, True):
-        options = LocalRunOptions(
-            device="cpu", run_dir=tmp_path / str(per_member), per_member=per_member
-        )
-        loop = EvolutionLoop(manifest, registry, options, LogReporter())
-        assert isinstance(loop.runner, BatchedOnPolicyRunner) != per_member
-        loop.env.close()
-
-
 def _generation(members: list[Any], *, singles: bool) -> list[Any]:
     """One generation of ``members`` in a fresh population environment, then their fitness."""
-    from agile_rl.training.runners import OnPolicyRunner
-
     manifest = tiny_manifest("PPO", training={"max_steps": 128, "evo_steps": 64, "pop_size": 3})
-    env = setup.population_environment(manifest, installed_host().registry, 0, len(members))
-    runner = BatchedOnPolicyRunner(OnPolicyRunner(env), len(members))
-    real = batched.group_members
-    if singles:
-        batched.group_members = lambda members: [[i] for i in range(len(members))]  # type: ignore[assignment]
+    registry = installed_host().registry
+    env = setup.build_environment(manifest, registry, 0, members=len(members))
+    runner = OnPolicyRunner(env)
+    runner.stack = not singles
     try:
         stats = runner.train_population(members, 64, lambda _: None)
         stats.append(runner.evaluate_population(members, 1, 50))
     finally:
-        batched.group_members = real  # type: ignore[assignment]
         env.close()
-    assert (max(len(g) for g in runner.groups) == 1) == singles
+    assert (max(len(g) for g in runner.group_indices) == 1) == singles
     return stats
 
 

@@ -148,7 +148,7 @@ def test_an_on_policy_rollout_is_counted(memory) -> None:
     )
 
 
-def test_a_batched_population_holds_every_members_rollout_at_once(memory) -> None:
+def test_a_population_holds_every_members_rollout_at_once(memory) -> None:
     memory(GIB)
     manifest = TrainingManifest.get_validated(
         {"algorithm": {"name": "PPO", "learn_step": 1_000_000},
@@ -161,7 +161,7 @@ def test_a_batched_population_holds_every_members_rollout_at_once(memory) -> Non
         check_fits(manifest, env, CPU, batched=True)
     env.close()
     assert "4 members' rollouts at once needs 1.1 GiB" in excinfo.value.message
-    assert "--per-member" in excinfo.value.hint
+    assert "training.pop_size" in excinfo.value.hint
 
 
 def test_the_device_is_compared_with_its_own_free_memory(memory, monkeypatch) -> None:

@@ -111,7 +111,8 @@ def test_advantages_are_per_agent_and_bootstrap_only_through_truncation(monkeypa
         return lambda epoch, epochs: []  # no minibatches: nothing learns
 
     monkeypatch.setattr(ippo, "row_minibatches", record)
-    stats = MultiAgentOnPolicyRunner(TeamEnv(_Scripted(script))).train(member, 4, lambda n: None)
+    runner = MultiAgentOnPolicyRunner(TeamEnv(_Scripted(script)))
+    [stats] = runner.train_population([member], 4, lambda n: None)
 
     # agent_0: A1 = 3 - 1 = 2 (terminated: no bootstrap); A0 = (1 + 0.5 * 1 - 1) + 0.25 * A1.
     # agent_1: A2 = 2 + 0.5 * 2 - 2 = 1 (truncated: bootstraps from the next value, 2);

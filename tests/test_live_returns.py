@@ -54,9 +54,9 @@ def _train(manifest: Any, folder: Path, *, per_member: bool, **extra: Any) -> An
     ("algorithm", "environment", "per_member", "runner"),
     [
         ("DQN", None, True, "OffPolicyRunner"),
-        ("DQN", None, False, "BatchedOffPolicyRunner"),
+        ("DQN", None, False, "OffPolicyRunner"),
         ("PPO", None, True, "OnPolicyRunner"),
-        ("PPO", None, False, "BatchedOnPolicyRunner"),
+        ("PPO", None, False, "OnPolicyRunner"),
         ("IPPO", TEAM, True, "MultiAgentOnPolicyRunner"),
         ("NeuralUCB", TABLE, True, "BanditRunner"),
     ],
@@ -64,7 +64,12 @@ def _train(manifest: Any, folder: Path, *, per_member: bool, **extra: Any) -> An
 def test_every_core_runner_reports_each_episode_as_it_finishes(
     algorithm: str, environment: Any, per_member: bool, runner: str, tmp_path: Path
 ) -> None:
-    manifest = tiny_manifest(algorithm, environment=environment, training=ONE_GENERATION)
+    # Bandit members play their episodes in lockstep: shorter ones than the generation finish
+    # while it trains.
+    training = {**ONE_GENERATION, "episode_steps": 16} if runner == "BanditRunner" else None
+    manifest = tiny_manifest(
+        algorithm, environment=environment, training=training or ONE_GENERATION
+    )
     reporter, result, loop = _train(manifest, tmp_path / "run", per_member=per_member)
     assert type(loop.runner).__name__ == runner
     recorded = [value for member in result.population for value in member.record.episode_returns]
@@ -79,10 +84,13 @@ class StepsOnly(Runner[Any]):
     def __init__(self) -> None:
         super().__init__(env=None)
 
-    def train(self, member: Any, steps: int, progress: Progress) -> GenerationStats:
-        member.record.steps += steps
-        progress(steps)
-        return GenerationStats(steps=steps, episode_returns=[1.0, 2.0])
+    def train_population(
+        self, members: list[Any], steps: int, progress: Progress
+    ) -> list[GenerationStats]:
+        for member in members:
+            member.record.steps += steps
+            progress(steps)
+        return [GenerationStats(steps=steps, episode_returns=[1.0, 2.0]) for _ in members]
 
     def evaluate_population(
         self, members: list[Any], rounds: int, max_steps: int | None
@@ -137,5 +145,6 @@ def test_the_llm_runner_reports_each_batch_mean_reward() -> None:
                              last_rewards=None, train_step=train_step)  # fmt: skip
     env = SimpleNamespace(rows_at=lambda start, size: list(range(start, start + size)))
     counting = Counting()
-    stats = LLMRunner(env, epochs=None, eval_rows=None).train(member, 6, counting)  # type: ignore[arg-type]
+    runner = LLMRunner(env, epochs=None, eval_rows=None)  # type: ignore[arg-type]
+    [stats] = runner.train_population([member], 6, counting)  # type: ignore[list-item]
     assert counting.steps == 6 and counting.returns == [0.5, 0.5] == stats.episode_returns

@@ -247,7 +247,7 @@ def test_discrete_actors_keep_exploring_at_the_defaults() -> None:
     env = setup.build_environment(manifest, registry, seed=0)
     try:
         runner = setup.build_runner(manifest, env, setup.build_buffer(manifest, env, member.device))
-        runner.train(member, 2000, lambda steps: None)
+        runner.train_population([member], 2000, lambda steps: None)
         obs, _ = env.reset(seed=1)
         entropy = _policy_entropy(member, obs)
     finally:

@@ -185,7 +185,7 @@ def test_runner_fills_the_buffer_once_and_takes_steps_updates(tmp_path) -> None:
     member = _member()
     reported: list[int] = []
     for _ in range(2):
-        stats = runner.train(member, 150, reported.append)
+        [stats] = runner.train_population([member], 150, reported.append)
         assert stats.steps == len(stats.losses) == 150
     env.close()
     assert counting.loads == 1 and len(buffer) == 200
@@ -427,7 +427,7 @@ def test_datasets_must_agree_in_rows_and_hold_numbers(tmp_path) -> None:
 
 def _offline_population(tmp_path, together: bool):
     """Three CQN members of different batch sizes, learning rates and penalties, trained for a
-    generation of 30 gradient steps by the offline runner, together or one by one."""
+    generation of 30 gradient steps by the offline runner, stacked or each a group of one."""
     from agile_cli.testing import installed_host
     from agile_cli.training import setup
 
@@ -444,11 +444,11 @@ def _offline_population(tmp_path, together: bool):
         member.set_hyperparameter("batch_size", size)
         member.set_hyperparameter("lr", lr)
         member.set_hyperparameter("cql_alpha", alpha)
-    env = setup.build_environment(manifest, installed_host().registry, seed=0)
+    env = setup.build_environment(manifest, installed_host().registry, seed=0, members=3)
     runner = setup.build_runner(
         manifest, env, setup.build_buffer(manifest, env, torch.device("cpu"))
     )
-    runner.together = together
+    runner.stack = together
     reported: list[int] = []
     stats = runner.train_population(members, 30, reported.append)
     env.close()
@@ -476,9 +476,11 @@ def test_offline_members_that_stack_form_one_group() -> None:
 
     members = tiny_population(tiny_manifest("CQN", environment=toy_offline_environment(),
                                             training={"pop_size": 3}))  # fmt: skip
+    from agile_cqn.algorithm import CQNGroup
+
     groups = learning_groups(members, "off_policy")
     assert [positions for positions, _ in groups] == [[0, 1, 2]]
-    assert groups[0][1] is not None
+    assert isinstance(groups[0][1], CQNGroup)
 
 
 def test_a_group_learner_returning_no_pair_is_named(tmp_path) -> None:

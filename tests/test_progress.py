@@ -278,7 +278,6 @@ def test_a_batched_run_reports_steps_as_they_are_done(algorithm: str, tmp_path: 
     reporter = Recording()
     options = LocalRunOptions(device="cpu", run_dir=tmp_path / "run")
     loop = EvolutionLoop(manifest, installed_host().registry, options, reporter)
-    assert loop.batched
     loop.run()
     calls = reporter.calls
     assert calls[0] == ("phase", "building 2 members")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +33,9 @@ from agile_rl.nn.modules import EvolvableNetwork
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.transfer import transfer_optimizer_state
 from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
-from agile_rl.training.runners import EpisodeTracker, OnPolicyRunner, first_episode_returns
+from agile_rl.training.groups import Alone, Slot
+from agile_rl.training.on_policy import OnPolicyRunner
+from agile_rl.training.runners import EpisodeTracker
 
 ENVS = Path(__file__).parent / "pomdp"
 LSTM_NETWORK = {
@@ -200,7 +203,7 @@ def test_collection_resets_the_state_where_episodes_start() -> None:
     env = _env(manifest, seed=3)
     rollouts = []
     member.learn = lambda rollout, last_obs: rollouts.append(rollout) or LearnResult(0.0)  # type: ignore[method-assign]
-    OnPolicyRunner(env).train(member, 60, lambda n: None)
+    _alone(env).train_population([member], 60, lambda n: None)
     # Sequences of one step: initial_state holds the state each step was acted from.
     steps = rollouts[0].finish_sequences(torch.zeros(3), 0.99, 0.95, 1)
     valid = steps.valid.reshape(-1, 3)
@@ -223,7 +226,7 @@ def test_evaluation_starts_from_a_fresh_state_and_carries_it() -> None:
         return act(obs, explore=explore)
 
     member.act = spy  # type: ignore[method-assign]
-    first_episode_returns(member, env, max_steps=None)
+    _alone(env).episode_returns(member, env.num_envs, None, seed=0)
     assert seen[0] is None  # reset after env.reset()
     assert len(seen) == 4 and all(state[0].abs().sum() > 0 for state in seen[1:])
 
@@ -278,7 +281,7 @@ def test_a_minibatch_re_runs_collection_exactly_before_the_first_update(
 
     learner.rerun = spy  # type: ignore[method-assign]
     member.solo_learner = lambda: learner  # type: ignore[method-assign]
-    OnPolicyRunner(env).train(member, 48, lambda n: None)
+    _alone(env).train_population([member], 48, lambda n: None)
     assert checked == [True, True]
 
 
@@ -368,7 +371,7 @@ def _collected_episodes(**options: object) -> tuple[PPO, Episodes]:
         return LearnResult(0.0)
 
     member.learn = collect  # type: ignore[method-assign,assignment]
-    OnPolicyRunner(env).train(member, 72, lambda n: None)
+    _alone(env).train_population([member], 72, lambda n: None)
     return member, seen[1]
 
 
@@ -482,3 +485,16 @@ def test_mask_velocity_hides_the_velocities() -> None:
         obs, *_ = env.step(1)
     assert obs[1] == 0 and obs[3] == 0 and obs[0] != 0 and obs[2] != 0
     assert env.observation_space.contains(obs)
+
+
+class _Alone(OnPolicyRunner):
+    """A runner whose members act and learn through their own methods (which the tests spy
+    on), not through their group learner."""
+
+    def _slots(self, members: Any) -> list[Slot]:
+        self.num_envs = self._member_rows(len(members))
+        return [Slot(Alone(m), [i], self._rows([i])) for i, m in enumerate(members)]
+
+
+def _alone(env: Any) -> OnPolicyRunner:
+    return _Alone(env)

@@ -16,14 +16,12 @@ import torch
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.manifest import TrainingManifest
 from agile_cli.testing import installed_host, smoke_train, tiny_manifest, tiny_population
-from agile_cli.training import setup
 from agile_rl.runtime.algorithms.deterministic import (
     DeterministicActorCritic,
     SharedEncoderCritic,
 )
 from agile_rl.runtime.buffers import Transitions
 from agile_rl.runtime.group import group_members
-from agile_rl.training import batched
 
 PENDULUM = {"name": "Pendulum-v1", "num_envs": 2, "sync": True}
 NAMES = ["DDPG", "TD3"]
@@ -309,11 +307,7 @@ def test_a_clone_reads_its_own_actor(index: int) -> None:
 # -- (6) training ------------------------------------------------------------------------------
 
 
-def test_members_that_share_encoders_train_one_by_one() -> None:
-    for name in NAMES:
-        cls = setup.algorithm_class(_manifest(name), installed_host().registry)
-        assert not batched.applies(_manifest(name), cls)
-        assert batched.applies(tiny_manifest(name, environment=PENDULUM), cls)
+def test_members_that_share_encoders_are_groups_of_one() -> None:
     members = _members("DDPG", size=2)
     assert not members[0].stacks
     assert group_members(members) == [[0], [1]]  # each its own group of one

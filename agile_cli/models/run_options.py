@@ -75,7 +75,7 @@ class LocalRunOptions(Spec):
     )
     per_member: bool = Field(
         default=False,
-        description="Train the members one after the other (RL: each in its own num_envs "
-        "environments; LLM: each its own passes of the base) instead of together, for "
-        "debugging.",
+        description="Make every member a group of one: members still train side by side, "
+        "but none shares a computation with another (LLM: each its own passes of the base), "
+        "for debugging.",
     )

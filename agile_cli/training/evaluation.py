@@ -190,7 +190,8 @@ def score(
                 held_out = setup.seeds(run_seed())["environment"]
                 env = setup.build_environment_from(spec, manifest, registry, held_out)
                 runner = setup.build_runner(manifest, env, None)
-            fitness = float(runner.evaluate(agent, episodes, manifest.training.eval_steps))
+            scores = runner.evaluate_population([agent], episodes, manifest.training.eval_steps)
+            fitness = float(scores[0])
             return Evaluation(fitness=fitness, details=list(runner.details(agent)))
     finally:
         env.close()

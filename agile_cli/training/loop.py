@@ -27,7 +27,7 @@ from agile_cli.member import AgentContext, Member, Rebuildable
 from agile_cli.models.network import NetworkSpec
 from agile_cli.models.recipe import RecipeStep
 from agile_cli.models.run_options import LocalRunOptions
-from agile_cli.runner import AsynchronousRunner, Runner
+from agile_cli.runner import AsynchronousRunner
 from agile_cli.signals import interrupt_held
 from agile_cli.training import checkpoint, provenance, reevaluation, setup, trust
 from agile_cli.training.asynchronous import AsynchronousEvolution
@@ -124,19 +124,18 @@ class EvolutionLoop:
         self.device = setup.resolve_device(options.device)
         self.cls = setup.algorithm_class(manifest, registry)
         remote = runner is not None
-        together = not (remote or options.per_member)
-        self.batched = together and setup.trains_together(manifest, self.cls)
         self.threads = torch_threads(manifest, requested=options.threads)
         if note := busy_machine_note(self.threads):
             reporter.note(note)
-        self.env = self._environment(registry)
+        # Remote workers hold the environments and buffers: here, one member's tells the spaces.
+        members = 1 if remote else size
+        self.env = setup.build_environment(manifest, registry, self.seeds["environment"], members)
         try:
-            if not remote:  # remote workers hold the environments and buffers
-                held = manifest.training.pop_size if self.batched else 1
-                setup.check_memory(manifest, self.env, self.device, held)
+            if not remote:
+                setup.check_memory(manifest, self.env, self.device, size)
             self.context = AgentContext(
                 device=self.device,
-                num_envs=self.env.num_envs // (manifest.training.pop_size if self.batched else 1),
+                num_envs=setup.member_envs(self.env, members),
                 training=manifest.training,
                 seed=self.seeds["members"],
                 network=manifest.network,
@@ -153,8 +152,8 @@ class EvolutionLoop:
             self.runner = runner(manifest, self.state.seed, reporter.note)
         else:
             self.buffer = setup.build_buffer(manifest, self.env, self.device)
-            self.runner = self._runner(setup.build_runner(manifest, self.env, self.buffer))
-            self.runner.together = not options.per_member
+            self.runner = setup.build_runner(manifest, self.env, self.buffer)
+            self.runner.stack = not options.per_member
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])
@@ -173,22 +172,6 @@ class EvolutionLoop:
         )
 
     # -- set-up ----------------------------------------------------------------------------------
-
-    def _environment(self, registry: Registry) -> Any:
-        """The members' environments: one vector environment for the whole population when
-        it trains batched, else the manifest's, which members take in turn."""
-        seed = self.seeds["environment"]
-        if self.batched:
-            size = self.manifest.training.pop_size
-            return setup.population_environment(self.manifest, registry, seed, size)
-        return setup.build_environment(self.manifest, registry, seed)
-
-    def _runner(self, runner: Runner[Any]) -> Runner[Any]:
-        """The paradigm's runner, or when the population trains batched, the paradigm's
-        runner of the whole population in its place."""
-        if not self.batched:
-            return runner
-        return setup.population_runner(self.manifest, runner, self.manifest.training.pop_size)
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:

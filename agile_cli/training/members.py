@@ -62,8 +62,8 @@ class MemberTrainer:
     :param manifest: the run's manifest (validated here again, against this process's plugins).
     :param slot: which slot of the population this is (it seeds the environment).
     :param seed: the run's seed.
-    :param members: how many members the slot holds; more than one train as one batched
-        population when the algorithm batches (unless ``per_member``), else one by one.
+    :param members: how many members the slot holds, trained at once.
+    :param per_member: every member a group of one (none shares a computation).
     :param threads: torch threads for this process (default: left as they are).
     """
 
@@ -86,11 +86,11 @@ class MemberTrainer:
         self.device = setup.resolve_device(device)
         self.members = members
         cls = setup.algorithm_class(self.manifest, registry)
-        self.batched = members > 1 and not per_member and setup.trains_together(self.manifest, cls)
-        self.env = self._environment(registry, slot_seed(seed, slot))
+        env_seed = slot_seed(seed, slot)
+        self.env = setup.build_environment(self.manifest, registry, env_seed, members)
         context = AgentContext(
             device=self.device,
-            num_envs=self.env.num_envs // (members if self.batched else 1),
+            num_envs=setup.member_envs(self.env, members),
             training=self.manifest.training,
             seed=setup.seeds(seed)["members"],
             network=self.manifest.network,
@@ -99,17 +99,8 @@ class MemberTrainer:
         self.template = setup.build_population(self.manifest, cls, self.env, context, size=1)[0]
         #: What the slot's members share (a replay buffer), or None.
         self.buffer = setup.build_buffer(self.manifest, self.env, self.device)
-        self.runner = self._runner(setup.build_runner(self.manifest, self.env, self.buffer))
-
-    def _environment(self, registry: Registry, seed: int) -> Any:
-        if self.batched:
-            return setup.population_environment(self.manifest, registry, seed, self.members)
-        return setup.build_environment(self.manifest, registry, seed)
-
-    def _runner(self, runner: Runner[Any]) -> Runner[Any]:
-        if not self.batched:
-            return runner
-        return setup.population_runner(self.manifest, runner, self.members)
+        self.runner = setup.build_runner(self.manifest, self.env, self.buffer)
+        self.runner.stack = not per_member
 
     def member(self, state: dict[str, Any]) -> Member:
         """A member restored from ``state`` (a :meth:`~agile_cli.Member.state_dict`)."""

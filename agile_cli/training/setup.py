@@ -3,7 +3,6 @@ and, through the algorithm's paradigm, the shared buffer and the runner."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -30,36 +29,42 @@ def resolve_device(device: str) -> torch.device:
         raise UsageError(f"unknown device '{device}'", "use cpu, cuda, cuda:N or auto") from None
 
 
-def build_environment(manifest: TrainingManifest, registry: Registry, seed: int) -> Any:
-    """The vector environment the population trains and is evaluated on."""
-    return build_environment_from(manifest.environment, manifest, registry, seed)
+def build_environment(
+    manifest: TrainingManifest, registry: Registry, seed: int, members: int = 1
+) -> Any:
+    """The vector environment ``members`` members of the population train in at once."""
+    return build_environment_from(manifest.environment, manifest, registry, seed, members)
 
 
 def build_environment_from(
-    spec: Any, manifest: TrainingManifest, registry: Registry, seed: int
+    spec: Any, manifest: TrainingManifest, registry: Registry, seed: int, members: int = 1
 ) -> Any:
-    """A vector environment for ``spec`` by the manifest's environment builder, as the
-    algorithm's paradigm wraps it."""
+    """The environment the algorithm's paradigm makes of ``spec`` for ``members`` members,
+    built by the manifest's environment builder."""
     paradigm = _paradigm(manifest)
     entry = registry.environment_for(paradigm.name, manifest.environment_builder)
     if entry is None:
         raise TrainingError(f"no environment builder for {paradigm.name} algorithms")
-    env = entry.load()().build(spec, seed=seed)
-    return paradigm_of(manifest).environment(manifest, env)
+    build = _Build(entry.load()(), spec, seed)
+    return paradigm_of(manifest).environment(manifest, build, members)
 
 
-def population_environment(
-    manifest: TrainingManifest, registry: Registry, seed: int, members: int
-) -> Any:
-    """One vector environment of ``members x num_envs`` sub-environments. Subprocess
-    environments run in this process instead once there would be more than twice as many as
-    CPU cores (the processes would only compete for them)."""
-    spec = manifest.environment
-    count = int(spec.num_envs) * members  # type: ignore[attr-defined]
-    update: dict[str, Any] = {"num_envs": count}
-    if "sync" in type(spec).model_fields and count > 2 * (os.cpu_count() or 1):
-        update["sync"] = True
-    return build_environment_from(spec.model_copy(update=update), manifest, registry, seed)
+class _Build:
+    """A paradigm's :class:`~agile_cli.paradigm.Build`: the builder, the section, the seed."""
+
+    def __init__(self, builder: Any, spec: Any, seed: int) -> None:
+        self.builder, self.spec, self.seed = builder, spec, seed
+
+    def __call__(self, **changes: Any) -> Any:
+        spec = self.spec.model_copy(update=changes) if changes else self.spec
+        return self.builder.build(spec, seed=self.seed)
+
+
+def member_envs(env: Any, members: int) -> int:
+    """Each member's share of ``env``'s sub-environments, where ``members`` step side by side
+    in it; all of them where they take turns (a count that does not divide)."""
+    count = int(env.num_envs)
+    return count // members if count % members == 0 else count
 
 
 def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
@@ -191,24 +196,6 @@ def build_runner(manifest: TrainingManifest, env: Any, buffer: Any) -> Runner[An
             f"make the runner subclass agile_cli.Runner (plugin '{paradigm.plugin}')",
         )
     return runner
-
-
-def trains_together(manifest: TrainingManifest, cls: type[Member]) -> bool:
-    """Whether the paradigm trains members of ``cls`` as one computation."""
-    return paradigm_of(manifest).trains_together(manifest, cls)
-
-
-def population_runner(manifest: TrainingManifest, runner: Runner[Any], size: int) -> Runner[Any]:
-    """The paradigm's runner that trains ``size`` members at once in place of ``runner``."""
-    together = paradigm_of(manifest).population_runner(manifest, runner, size)
-    if not isinstance(together, Runner):
-        paradigm = _paradigm(manifest)
-        raise TrainingError(
-            f"the {paradigm.name} paradigm's population_runner ({paradigm.implementation}) made "
-            f"a {type(together).__name__}, not an agile_cli.Runner",
-            f"make it subclass agile_cli.Runner (plugin '{paradigm.plugin}')",
-        )
-    return together
 
 
 def check_memory(

@@ -28,12 +28,13 @@ from agile_bandits.spec import BanditTraining
 from agile_cli import GenerationStats, Runner, TrainingManifest
 from agile_cli.helpers import reset_seed
 from agile_rl import (
+    Alone,
     GroupLearner,
     OffPolicyAlgorithm,
     ReplayBuffer,
     RLParadigm,
     experience,
-    learn_stacked,
+    gradient_step,
     learning_groups,
     write_back,
 )
@@ -50,23 +51,22 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         self.episode_steps = episode_steps
         self.groups: list[list[int]] = []
 
-    def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
-        """Train ``member`` for ``steps`` bandit steps."""
-        return self._train_groups([member], [([0], None)], [self.env], steps, progress)[0]
-
     def train_population(
         self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
     ) -> list[GenerationStats]:
-        """Every member's ``steps`` bandit steps. Members whose networks stack play in
-        lockstep, each on its own copy of the table's environment (reset from its own seeds,
-        as alone), and take their gradient steps together, one update of their group learner;
-        the buffer then holds every member's rows up to this step rather than whole
-        generations of the members before. ``--per-member``, a lone member and environments
-        of one's own (``entrypoint``) train one after the other."""
-        groups = learning_groups(members, "off_policy") if self.together else []
-        if all(learner is None for _, learner in groups) or not isinstance(self.env, BanditEnv):
+        """Every member's ``steps`` bandit steps, in lockstep, each on its own copy of the
+        table's environment (reset from its own seeds, as alone). Members whose networks stack
+        take their gradient steps together, one update of their group learner; the buffer
+        then holds every member's rows up to this step rather than whole generations of the
+        members before. An environment of one's own (``entrypoint``) cannot be copied: the
+        members take turns in it."""
+        if not isinstance(self.env, BanditEnv):
             self.groups = []
-            return super().train_population(members, steps, progress)
+            return [
+                self._train_groups([m], [([0], Alone(m))], [self.env], steps, progress)[0]
+                for m in members
+            ]
+        groups = learning_groups(members, "off_policy", stack=self.stack)
         self.groups = [[members[i].index for i in positions] for positions, _ in groups]
         envs = [copy.copy(self.env) for _ in members]  # the table is shared, not copied
         try:
@@ -77,14 +77,13 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
     def _train_groups(
         self,
         members: list[OffPolicyAlgorithm],
-        groups: list[tuple[list[int], GroupLearner | None]],
+        groups: list[tuple[list[int], GroupLearner | Alone]],
         envs: list[Any],
         steps: int,
         progress: Progress,
     ) -> list[GenerationStats]:
         """``steps`` bandit steps of every member in lockstep, member ``i`` in ``envs[i]``, in
-        episodes of ``episode_steps``; each group (a member alone: ``learner`` None) learns
-        after every step."""
+        episodes of ``episode_steps``; each group learns after every step."""
         stats = [GenerationStats() for _ in members]
         done = 0
         while done < steps:
@@ -98,7 +97,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
     def _lockstep_episode(
         self,
         members: list[OffPolicyAlgorithm],
-        groups: list[tuple[list[int], GroupLearner | None]],
+        groups: list[tuple[list[int], GroupLearner | Alone]],
         envs: list[Any],
         length: int,
         stats: list[GenerationStats],
@@ -119,8 +118,8 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
                 )
                 totals[i] += float(np.sum(rewards))
                 contexts[i] = following
-            for positions, learner in groups:
-                self._learn(members, positions, learner, stats)
+            for positions, actor in groups:
+                self._learn(members, positions, actor, stats)
             for member, stat in zip(members, stats, strict=True):
                 stat.steps += 1
                 member.record.steps += 1
@@ -131,7 +130,7 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         self,
         members: list[OffPolicyAlgorithm],
         positions: list[int],
-        learner: GroupLearner | None,
+        actor: GroupLearner | Alone,
         stats: list[GenerationStats],
     ) -> None:
         """The ``learn_step`` gradient steps of the members at ``positions`` once the buffer
@@ -144,24 +143,25 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
             ]
             if not any(active):
                 break
-            if learner is None:
-                member = chosen[0]
-                batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
-                losses = [member.learn(batch).loss]
-            else:
-                losses = learn_stacked(learner, self.buffer, active)
+            losses = gradient_step(actor, self.buffer, active).tolist()
             for position, loss, on in zip(positions, losses, active, strict=True):
                 if on:
                     stats[position].losses.append(loss)
-        if learner is not None and any(ready):
-            learner.group.write_back()
+        if isinstance(actor, GroupLearner) and any(ready):
+            actor.group.write_back()
 
     def generation_metrics(self) -> dict[str, Any]:
         """The last generation's groups (members by index) when they trained together."""
         return {"groups": self.groups} if self.groups else {}
 
-    def evaluate(self, member: OffPolicyAlgorithm, rounds: int, max_steps: int | None) -> float:
-        """Mean summed reward of ``rounds`` runs of ``max_steps`` greedy steps."""
+    def evaluate_population(
+        self, members: list[OffPolicyAlgorithm], rounds: int, max_steps: int | None
+    ) -> list[float]:
+        """Each member's mean summed reward of ``rounds`` runs of ``max_steps`` greedy
+        steps."""
+        return [self._score(member, rounds, max_steps) for member in members]
+
+    def _score(self, member: OffPolicyAlgorithm, rounds: int, max_steps: int | None) -> float:
         steps = max_steps or self.episode_steps
         totals = []
         for round_ in range(rounds):

@@ -19,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agile_cli import AgentContext, GenerationStats, Member, Paradigm, Runner, TrainingManifest
+from agile_cli import (
+    AgentContext,
+    Build,
+    GenerationStats,
+    Member,
+    Paradigm,
+    Runner,
+    TrainingManifest,
+)
 from agile_llm import together
 from agile_llm.environment import prepare
 from agile_llm.multiturn import EVAL_EPISODES, MultiTurnData
@@ -36,10 +44,6 @@ class LLMRunner(Runner[LLMMember]):
         self.epochs = epochs
         self.eval_rows = eval_rows
         self.last: dict[int, Scores] = {}
-
-    def train(self, member: LLMMember, steps: int, progress: Progress) -> GenerationStats:
-        """Train ``member`` on about ``steps`` prompts, ``batch_size`` at a time."""
-        return self.train_population([member], steps, progress)[0]
 
     def train_population(
         self, members: list[LLMMember], steps: int, progress: Progress
@@ -106,7 +110,7 @@ class LLMRunner(Runner[LLMMember]):
     def _groups(self, members: list[LLMMember]) -> list[list[int]]:
         """The members' positions in groups that may step and score together (each alone
         with ``--per-member``)."""
-        if not self.together:
+        if not self.stack:
             return [[i] for i in range(len(members))]
         return together.compatible(members)
 
@@ -131,13 +135,6 @@ class LLMRunner(Runner[LLMMember]):
                 self.last[members[i].index] = scores
         return [self.last[member.index].fitness for member in members]
 
-    def evaluate(self, member: LLMMember, rounds: int, max_steps: int | None) -> float:
-        """The member's score on the held-out rows (``rounds`` and ``max_steps`` are RL's)."""
-        rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
-        scores = member.score(rows, self.env)
-        self.last[member.index] = scores
-        return scores.fitness
-
     def details(self, member: LLMMember) -> list[str]:
         """The held-out metrics of the last evaluation and a few of its outputs."""
         scores = self.last.get(member.index)
@@ -156,8 +153,8 @@ class LanguageModels(Paradigm):
     """Fine-tune LoRA adapters of one frozen language model on prompts: the environment is the
     prompts (or multi-turn episodes), and the population is built together, over one base."""
 
-    def environment(self, manifest: TrainingManifest, env: Any) -> Any:
-        return prepare(env, manifest)
+    def environment(self, manifest: TrainingManifest, build: Build, members: int) -> Any:
+        return prepare(build(), manifest)
 
     def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> LLMRunner:
         return llm_runner(manifest, env)

@@ -11,15 +11,13 @@ import torch
 
 from agile_cli import GenerationStats, TrainingError, TrainingManifest
 from agile_rl import (
-    EpisodeRunner,
-    GroupLearner,
     OffPolicyAlgorithm,
+    PopulationRunner,
     ReplayBuffer,
-    RLParadigm,
+    SideBySide,
+    Slot,
     experience,
-    learn_stacked,
-    learning_groups,
-    write_back,
+    gradient_step,
 )
 
 Progress = Callable[[int], None]
@@ -28,8 +26,9 @@ CHUNK = 10_000  # transitions copied into the buffer at a time
 PROGRESS_EVERY = 100  # gradient steps between progress reports
 
 
-class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
-    """Fills the shared buffer from the environment's dataset once, then learns from it.
+class OfflineRunner(PopulationRunner):
+    """Fills the shared buffer from the environment's dataset once, then learns from it;
+    members are scored as every RL population is, side by side in the environment.
 
     The environment carries the dataset as ``env.load_dataset()``, which returns numpy arrays
     ``obs``, ``actions``, ``rewards``, ``next_obs`` and ``terminated`` of equal length (the
@@ -37,14 +36,11 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
     again whenever it is empty (a resumed run restores it from the checkpoint instead).
     """
 
+    family = "off_policy"
+
     def __init__(self, env: Any, buffer: ReplayBuffer) -> None:
         super().__init__(env)
         self.buffer = buffer
-        self.groups: list[list[int]] = []
-
-    def generation_metrics(self) -> dict[str, Any]:
-        """The last generation's groups (members by index) when they learnt together."""
-        return {"groups": self.groups} if self.groups else {}
 
     def fill(self) -> int:
         """Copy the dataset into the buffer; returns the transitions kept."""
@@ -70,42 +66,27 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
             )  # fmt: skip
         return total - start
 
-    def train(self, member: OffPolicyAlgorithm, steps: int, progress: Progress) -> GenerationStats:
-        """``steps`` gradient steps for ``member``, each counted as one step."""
-        return self._train_groups([member], [([0], None)], steps, progress)[0]
-
-    def train_population(
-        self, members: list[OffPolicyAlgorithm], steps: int, progress: Progress
-    ) -> list[GenerationStats]:
-        """``steps`` gradient steps for every member. Members whose networks stack take each
-        step together, as one update of their group learner on a batch of each one's own;
-        the others, and every member under ``--per-member``, one after the other."""
-        groups = learning_groups(members, "off_policy") if self.together else []
-        if all(learner is None for _, learner in groups):
-            self.groups = []
-            return super().train_population(members, steps, progress)
-        self.groups = [[members[i].index for i in positions] for positions, _ in groups]
-        try:
-            return self._train_groups(members, groups, steps, progress)
-        finally:
-            write_back(groups)
-
-    def _train_groups(
+    def _generation(
         self,
         members: list[OffPolicyAlgorithm],
-        groups: list[tuple[list[int], GroupLearner | None]],
+        slots: list[Slot],
         steps: int,
         progress: Progress,
     ) -> list[GenerationStats]:
-        """``steps`` gradient steps of every group (a member alone: ``learner`` None), filling
-        the buffer first if it is empty; progress every :data:`PROGRESS_EVERY` steps."""
+        """``steps`` gradient steps of every member, each counted as one step, a group's
+        members taking theirs together on a batch of each one's own; the buffer is filled
+        first if it is empty; progress every :data:`PROGRESS_EVERY` steps."""
         if len(self.buffer) == 0:
             self.fill()
         stats = [GenerationStats() for _ in members]
         pending = 0
         for _ in range(steps):
-            for positions, learner in groups:
-                self._step_group(members, positions, learner, stats)
+            for slot in slots:
+                losses = gradient_step(slot.actor, self.buffer, [True] * len(slot.positions))
+                for position, loss in zip(slot.positions, losses.tolist(), strict=True):
+                    stats[position].losses.append(loss)
+                    stats[position].steps += 1
+                    members[position].record.steps += 1
             pending += 1
             if pending == PROGRESS_EVERY:
                 progress(len(members) * pending)
@@ -114,29 +95,10 @@ class OfflineRunner(EpisodeRunner[OffPolicyAlgorithm]):
             progress(len(members) * pending)
         return stats
 
-    def _step_group(
-        self,
-        members: list[OffPolicyAlgorithm],
-        positions: list[int],
-        learner: GroupLearner | None,
-        stats: list[GenerationStats],
-    ) -> None:
-        """One gradient step for the members at ``positions``: together through ``learner``,
-        or a member alone (``learner`` None) on a batch of its own."""
-        if learner is None:
-            member = members[positions[0]]
-            batch = self.buffer.sample(int(member.spec.batch_size), member.generator)
-            losses = [member.learn(batch).loss]
-        else:
-            losses = learn_stacked(learner, self.buffer, [True] * len(positions))
-        for position, loss in zip(positions, losses, strict=True):
-            stats[position].losses.append(loss)
-            stats[position].steps += 1
-            members[position].record.steps += 1
 
-
-class Offline(RLParadigm):
-    """Learn from a fixed dataset copied into a replay buffer, without acting."""
+class Offline(SideBySide):
+    """Learn from a fixed dataset copied into a replay buffer, without acting; the members
+    are scored side by side."""
 
     def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
         """The buffer the dataset is copied into."""

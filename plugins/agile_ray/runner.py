@@ -106,9 +106,6 @@ class RayRunner(Runner[Member], Holder):
         self.fitnesses: list[float] = []
         self.metrics: dict[str, Any] = {}
 
-    def train(self, member: Member, steps: int, progress: Progress) -> GenerationStats:
-        raise NotImplementedError("a RayRunner trains whole populations (train_population)")
-
     def train_population(
         self, members: list[Member], steps: int, progress: Progress
     ) -> list[GenerationStats]:

@@ -1,6 +1,7 @@
 """agile's reinforcement-learning library: the algorithm base classes, evolvable and stacked
-networks, replay buffers and rollouts, the runners that train a population batched or one member
-at a time, and the RL paradigms (off-policy, on-policy and their multi-agent teams).
+networks, replay buffers and rollouts, the runners that train a population side by side (members
+that stack as one computation), and the RL paradigms (off-policy, on-policy and their
+multi-agent teams).
 
 It is a first-party plugin of agile (registered through the ``agile`` entry point group like
 any other) and the public API that RL algorithm plugins build on, first- and third-party:
@@ -93,14 +94,18 @@ _LAZY = {
     "gym_env_factory": "agile_rl.runtime.gym_vector:gym_env_factory",
     "gym_vector_env": "agile_rl.runtime.gym_vector:gym_vector_env",
     "OffPolicyRunner": "agile_rl.training.runners:OffPolicyRunner",
-    "learning_groups": "agile_rl.training.batched:learning_groups",
-    "learn_stacked": "agile_rl.training.batched:learn_stacked",
-    "write_back": "agile_rl.training.batched:write_back",
-    "OnPolicyRunner": "agile_rl.training.runners:OnPolicyRunner",
+    "learning_groups": "agile_rl.training.groups:learning_groups",
+    "learn_stacked": "agile_rl.training.groups:learn_stacked",
+    "gradient_step": "agile_rl.training.groups:gradient_step",
+    "write_back": "agile_rl.training.groups:write_back",
+    "OnPolicyRunner": "agile_rl.training.on_policy:OnPolicyRunner",
     "MultiAgentOffPolicyRunner": "agile_rl.training.runners:MultiAgentOffPolicyRunner",
     "MultiAgentOnPolicyRunner": "agile_rl.training.multi_agent_on_policy:MultiAgentOnPolicyRunner",
-    "EpisodeRunner": "agile_rl.training.runners:EpisodeRunner",
+    "PopulationRunner": "agile_rl.training.runners:PopulationRunner",
     "RLParadigm": "agile_rl.paradigms:RLParadigm",
+    "SideBySide": "agile_rl.paradigms:SideBySide",
+    "Alone": "agile_rl.training.groups:Alone",
+    "Slot": "agile_rl.training.groups:Slot",
     "learned_loss": "agile_rl.training.runners:learned_loss",
     "member_needs": "agile_rl.training.budget:needs",
 }
@@ -112,7 +117,7 @@ if TYPE_CHECKING:
     from agile_rl.nn.sampling import gumbel_argmax
     from agile_rl.nn.sampling import standard_normal as normal_draws
     from agile_rl.nn.sampling import uniform as uniform_draws
-    from agile_rl.paradigms import RLParadigm
+    from agile_rl.paradigms import RLParadigm, SideBySide
     from agile_rl.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm, OnPolicyAlgorithm
     from agile_rl.runtime.algorithms.actions import BoxActionScaler, box_action_space
     from agile_rl.runtime.algorithms.centralised import (
@@ -166,19 +171,27 @@ if TYPE_CHECKING:
         compute_gae,
     )
     from agile_rl.runtime.stacked import flat_rows, stacked_observations
-    from agile_rl.training.batched import learn_stacked, learning_groups, write_back
     from agile_rl.training.budget import needs as member_needs
+    from agile_rl.training.groups import (
+        Alone,
+        Slot,
+        gradient_step,
+        learn_stacked,
+        learning_groups,
+        write_back,
+    )
     from agile_rl.training.multi_agent_on_policy import MultiAgentOnPolicyRunner, TeamRollout
+    from agile_rl.training.on_policy import OnPolicyRunner
     from agile_rl.training.runners import (
-        EpisodeRunner,
         MultiAgentOffPolicyRunner,
         OffPolicyRunner,
-        OnPolicyRunner,
+        PopulationRunner,
         learned_loss,
     )
 
 __all__ = [
     "Algorithm",
+    "Alone",
     "BoxActionScaler",
     "CentralisedActorCritic",
     "CentralisedActorCriticGroup",
@@ -188,7 +201,6 @@ __all__ = [
     "DeterministicActorCritic",
     "DeterministicActorCriticGroup",
     "DeterministicActorCriticSpec",
-    "EpisodeRunner",
     "EvolvableNetwork",
     "ExplorationNoiseSpec",
     "ExportedPolicy",
@@ -214,6 +226,7 @@ __all__ = [
     "OnPolicyGroupLearner",
     "OnPolicyRunner",
     "PolicyRecord",
+    "PopulationRunner",
     "PrioritizedReplayBuffer",
     "QLearning",
     "QLearningGroup",
@@ -223,6 +236,8 @@ __all__ = [
     "Rollout",
     "RolloutBatch",
     "SequenceBatch",
+    "SideBySide",
+    "Slot",
     "TeamOnPolicyGroupLearner",
     "TeamPolicy",
     "TeamRollout",
@@ -233,6 +248,7 @@ __all__ = [
     "compute_gae",
     "experience",
     "flat_rows",
+    "gradient_step",
     "greedy_action",
     "gumbel_argmax",
     "gym_env_factory",

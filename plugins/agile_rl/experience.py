@@ -1,4 +1,5 @@
-"""Building blocks for paradigm plugins: the shared replay buffers and the team environment.
+"""Building blocks for paradigm plugins: the population's environment, the shared replay
+buffers and the team environment.
 
 A paradigm's ``buffer`` and ``environment`` factories (see ``agile_register_paradigms``) may
 call these instead of writing their own; they read only the manifest's public sections.
@@ -6,12 +7,13 @@ call these instead of writing their own; they read only the manifest's public se
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     import torch
 
-    from agile_cli import TrainingManifest
+    from agile_cli import Build, TrainingManifest
     from agile_cli.sections import ReplayBufferSpec
     from agile_rl.runtime.buffers import ReplayBuffer
     from agile_rl.runtime.team_env import TeamEnv
@@ -70,3 +72,25 @@ def team_environment(env: Any, *, sum_scores: bool) -> TeamEnv:
     from agile_rl.runtime.team_env import TeamEnv
 
     return TeamEnv(env, sum_scores)
+
+
+def population_environment(build: Build, members: int) -> Any:
+    """The environment in which ``members`` members each step their own sub-environments:
+    one vector environment of ``members`` times the section's ``num_envs``, member ``i``
+    owning the ``i``-th block of rows. Subprocess environments run in this process instead
+    once there would be more than twice as many as CPU cores (the processes would only
+    compete for them). A builder whose section has no ``num_envs`` is built once per member,
+    the copies stepped side by side as one (:class:`~agile_rl.runtime.side_by_side.
+    SideBySideEnv`)."""
+    fields = type(build.spec).model_fields
+    if members == 1:
+        return build()
+    if "num_envs" not in fields:
+        from agile_rl.runtime.side_by_side import SideBySideEnv
+
+        return SideBySideEnv([build() for _ in range(members)])
+    count = int(build.spec.num_envs) * members  # type: ignore[attr-defined]
+    changes: dict[str, Any] = {"num_envs": count}
+    if "sync" in fields and count > 2 * (os.cpu_count() or 1):
+        changes["sync"] = True
+    return build(**changes)

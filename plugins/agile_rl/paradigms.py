@@ -7,17 +7,25 @@ from typing import Any, cast
 
 import torch
 
-from agile_cli import AgentContext, Member, Need, Paradigm, Runner, TrainingError, TrainingManifest
+from agile_cli import (
+    AgentContext,
+    Build,
+    Member,
+    Need,
+    Paradigm,
+    TrainingError,
+    TrainingManifest,
+)
 from agile_cli.helpers import member_spaces
 from agile_rl import experience
 from agile_rl.nn.arch import NetworkArch, arch_from_spec
 from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
 from agile_rl.spec import OffPolicyTraining, TeamTraining
-from agile_rl.training import batched, budget
-from agile_rl.training.batched_on_policy import batched_runner
+from agile_rl.training import budget
 from agile_rl.training.multi_agent_on_policy import MultiAgentOnPolicyRunner
-from agile_rl.training.runners import MultiAgentOffPolicyRunner, OffPolicyRunner, OnPolicyRunner
+from agile_rl.training.on_policy import OnPolicyRunner
+from agile_rl.training.runners import MultiAgentOffPolicyRunner, OffPolicyRunner
 
 
 class RLParadigm(Paradigm):
@@ -109,20 +117,16 @@ def _observed(manifest: TrainingManifest, env: Any) -> list[Any]:
     return [spaces["observation_space"]]
 
 
-class Batched(RLParadigm):
-    """A paradigm whose members train batched where their algorithm has a group learner
-    (:func:`agile_rl.training.batched.applies`)."""
+class SideBySide(RLParadigm):
+    """A paradigm whose members step side by side, each in its own sub-environments of one
+    environment built for the population (:func:`~agile_rl.experience.
+    population_environment`)."""
 
-    def trains_together(self, manifest: TrainingManifest, cls: type[Member]) -> bool:
-        return batched.applies(manifest, cls)
-
-    def population_runner(
-        self, manifest: TrainingManifest, runner: Runner[Any], size: int
-    ) -> Runner[Any]:
-        return batched_runner(runner, size)
+    def environment(self, manifest: TrainingManifest, build: Build, members: int) -> Any:
+        return experience.population_environment(build, members)
 
 
-class OffPolicy(Batched):
+class OffPolicy(SideBySide):
     """Act, store transitions in the replay buffer the population shares, learn from batches
     of it (through an n-step accumulator when the buffer holds n-step returns)."""
 
@@ -139,24 +143,25 @@ class OffPolicy(Batched):
         return OffPolicyRunner(env, buffer, learning_delay=delay, n_step=n_step)
 
 
-class OnPolicy(Batched):
+class OnPolicy(SideBySide):
     """Collect a rollout of ``learn_step`` steps, learn from it, repeat."""
 
     def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> OnPolicyRunner:
         return OnPolicyRunner(env)
 
 
-class Team(RLParadigm):
+class Team(SideBySide):
     """What both multi-agent paradigms share: the agents' parallel environment as one team."""
 
-    def environment(self, manifest: TrainingManifest, env: Any) -> Any:
+    def environment(self, manifest: TrainingManifest, build: Build, members: int) -> Any:
         training = cast(TeamTraining, manifest.training)
+        env = super().environment(manifest, build, members)
         return experience.team_environment(env, sum_scores=training.sum_scores)
 
 
-class TeamOffPolicy(Team, Batched):
+class TeamOffPolicy(Team):
     """A team acts; every agent's transitions go to the replay buffer the population shares.
-    Teams whose networks stack act and learn batched, as single agents do."""
+    Teams whose networks stack act and learn as one computation, as single agents do."""
 
     def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> ReplayBuffer:
         gamma = experience.discount(manifest)
@@ -169,9 +174,9 @@ class TeamOffPolicy(Team, Batched):
         return MultiAgentOffPolicyRunner(env, buffer, learning_delay=delay)
 
 
-class TeamOnPolicy(Team, Batched):
+class TeamOnPolicy(Team):
     """A team collects a rollout per agent and learns from it; teams whose networks stack act
-    and learn batched."""
+    and learn as one computation."""
 
     def runner(self, manifest: TrainingManifest, env: Any, buffer: Any) -> MultiAgentOnPolicyRunner:
         return MultiAgentOnPolicyRunner(env)

@@ -102,7 +102,14 @@ class RegressionRunner(Runner[Fitter]):
         self.line = line
         self.samples_per_step = samples_per_step
 
-    def train(self, member: Fitter, steps: int, progress: Callable[[int], None]) -> GenerationStats:
+    def train_population(
+        self, members: list[Fitter], steps: int, progress: Callable[[int], None]
+    ) -> list[GenerationStats]:
+        return [self._train(member, steps, progress) for member in members]
+
+    def _train(
+        self, member: Fitter, steps: int, progress: Callable[[int], None]
+    ) -> GenerationStats:
         stats = GenerationStats()
         for _ in range(steps):
             stats.losses.append(member.learn(self.line.sample(self.samples_per_step)).loss)
@@ -111,9 +118,11 @@ class RegressionRunner(Runner[Fitter]):
             progress(1)
         return stats
 
-    def evaluate(self, member: Fitter, rounds: int, max_steps: int | None) -> float:
+    def evaluate_population(
+        self, members: list[Fitter], rounds: int, max_steps: int | None
+    ) -> list[float]:
         x = self.line.sample(64 * rounds)
-        return -float(np.mean((member.act(x, explore=False) - SLOPE * x) ** 2))
+        return [-float(np.mean((m.act(x, explore=False) - SLOPE * x) ** 2)) for m in members]
 
 
 class Regression(RLParadigm):

@@ -77,7 +77,8 @@ class DeterministicActorCriticSpec(ExplorationNoiseSpec):
         "reads the actor's current encoder output, without gradient (only the actor's loss "
         "trains the encoder); each target critic reads the target actor's encoder, which "
         "follows the soft update. Nothing is copied, so the tie holds at every step, through "
-        "architecture mutations and checkpoints. Members then train one by one, not batched. "
+        "architecture mutations and checkpoints. Members then step side by side as groups of "
+        "one, each computing alone. "
         "False: actor and critics each have their own encoder.",
     )
     starter_environment: ClassVar[str | None] = "Pendulum-v1"  # Box actions only

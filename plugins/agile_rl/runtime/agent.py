@@ -67,8 +67,8 @@ class Algorithm(MemberBasics, abc.ABC):
 
     supports_activation_mutation: ClassVar[bool] = True
     group_learner: ClassVar[type[GroupLearner] | None] = None
-    """Acts and learns for a group of members of this class at once (a batched population);
-    None: members train one by one."""
+    """Acts and learns for a group of members of this class at once (a lone member is a group
+    of one); None: each member acts and learns through its own methods."""
     policy_network: str | None = None
     """The name of the network that acts, whose weights parameter mutation perturbs. Set it on
     the class, or in :meth:`build` when it depends on the spec; None (plugins written before it

@@ -411,7 +411,7 @@ def group_members(members: Sequence[Algorithm]) -> list[list[int]]:
 
 
 #: Methods a group learner redoes for the members: a subclass that overrides one of them
-#: trains one by one unless it names a group learner of its own.
+#: acts and learns through its own methods unless it names a group learner of its own.
 GROUP_METHODS = frozenset({"build", "act", "learn", "policy_step"})
 
 

@@ -91,7 +91,7 @@ def _rollout(manifest: TrainingManifest, env: Any, members: int) -> Need | None:
     each = "" if members == 1 else " each"
     return Need(
         "algorithm.learn_step", what, f"{steps:,} environment steps of {row:,} B{each}",
-        members * steps * row, True, "lower algorithm.learn_step, or train with --per-member",
+        members * steps * row, True, "lower algorithm.learn_step or training.pop_size",
     )  # fmt: skip
 
 

@@ -1,7 +1,9 @@
-"""One generation of on-policy training for a team (the multi-agent on-policy family).
+"""One generation of on-policy training for a population of teams (the multi-agent on-policy
+family).
 
-The runner steps a :class:`~agile_rl.runtime.team_env.TeamEnv` as :class:`OnPolicyRunner` steps a
-single-agent vector env, and hands the member a :class:`TeamRollout` after each rollout.
+The runner steps a :class:`~agile_rl.runtime.team_env.TeamEnv` as
+:class:`~agile_rl.OnPolicyRunner` steps a single-agent one, each team on its own rows, and hands
+a team a :class:`TeamRollout` after each of its rollouts.
 
 **Rollout layout.** A :class:`TeamRollout` holds one :class:`~agile_rl.runtime.rollout.Rollout` per
 entry of the member's ``groups`` (agents whose rows one network batch serves). With ``N``
@@ -31,14 +33,12 @@ import torch
 from agile_rl.runtime.multi_agent import MultiAgentOnPolicyAlgorithm
 from agile_rl.runtime.on_policy_group import TeamOnPolicyGroupLearner
 from agile_rl.runtime.rollout import PolicyRecord, Rollout, RolloutBatch
-from agile_rl.training.batched import BatchedRunner, _Slot, _take
+from agile_rl.training.groups import Slot, take_rows
 from agile_rl.training.runners import (
-    EpisodeRunner,
-    EpisodeTracker,
     GenerationStats,
+    PopulationRunner,
     Progress,
     learned_loss,
-    reset_seed,
     rollout_lengths,
 )
 
@@ -121,67 +121,22 @@ def _rows(per_agent: Mapping[str, np.ndarray], agents: list[str]) -> np.ndarray:
     return np.concatenate([per_agent[agent] for agent in agents])
 
 
-class MultiAgentOnPolicyRunner(EpisodeRunner[MultiAgentOnPolicyAlgorithm]):
-    """Collects team rollouts of ``learn_step`` environment steps and learns after each.
-
-    Episode returns are the team's (the agents' rewards summed, or averaged without
-    ``training.sum_scores``), as evaluation scores them.
+class MultiAgentOnPolicyRunner(PopulationRunner):
+    """Trains an on-policy population of teams in its population environment: every team
+    steps its own rows in lockstep and collects its own team rollouts on its own schedule;
+    the teams of a group act with one batched policy step and those whose rollouts end at a
+    step learn together (:class:`~agile_rl.TeamOnPolicyGroupLearner`). Episode returns are
+    the team's (the agents' rewards summed, or averaged without ``training.sum_scores``), as
+    evaluation scores them. A team of a class without such a group learner acts and learns
+    through its own ``policy_step`` and ``learn``.
     """
 
-    def __init__(self, env: Any) -> None:
-        super().__init__(env)
-        self.num_envs = env.num_envs
-
-    def train(
-        self, member: MultiAgentOnPolicyAlgorithm, steps: int, progress: Progress
-    ) -> GenerationStats:
-        stats = GenerationStats()
-        tracker = EpisodeTracker(self.num_envs)
-        agents = _AgentTracker(member.groups, self.num_envs)
-        total = max(1, math.ceil(steps / self.num_envs))  # vector steps this generation
-        obs, _ = self.env.reset(seed=reset_seed([member], "train"))
-        member.reset_state()
-        for length in rollout_lengths(total, int(member.spec.learn_step), self.num_envs):
-            rollout = TeamRollout(member.groups)
-            for _ in range(length):
-                obs_tensor = member.obs_tensor(obs)
-                actions, records = member.policy_step(obs_tensor)
-                obs, rewards, terminated, truncated, infos = self.env.step(actions)
-                valid, finished = tracker.step(rewards, terminated, truncated)
-                if not valid.all():  # those steps only reset: obs starts new episodes
-                    member.reset_state(~valid)
-                # A team's observations and records are keyed by group.
-                team_obs = cast("Mapping[str, Observation]", obs_tensor)
-                team_records = cast("Mapping[str, PolicyRecord]", records)
-                rollout.add(team_obs, team_records, agents.step(infos, valid))
-                stats.add_episodes(finished, progress)
-                stats.steps += self.num_envs
-                member.record.steps += self.num_envs
-                progress(self.num_envs)
-            stats.losses.append(learned_loss(member.learn(rollout, member.obs_tensor(obs))))
-        return stats
-
-
-class BatchedTeamOnPolicyRunner(BatchedRunner):
-    """Trains a whole on-policy population of teams in its population environment: every
-    team steps its own rows in lockstep and collects its own team rollouts on its own
-    schedule, as :class:`MultiAgentOnPolicyRunner` would in its own vector environment; the
-    teams of a group act with one batched policy step and those whose rollouts end at a step
-    learn together (:class:`~agile_rl.TeamOnPolicyGroupLearner`). A team that stacks with no
-    other acts and learns through its own ``policy_step`` and ``learn``.
-
-    :param inner: the paradigm's multi-agent on-policy runner, built on the population
-        environment.
-    :param members: the population size.
-    """
-
-    runner_type = MultiAgentOnPolicyRunner
     family = "team_on_policy"
 
     def _generation(
         self,
         members: list[MultiAgentOnPolicyAlgorithm],
-        slots: list[_Slot],
+        slots: list[Slot],
         steps: int,
         progress: Progress,
     ) -> list[GenerationStats]:
@@ -193,7 +148,7 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
         obs, stats, tracker = self._start(members)
         for _ in range(total):
             own = [
-                _team_obs(m, _take(obs, own_rows))
+                _team_obs(m, take_rows(obs, own_rows))
                 for m, own_rows in zip(members, rows, strict=True)
             ]
             actions, records = self._policy_steps(members, slots, own)
@@ -212,7 +167,7 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
         return stats
 
     def _policy_steps(
-        self, members: list[MultiAgentOnPolicyAlgorithm], slots: list[_Slot], own: list[Any]
+        self, members: list[MultiAgentOnPolicyAlgorithm], slots: list[Slot], own: list[Any]
     ) -> tuple[dict[str, np.ndarray], list[Any]]:
         """Every slot's policy step on its members' observations: one batched step per
         group; the actions of every population row, and each member's records by group."""
@@ -235,7 +190,7 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
     def _learn(
         self,
         members: list[MultiAgentOnPolicyAlgorithm],
-        slot: _Slot,
+        slot: Slot,
         rollouts: list[TeamRollout],
         lengths: list[list[int]],
         stats: list[GenerationStats],
@@ -252,7 +207,7 @@ class BatchedTeamOnPolicyRunner(BatchedRunner):
         for position, on in zip(slot.positions, complete, strict=True):
             member = members[position]
             taken.append(rollouts[position] if on else None)
-            last.append(_team_obs(member, _take(obs, rows[position])) if on else None)
+            last.append(_team_obs(member, take_rows(obs, rows[position])) if on else None)
             if on:
                 rollouts[position] = TeamRollout(member.groups)
                 lengths[position].pop(0)

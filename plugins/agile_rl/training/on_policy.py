@@ -1,15 +1,14 @@
-"""A batched on-policy population: every member steps its own rows of the population
-environment in lockstep, and members whose networks stack act and learn as one computation.
+"""An on-policy population: every member steps its own rows of the population environment in
+lockstep, and members whose networks stack act and learn as one computation.
 
-Each member collects its own rollouts on its own schedule, exactly as
-:meth:`~agile_rl.training.runners.OnPolicyRunner.train` would in its own vector environment:
-rollouts of :func:`~agile_rl.training.runners.rollout_lengths` vector steps for its
-``learn_step``, episode bookkeeping per row, hidden state reset where episodes start. At every
-vector step each group acts with one batched policy step
+Each member collects its own rollouts on its own schedule, as it would in its own vector
+environment: rollouts of :func:`~agile_rl.training.runners.rollout_lengths` vector steps for
+its ``learn_step``, episode bookkeeping per row, hidden state reset where episodes start. At
+every vector step each group acts with one batched policy step
 (:class:`~agile_rl.OnPolicyGroupLearner`); the members of a group whose rollouts end at that
-step learn together in one batched update, and the others keep collecting. A member that
-stacks with no other (a recurrent policy, a class without a group learner) acts and learns
-through its own ``policy_step`` and ``learn``.
+step learn together in one batched update, and the others keep collecting. A member of a
+class without an on-policy group learner acts and learns through its own ``policy_step`` and
+``learn``.
 """
 
 from __future__ import annotations
@@ -28,16 +27,11 @@ from agile_rl.runtime.on_policy_group import (
     member_records,
 )
 from agile_rl.runtime.rollout import PolicyRecord, Rollout
-from agile_rl.training.batched import BatchedOffPolicyRunner, BatchedRunner, _Slot, _take
-from agile_rl.training.multi_agent_on_policy import (
-    BatchedTeamOnPolicyRunner,
-    MultiAgentOnPolicyRunner,
-)
+from agile_rl.training.groups import Slot, take_rows
 from agile_rl.training.runners import (
     GenerationStats,
-    OnPolicyRunner,
+    PopulationRunner,
     Progress,
-    Runner,
     learned_loss,
     rollout_lengths,
 )
@@ -71,14 +65,9 @@ class _Step:
     actions: np.ndarray
 
 
-class BatchedOnPolicyRunner(BatchedRunner):
-    """Trains a whole on-policy population in its population environment (see the module).
+class OnPolicyRunner(PopulationRunner):
+    """Trains an on-policy population in its population environment (see the module)."""
 
-    :param inner: the paradigm's on-policy runner, built on the population environment.
-    :param members: the population size.
-    """
-
-    runner_type = OnPolicyRunner
     family = "on_policy"
 
     # -- training ------------------------------------------------------------------------------
@@ -86,7 +75,7 @@ class BatchedOnPolicyRunner(BatchedRunner):
     def _generation(
         self,
         members: list[OnPolicyAlgorithm],
-        slots: list[_Slot],
+        slots: list[Slot],
         steps: int,
         progress: Progress,
     ) -> list[GenerationStats]:
@@ -114,15 +103,13 @@ class BatchedOnPolicyRunner(BatchedRunner):
                 self._learn(members, slot, collecting, stats, obs)
         return stats
 
-    def _policy_steps(
-        self, members: list[OnPolicyAlgorithm], slots: list[_Slot], obs: Any
-    ) -> _Step:
+    def _policy_steps(self, members: list[OnPolicyAlgorithm], slots: list[Slot], obs: Any) -> _Step:
         """Every slot's policy step on its rows: one batched step per group."""
         observations: list[Any] = [None] * len(members)
         records: list[Any] = [None] * len(members)
         parts = []
         for slot in slots:
-            obs_tensor = members[slot.positions[0]].obs_tensor(_take(obs, slot.rows))
+            obs_tensor = members[slot.positions[0]].obs_tensor(take_rows(obs, slot.rows))
             if isinstance(slot.actor, OnPolicyGroupLearner):
                 actions, record = slot.actor.policy_step(obs_tensor)
                 own = zip(member_observations(obs_tensor, len(slot.positions)),
@@ -138,7 +125,7 @@ class BatchedOnPolicyRunner(BatchedRunner):
     def _learn(
         self,
         members: list[OnPolicyAlgorithm],
-        slot: _Slot,
+        slot: Slot,
         collecting: list[_Collecting],
         stats: list[GenerationStats],
         obs: Any,
@@ -149,7 +136,7 @@ class BatchedOnPolicyRunner(BatchedRunner):
         if not any(complete):
             return
         first = members[slot.positions[0]]
-        last_obs = first.obs_tensor(_take(obs, slot.rows))
+        last_obs = first.obs_tensor(take_rows(obs, slot.rows))
         if isinstance(slot.actor, OnPolicyGroupLearner):
             rollouts = [
                 collecting[p].take() if on else None
@@ -162,14 +149,3 @@ class BatchedOnPolicyRunner(BatchedRunner):
         else:
             result = first.learn(collecting[slot.positions[0]].take(), last_obs)
             stats[slot.positions[0]].losses.append(learned_loss(result))
-
-
-def batched_runner(runner: Runner[Any], size: int) -> BatchedRunner:
-    """The batched runner that replaces a paradigm's ``runner`` for ``size`` members: the
-    on-policy one for the RL library's on-policy runner, the teams' for its multi-agent
-    on-policy runner, else the off-policy one."""
-    if isinstance(runner, MultiAgentOnPolicyRunner):
-        return BatchedTeamOnPolicyRunner(runner, size)
-    if isinstance(runner, OnPolicyRunner):
-        return BatchedOnPolicyRunner(runner, size)
-    return BatchedOffPolicyRunner(runner, size)
