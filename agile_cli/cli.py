@@ -23,7 +23,14 @@ from agile_cli.errors import (
     TrainingError,
     printable,
 )
-from agile_cli.host.plugins import LoadingControls, PluginHost, build_host
+from agile_cli.host.plugins import (
+    TABLES,
+    LoadingControls,
+    PluginHost,
+    PluginInfo,
+    build_host,
+    warning,
+)
 
 CORE_COMMANDS = (
     "validate", "plugins", "schema", "train", "evaluate", "export", "init", "report", "diff",
@@ -99,9 +106,11 @@ _INTERRUPTED_LOADING = "interrupted while plugins were loading; nothing was writ
 def loaded_host(ctx: click.Context) -> PluginHost:
     """The plugin host of this invocation, built on first use (tests pass one as ``obj``).
 
-    It is returned even when strict loading refuses it: help and ``agile plugins`` use it.
-    Broken plugins are warned about here, once, unless loading is strict (the strict error,
-    or ``--help``, lists them instead).
+    It is lazy: what plugins name by reference (their specs) loads when a command first asks
+    for it, and their commands when commands are listed or one of them is run
+    (:func:`loaded_parts` loads the rest). It is returned even when strict loading refuses it:
+    help and ``agile plugins`` use it. Broken plugins are warned about here, once, unless
+    loading is strict (the strict error, or ``--help``, lists them instead).
     """
     root = ctx.find_root()
     if isinstance(root.obj, PluginHost):
@@ -111,12 +120,26 @@ def loaded_host(ctx: click.Context) -> PluginHost:
         disabled = root.params.get("disable_plugin") or ()
         controls = LoadingControls.from_environment(disabled=disabled)
         try:
-            host = build_host(reserved_commands=CORE_COMMANDS, controls=controls)
+            host = build_host(reserved_commands=CORE_COMMANDS, controls=controls, lazy=True)
         except KeyboardInterrupt:
             raise KeyboardInterrupt(_INTERRUPTED_LOADING) from None
         root.meta["agile.host"] = host
         if not host.strict:
-            _warn(host)
+            _warn(host.failed)
+    return host
+
+
+def loaded_parts(ctx: click.Context, tables: tuple[str, ...] = TABLES) -> PluginHost:
+    """The plugin host, with everything plugins registered in ``tables`` loaded (default: all
+    of it, for ``agile plugins`` and ``agile schema``); a plugin found broken now is warned
+    about, as at start-up, and dropped."""
+    host = loaded_host(ctx)
+    try:
+        failed = host.load(tables)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_INTERRUPTED_LOADING) from None
+    if not host.strict:
+        _warn(failed)
     return host
 
 
@@ -134,18 +157,18 @@ def plugin_host(ctx: click.Context) -> PluginHost:
     return host
 
 
-def _warn(host: PluginHost) -> None:
-    for warning in host.warnings:
-        click.echo(f"warning: {printable(warning, keep_newlines=True)}", err=True)
+def _warn(failed: list[PluginInfo]) -> None:
+    for info in failed:
+        click.echo(f"warning: {printable(warning(info), keep_newlines=True)}", err=True)
 
 
 class AgileGroup(click.Group):
     """The root group: core commands, then those plugins registered."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        host = loaded_host(ctx)
+        host = loaded_parts(ctx, ("commands",))
         if host.strict:  # help still works under strict loading, and names every failure
-            _warn(host)
+            _warn(host.failed)
         return [*super().list_commands(ctx), *sorted(host.registry.commands)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
@@ -153,10 +176,11 @@ class AgileGroup(click.Group):
         if command is not None and cmd_name == "train":
             from agile_cli.commands.train import with_backend_options
 
-            return with_backend_options(command, loaded_host(ctx).registry)
+            # its options are those of every backend
+            return with_backend_options(command, loaded_parts(ctx, ("backends",)).registry)
         if command is not None:
             return command
-        entry = loaded_host(ctx).registry.commands.get(cmd_name)
+        entry = loaded_parts(ctx, ("commands",)).registry.commands.get(cmd_name)
         return entry.command if entry is not None else None
 
     def resolve_command(
@@ -253,7 +277,7 @@ def plugins(ctx: click.Context, as_json: bool) -> None:
     """
     from agile_cli.commands.plugins import show_plugins
 
-    host = loaded_host(ctx)
+    host = loaded_parts(ctx)  # every spec, so that a broken one shows as a failed row
     show_plugins(host, as_json=as_json)
     host.check()
 
@@ -266,7 +290,8 @@ def schema(ctx: click.Context, algorithm: str | None, indent: int) -> None:
     """Print the JSON Schema of the manifest, for editors and the YAML language server."""
     from agile_cli.schema import manifest_schema
 
-    document = manifest_schema(plugin_host(ctx).registry, algorithm=algorithm)
+    plugin_host(ctx)  # refused under strict loading when a plugin failed
+    document = manifest_schema(loaded_parts(ctx).registry, algorithm=algorithm)
     click.echo(json.dumps(document, indent=indent))
 
 

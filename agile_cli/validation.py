@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 
 from agile_cli.errors import FieldError, ManifestError
+from agile_cli.host.deferred import UnloadableError
 from agile_cli.host.registry import (
     TOURNAMENT,
     AlgorithmAlias,
     AlgorithmEntry,
     ParadigmEntry,
     Registry,
+    usable,
 )
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec, field_errors, suggest
@@ -79,6 +81,10 @@ class _Collector:
 
     def add(self, path: str, message: str, hint: str | None = None) -> None:
         self.errors.append(FieldError(path, message, hint))
+
+    def unloadable(self, path: str, error: UnloadableError) -> None:
+        """A part the manifest needs, of a plugin that cannot load it."""
+        self.add(path, f"plugin '{error.plugin}' failed to load: {error.message}", error.hint)
 
     def section(self, path: str, model: type[M], raw: Any) -> M | None:
         if raw is None:
@@ -199,6 +205,11 @@ def _algorithm_entry(raw: Any, registry: Registry, check: _Collector) -> Algorit
     if missing is not None:
         check.add("algorithm.name", missing, PARADIGM_HINT)
         return None
+    # the specs it needs, imported here the first time when named by reference
+    failure = _failure(lambda: (entry.spec, registry.paradigm(entry.family).training))
+    if failure is not None:
+        check.unloadable("algorithm.name", failure)
+        return None
     if alias is not None:
         _check_alias(alias, raw, check)
     return entry
@@ -265,7 +276,12 @@ def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Co
             hint = f"did you mean '{close}'?" if close else "available: " + ", ".join(able)
             check.add("environment.builder", f"no builder '{name}' for {entry.name}", hint)
         return None
-    spec = check.section("environment", builder.spec, raw)
+    try:
+        builder_spec = builder.spec
+    except UnloadableError as error:
+        check.unloadable("environment" if name is None else "environment.builder", error)
+        return None
+    spec = check.section("environment", builder_spec, raw)
     if spec is not None:
         check.builder = builder.name
         check.warnings.extend(spec.manifest_warnings())
@@ -274,7 +290,8 @@ def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Co
 
 def training_spec_for(entry: AlgorithmEntry | None, registry: Registry) -> type[TrainingSpec]:
     """The spec of the ``training`` section for ``entry``'s manifests (``<name>Training``): the
-    core fields, the algorithm's, its paradigm's and every installed backend's."""
+    core fields, the algorithm's, its paradigm's and every installed backend's (but those of
+    a backend whose plugin cannot load them: :func:`_unloadable_backends`)."""
     parts: list[type[TrainingSpec]] = []
     if entry is not None:
         if entry.spec.training_spec is not None:
@@ -282,9 +299,32 @@ def training_spec_for(entry: AlgorithmEntry | None, registry: Registry) -> type[
         paradigm = registry.paradigms.get(entry.family)  # None: validate reports it missing
         if paradigm is not None:
             parts.append(paradigm.training)
-    parts += [b.training for b in registry.backends.values() if b.training is not None]
+    backends = usable(registry.backends.values(), lambda backend: backend.training)
+    parts += [backend.training for backend in backends if backend.training is not None]
     name = f"{entry.name}Training" if entry is not None else "Training"
     return _combined(name, tuple(parts))
+
+
+def _unloadable_backends(registry: Registry) -> list[UnloadableError]:
+    """Why the ``training`` fields of some backends are not accepted: their plugin cannot load
+    them."""
+    failures = []
+    for backend in registry.backends.values():
+        try:
+            _ = backend.training
+        except UnloadableError as error:
+            failures.append(error)
+    return failures
+
+
+def _failure(load: Callable[[], object]) -> UnloadableError | None:
+    """What ``load()`` raised when a plugin could not load a part it registered; None when it
+    loaded."""
+    try:
+        load()
+    except UnloadableError as error:
+        return error
+    return None
 
 
 @functools.cache
@@ -306,9 +346,16 @@ def _training(
     """The training section, less keys other algorithms read (ignored, with a warning; with
     no known algorithm, silently: its name is the error to fix first)."""
     spec = training_spec_for(entry, registry)
+    for error in _unloadable_backends(registry):
+        check.warnings.append(
+            f"training: plugin '{error.plugin}' failed to load: {error.message}; "
+            "the fields it adds are not accepted"
+        )
     if isinstance(raw, Mapping):
-        elsewhere = _training_keys_elsewhere(registry) - _keys_of(spec)
-        ignored = [key for key in raw if key in elsewhere]
+        unknown = set(raw) - _keys_of(spec)
+        # only then are the other algorithms' specs worth importing
+        elsewhere = _training_keys_elsewhere(registry) if unknown else set()
+        ignored = [key for key in raw if key in unknown & elsewhere]
         if entry is not None:
             for key in ignored:
                 check.warnings.append(f"training.{key}: ignored, {entry.name} does not read it")
@@ -326,8 +373,12 @@ def _keys_of(spec: type[BaseModel]) -> set[str]:
 
 
 def _training_keys_elsewhere(registry: Registry) -> set[str]:
-    specs = [p.training for p in registry.paradigms.values()]
-    specs += [a.spec.training_spec for a in registry.algorithms.values() if a.spec.training_spec]
+    """The ``training`` keys some paradigm or algorithm reads (those of broken plugins left
+    out: their keys are unknown, as if the plugins were not installed)."""
+    paradigms = usable(registry.paradigms.values(), lambda paradigm: paradigm.training)
+    algorithms = usable(registry.algorithms.values(), lambda algorithm: algorithm.spec)
+    specs = [paradigm.training for paradigm in paradigms]
+    specs += [a.spec.training_spec for a in algorithms if a.spec.training_spec is not None]
     return set(FORMAT_TRAINING_KEYS).union(*(_keys_of(spec) for spec in specs))
 
 
@@ -462,7 +513,12 @@ def _selection(
         hint = f"did you mean '{close}'?" if close else "registered: " + ", ".join(known)
         check.add(f"{key}.strategy", f"unknown selection strategy {name!r}", hint)
         return None
-    return check.section(key, entry.spec, raw)
+    try:
+        spec = entry.spec
+    except UnloadableError as error:
+        check.unloadable(f"{key}.strategy", error)
+        return None
+    return check.section(key, spec, raw)
 
 
 def _selection_key(data: Mapping[str, Any]) -> str:
@@ -553,7 +609,8 @@ def _check_replay_buffer(
     )
     for key, capability, what in wanted:
         if getattr(replay, key) and not getattr(entry.spec, capability):
-            able = [n for n, e in registry.algorithms.items() if getattr(e.spec, capability)]
+            others = usable(registry.algorithms.values(), lambda other: other.spec)
+            able = [other.name for other in others if getattr(other.spec, capability)]
             check.add(
                 f"replay_buffer.{key}",
                 f"{entry.name} cannot learn from {what}",

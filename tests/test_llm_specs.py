@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from agile_cli import ManifestError, TrainingManifest
+from agile_cli.host.registry import load_object
 from agile_llm import spec
 from agile_llm.plugin import ALGORITHMS
 
@@ -230,7 +231,7 @@ def test_validate_imports_no_llm_library(write) -> None:
     ],
 )
 def test_defaults(name: str, expected: dict[str, Any]) -> None:
-    made = ALGORITHMS[name][0]()
+    made = load_object(ALGORITHMS[name][0])()
     for field, value in expected.items():
         assert getattr(made, field) == pytest.approx(value), field
     assert made.seed == 42

@@ -10,9 +10,13 @@ Stability promise: hook names and parameter names are never renamed or removed. 
 parameters may be added; an implementation only declares the parameters it uses, so adding one
 never breaks an existing plugin.
 
-Plugin modules are imported when the CLI starts (and by ``agile validate``): keep their top
+Plugin modules are imported, and their hooks called, each time the CLI starts: keep their top
 level light. Heavy dependencies (torch, gymnasium, ...) belong in the ``implementation``
-modules, which are imported only when something is trained or built.
+modules, which are imported only when something is trained or built. A spec (or a backend's
+options) may be passed as a class or named as a ``"module:Class"`` string: a string is imported
+and checked the first time a command needs it (``agile validate`` imports only the specs of the
+manifest it reads), a class is checked when it is registered. ``agile plugins`` and
+``agile schema`` import every spec, so a broken spec module shows there as a failed row.
 """
 
 from __future__ import annotations
@@ -63,8 +67,8 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     - ``replay_buffer``: the paradigm's ``buffer`` keeps a replay buffer, so the manifest's
       ``replay_buffer`` section applies;
     - ``multi_agent``: members take dicts of spaces keyed by agent;
-    - ``training``: a :class:`~agile_cli.TrainingSpec` subclass adding the paradigm's own
-      fields to the ``training`` section;
+    - ``training``: a :class:`~agile_cli.TrainingSpec` subclass (or ``"module:Class"``)
+      adding the paradigm's own fields to the ``training`` section;
     - ``algorithm_fields``: ``{name: type}`` every algorithm's spec must declare (the runner
       reads them);
     - ``description``: one line for ``agile plugins``;
@@ -86,8 +90,8 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     ``register(name=..., spec=..., family=..., implementation="module:Class")``:
 
     - ``name`` is what ``algorithm.name`` must equal in a manifest (case-sensitive);
-    - ``spec`` is an :class:`~agile_cli.AlgorithmSpec` subclass validating the rest of the
-      ``algorithm`` section;
+    - ``spec`` is an :class:`~agile_cli.AlgorithmSpec` subclass (or ``"module:Class"``, imported
+      when a manifest names the algorithm) validating the rest of the ``algorithm`` section;
     - ``family`` names the training paradigm (a :class:`~agile_cli.Family` value for the
       first-party ones, or any name a plugin registered with ``agile_register_paradigms``): it
       picks the runner, the shared buffer and the environment builders;
@@ -110,11 +114,11 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
 
     Called once when the plugin host is built. For each builder call
     ``register(name=..., spec=..., families=..., implementation="module:Builder")``: ``spec`` is
-    an :class:`~agile_cli.EnvironmentSpec` subclass that validates the ``environment`` section of
-    manifests whose algorithm belongs to one of ``families``; ``implementation`` names an
-    :class:`~agile_cli.EnvironmentBuilder`. Several builders may serve a family: the first
-    registered (first-party plugins register first) is the default, and a manifest picks
-    another with ``environment.builder: NAME``.
+    an :class:`~agile_cli.EnvironmentSpec` subclass (or ``"module:Class"``) that validates the
+    ``environment`` section of manifests whose algorithm belongs to one of ``families``;
+    ``implementation`` names an :class:`~agile_cli.EnvironmentBuilder`. Several builders may
+    serve a family: the first registered (first-party plugins register first) is the default,
+    and a manifest picks another with ``environment.builder: NAME``.
     """
 
 
@@ -124,10 +128,11 @@ def agile_register_backends(register: RegisterBackend) -> None:
 
     Called once when the plugin host is built. For each backend call
     ``register(name=..., options=..., implementation="module:Backend")``: ``options`` is a
-    :class:`~agile_cli.Spec` subclass of the backend's run options (``agile train
-    --backend NAME``). ``training`` (optional) is a :class:`~agile_cli.TrainingSpec` subclass
-    of fields the backend reads from the manifest's ``training`` section; since a manifest is
-    validated without knowing where it will run, every manifest accepts them.
+    :class:`~agile_cli.Spec` subclass (or ``"module:Class"``) of the backend's run options
+    (``agile train --backend NAME``). ``training`` (optional) is a
+    :class:`~agile_cli.TrainingSpec` subclass (or ``"module:Class"``) of fields the backend
+    reads from the manifest's ``training`` section; since a manifest is validated without
+    knowing where it will run, every manifest accepts them (and imports them).
     """
 
 
@@ -140,7 +145,8 @@ def agile_register_selection_strategies(register: RegisterSelection) -> None:
 
     - ``name`` is what the manifest's ``selection_strategy.strategy`` (or
       ``tournament_selection.strategy``) must equal; ``tournament`` is the core's own;
-    - ``spec`` is a :class:`~agile_cli.SelectionSpec` subclass validating that section, whose
+    - ``spec`` is a :class:`~agile_cli.SelectionSpec` subclass (or ``"module:Class"``)
+      validating that section, whose
       ``check_training`` checks it against the population size and whose ``resolved`` fills in
       defaults that depend on it;
     - ``implementation``: ``factory(spec, pop_size)`` returns a
@@ -156,7 +162,9 @@ def agile_register_selection_strategies(register: RegisterSelection) -> None:
 def agile_register_commands(register: RegisterCommand) -> None:
     """Register extra CLI commands.
 
-    Called once when the CLI builds its command list. Call ``register(command)`` with a
+    Called once when the CLI builds its command list: to list commands (``--help``), to run a
+    plugin's command, and for ``agile plugins``; not for a core command such as ``agile
+    validate``, so import the commands inside the hook. Call ``register(command)`` with a
     :class:`click.Command` (or group); its name becomes ``agile NAME``. Core command names
     cannot be taken.
     """

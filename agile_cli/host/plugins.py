@@ -4,47 +4,52 @@ Nothing happens at import, and nothing is kept between calls: :func:`build_host`
 the CLI starts (which passes its registry on), and by :func:`installed_registry` when library
 code is called without one.
 
-Plugin code (an entry point's import, its registration with pluggy, each of its hooks) runs
-with ``sys.stdout`` sent to stderr, so that what a plugin prints cannot corrupt machine-readable
-output, and with every exception but the user's Ctrl-C caught, ``SystemExit`` and a
-``KeyboardInterrupt`` the plugin raises itself included: a broken plugin becomes one failed
-row, never the end of the program.
+Plugin code (an entry point's import, its registration with pluggy, each of its hooks, the
+parts it names by reference) runs with ``sys.stdout`` sent to stderr, so that what a plugin
+prints cannot corrupt machine-readable output, and with every exception but the user's Ctrl-C
+caught, ``SystemExit`` and a ``KeyboardInterrupt`` the plugin raises itself included: a broken
+plugin becomes one failed row, never the end of the program
+(:func:`~agile_cli.host.deferred.run_plugin_code`).
+
+The CLI builds a lazy host: every plugin module is imported and asked to register, but the
+specs plugins name by reference are imported when first asked for, and the commands hook is
+called only when commands are listed or a plugin's command is run. :meth:`PluginHost.load`
+loads the rest, e.g. for ``agile plugins``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import signal
-import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, TypeVar
+from typing import Any
 
 import pluggy
 
 from agile_cli.errors import EXIT_USAGE, PluginError
 from agile_cli.host import hookspecs
-from agile_cli.host.registry import Registry
+from agile_cli.host.deferred import describe, run_plugin_code
+from agile_cli.host.registry import LAZY_TABLES, Registry
 from agile_cli.models.base import suggest
 
 ENTRY_POINT_GROUP = "agile"
 BUILTIN_DISTRIBUTION = "agile-cli"
 
-# Hook name -> the Registry method that makes its register callback.
+# Hook name -> the Registry method that makes its register callback, in calling order.
 _HOOKS: tuple[tuple[str, str], ...] = (
     ("agile_register_paradigms", "paradigm_registrar"),
     ("agile_register_algorithms", "algorithm_registrar"),
     ("agile_register_environments", "environment_registrar"),
     ("agile_register_backends", "backend_registrar"),
     ("agile_register_selection_strategies", "selection_registrar"),
-    ("agile_register_commands", "command_registrar"),
 )
-
-T = TypeVar("T")
+#: Called last, and by a lazy host only when commands are asked for.
+_COMMANDS_HOOK = ("agile_register_commands", "command_registrar")
+#: What :meth:`PluginHost.load` may load: the registry's tables of parts named by reference,
+#: and the commands.
+TABLES = (*LAZY_TABLES, "commands")
 
 
 @dataclass
@@ -68,6 +73,7 @@ class PluginHost:
     registry: Registry
     plugins: list[PluginInfo]
     strict: bool = False
+    commands_registered: bool = False
 
     @property
     def failed(self) -> list[PluginInfo]:
@@ -77,10 +83,32 @@ class PluginHost:
     @property
     def warnings(self) -> list[str]:
         """One line per broken plugin."""
-        return [
-            f"plugin '{info.name}' failed to load: {info.error} (see `agile plugins`)"
-            for info in self.failed
-        ]
+        return [warning(info) for info in self.failed]
+
+    def load(self, tables: Iterable[str] = TABLES) -> list[PluginInfo]:
+        """Load now what a lazy host left for later: in ``tables`` (of :data:`TABLES`), every
+        part plugins registered by reference, and for ``commands`` the commands hook. A plugin
+        with a part that cannot load is dropped whole and becomes a failed row, as if it had
+        failed when the host was built. Loading again loads nothing.
+
+        :returns: the plugins that failed now, in loading order.
+        """
+        wanted = set(tables)
+        if not wanted <= set(TABLES):
+            raise ValueError(f"no such tables: {sorted(wanted - set(TABLES))}; known: {TABLES}")
+        before = {info.name for info in self.failed}
+        infos = {info.name: info for info in self.plugins}
+        if "commands" in wanted and not self.commands_registered:
+            self.commands_registered = True
+            _call_hook(self.manager, *_COMMANDS_HOOK, self.registry, infos)
+        lazy = [table for table in LAZY_TABLES if table in wanted]
+        for plugin, error in self.registry.load(lazy).items():
+            self.registry.forget(plugin)
+            if self.manager.get_plugin(plugin) is not None:
+                self.manager.unregister(name=plugin)
+            _failed(infos.setdefault(plugin, PluginInfo(name=plugin, module=plugin)), error)
+        _list_contributions(self)
+        return [info for info in self.failed if info.name not in before]
 
     def check(self) -> None:
         """Refuse the registry when loading was strict and a plugin failed.
@@ -142,12 +170,18 @@ def _names(value: str) -> list[str]:
     return [name.strip() for name in value.split(",") if name.strip()]
 
 
+def warning(info: PluginInfo) -> str:
+    """The line that warns of a broken plugin."""
+    return f"plugin '{info.name}' failed to load: {info.error} (see `agile plugins`)"
+
+
 def build_host(
     *,
     extra_plugins: Iterable[tuple[str, object]] = (),
     discovered: Iterable[EntryPoint] | None = None,
     reserved_commands: Iterable[str] = (),
     controls: LoadingControls | None = None,
+    lazy: bool = False,
 ) -> PluginHost:
     """Load every plugin and collect its registrations.
 
@@ -161,6 +195,9 @@ def build_host(
     :param discovered: entry points to load instead of those installed (tests).
     :param reserved_commands: command names plugins may not take.
     :param controls: which plugins to load; default: from the environment variables.
+    :param lazy: leave the parts plugins name by reference, and their commands, to load when
+        asked for (:meth:`PluginHost.load`); a broken one is then found only when something
+        needs it. Strict controls load everything, so that every broken plugin is refused.
     """
     controls = controls if controls is not None else LoadingControls.from_environment()
     manager = pluggy.PluginManager(hookspecs.PROJECT)
@@ -174,52 +211,19 @@ def build_host(
     registry = Registry(reserved_commands=frozenset(reserved_commands))
     by_name = {info.name: info for info in infos}
     for hook_name, registrar in _HOOKS:
-        _call_hook(manager, hook_name, getattr(registry, registrar), registry, by_name)
-    for info in infos:
+        _call_hook(manager, hook_name, registrar, registry, by_name)
+    host = PluginHost(manager, registry, infos, strict=controls.strict)
+    if lazy and not controls.strict:
+        _list_contributions(host)
+    else:
+        host.load()
+    return host
+
+
+def _list_contributions(host: PluginHost) -> None:
+    for info in host.plugins:
         if info.status == "loaded":
-            info.contributes = registry.contributions(info.name)
-    return PluginHost(manager, registry, infos, strict=controls.strict)
-
-
-def _run_plugin_code(call: Callable[[], T]) -> tuple[T | None, BaseException | None]:
-    """``call()``'s result, or what it raised; its prints go to stderr.
-
-    Only the user's Ctrl-C gets through: a plugin's ``SystemExit``, a ``KeyboardInterrupt``
-    it raises itself (no SIGINT arrived) or any other ``BaseException`` must not end the CLI.
-    ``redirect_stdout`` puts back the stdout it found even if the plugin rebinds
-    ``sys.stdout`` itself. Output written to file descriptor 1 from C code is not redirected.
-    """
-    with contextlib.redirect_stdout(sys.stderr), _ctrl_c_noticed() as pressed:
-        try:
-            return call(), None
-        except KeyboardInterrupt as exc:
-            if pressed:
-                raise
-            return None, exc
-        except BaseException as exc:  # contained: reported as a failed row
-            return None, exc
-
-
-@contextlib.contextmanager
-def _ctrl_c_noticed() -> Iterator[list[bool]]:
-    """A list that holds True once SIGINT arrives in the block (which still interrupts it as
-    Python's default handler would); only the main thread receives signals, so elsewhere
-    it stays empty."""
-    pressed: list[bool] = []
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield pressed  # an ignored or foreign handler is left alone
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        pressed.append(True)
-        previous(signum, frame)
-
-    signal.signal(signal.SIGINT, interrupt)
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, previous)
+            info.contributes = host.registry.contributions(info.name)
 
 
 class _DistributionNames:
@@ -262,7 +266,7 @@ def _load_entry_point(
             else "not named in AGILE_PLUGINS"
         )
         return info
-    plugin, error = _run_plugin_code(ep.load)
+    plugin, error = run_plugin_code(ep.load)
     if error is not None:  # a broken plugin must not take the CLI down with it
         return _failed(info, error)
     loaded = _register(manager, ep.name, plugin, ep.value)
@@ -277,7 +281,7 @@ def _register(manager: pluggy.PluginManager, name: str, plugin: object, module: 
         manager.register(plugin, name=name)
         _check_hook_names(manager, plugin)
 
-    _, error = _run_plugin_code(register)
+    _, error = run_plugin_code(register)
     if error is not None:  # pluggy refuses malformed hook implementations
         if manager.get_plugin(name) is plugin:  # not another plugin of that name
             manager.unregister(name=name)
@@ -298,54 +302,45 @@ def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
 
 
 def _failed(info: PluginInfo, exc: BaseException) -> PluginInfo:
-    if isinstance(exc, PluginError):
-        message = exc.message
-    else:
-        said = str(exc)
-        message = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
-    message = " ".join(message.split())  # one line, whatever the exception said
     info.status = "failed"
-    info.error = message
+    info.error = describe(exc)  # one line, whatever the exception said
+    info.contributes = []
     return info
 
 
 def _call_hook(
     manager: pluggy.PluginManager,
     hook_name: str,
-    registrar: Callable[[str], Any],
+    registrar: str,
     registry: Registry,
     infos: dict[str, PluginInfo],
 ) -> None:
+    """Call one hook of every plugin, each with its own ``register`` callback (made by the
+    ``registrar`` method of ``registry``)."""
     hook = getattr(manager.hook, hook_name)
+    make: Callable[[str], Any] = getattr(registry, registrar)
     for impl in hook.get_hookimpls():  # in registration order
         plugin = impl.plugin_name
-        arguments = {"register": registrar(plugin)}
+        arguments = {"register": make(plugin)}
         call = functools.partial(impl.function, **{name: arguments[name] for name in impl.argnames})
-        _, error = _run_plugin_code(call)
+        _, error = run_plugin_code(call)
         if error is not None:  # the plugin's own bug, or a refused registration
-            _forget(registry, plugin)
+            registry.forget(plugin)
             manager.unregister(name=plugin)
             info = infos.setdefault(plugin, PluginInfo(name=plugin, module=plugin))
             _failed(info, error)
 
 
-def _forget(registry: Registry, plugin: str) -> None:
-    tables = (registry.paradigms, registry.algorithms, registry.environments, registry.backends,
-              registry.commands)  # fmt: skip
-    for table in tables:
-        for name in [name for name, entry in table.items() if entry.plugin == plugin]:
-            del table[name]
-
-
 def installed_registry() -> Registry:
     """What the installed plugins register, loaded now (under the ``AGILE_*PLUGINS``
-    environment controls): the default of library calls given no ``registry``.
+    environment controls): the default of library calls given no ``registry``. It is lazy:
+    the specs plugins name by reference load when first asked for.
 
     Nothing is cached: each call loads the plugins again (tens of milliseconds), so a caller
     that needs the registry often builds one with :func:`build_host` and passes it on.
 
     :raises BrokenPluginsError: when loading is strict and a plugin failed.
     """
-    host = build_host()
+    host = build_host(lazy=True)
     host.check()
     return host.registry

@@ -1,9 +1,9 @@
 """Registers the bandit paradigm, NeuralUCB, NeuralTS and the ``bandit`` environment builder
-(light: the implementations are imported only to train)."""
+(light: the specs are named by reference, imported when a manifest needs them, and the
+implementations are imported only to train)."""
 
 from __future__ import annotations
 
-from agile_bandits.spec import BanditEnvSpec, BanditTraining, NeuralTSSpec, NeuralUCBSpec
 from agile_cli import Family, RegisterAlgorithm, RegisterEnvironment, RegisterParadigm, hookimpl
 from agile_rl import check_architecture
 
@@ -14,7 +14,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         name=Family.BANDIT,
         implementation="agile_bandits.runner:Bandit",
         replay_buffer=True,
-        training=BanditTraining,
+        training="agile_bandits.spec:BanditTraining",
         algorithm_fields={"learn_step": int, "gamma": float},
         check_architecture=check_architecture,
         description="pull arms in episodes of episode_steps, learn from the shared buffer",
@@ -25,13 +25,13 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
 def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="NeuralUCB",
-        spec=NeuralUCBSpec,
+        spec="agile_bandits.spec:NeuralUCBSpec",
         family=Family.BANDIT,
         implementation="agile_bandits.algorithm:NeuralUCB",
     )
     register(
         name="NeuralTS",
-        spec=NeuralTSSpec,
+        spec="agile_bandits.spec:NeuralTSSpec",
         family=Family.BANDIT,
         implementation="agile_bandits.algorithm:NeuralTS",
     )
@@ -41,7 +41,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
 def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="bandit",
-        spec=BanditEnvSpec,
+        spec="agile_bandits.spec:BanditEnvSpec",
         families=[Family.BANDIT],
         implementation="agile_bandits.environment:BanditBuilder",
     )

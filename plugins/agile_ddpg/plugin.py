@@ -1,16 +1,16 @@
-"""Registers DDPG (light: the implementation is imported only to train)."""
+"""Registers DDPG (light: its spec is named by reference, imported when a manifest names
+DDPG; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterAlgorithm, hookimpl
-from agile_ddpg.spec import DDPGSpec
 
 
 @hookimpl
 def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="DDPG",
-        spec=DDPGSpec,
+        spec="agile_ddpg.spec:DDPGSpec",
         family=Family.OFF_POLICY,
         implementation="agile_ddpg.algorithm:DDPG",
     )

@@ -1,16 +1,16 @@
-"""Registers the Gymnasium environment builder (light: no gymnasium import here)."""
+"""Registers the Gymnasium environment builder (light: no gymnasium import here, and its spec
+is named by reference, imported when a manifest needs it)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterEnvironment, hookimpl
-from agile_gymnasium.spec import GymEnvSpec
 
 
 @hookimpl
 def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="gymnasium",
-        spec=GymEnvSpec,
+        spec="agile_gymnasium.spec:GymEnvSpec",
         families=[Family.OFF_POLICY, Family.ON_POLICY],
         implementation="agile_gymnasium.builder:GymBuilder",
     )

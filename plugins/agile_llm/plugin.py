@@ -1,6 +1,7 @@
 """Registers LLM fine-tuning: its paradigm, GRPO and its variants, DPO, SFT, the ``llm``
-environment builder and ``agile llm`` (light: pydantic and click only; transformers, peft and
-datasets are imported when training starts)."""
+environment builder and ``agile llm`` (light: its specs are named by reference, imported when a
+manifest needs them; ``agile llm`` when commands are asked for; transformers, peft and datasets
+when training starts)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,18 @@ from agile_cli import (
     RegisterParadigm,
     hookimpl,
 )
-from agile_llm import spec
-from agile_llm.command import llm
 
-#: Registered name -> (spec, implementation class).
-ALGORITHMS: dict[str, tuple[type[spec.LLMSpec], str]] = {
-    "GRPO": (spec.GRPOSpec, "agile_llm.algorithms:GRPO"),
-    "GSPO": (spec.GSPOSpec, "agile_llm.algorithms:GSPO"),
-    "CISPO": (spec.CISPOSpec, "agile_llm.algorithms:CISPO"),
-    "LLMREINFORCE": (spec.LLMREINFORCESpec, "agile_llm.algorithms:LLMREINFORCE"),
-    "LLMPPO": (spec.LLMPPOSpec, "agile_llm.ppo:LLMPPO"),
-    "DPO": (spec.DPOSpec, "agile_llm.algorithms:DPO"),
-    "SFT": (spec.SFTSpec, "agile_llm.algorithms:SFT"),
+_SPECS = "agile_llm.spec"
+
+#: Registered name -> (its spec, its implementation), as ``"module:Class"`` references.
+ALGORITHMS: dict[str, tuple[str, str]] = {
+    "GRPO": (f"{_SPECS}:GRPOSpec", "agile_llm.algorithms:GRPO"),
+    "GSPO": (f"{_SPECS}:GSPOSpec", "agile_llm.algorithms:GSPO"),
+    "CISPO": (f"{_SPECS}:CISPOSpec", "agile_llm.algorithms:CISPO"),
+    "LLMREINFORCE": (f"{_SPECS}:LLMREINFORCESpec", "agile_llm.algorithms:LLMREINFORCE"),
+    "LLMPPO": (f"{_SPECS}:LLMPPOSpec", "agile_llm.ppo:LLMPPO"),
+    "DPO": (f"{_SPECS}:DPOSpec", "agile_llm.algorithms:DPO"),
+    "SFT": (f"{_SPECS}:SFTSpec", "agile_llm.algorithms:SFT"),
 }
 
 
@@ -32,7 +33,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.LLM,
         implementation="agile_llm.runner:LanguageModels",
-        training=spec.LLMTraining,
+        training=f"{_SPECS}:LLMTraining",
         description="fine-tune LoRA adapters of one frozen language model on prompts",
         step_unit="prompts",
     )
@@ -53,7 +54,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
 def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="llm",
-        spec=spec.LLMEnvSpec,
+        spec=f"{_SPECS}:LLMEnvSpec",
         families=[Family.LLM],
         implementation="agile_llm.environment:LLMBuilder",
     )
@@ -61,4 +62,6 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
 
 @hookimpl
 def agile_register_commands(register: RegisterCommand) -> None:
+    from agile_llm.command import llm
+
     register(llm)

@@ -1,16 +1,16 @@
-"""Registers MADDPG (light: the implementation is imported only to train)."""
+"""Registers MADDPG (light: its spec is named by reference, imported when a manifest names
+MADDPG; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterAlgorithm, hookimpl
-from agile_maddpg.spec import MADDPGSpec
 
 
 @hookimpl
 def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="MADDPG",
-        spec=MADDPGSpec,
+        spec="agile_maddpg.spec:MADDPGSpec",
         family=Family.MULTI_AGENT_OFF_POLICY,
         implementation="agile_maddpg.algorithm:MADDPG",
     )

@@ -1,11 +1,10 @@
 """Registers the offline paradigm, its environment builder and ``agile dataset`` (light: no
-h5py, gymnasium or torch import here)."""
+h5py, gymnasium or torch import here; the specs are named by reference, imported when a
+manifest needs them, and the command is imported when commands are asked for)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterCommand, RegisterEnvironment, RegisterParadigm, hookimpl
-from agile_offline.command import dataset
-from agile_offline.spec import OfflineEnvSpec, OfflineTraining
 from agile_rl import check_architecture
 
 
@@ -15,7 +14,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         name=Family.OFFLINE,
         implementation="agile_offline.runner:Offline",
         replay_buffer=True,
-        training=OfflineTraining,
+        training="agile_offline.spec:OfflineTraining",
         algorithm_fields={"gamma": float},
         check_architecture=check_architecture,
         description="learn from a fixed dataset copied into a replay buffer, without acting",
@@ -27,7 +26,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
 def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="offline",
-        spec=OfflineEnvSpec,
+        spec="agile_offline.spec:OfflineEnvSpec",
         families=[Family.OFFLINE],
         implementation="agile_offline.builder:OfflineBuilder",
     )
@@ -35,4 +34,6 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
 
 @hookimpl
 def agile_register_commands(register: RegisterCommand) -> None:
+    from agile_offline.command import dataset
+
     register(dataset)

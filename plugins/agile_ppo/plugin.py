@@ -1,16 +1,16 @@
-"""Registers PPO (light: the implementation is imported only to train)."""
+"""Registers PPO (light: its spec is named by reference, imported when a manifest names
+PPO; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterAlgorithm, hookimpl
-from agile_ppo.spec import PPOSpec
 
 
 @hookimpl
 def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="PPO",
-        spec=PPOSpec,
+        spec="agile_ppo.spec:PPOSpec",
         family=Family.ON_POLICY,
         implementation="agile_ppo.algorithm:PPO",
         # The reference names a recurrent PPO run "Recurrent PPO" when it writes its manifest.

@@ -1,16 +1,16 @@
-"""Registers RainbowDQN (light: the implementation is imported only to train)."""
+"""Registers RainbowDQN (light: its spec is named by reference, imported when a manifest names
+RainbowDQN; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterAlgorithm, hookimpl
-from agile_rainbow.spec import RainbowDQNSpec
 
 
 @hookimpl
 def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="RainbowDQN",
-        spec=RainbowDQNSpec,
+        spec="agile_rainbow.spec:RainbowDQNSpec",
         family=Family.OFF_POLICY,
         implementation="agile_rainbow.algorithm:RainbowDQN",
         aliases={"Rainbow DQN": {}},  # the reference's name for it outside manifests

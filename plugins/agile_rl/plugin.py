@@ -1,12 +1,13 @@
-"""Registers the four RL paradigms (light: the runners are imported only to train)."""
+"""Registers the four RL paradigms (light: their ``training`` specs are named by reference,
+imported when a manifest needs them, and the runners are imported only to train)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterParadigm, hookimpl
 from agile_rl.architectures import check_architecture
-from agile_rl.spec import OffPolicyTraining, TeamOffPolicyTraining, TeamTraining
 
 _IMPLEMENTATIONS = "agile_rl.paradigms"
+_SPECS = "agile_rl.spec"
 
 
 @hookimpl
@@ -15,7 +16,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         name=Family.OFF_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:OffPolicy",
         replay_buffer=True,
-        training=OffPolicyTraining,
+        training=f"{_SPECS}:OffPolicyTraining",
         algorithm_fields={"learn_step": int, "gamma": float},
         check_architecture=check_architecture,
         description="act, store transitions in a shared replay buffer, learn from batches",
@@ -32,7 +33,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         implementation=f"{_IMPLEMENTATIONS}:TeamOffPolicy",
         replay_buffer=True,
         multi_agent=True,
-        training=TeamOffPolicyTraining,
+        training=f"{_SPECS}:TeamOffPolicyTraining",
         algorithm_fields={"gamma": float},
         check_architecture=check_architecture,
         description="a team acts, every agent's transitions go to a shared replay buffer",
@@ -41,7 +42,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         name=Family.MULTI_AGENT_ON_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:TeamOnPolicy",
         multi_agent=True,
-        training=TeamTraining,
+        training=f"{_SPECS}:TeamTraining",
         check_architecture=check_architecture,
         description="a team collects a rollout per agent and learns from it",
     )

@@ -1,16 +1,16 @@
-"""Registers SAC (light: the implementation is imported only to train)."""
+"""Registers SAC (light: its spec is named by reference, imported when a manifest names
+SAC; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterAlgorithm, hookimpl
-from agile_sac.spec import SACSpec
 
 
 @hookimpl
 def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="SAC",
-        spec=SACSpec,
+        spec="agile_sac.spec:SACSpec",
         family=Family.OFF_POLICY,
         implementation="agile_sac.algorithm:SAC",
     )

@@ -1,16 +1,19 @@
-"""Registers the ``gridworld`` environment builder for single-agent algorithms."""
+"""Registers the ``gridworld`` environment builder for single-agent algorithms.
+
+Its spec is named by reference (``"module:Class"``), so registering it imports nothing: agile
+imports the spec when a manifest uses this builder, and the builder only to train.
+"""
 
 from __future__ import annotations
 
 from agile_cli import Family, RegisterEnvironment, hookimpl
-from agile_gridworld.spec import GridWorldSpec
 
 
 @hookimpl
 def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="gridworld",
-        spec=GridWorldSpec,
+        spec="agile_gridworld.spec:GridWorldSpec",
         families=[Family.ON_POLICY, Family.OFF_POLICY],
         implementation="agile_gridworld.builder:GridWorldBuilder",
     )

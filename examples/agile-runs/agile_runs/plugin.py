@@ -1,11 +1,13 @@
-"""Registers the ``agile runs`` command; click is all it needs at import."""
+"""Registers the ``agile runs`` command. The command is imported inside the hook, which agile
+calls only when it lists commands or runs one of a plugin's, not for `agile validate`."""
 
 from __future__ import annotations
 
 from agile_cli import RegisterCommand, hookimpl
-from agile_runs.command import runs
 
 
 @hookimpl
 def agile_register_commands(register: RegisterCommand) -> None:
+    from agile_runs.command import runs
+
     register(runs)
