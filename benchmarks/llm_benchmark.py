@@ -116,7 +116,7 @@ def throughput(path: Path) -> dict[str, float]:
     done = member.complete(prompts, explore=True)
     generated = int(done.completion.sum())
     sampling = generated / (time.perf_counter() - started)
-    batch = member._sequences(rows, env)  # the SFT member's training rows
+    batch = member.sequences(rows, env)  # the SFT member's training rows
     started = time.perf_counter()
     for start in range(0, 64, 16):
         member.train_step(rows[start : start + 16], env)

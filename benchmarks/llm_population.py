@@ -80,7 +80,7 @@ env = setup.build_environment(manifest, registry, seed=0)
 context = AgentContext(device, 1, manifest.training)
 members = setup.build_population(manifest, setup.algorithm_class(manifest, registry), env, context)
 runner = setup.build_runner(manifest, env, None)
-runner.together = together
+runner.stack = together
 runner.train_population(members, batch, lambda n: None)  # warm-up
 started = clock()
 runner.train_population(members, batch * iterations, lambda n: None)

@@ -137,12 +137,15 @@ def test_the_llm_runner_reports_each_batch_mean_reward() -> None:
 
     rewards = iter([np.array([1.0, 0.0]), None, np.array([0.5, 0.5])])
 
-    def train_step(rows: Any, env: Any) -> float:
-        member.last_rewards = next(rewards)  # GRPO sets it; SFT and DPO leave it None
-        return 0.1
+    class Member(SimpleNamespace):
+        @classmethod
+        def train_group(cls, members: list[Any], rows: Any, env: Any) -> list[float]:
+            for member in members:  # GRPO sets it; SFT and DPO leave it None
+                member.last_rewards = next(rewards)
+            return [0.1] * len(members)
 
-    member = SimpleNamespace(spec=SimpleNamespace(batch_size=2), record=SimpleNamespace(steps=0),
-                             last_rewards=None, train_step=train_step)  # fmt: skip
+    member = Member(spec=SimpleNamespace(batch_size=2), record=SimpleNamespace(steps=0),
+                    last_rewards=None, shared=SimpleNamespace(adapters=None))  # fmt: skip
     env = SimpleNamespace(rows_at=lambda start, size: list(range(start, start + size)))
     counting = Counting()
     runner = LLMRunner(env, epochs=None, eval_rows=None)  # type: ignore[arg-type]

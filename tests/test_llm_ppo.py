@@ -151,7 +151,7 @@ def test_a_train_step_moves_the_adapter_and_the_value_head_not_the_base(tiny: Pa
 def test_the_rollout_gives_advantages_and_returns_on_completion_tokens_only(tiny: Path) -> None:
     member = make_member(tiny)
     data = prompt_data()
-    rollout = member._rollout(data.rows_at(0, 16), data)
+    [rollout] = LLMPPO.rollouts([member], [data.rows_at(0, 16)], data)
     assert rollout is not None
     counted = rollout["counted"].bool()
     for name in ("advantage", "returns", "values"):
@@ -162,19 +162,33 @@ def test_the_rollout_gives_advantages_and_returns_on_completion_tokens_only(tiny
     assert torch.allclose(last, member.last_rewards, atol=1e-6)
 
 
-def test_micro_batches_give_the_whole_batch_gradient(tiny: Path) -> None:
-    grads = []
-    for size in (None, 3):
-        member = make_member(tiny, micro_batch_size_per_gpu=size)
-        data = prompt_data()
-        rollout = member._rollout(data.rows_at(0, 16), data)
-        assert rollout is not None
-        rollout["advantage"] = rollout["advantage"] + 0.3  # away from a zero policy gradient
-        model = member.model().train()
-        for part in member.micro_batches(16):
-            (member._loss(model, rollout, part) * ((part.stop - part.start) / 16)).backward()
+def step_gradient(member: LLMPPO, rows: list[dict[str, Any]], data: PromptData) -> torch.Tensor:
+    """The gradient of one step of ``member`` (recorded instead of stepping), its advantages
+    moved away from a zero policy gradient."""
+    scored, grads = member.scored, []
+
+    def shifted(*args: Any) -> Any:
+        rollout = scored(*args)
+        rollout["advantage"] = rollout["advantage"] + 0.3
+        return rollout
+
+    def gradient() -> None:
         trained = [*member.trained_parameters(), *member.value_head.parameters()]
         grads.append(torch.cat([p.grad.flatten() for p in trained if p.grad is not None]))
+
+    member.scored = shifted  # type: ignore[method-assign]  # this member's stand-ins
+    member.step = gradient  # type: ignore[method-assign]
+    member.train_step(rows, data)
+    (recorded,) = grads
+    return recorded
+
+
+def test_micro_batches_give_the_whole_batch_gradient(tiny: Path) -> None:
+    grads = []
+    for size in (None, 3):  # the same seed: the same completions
+        data = prompt_data()
+        member = make_member(tiny, micro_batch_size_per_gpu=size)
+        grads.append(step_gradient(member, data.rows_at(0, 16), data))
     assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
 
 

@@ -101,7 +101,7 @@ def test_sft_reads_the_prompt_column_as_written_then_the_response(chatty, tmp_pa
     tok, row = member.tokenizer, data.train[0]
     bos, eos = tok.convert_tokens_to_ids("<s>"), tok.eos_token_id
     prompt, answer = _chars(tok, row["prompt"]), _chars(tok, row["answer"])
-    tokens, trained = _rows(member._sequences([row], data))[0]
+    tokens, trained = _rows(member.sequences([row], data))[0]
     assert tokens == [bos, *prompt, *answer, eos]  # no chat template text around the prompt
     assert trained == [*answer, eos]
     # Scoring and generation give the model the same prompt it trained on.
@@ -113,7 +113,7 @@ def test_dpo_pairs_share_the_prompt_as_written(chatty, tmp_path) -> None:
     tok, row = member.tokenizer, data.train[0]
     bos, eos = tok.convert_tokens_to_ids("<s>"), tok.eos_token_id
     prompt = _chars(tok, row["prompt"])
-    (chosen, _), (rejected, _) = _rows(member._pairs([row], data))
+    (chosen, _), (rejected, _) = _rows(member.pairs([row], data))
     assert chosen == [bos, *prompt, *_chars(tok, row["chosen"]), eos]
     assert rejected == [bos, *prompt, *_chars(tok, row["rejected"]), eos]
 
@@ -122,7 +122,7 @@ def test_apply_chat_template_renders_the_prompt_as_a_user_turn(chatty, tmp_path)
     member, data = _member(chatty, tmp_path, "SFT", apply_chat_template=True)
     tok, row = member.tokenizer, data.train[0]
     rendered = f"[user]{row['prompt']}\n[assistant]"
-    tokens, trained = _rows(member._sequences([row], data))[0]
+    tokens, trained = _rows(member.sequences([row], data))[0]
     assert tokens == [*_chars(tok, rendered), *_chars(tok, row["answer"]), tok.eos_token_id]
     assert trained == [*_chars(tok, row["answer"]), tok.eos_token_id]
 

@@ -1,6 +1,7 @@
-"""A population's SFT and DPO steps as one computation: the same losses and adapter updates as the
-members' steps one after the other (up to floating-point order), members of different
-hyperparameters included; --per-member trains them one by one."""
+"""A group of members' steps and scores as one computation: the same losses, adapter and value
+head updates and scores as each member's alone, as a group of one (up to floating-point
+order), members of different hyperparameters included; members that cannot share a pass, and
+every member with --per-member, are groups of one."""
 
 from __future__ import annotations
 
@@ -44,30 +45,33 @@ def _population(
     return members, env
 
 
-def _weights(member: Any) -> dict[str, torch.Tensor]:
-    return member.shared.adapters.weights(member.adapter)
+def _trained(member: Any) -> dict[str, torch.Tensor]:
+    """What a step trains: the adapter's weights, and an LLMPPO member's value head."""
+    state = member.state_dict()
+    head = state["extra"].get("value_head", {})
+    return {**state["adapter"], **{f"value_head.{k}": v for k, v in head.items()}}
 
 
 def _same_updates(
     members: list[Any], rows: list[Any], env: Any, losses_rtol: float = 1e-5
 ) -> list[bool]:
-    """Step the members together, then from the same start one by one: the losses and the
-    adapters must agree. Returns which members' adapters moved."""
+    """Step the members as one group, then from the same start each as a group of one: the
+    losses and what they trained must agree. Returns which members' weights moved."""
     start = [copy.deepcopy(member.state_dict()) for member in members]
-    together = type(members[0]).train_together(members, rows, env)
-    assert together is not None
-    stacked = [_weights(member) for member in members]
+    before = [_trained(member) for member in members]
+    together = type(members[0]).train_group(members, rows, env)
+    stacked = [_trained(member) for member in members]
     for member, state in zip(members, start, strict=True):
         member.load_state_dict(state)
     alone = [member.train_step(batch, env) for member, batch in zip(members, rows, strict=True)]
     assert together == pytest.approx(alone, rel=losses_rtol, abs=1e-7)
     learned = []
-    for member, weights, before in zip(members, stacked, start, strict=True):
-        own = _weights(member)
-        assert own.keys() == weights.keys() == before["adapter"].keys()
+    for member, weights, first in zip(members, stacked, before, strict=True):
+        own = _trained(member)
+        assert own.keys() == weights.keys() == first.keys()
         for key in own:
             torch.testing.assert_close(weights[key], own[key], rtol=1e-4, atol=1e-6)
-        learned.append(any(not torch.equal(own[k], before["adapter"][k]) for k in own))
+        learned.append(any(not torch.equal(own[k], first[k]) for k in own))
     return learned
 
 
@@ -82,10 +86,30 @@ def test_steps_together_equal_the_steps_one_by_one(
     assert all(learned)
 
 
-def test_members_that_cannot_share_a_pass_step_one_by_one(tiny: Path, data: Path) -> None:
-    members, env = _population(tiny, data, size=2, micro_batch_size_per_gpu=1)
-    rows = [env.rows_at(0, 2), env.rows_at(2, 2)]
-    assert type(members[0]).train_together(members, rows, env) is None
+@pytest.mark.parametrize("name", ["DPO", "GRPO"])
+def test_micro_batched_members_step_alone_with_the_whole_batch_gradient(
+    tiny: Path, data: Path, name: str
+) -> None:
+    """Micro-batches are groups of one; their gradients add up to the whole batch's (these
+    losses are means over rows, as the micro-batches are weighted)."""
+    from agile_llm import groups
+
+    steps = []
+    for micro in (None, 1):
+        members, env = _population(tiny, data, 2, name, micro_batch_size_per_gpu=micro)
+        assert groups.compatible(members) == ([[0, 1]] if micro is None else [[0], [1]])
+        member = members[1]
+        member.set_hyperparameter("update_epochs", 1)
+        seen: list[torch.Tensor] = []
+
+        def gradient(member: Any = member, seen: list[torch.Tensor] = seen) -> None:
+            seen.append(torch.cat([p.grad.flatten() for p in member.trained_parameters()]))
+
+        member.step = gradient  # record the gradient instead of stepping
+        steps.append((member.train_step(env.rows_at(0, 3), env), *seen))
+    (whole, gradient_whole), (cut, gradient_cut) = steps
+    assert cut == pytest.approx(whole, rel=1e-5) and gradient_whole.abs().sum() > 0
+    torch.testing.assert_close(gradient_cut, gradient_whole, rtol=1e-4, atol=1e-6)
 
 
 def test_per_member_and_together_train_the_same_run(run, tiny: Path, data: Path, tmp_path) -> None:
@@ -166,7 +190,7 @@ def test_one_generation_call_continues_each_row_with_its_own_adapter(
     )
 
 
-def test_adapted_raw_parameters_cannot_mix_so_they_step_one_by_one(tiny: Path) -> None:
+def test_adapted_raw_parameters_cannot_mix_so_they_step_alone(tiny: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from agile_llm.adapters import AdapterPopulation
@@ -177,30 +201,36 @@ def test_adapted_raw_parameters_cannot_mix_so_they_step_one_by_one(tiny: Path) -
     assert plain.mixable
     raw = {**lora, "target_modules": [], "target_parameters": ["mlp.gate_proj.weight"]}
     wrapped = AdapterPopulation(AutoModelForCausalLM.from_pretrained(tiny), raw, ["a", "b"])
-    assert not wrapped.mixable  # PEFT refuses mixed batches there; can_stack asks this
+    assert not wrapped.mixable  # PEFT refuses mixed batches there; groups.compatible asks this
 
 
 def test_members_that_sample_differently_stack_in_groups(
     tiny: Path, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agile_llm import together
+    from agile_llm import groups
     from agile_llm.runner import LLMRunner
 
     members, env = _population(tiny, data, 3, "GRPO", temperature=1.0)
     members[1].set_hyperparameter("temperature", 0.7)  # evolution mutated one
-    assert together.compatible(members) == [[0, 2], [1]]
+    assert groups.compatible(members) == [[0, 2], [1]]
     calls = []
-    real = type(members[0]).train_together.__func__  # type: ignore[attr-defined]
+    real = type(members[0]).train_group.__func__  # type: ignore[attr-defined]
 
     def spy(cls: Any, group: list[Any], rows: list[Any], data: Any) -> Any:
         calls.append([m.index for m in group])
         return real(cls, group, rows, data)
 
-    monkeypatch.setattr(type(members[0]), "train_together", classmethod(spy))
+    monkeypatch.setattr(type(members[0]), "train_group", classmethod(spy))
     runner = LLMRunner(env, epochs=None, eval_rows=None)
     stats = runner.train_population(members, 4, lambda n: None)
     assert [s.steps for s in stats] == [4, 4, 4]
-    assert calls and all(call == [members[0].index, members[2].index] for call in calls)
+    together, alone = [members[0].index, members[2].index], [members[1].index]
+    assert calls and all(call in (together, alone) for call in calls)
+    assert calls.count(together) == calls.count(alone) == len(calls) // 2
+    runner.stack = False  # --per-member: every member a group of one
+    calls.clear()
+    runner.train_population(members, 4, lambda n: None)
+    assert sorted(calls) == [[m.index] for m in members]
 
 
 @pytest.mark.parametrize("name", ["SFT", "DPO", "GRPO"])
@@ -213,8 +243,7 @@ def test_scores_together_equal_the_scores_one_by_one(tiny: Path, data: Path, nam
             for weight in member.trained_parameters():
                 weight.add_(0.5 * k * torch.randn(weight.shape, generator=noise))
     rows = env.test + env.train[:4]
-    joint = type(members[0]).score_together(members, rows, env)
-    assert joint is not None
+    joint = type(members[0]).score_group(members, rows, env)
     for member, scores in zip(members, joint, strict=True):
         alone = member.score(rows, env)
         assert scores.metrics == pytest.approx(alone.metrics, rel=1e-5)
@@ -233,21 +262,8 @@ def test_llmppo_steps_together_equal_the_steps_one_by_one_value_heads_included(
         with torch.no_grad():
             member.value_head.weight.fill_(0.01 * (k + 1))
     rows = [env.rows_at(2 * k, 2) for k in range(3)]
-    start = [copy.deepcopy(m.value_head.state_dict()) for m in members]
-    heads: list[dict[str, torch.Tensor]] = []
-    original = type(members[0]).train_together
-
-    def train_together(*args: Any) -> Any:
-        result = original(*args)
-        heads.extend(copy.deepcopy(m.value_head.state_dict()) for m in members)
-        for member, state in zip(members, start, strict=True):
-            member.value_head.load_state_dict(state)
-        return result
-
-    monkeypatch.setattr(type(members[0]), "train_together", staticmethod(train_together))
+    heads = [copy.deepcopy(m.value_head.state_dict()) for m in members]
     learned = _same_updates(members, rows, env, losses_rtol=1e-4)
     assert any(learned)
-    for member, together in zip(members, heads, strict=True):
-        for key, value in member.value_head.state_dict().items():
-            torch.testing.assert_close(together[key], value, rtol=1e-4, atol=1e-6)
-            assert not torch.equal(value, start[members.index(member)][key])
+    for member, start in zip(members, heads, strict=True):
+        assert all(not torch.equal(v, start[k]) for k, v in member.value_head.state_dict().items())

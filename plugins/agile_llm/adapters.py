@@ -182,6 +182,19 @@ class AdapterPopulation:
                     parameter.requires_grad_(False)
 
     @contextmanager
+    def routed(self, rows: list[str]) -> Iterator[None]:
+        """Forward passes inside give row ``i`` of their batch adapter ``rows[i]``: rows of one
+        adapter make it the active one (as any LoRA layer serves, a quantised base's too), rows
+        of several are :meth:`mixed`."""
+        if len(set(rows)) > 1:
+            with self.mixed(rows):
+                yield
+            return
+        if rows:
+            self.activate(rows[0])
+        yield
+
+    @contextmanager
     def reference(self) -> Iterator[None]:
         """Forward passes inside use the base model alone (every adapter disabled)."""
         with self.model.disable_adapter():

@@ -1,4 +1,6 @@
-"""The LLM algorithms: what one member does with a batch of prompts, and how it is scored.
+"""The LLM algorithms: what a group of members does with its batches of prompts, and how it is
+scored. Each writes its step (``train_group``) and its scoring (``score_group``) once, over the
+group's passes (:mod:`.groups`); a member alone is a group of one.
 
 - :class:`SFT`: next-token cross-entropy on the response tokens; fitness: minus the held-out
   loss.
@@ -15,17 +17,22 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any, Self
 
 import numpy as np
 import torch
 
-from agile_llm import multiturn, objectives, text, together
+from agile_llm import groups, multiturn, objectives, text
 from agile_llm.objectives import IGNORE
 from agile_llm.population import LLMMember, Scores
 from agile_llm.text import log_probs
 
-T = TypeVar("T")
+Row = dict[str, Any]
+#: A sampled batch as the policy-gradient algorithms learn from it: ``ids``, ``mask`` and
+#: ``labels`` ``[N, T]``, then per-token tensors ``[N, T - 1]`` (``counted``, ``old``,
+#: ``reference``; LLMPPO's ``values`` and ``returns``) and the ``advantage``.
+Rollout = dict[str, Any]
 
 #: Held-out outputs shown by ``agile evaluate``.
 SAMPLES = 3
@@ -33,15 +40,25 @@ SAMPLES = 3
 SEQUENCE_LEVELS = ("sequence", "trajectory", "turn")
 
 
-def _scaled(loss: torch.Tensor, rows: slice, total: int) -> torch.Tensor:
-    """A micro-batch's share of the batch's mean loss."""
-    return loss * ((rows.stop - rows.start) / total)
+def _logits(model: Any, batch: text.Sequences) -> torch.Tensor:
+    """SFT's pass: the logits at every position."""
+    positions = (batch.mask.cumsum(dim=-1) - 1).clamp(min=0)
+    logits: torch.Tensor = model(input_ids=batch.ids, attention_mask=batch.mask,
+                                 position_ids=positions).logits  # fmt: skip
+    return logits
+
+
+def _summed(model: Any, batch: text.Sequences) -> torch.Tensor:
+    """DPO's pass: each row's summed log-probability of its response."""
+    values, _counted = log_probs(model, batch.ids, batch.mask, batch.labels)
+    return values.sum(dim=1)
 
 
 class SFT(LLMMember):
     """Supervised fine-tuning on (prompt, response) rows; the prompt tokens are masked."""
 
-    def _sequences(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
+    def sequences(self, rows: list[Row], data: Any) -> text.Sequences:
+        """Each row's prompt then response tokens (and an end token), the response labelled."""
         prompts = self._prompts(rows, data)
         end = [self.tokenizer.eos_token_id]
         responses = [ids + end for ids in self._responses([data.response(r) for r in rows])]
@@ -50,7 +67,7 @@ class SFT(LLMMember):
             self.shared.context_length, self.device,
         )  # fmt: skip
 
-    def _prompts(self, rows: list[dict[str, Any]], data: Any) -> list[list[int]]:
+    def _prompts(self, rows: list[Row], data: Any) -> list[list[int]]:
         """Each row's prompt tokens, as many of its last ones as a training row can hold."""
         return self.prompt_ids(self.render_prompts(rows, data), self.shared.context_length)
 
@@ -58,57 +75,39 @@ class SFT(LLMMember):
         """Each target's tokens, as many of its first ones as a training row can hold."""
         return text.encode_all(self.tokenizer, targets, self.shared.context_length)
 
-    def _loss(self, model: Any, batch: text.Sequences, rows: slice) -> torch.Tensor:
-        ids, mask = batch.ids[rows], batch.mask[rows]
-        positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        return objectives.sft_loss(logits, batch.labels[rows])
+    @classmethod
+    def train_group(cls, members: list[Self], rows: list[list[Row]], data: Any) -> list[float]:
+        """Next-token cross-entropy on each member's response tokens, ``update_epochs``
+        times over its batch."""
+        batches = [m.sequences(r, data) for m, r in zip(members, rows, strict=True)]
+
+        def loss(i: int, batch: text.Sequences, logits: torch.Tensor, part: slice) -> torch.Tensor:
+            return objectives.sft_loss(logits, batch.labels)
+
+        def rows_of(i: int, part: slice) -> text.Sequences:
+            return batches[i].take(part)
+
+        return groups.learn(members, [len(r) for r in rows], rows_of, _logits, loss)
 
     @classmethod
-    def train_together(
-        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
-    ) -> list[float] | None:
-        """Every member's :meth:`train_step` as one computation (see :mod:`.together`)."""
-        if cls is not SFT or not together.can_stack(members):
-            return None  # DPO inherits SFT's sequences, not its loss
-        return together.sft_step(members, rows, data)  # type: ignore[arg-type]
+    def score_group(cls, members: list[Self], rows: list[Row], data: Any) -> list[Scores]:
+        """Each member's held-out loss (the mean of its chunks', ``batch_size`` rows each) and
+        the exact match of its greedy completions."""
 
-    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
-        batch = self._sequences(rows, data)
-        model = self.model().train()
-        loss = torch.zeros((), device=self.device)
-        for _ in range(self.spec.update_epochs):
-            total = torch.zeros((), device=self.device)
-            for part in self.micro_batches(len(rows)):
-                loss = _scaled(self._loss(model, batch, part), part, len(rows))
-                loss.backward()
-                total += loss.detach()
-            self.step()
-            loss = total
-        return float(loss)
+        def sequences(i: int, chunk: slice) -> text.Sequences:
+            return members[i].sequences(rows[chunk], data)
 
-    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
-        model = self.model().eval()
-        losses = []
-        with torch.no_grad():
-            for chunk in _chunks(rows, self.spec.batch_size):
-                losses.append(float(self._loss(model, self._sequences(chunk, data), slice(None))))
-        return self._scores(losses, self._greedy(rows, data), rows, data)
+        def loss(i: int, batch: text.Sequences, logits: torch.Tensor, chunk: slice) -> float:
+            return float(objectives.sft_loss(logits, batch.labels))
 
-    @classmethod
-    def score_together(
-        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
-    ) -> list[Scores] | None:
-        """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
-        if cls is not SFT or not together.can_stack(members):
-            return None
-        losses = together.sft_losses(members, rows, data)  # type: ignore[arg-type]
-        outputs = together.greedy(members, rows, data)
-        return [m._scores(loss, out, rows, data)  # type: ignore[attr-defined]
-                for m, loss, out in zip(members, losses, outputs, strict=True)]  # fmt: skip
+        chunks = groups.chunks(members, len(rows))
+        losses = groups.measure(members, chunks, sequences, _logits, loss)
+        outputs = groups.greedy(members, rows, data)
+        return [m.loss_scores(own, out, rows, data)
+                for m, own, out in zip(members, losses, outputs, strict=True)]  # fmt: skip
 
-    def _scores(
-        self, losses: list[float], outputs: list[str], rows: list[dict[str, Any]], data: Any
+    def loss_scores(
+        self, losses: list[float], outputs: list[str], rows: list[Row], data: Any
     ) -> Scores:
         """The held-out scores of chunk ``losses`` and greedy ``outputs`` of ``rows``."""
         targets = [data.response(r).strip() for r in rows]
@@ -117,18 +116,11 @@ class SFT(LLMMember):
         return Scores(-loss, {"held-out loss": loss, "exact match": exact},
                       _samples(rows, data, outputs, targets))  # fmt: skip
 
-    def _greedy(self, rows: list[dict[str, Any]], data: Any) -> list[str]:
-        outputs: list[str] = []
-        for chunk in _chunks(rows, self.spec.batch_size):
-            prompts = self.prompt_ids(self.render_prompts(chunk, data))
-            outputs += self.complete(prompts, explore=False).texts
-        return outputs
-
 
 class DPO(SFT):
     """Direct preference optimisation on (prompt, chosen, rejected) rows."""
 
-    def _pairs(self, rows: list[dict[str, Any]], data: Any) -> text.Sequences:
+    def pairs(self, rows: list[Row], data: Any) -> text.Sequences:
         """Chosen rows then rejected rows, one batch."""
         prompts = self._prompts(rows, data)
         end = [self.tokenizer.eos_token_id]
@@ -137,19 +129,9 @@ class DPO(SFT):
         pairs = list(zip(prompts + prompts, chosen + rejected, strict=True))
         return text.sequence_batch(self.tokenizer, pairs, self.shared.context_length, self.device)
 
-    def _summed(self, model: Any, batch: text.Sequences, rows: torch.Tensor) -> torch.Tensor:
-        values, _counted = log_probs(model, batch.ids[rows], batch.mask[rows], batch.labels[rows])
-        return values.sum(dim=1)
-
-    def _preference(self, model: Any, batch: text.Sequences, part: slice, n: int) -> Any:
-        rows = torch.arange(part.start or 0, part.stop if part.stop is not None else n)
-        both = torch.cat([rows, rows + n])
-        with torch.no_grad(), self.shared.reference():
-            reference = self._summed(model, batch, both)
-        policy = self._summed(model, batch, both)
-        return self.pair_loss(policy, reference, batch.labels[rows])
-
-    def pair_loss(self, policy: torch.Tensor, reference: torch.Tensor, chosen: torch.Tensor) -> Any:
+    def pair_loss(
+        self, policy: torch.Tensor, reference: torch.Tensor, chosen: torch.Tensor
+    ) -> objectives.PreferenceLoss:
         """DPO on ``[2B]`` summed log-probabilities (chosen rows, then rejected) under the
         policy and the reference; ``chosen`` is the chosen rows' labels (for ``nll_alpha``)."""
         half = len(policy) // 2
@@ -163,53 +145,54 @@ class DPO(SFT):
         return result
 
     @classmethod
-    def train_together(
-        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
-    ) -> list[float] | None:
-        """Every member's :meth:`train_step` as one computation (see :mod:`.together`)."""
-        if not together.can_stack(members):
-            return None
-        return together.dpo_step(members, rows, data)  # type: ignore[arg-type]
+    def train_group(cls, members: list[Self], rows: list[list[Row]], data: Any) -> list[float]:
+        """DPO's loss on each member's pairs against the base with every adapter off (its
+        log-probabilities taken once, without gradients), ``update_epochs`` times over the
+        batch; a micro-batch is some of the pairs, chosen and rejected rows both."""
+        batches = [m.pairs(r, data) for m, r in zip(members, rows, strict=True)]
+        sizes = [len(r) for r in rows]
+        parts = [m.micro_batches(size) for m, size in zip(members, sizes, strict=True)]
 
-    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
-        batch = self._pairs(rows, data)
-        model = self.model().train()
-        loss = 0.0
-        for _ in range(self.spec.update_epochs):
-            loss = 0.0
-            for part in self.micro_batches(len(rows)):
-                result = self._preference(model, batch, part, len(rows))
-                scaled = _scaled(result.loss, part, len(rows))
-                scaled.backward()
-                loss += float(scaled.detach())
-            self.step()
-        return loss
+        def pairs(i: int, part: slice) -> text.Sequences:  # its chosen rows, then rejected
+            chosen = torch.arange(part.start, part.stop)
+            return batches[i].take(torch.cat([chosen, chosen + sizes[i]]))
 
-    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
-        model = self.model().eval()
-        results = []
-        with torch.no_grad():
-            for chunk in _chunks(rows, self.spec.batch_size):
-                result = self._preference(model, self._pairs(chunk, data), slice(0, len(chunk)),
-                                          len(chunk))  # fmt: skip
-                results.append((result, len(chunk)))
-        return self._preference_scores(results, self._greedy(rows[:SAMPLES], data), rows, data)
+        reference = groups.measure(members, parts, pairs, _summed, adapters=False)
+
+        def loss(i: int, batch: text.Sequences, policy: torch.Tensor, part: slice) -> torch.Tensor:
+            own = reference[i][parts[i].index(part)]
+            return members[i].pair_loss(policy, own, batch.labels[: len(policy) // 2]).loss
+
+        return groups.learn(members, sizes, pairs, _summed, loss)
 
     @classmethod
-    def score_together(
-        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
-    ) -> list[Scores] | None:
-        """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
-        if not together.can_stack(members):
-            return None
-        results = together.dpo_results(members, rows, data)  # type: ignore[arg-type]
-        outputs = together.greedy(members, rows[:SAMPLES], data)
-        return [m._preference_scores(r, out, rows, data)  # type: ignore[attr-defined]
-                for m, r, out in zip(members, results, outputs, strict=True)]  # fmt: skip
+    def score_group(cls, members: list[Self], rows: list[Row], data: Any) -> list[Scores]:
+        """Each member's held-out preference accuracy, reward margin and loss (by chunks of
+        ``batch_size`` pairs), and greedy completions of the first rows."""
+        chunks = groups.chunks(members, len(rows))
+        batches = {(i, c.start): members[i].pairs(rows[c], data)
+                   for i, own in enumerate(chunks) for c in own}  # fmt: skip
 
-    def _preference_scores(
-        self, results: list[tuple[Any, int]], outputs: list[str], rows: list[dict[str, Any]],
-        data: Any,
+        def pairs(i: int, chunk: slice) -> text.Sequences:
+            return batches[i, chunk.start]
+
+        reference = groups.measure(members, chunks, pairs, _summed, adapters=False)
+
+        def result(
+            i: int, batch: text.Sequences, policy: torch.Tensor, chunk: slice
+        ) -> tuple[objectives.PreferenceLoss, int]:
+            own = reference[i][chunks[i].index(chunk)]
+            chosen = batch.labels[: len(policy) // 2]
+            return members[i].pair_loss(policy, own, chosen), chunk.stop - chunk.start
+
+        results = groups.measure(members, chunks, pairs, _summed, result)
+        outputs = groups.greedy(members, rows[:SAMPLES], data)
+        return [m.preference_scores(own, out, rows, data)
+                for m, own, out in zip(members, results, outputs, strict=True)]  # fmt: skip
+
+    def preference_scores(
+        self, results: list[tuple[objectives.PreferenceLoss, int]], outputs: list[str],
+        rows: list[Row], data: Any,
     ) -> Scores:  # fmt: skip
         """The held-out scores of each chunk's preference result (with its size) and the
         greedy ``outputs`` of the first rows."""
@@ -252,6 +235,7 @@ class GRPO(LLMMember):
         return 1.0 - float(clip), 1.0 + float(clip)
 
     def group(self) -> int:
+        """How many completions (episodes) are sampled of each prompt (seed)."""
         return int(getattr(self.spec, "group_size", 1))
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -271,58 +255,52 @@ class GRPO(LLMMember):
         """Per-token advantages ``[N, T]``: each completion's, on every token."""
         return advantage.unsqueeze(1).expand_as(counted)
 
-    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
-        rollout = self._rollout(rows, data)
-        if rollout is None:
-            return 0.0
-        model = self.model().train()
-        loss = 0.0
-        for _ in range(self.spec.update_epochs):
-            loss = 0.0
-            for part in self.micro_batches(rollout["ids"].shape[0]):
-                piece = _scaled(self._loss(model, rollout, part), part, rollout["ids"].shape[0])
-                piece.backward()
-                loss += float(piece.detach())
-            self.step()
-        return loss
+    # -- one step ----------------------------------------------------------------------------
 
     @classmethod
-    def train_together(
-        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
-    ) -> list[float] | None:
-        """Every member's :meth:`train_step` as one computation (see :mod:`.together`), for
-        the algorithms that sample, score and learn as GRPO does (not LLMPPO's critic)."""
-        own_rollout = cls._rollout is not GRPO._rollout or cls._loss is not GRPO._loss
-        if own_rollout or not together.can_sample_together(members):
-            return None
-        return together.grpo_step(members, rows, data)  # type: ignore[arg-type]
+    def train_group(cls, members: list[Self], rows: list[list[Row]], data: Any) -> list[float]:
+        """Each member's :meth:`rollouts` of its rows, then ``update_epochs`` passes of its
+        loss (:meth:`rollout_loss`) over them; a member whose rollout is empty (every
+        advantage zero, with ``filter_zero_adv``) does not step."""
+        rollouts = cls.rollouts(members, rows, data)
+        sizes = [0 if r is None else int(r["ids"].shape[0]) for r in rollouts]
 
-    def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
-        """Sample, score and log-prob ``group_size`` completions of every prompt (episodes
-        of every seed, for a multi-turn environment)."""
+        def loss(i: int, batch: text.Sequences, output: Any, part: slice) -> torch.Tensor:
+            rollout = rollouts[i]
+            assert rollout is not None  # a member without one has no part
+            return members[i].rollout_loss(rollout, output, part)
+
+        return groups.learn(members, sizes, _rows_of(rollouts), cls.training_pass, loss)
+
+    @staticmethod
+    def training_pass(model: Any, batch: text.Sequences) -> Any:
+        """The pass :meth:`rollout_loss` learns from: each labelled token's log-probability."""
+        return text.labelled_log_probs(model, batch)
+
+    @classmethod
+    def rollouts(
+        cls, members: list[Self], rows: list[list[Row]], data: Any
+    ) -> list[Rollout | None]:
+        """Each member's rollout: ``group_size`` completions of each of its prompts, sampled
+        in one generation call (episodes of each seed of a multi-turn environment, played in
+        step), scored, with their advantages and log-probabilities at sampling and under the
+        reference; None for a member whose ``filter_zero_adv`` kept no row."""
+        rollouts: list[Rollout | None]
         if data.env_type == "multiturn":
-            rollout = self.episodes_rollout(self.play(rows, data, explore=True))
+            played = groups.play(members, rows, data, explore=True)
+            rollouts = [m.episodes_rollout(own) for m, own in zip(members, played, strict=True)]
         else:
-            rendered = self.render_prompts(rows, data)
-            prompts = self.prompt_ids(rendered)
-            self.model().eval()
-            group = self.group()
-            done = self.complete([p for p in prompts for _ in range(group)], explore=True)
-            rollout = self._rollout_of(done, rows, rendered, data)
-        if rollout is None:
-            return None
-        model = self.model()
-        ids, mask, labels = rollout["ids"], rollout["mask"], rollout["labels"]
-        with torch.no_grad():
-            rollout["old"] = rollout["reference"] = log_probs(model, ids, mask, labels)[0]
-            if float(getattr(self.spec, "beta", 0.0)) > 0:
-                with self.shared.reference():
-                    rollout["reference"] = log_probs(model, ids, mask, labels)[0]
-        return rollout
+            rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
+            prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
+            done = groups.sample(members, prompts, [m.group() for m in members])
+            sampled = zip(members, done, rows, rendered, strict=True)
+            rollouts = [m.rollout_of(d, r, t, data) for m, d, r, t in sampled]
+        _at_sampling(members, rollouts)
+        return rollouts
 
-    def _rollout_of(
-        self, done: text.Completions, rows: list[dict[str, Any]], rendered: list[str], data: Any
-    ) -> dict[str, Any] | None:
+    def rollout_of(
+        self, done: text.Completions, rows: list[Row], rendered: list[str], data: Any
+    ) -> Rollout | None:
         """The sampled completions of ``rows`` (``group_size`` each, in order) scored, with
         their advantages: a rollout without its log-probabilities yet; None when every
         advantage is zero and ``filter_zero_adv`` drops them all."""
@@ -337,7 +315,7 @@ class GRPO(LLMMember):
                    "advantage": self.advantages(rewards)}  # fmt: skip
         return self._kept(rollout)
 
-    def _kept(self, rollout: dict[str, Any]) -> dict[str, Any] | None:
+    def _kept(self, rollout: Rollout) -> Rollout | None:
         """``rollout`` with its counted tokens, less the rows of zero advantage when
         ``filter_zero_adv`` asks (None when that leaves none)."""
         advantage = rollout["advantage"]
@@ -349,30 +327,26 @@ class GRPO(LLMMember):
         rollout["counted"] = rollout["labels"][:, 1:].ne(IGNORE).float()
         return rollout
 
+    def rollout_loss(self, rollout: Rollout, output: Any, part: slice) -> torch.Tensor:
+        """The loss of the rollout's rows ``part``, given a :meth:`training_pass`'s output for
+        them (their log-probabilities now)."""
+        current = output[:, : rollout["ids"].shape[1] - 1]
+        counted = rollout["counted"][part]
+        if "token_advantage" in rollout:  # each turn's own, in a multi-turn episode
+            advantage = rollout["token_advantage"][part]
+        else:
+            advantage = self.token_advantages(rollout["advantage"][part], counted)
+        return self.policy_loss(current, rollout["old"][part], rollout["reference"][part],
+                                advantage, counted)  # fmt: skip
+
     # -- multi-turn environments -----------------------------------------------------------
-
-    def play(
-        self, rows: list[dict[str, Any]], data: Any, *, explore: bool
-    ) -> list[multiturn.Episode]:
-        """Episodes of a multi-turn environment, one per row's seed (``group_size`` each when
-        exploring), sampled at the member's temperature or greedy."""
-        group = self.group() if explore else 1
-        seeds = [(int(row["seed"]), 0) for row in rows for _ in range(group)]
-
-        def generate(prompts: list[list[int]], owners: list[int]) -> text.Completions:
-            self.model().eval()
-            return self.complete(prompts, explore=explore)
-
-        return multiturn.play(data, seeds, self.conversation(data), generate,
-                              context=self.shared.context_length,
-                              reply_room=self.output_tokens())  # fmt: skip
 
     def conversation(self, data: Any) -> multiturn.Conversation:
         """How this member's episodes are written as tokens."""
         return multiturn.Conversation(self.tokenizer, data.chat_prompts, data.strict_boundary,
                                       lambda prompt: self.prompt_ids([prompt])[0])  # fmt: skip
 
-    def episodes_rollout(self, episodes: list[multiturn.Episode]) -> dict[str, Any] | None:
+    def episodes_rollout(self, episodes: list[multiturn.Episode]) -> Rollout | None:
         """Played episodes (``group_size`` consecutive ones per seed) as a rollout: each
         transcript's generated tokens trained with its return's group-relative advantage, or,
         with ``advantage_granularity: turn``, with each turn's return-to-go's."""
@@ -391,63 +365,29 @@ class GRPO(LLMMember):
             rollout["token_advantage"] = multiturn.per_token(batch.turn, turns).to(self.device)
         return self._kept(rollout)
 
-    def _episode_scores(self, episodes: list[multiturn.Episode], data: Any) -> Scores:
+    # -- scoring -----------------------------------------------------------------------------
+
+    @classmethod
+    def score_group(cls, members: list[Self], rows: list[Row], data: Any) -> list[Scores]:
+        """Each member's mean reward of greedy completions of the held-out prompts (of a
+        multi-turn environment, the summary of its greedy episodes of the held-out seeds),
+        ``batch_size`` at a time."""
+        if data.env_type == "multiturn":
+            played = groups.greedy_play(members, rows, data)
+            return [m.episode_scores(own, data) for m, own in zip(members, played, strict=True)]
+        rendered = members[0].render_prompts(rows, data)
+        outputs = groups.greedy(members, rows, data, rendered)
+        return [m.reward_scores(out, rows, rendered, data)
+                for m, out in zip(members, outputs, strict=True)]  # fmt: skip
+
+    def episode_scores(self, episodes: list[multiturn.Episode], data: Any) -> Scores:
+        """The held-out scores of greedy ``episodes``: their summary, the mean return first."""
         metrics = multiturn.summary(episodes, data)
         shown = [multiturn.shown(e) for e in episodes[:SAMPLES]]
         return Scores(metrics["mean return"], metrics, shown)
 
-    def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
-        current, _ = log_probs(model, rollout["ids"][part], rollout["mask"][part],
-                               rollout["labels"][part])  # fmt: skip
-        return self._policy_loss(rollout, current, part)
-
-    def _policy_loss(
-        self, rollout: dict[str, Any], current: torch.Tensor, part: slice = slice(None)
-    ) -> torch.Tensor:
-        """The loss of the rollout's rows ``part``, given their log-probabilities now."""
-        counted = rollout["counted"][part]
-        if "token_advantage" in rollout:  # each turn's own, in a multi-turn episode
-            advantage = rollout["token_advantage"][part]
-        else:
-            advantage = self.token_advantages(rollout["advantage"][part], counted)
-        return self.policy_loss(current, rollout["old"][part], rollout["reference"][part],
-                                advantage, counted)  # fmt: skip
-
-    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
-        if data.env_type == "multiturn":
-            episodes: list[multiturn.Episode] = []
-            for part in _chunks(rows, self.spec.batch_size):
-                episodes += self.play(part, data, explore=False)
-            return self._episode_scores(episodes, data)
-        self.model().eval()
-        outputs: list[str] = []
-        rendered = self.render_prompts(rows, data)
-        for chunk in _chunks(rendered, self.spec.batch_size):
-            outputs += self.complete(self.prompt_ids(chunk), explore=False).texts
-        return self._scores(outputs, rows, rendered, data)
-
-    @classmethod
-    def score_together(
-        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
-    ) -> list[Scores] | None:
-        """Every member's :meth:`score` as one computation (see :mod:`.together`)."""
-        if not together.can_sample_together(members):
-            return None
-        if data.env_type == "multiturn":
-            played: list[list[multiturn.Episode]] = [[] for _ in members]
-            for chunk in _chunks(rows, members[0].spec.batch_size):
-                new = together.play(members, [chunk] * len(members), data, explore=False)
-                for own, episodes in zip(played, new, strict=True):
-                    own += episodes
-            return [m._episode_scores(e, data)  # type: ignore[attr-defined]
-                    for m, e in zip(members, played, strict=True)]  # fmt: skip
-        rendered = members[0].render_prompts(rows, data)
-        outputs = together.greedy(members, rows, data, rendered)
-        return [m._scores(out, rows, rendered, data)  # type: ignore[attr-defined]
-                for m, out in zip(members, outputs, strict=True)]  # fmt: skip
-
-    def _scores(
-        self, outputs: list[str], rows: list[dict[str, Any]], rendered: list[str], data: Any
+    def reward_scores(
+        self, outputs: list[str], rows: list[Row], rendered: list[str], data: Any
     ) -> Scores:
         """The held-out scores of the greedy ``outputs`` of ``rows`` (prompts ``rendered``)."""
         rewards = [float(r) for r in data.reward(outputs, rows, rendered)]
@@ -457,6 +397,41 @@ class GRPO(LLMMember):
             metrics["accuracy"] = float(accuracy)
         targets = [str(data.answer(r)) for r in rows]
         return Scores(metrics["mean reward"], metrics, _samples(rows, data, outputs, targets))
+
+
+def _rows_of(rollouts: list[Rollout | None]) -> groups.Rows:
+    """Member ``i``'s rows ``part`` of its rollout, for a pass."""
+
+    def rows(i: int, part: slice) -> text.Sequences:
+        rollout = rollouts[i]
+        assert rollout is not None  # a member without one has no part
+        return text.Sequences(rollout["ids"], rollout["mask"], rollout["labels"]).take(part)
+
+    return rows
+
+
+def _at_sampling(members: Sequence[GRPO], rollouts: list[Rollout | None]) -> None:
+    """Fill each rollout's log-probabilities at sampling (its adapter) and under the reference
+    (every adapter off, for a member with a KL penalty), each a pass for every member."""
+    parts = [[] if r is None else m.micro_batches(int(r["ids"].shape[0]))
+             for m, r in zip(members, rollouts, strict=True)]  # fmt: skip
+    penalised = [own if float(getattr(m.spec, "beta", 0.0)) > 0 else []
+                 for m, own in zip(members, parts, strict=True)]  # fmt: skip
+    rows = _rows_of(rollouts)
+
+    def own_width(i: int, batch: text.Sequences, output: torch.Tensor, part: slice) -> Any:
+        rollout = rollouts[i]
+        assert rollout is not None
+        return output[:, : rollout["ids"].shape[1] - 1]
+
+    old = groups.measure(members, parts, rows, text.labelled_log_probs, own_width)
+    reference = groups.measure(
+        members, penalised, rows, text.labelled_log_probs, own_width, adapters=False
+    )
+    for rollout, at_sampling, base in zip(rollouts, old, reference, strict=True):
+        if rollout is not None:
+            rollout["old"] = torch.cat(at_sampling)
+            rollout["reference"] = torch.cat(base) if base else rollout["old"]
 
 
 class GSPO(GRPO):
@@ -489,10 +464,6 @@ class LLMREINFORCE(GRPO):
         gamma = float(getattr(self.spec, "gamma", 1.0))
         remaining = counted.flip(1).cumsum(dim=1).flip(1) - counted  # tokens after this one
         return advantage.unsqueeze(1) * gamma**remaining
-
-
-def _chunks(items: list[T], size: int) -> list[list[T]]:
-    return [items[start : start + size] for start in range(0, len(items), max(1, size))]
 
 
 def _samples(

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 import torch
 
@@ -28,12 +28,17 @@ from agile_cli import (
     UsageError,
 )
 from agile_cli.helpers import printable
-from agile_llm import text
+from agile_llm import groups, text
 from agile_llm.adapters import AdapterPopulation
 from agile_llm.environment import PromptData
 from agile_llm.messages import error_detail
 from agile_llm.model import load_model, load_tokenizer
-from agile_llm.spec import LLMSpec, LoraSpec
+from agile_llm.spec import FinetuningNetworkSpec, LLMSpec, LoraSpec
+
+if TYPE_CHECKING:
+    from agile_llm.vllm_engine import VLLMGenerator
+
+Row = dict[str, Any]
 
 
 class SharedModel:
@@ -52,7 +57,8 @@ class SharedModel:
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
         self.lora: LoraSpec = spec.lora(manifest)
-        self.start = _starting_adapter(manifest.network.adapter_path)  # type: ignore[attr-defined]
+        network = cast(FinetuningNetworkSpec, manifest.network)  # the LLM paradigm's section
+        self.start = _starting_adapter(network.adapter_path)
         limit = getattr(self.base.config, "max_position_embeddings", None) or 10**9
         self.context_length = min(spec.context_length(manifest), int(limit))
         self.device = device
@@ -67,9 +73,9 @@ class SharedModel:
             "adapters": int(getattr(getattr(manifest, "training", None), "pop_size", 1)),
             "seed": int(getattr(spec, "seed", 0) or 0),
         }
-        self._engine: Any = None
+        self._engine: VLLMGenerator | None = None
 
-    def engine(self) -> Any:
+    def engine(self) -> VLLMGenerator | None:
         """The vLLM engine that generates for every member (``use_vllm``), started at its
         first use; None: the training model generates."""
         if not self._vllm:
@@ -125,12 +131,6 @@ class SharedModel:
         if self.adapters is not None:
             self.adapters.remove(name)
 
-    def activate(self, name: str) -> Any:
-        """Make adapter ``name`` the one in use; returns the model."""
-        assert self.adapters is not None
-        self.adapters.activate(name)
-        return self.adapters.model
-
     def reference(self) -> Any:
         """A context in which the model is the base alone (every adapter off)."""
         assert self.adapters is not None
@@ -152,7 +152,7 @@ class LLMMember(MemberBasics):
     It implements the :class:`~agile_cli.Member` contract itself rather than subclass
     :class:`~agile_rl.Algorithm`: an adapter has no spaces, no architecture and no networks
     built from a network section, so only hyperparameter mutation applies to it. Subclasses
-    implement :meth:`train_step` and :meth:`score`.
+    implement :meth:`train_group` and :meth:`score_group`.
     """
 
     spec: Any  # the algorithm's LLMSpec subclass, whose fields the subclasses read
@@ -186,40 +186,32 @@ class LLMMember(MemberBasics):
     def build(self) -> None:
         """Create what the member needs besides its adapter."""
 
-    def train_step(self, rows: list[dict[str, Any]], data: Any) -> float:
-        """One iteration on a batch of training rows; returns its loss."""
+    @classmethod
+    def train_group(cls, members: list[Self], rows: list[list[Row]], data: Any) -> list[float]:
+        """One training step of each of ``members`` on its batch (``rows[i]`` member
+        ``i``'s), as one computation (:mod:`.groups`); returns each member's loss. The runner
+        passes members that can share a pass (:func:`~agile_llm.groups.compatible`); a member
+        alone is a group of one."""
         raise NotImplementedError
 
     @classmethod
-    def train_together(
-        cls, members: list[LLMMember], rows: list[list[dict[str, Any]]], data: Any
-    ) -> list[float] | None:
-        """One :meth:`train_step` of each of ``members`` (``rows[i]`` member ``i``'s batch)
-        as one computation, returning each member's loss; None where this algorithm cannot
-        (the runner then steps them one by one). None by default."""
-        return None
-
-    @classmethod
-    def score_together(
-        cls, members: list[LLMMember], rows: list[dict[str, Any]], data: Any
-    ) -> list[Scores] | None:
-        """Each of ``members``' :meth:`score` on ``rows`` as one computation; None where this
-        algorithm cannot (the runner then scores them one by one). None by default."""
-        return None
-
-    def score(self, rows: list[dict[str, Any]], data: Any) -> Scores:
-        """The member on held-out rows."""
+    def score_group(cls, members: list[Self], rows: list[Row], data: Any) -> list[Scores]:
+        """Each of ``members`` scored on held-out ``rows``, as one computation."""
         raise NotImplementedError
+
+    def train_step(self, rows: list[Row], data: Any) -> float:
+        """One training step of this member alone on ``rows``; returns its loss."""
+        return self.train_group([self], [rows], data)[0]
+
+    def score(self, rows: list[Row], data: Any) -> Scores:
+        """This member alone scored on held-out ``rows``."""
+        return self.score_group([self], rows, data)[0]
 
     # -- acting ----------------------------------------------------------------------------------
 
     @property
     def tokenizer(self) -> Any:
         return self.shared.tokenizer
-
-    def model(self) -> Any:
-        """The shared model with this member's adapter in use."""
-        return self.shared.activate(self.adapter)
 
     def act(self, obs: Any, *, explore: bool) -> list[str]:
         """Completions of prompt texts: sampled when exploring, else greedy."""
@@ -249,20 +241,10 @@ class LLMMember(MemberBasics):
         return int(min(wanted, max(self.shared.context_length // 2, 1)))
 
     def complete(self, prompts: list[list[int]], *, explore: bool) -> text.Completions:
-        """Completions of token-id prompts, with this member's adapter (through vLLM with
-        ``use_vllm``)."""
-        temperature = getattr(self.spec, "temperature", 1.0) if explore else None
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)) if explore else None
-        room = min(self.output_tokens(), self.shared.context_length - max(map(len, prompts)))
-        least = getattr(self.spec, "min_output_tokens", None)
-        engine = self.shared.engine()
-        if engine is not None:
-            return engine.generate(self.tokenizer, prompts, [self] * len(prompts),  # type: ignore[no-any-return]
-                                   device=self.device, max_new_tokens=room, min_new_tokens=least,
-                                   temperature=temperature, seed=seed)  # fmt: skip
-        batch = text.prompt_batch(self.tokenizer, prompts, self.device)
-        return text.generate(self.model(), self.tokenizer, batch, max_new_tokens=room,
-                             min_new_tokens=least, temperature=temperature, seed=seed)  # fmt: skip
+        """Completions of token-id prompts through this member's adapter (by vLLM with
+        ``use_vllm``): sampled at its temperature when exploring, else greedy."""
+        seed = groups.draw([self]) if explore else None
+        return groups.generate([self], prompts, [0] * len(prompts), explore=explore, seed=seed)
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -286,8 +268,7 @@ class LLMMember(MemberBasics):
 
     def micro_batches(self, size: int) -> list[slice]:
         """Slices of a batch of ``size`` rows, ``micro_batch_size_per_gpu`` at a time."""
-        step = getattr(self.spec, "micro_batch_size_per_gpu", None) or size
-        return [slice(start, min(start + step, size)) for start in range(0, size, step)]
+        return groups.slices(size, getattr(self.spec, "micro_batch_size_per_gpu", None) or size)
 
     # -- evolution and checkpoints ---------------------------------------------------------------
 

@@ -10,12 +10,12 @@ the GAE returns with a clipped squared error.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import torch
 
-from agile_llm import objectives, together
-from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, log_probs
+from agile_llm import groups, objectives, text
+from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, Rollout, Row
 from agile_llm.objectives import IGNORE
 from agile_llm.text import log_probs_and_states
 
@@ -46,53 +46,54 @@ class LLMPPO(GRPO):
             self.value_head.parameters(), lr=float(self.spec.lr_critic), weight_decay=0.0
         )
 
-    # -- one forward pass: log-probabilities and values ---------------------------------------
-
-    def log_probs_and_values(
-        self, model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log p, counted, values)``, each ``[N, T - 1]``: as :func:`log_probs`, plus the
-        value of the state each labelled token is chosen in (0 where not counted)."""
-        current, counted, hidden = log_probs_and_states(model, ids, mask, labels)
-        return current, counted, self.values(hidden, counted)
-
     def values(self, hidden: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
         """``[N, T - 1]`` values by this member's head of the last hidden states ``hidden``
         ``[N, T - 1, H]`` (0 where not counted)."""
         return self.value_head(hidden.float()).squeeze(-1) * counted
 
-    @classmethod
-    def train_together(
-        cls, members: list[Any], rows: list[list[dict[str, Any]]], data: Any
-    ) -> list[float] | None:
-        """Every member's :meth:`train_step` as one computation, each row's values by its
-        own member's head (see :func:`agile_llm.together.ppo_step`)."""
-        if data.env_type == "multiturn" or not together.can_sample_together(members):
-            return None
-        return together.ppo_step(members, rows, data)
-
     # -- rollout -------------------------------------------------------------------------------
 
-    def _rollout(self, rows: list[dict[str, Any]], data: Any) -> dict[str, Any] | None:
-        """Sample one completion per prompt; score it; compute per-token advantages/returns."""
-        rendered = self.render_prompts(rows, data)
-        self.model().eval()
-        done = self.complete(self.prompt_ids(rendered), explore=True)
-        labels = done.ids.masked_fill(~done.completion, IGNORE)
-        model = self.model()
-        with torch.no_grad():
-            old, counted, values = self.log_probs_and_values(model, done.ids, done.mask, labels)
-            reference = old
-            if float(self.spec.beta) > 0:
-                with self.shared.reference():
-                    reference, _ = log_probs(model, done.ids, done.mask, labels)
-        passes = {"old": old, "counted": counted, "values": values, "reference": reference}
-        return self.scored(done, labels, rows, rendered, data, passes)
+    @classmethod
+    def rollouts(
+        cls, members: list[Self], rows: list[list[Row]], data: Any
+    ) -> list[Rollout | None]:
+        """Each member's rollout: one completion of each of its prompts, sampled in one
+        generation call; a pass at sampling for their log-probabilities and each row's values
+        by its own member's head, one under the reference (members with a KL penalty); then
+        rewards, GAE advantages and returns (:meth:`scored`)."""
+        rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
+        prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
+        done = groups.sample(members, prompts, [1] * len(members))
+        labels = [d.ids.masked_fill(~d.completion, IGNORE) for d in done]
+        parts = [m.micro_batches(len(r)) for m, r in zip(members, rows, strict=True)]
+        penalised = [own if float(m.spec.beta) > 0 else []
+                     for m, own in zip(members, parts, strict=True)]  # fmt: skip
+
+        def completions(i: int, part: slice) -> text.Sequences:
+            return text.Sequences(done[i].ids, done[i].mask, labels[i]).take(part)
+
+        def valued(i: int, batch: text.Sequences, output: Any, part: slice) -> Any:
+            old, counted, hidden = output
+            return old, counted, members[i].values(hidden, counted)
+
+        at_sampling = groups.measure(members, parts, completions, cls.training_pass, valued)
+        reference = groups.measure(
+            members, penalised, completions, text.labelled_log_probs, adapters=False
+        )
+        rollouts: list[Rollout | None] = []
+        for i, member in enumerate(members):
+            old, counted, values = (
+                torch.cat(pieces) for pieces in zip(*at_sampling[i], strict=True)
+            )
+            passes = {"old": old, "counted": counted, "values": values,
+                      "reference": torch.cat(reference[i]) if reference[i] else old}  # fmt: skip
+            rollouts.append(member.scored(done[i], labels[i], rows[i], rendered[i], data, passes))
+        return rollouts
 
     def scored(
-        self, done: Any, labels: torch.Tensor, rows: list[dict[str, Any]], rendered: list[str],
+        self, done: text.Completions, labels: torch.Tensor, rows: list[Row], rendered: list[str],
         data: Any, passes: dict[str, torch.Tensor],
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> Rollout:  # fmt: skip
         """The rollout of sampled completions ``done`` of ``rows`` (prompts ``rendered``),
         given the passes at sampling (``old`` log-probabilities, ``counted`` tokens, the
         head's ``values``, the ``reference`` log-probabilities): rewards, GAE advantages and
@@ -121,17 +122,17 @@ class LLMPPO(GRPO):
 
     # -- loss ----------------------------------------------------------------------------------
 
-    def _loss(self, model: Any, rollout: dict[str, Any], part: slice) -> torch.Tensor:
-        ids, mask, labels = rollout["ids"][part], rollout["mask"][part], rollout["labels"][part]
-        current, _, hidden = log_probs_and_states(model, ids, mask, labels)
-        return self.ppo_loss(rollout, current, hidden, part)
+    @staticmethod
+    def training_pass(model: Any, batch: text.Sequences) -> Any:
+        """The pass :meth:`rollout_loss` learns from: each labelled token's log-probability,
+        and the last hidden state it is chosen in."""
+        return log_probs_and_states(model, batch.ids, batch.mask, batch.labels)
 
-    def ppo_loss(
-        self, rollout: dict[str, Any], current: torch.Tensor, hidden: torch.Tensor,
-        part: slice = slice(None),
-    ) -> torch.Tensor:  # fmt: skip
-        """The loss of the rollout's rows ``part`` given their log-probabilities and last
-        hidden states now: the clipped surrogate plus ``vf_coef`` times the value loss."""
+    def rollout_loss(self, rollout: Rollout, output: Any, part: slice) -> torch.Tensor:
+        """The loss of the rollout's rows ``part`` given a :meth:`training_pass`'s output for
+        them: the clipped surrogate plus ``vf_coef`` times the value loss."""
+        width = rollout["ids"].shape[1] - 1
+        current, hidden = output[0][:, :width], output[2][:, :width]
         counted = rollout["counted"][part]
         old = rollout["old"][part]
         policy = self.policy_loss(current, old, old, rollout["advantage"][part], counted)

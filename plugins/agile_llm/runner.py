@@ -28,7 +28,7 @@ from agile_cli import (
     Runner,
     TrainingManifest,
 )
-from agile_llm import together
+from agile_llm import groups
 from agile_llm.environment import prepare
 from agile_llm.multiturn import EVAL_EPISODES, MultiTurnData
 from agile_llm.population import LLMMember, Scores, build_population
@@ -49,9 +49,8 @@ class LLMRunner(Runner[LLMMember]):
         self, members: list[LLMMember], steps: int, progress: Progress
     ) -> list[GenerationStats]:
         """Train every member on about ``steps`` prompts, ``batch_size`` at a time: each
-        iteration's steps as one computation where the algorithm can
-        (:meth:`~agile_llm.population.LLMMember.train_together`), else one after the other.
-        Each member reads the data at its own position either way."""
+        iteration one step of every member, members that can share a pass as one computation.
+        Each member reads the data at its own position."""
         stats = [GenerationStats() for _ in members]
         done = [0] * len(members)
         while True:
@@ -90,21 +89,17 @@ class LLMRunner(Runner[LLMMember]):
         return max(size, 0)
 
     def _step(self, members: list[LLMMember], rows: list[list[dict[str, Any]]]) -> list[float]:
-        """One training step of each member on its rows: together, where it can."""
+        """One training step of each member on its rows, each group of members that can share
+        a pass as one computation (:meth:`~agile_llm.population.LLMMember.train_group`)."""
         for member in members:
             member.last_rewards = None
         losses = [0.0] * len(members)  # every group below sets its members' own
         for group in self._groups(members):
-            if len(group) > 1:
-                joint = type(members[group[0]]).train_together(
-                    [members[i] for i in group], [rows[i] for i in group], self.env
-                )
-                if joint is not None:
-                    for i, loss in zip(group, joint, strict=True):
-                        losses[i] = loss
-                    continue
-            for i in group:
-                losses[i] = members[i].train_step(rows[i], self.env)
+            cls = type(members[group[0]])
+            stepped = cls.train_group([members[i] for i in group], [rows[i] for i in group],
+                                      self.env)  # fmt: skip
+            for i, loss in zip(group, stepped, strict=True):
+                losses[i] = loss
         return losses
 
     def _groups(self, members: list[LLMMember]) -> list[list[int]]:
@@ -112,7 +107,7 @@ class LLMRunner(Runner[LLMMember]):
         with ``--per-member``)."""
         if not self.stack:
             return [[i] for i in range(len(members))]
-        return together.compatible(members)
+        return groups.compatible(members)
 
     def _sample_limit(self) -> int | None:
         if self.epochs is None:
@@ -122,16 +117,13 @@ class LLMRunner(Runner[LLMMember]):
     def evaluate_population(
         self, members: list[LLMMember], rounds: int, max_steps: int | None
     ) -> list[float]:
-        """Every member's score on the held-out rows: together where the algorithm can
-        (:meth:`~agile_llm.population.LLMMember.score_together`), else one by one."""
+        """Every member's score on the held-out rows, each group as one computation
+        (:meth:`~agile_llm.population.LLMMember.score_group`)."""
         rows = self.env.test if self.eval_rows is None else self.env.test[: self.eval_rows]
         for group in self._groups(members):
-            scored = None
-            if len(group) > 1:
-                cls = type(members[group[0]])
-                scored = cls.score_together([members[i] for i in group], rows, self.env)
-            for position, i in enumerate(group):
-                scores = members[i].score(rows, self.env) if scored is None else scored[position]
+            cls = type(members[group[0]])
+            scored = cls.score_group([members[i] for i in group], rows, self.env)
+            for i, scores in zip(group, scored, strict=True):
                 self.last[members[i].index] = scores
         return [self.last[member.index].fitness for member in members]
 

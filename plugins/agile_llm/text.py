@@ -216,6 +216,10 @@ class Sequences:
     mask: torch.Tensor
     labels: torch.Tensor
 
+    def take(self, rows: slice | torch.Tensor) -> Sequences:
+        """The rows ``rows`` (a slice, or a tensor of row indices)."""
+        return Sequences(self.ids[rows], self.mask[rows], self.labels[rows])
+
 
 def sequence_batch(
     tokenizer: Any, pairs: list[tuple[list[int], list[int]]], limit: int, device: Any
@@ -254,6 +258,10 @@ class Completions:
     mask: torch.Tensor
     completion: torch.Tensor
     texts: list[str]
+
+    def take(self, rows: slice) -> Completions:
+        """The completions of rows ``rows``."""
+        return Completions(self.ids[rows], self.mask[rows], self.completion[rows], self.texts[rows])
 
 
 def generate(
@@ -300,7 +308,9 @@ def _completions(tokenizer: Any, prompts: Prompts, ids: torch.Tensor) -> Complet
     return Completions(ids, mask, completion, texts)
 
 
-def log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> Any:
+def log_probs(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log p, counted)``, both ``[N, T - 1]``: each labelled next token's log-probability.
 
     Positions follow the attention mask, so a left-padded prompt is read exactly as it was
@@ -309,6 +319,12 @@ def log_probs(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.T
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
     return objectives.token_log_probs(logits, labels)
+
+
+def labelled_log_probs(model: Any, batch: Sequences) -> torch.Tensor:
+    """Each labelled next token's log-probability in ``batch`` (``[N, T - 1]``, 0 where none
+    is labelled)."""
+    return log_probs(model, batch.ids, batch.mask, batch.labels)[0]
 
 
 def log_probs_and_states(
