@@ -3,11 +3,10 @@
 This module is the core's public API, for users and plugin authors alike: the plugin contract
 (hooks, registrations, the specs a plugin's sections derive from, :class:`Member`,
 :class:`Paradigm`, :class:`Runner`), the errors a plugin raises, and the ways to train from
-Python. Two public submodules serve narrower audiences: :mod:`agile_cli.sections` (the
-``network`` and ``replay_buffer`` section specs) and :mod:`agile_cli.helpers` (what backends
-and environment builders use). Everything else is private and may move. Reinforcement
-learning lives in the first-party plugin :mod:`agile_rl`, whose own public API RL algorithms
-build on.
+Python. One public submodule serves a narrower audience: :mod:`agile_cli.helpers` (what
+backends and environment builders use). Everything else is private and may move.
+Reinforcement learning, its ``network`` and ``replay_buffer`` sections included, lives in the
+first-party plugin :mod:`agile_rl`, whose own public API RL algorithms build on.
 
 Importing it is cheap: the names that need torch (``LocalTrainer``, ``load_agent``) load on
 first use.
@@ -54,7 +53,7 @@ from agile_cli.models.algorithm import VectorEnvironmentSpec
 from agile_cli.models.base import StarterValue
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.models.selection import SelectionSpec
-from agile_cli.models.training import EpsilonGreedyTraining, TrainingSpec
+from agile_cli.models.training import TrainingSpec
 from agile_cli.paradigm import Build, Paradigm
 from agile_cli.runner import (
     AsynchronousRunner,
@@ -76,7 +75,7 @@ _LAZY = {
 }
 
 #: The public submodules, where names that the package itself once offered went.
-_SUBMODULES = ("agile_cli.helpers", "agile_cli.sections")
+_SUBMODULES = ("agile_cli.helpers",)
 
 if TYPE_CHECKING:
     from agile_cli.evolution.selection import Selection, SelectionStrategy
@@ -95,7 +94,6 @@ __all__ = [
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
     "EpisodeProgress",
-    "EpsilonGreedyTraining",
     "Family",
     "FieldError",
     "GenerationStats",
@@ -148,7 +146,7 @@ def __getattr__(name: str) -> Any:
             raise AttributeError(f"agile_cli.{name} is {module}.{name}: import it from there")
     raise AttributeError(
         f"module 'agile_cli' has no attribute {name!r} (the RL library's names, Algorithm, "
-        "ReplayBuffer, OffPolicyRunner and the like, are agile_rl's)"
+        "NetworkSpec, ReplayBuffer, OffPolicyRunner and the like, are agile_rl's)"
     )
 
 

@@ -14,9 +14,7 @@ from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
 from agile_cli.models.mutation import MutationSpec
-from agile_cli.models.network import NetworkSpec
 from agile_cli.models.recipe import RecipeSpec
-from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
 from agile_cli.validation import SECTIONS, SELECTION_ALIAS, Resolution, validate_mapping
@@ -39,9 +37,10 @@ class TrainingManifest(BaseModel):
     training: SerializeAsAny[TrainingSpec] = Field(
         default_factory=TrainingSpec, description="The training loop."
     )
-    network: SerializeAsAny[Spec] = Field(
-        default_factory=NetworkSpec,
-        description="The evolvable network (or what the algorithm's network_spec describes).",
+    network: SerializeAsAny[Spec] | None = Field(
+        default=None,
+        description="The members' networks, as the algorithm's paradigm describes them (an "
+        "evolvable network's layout, a pretrained model to fine-tune); null: none.",
     )
     mutation: MutationSpec | None = Field(default=None, description="Mutations; null: none.")
     tournament_selection: SerializeAsAny[SelectionSpec] | None = Field(
@@ -49,8 +48,8 @@ class TrainingManifest(BaseModel):
         description="Selection between generations (the strategy its 'strategy' key names); "
         "null: none.",
     )
-    replay_buffer: ReplayBufferSpec | None = Field(
-        default=None, description="Replay memory (off-policy algorithms)."
+    replay_buffer: SerializeAsAny[Spec] | None = Field(
+        default=None, description="Replay memory, for the paradigms that keep one."
     )
     recipe: RecipeSpec | None = Field(
         default=None,
@@ -81,20 +80,6 @@ class TrainingManifest(BaseModel):
     def family(self) -> str | None:
         """The name of the algorithm's paradigm (its registered ``family``)."""
         return None if self.paradigm is None else self.paradigm.name
-
-    @property
-    def evolvable_network(self) -> NetworkSpec:
-        """The network section as the spec of an evolvable network, which RL members build.
-
-        :raises TypeError: the algorithm's network section describes something else (e.g. a
-            pretrained model to fine-tune).
-        """
-        if not isinstance(self.network, NetworkSpec):
-            raise TypeError(
-                f"{self.algorithm_name}'s network section is a {type(self.network).__name__}, "
-                "not an evolvable network's"
-            )
-        return self.network
 
     @property
     def evolves(self) -> bool:

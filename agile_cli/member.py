@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
     from agile_cli.models.algorithm import AlgorithmSpec
     from agile_cli.models.base import Spec
-    from agile_cli.models.replay_buffer import ReplayBufferSpec
     from agile_cli.models.training import TrainingSpec
 
 
@@ -39,7 +38,7 @@ class AgentContext:
     training: TrainingSpec
     seed: int = 0
     network: Spec | None = None
-    replay_buffer: ReplayBufferSpec | None = None
+    replay_buffer: Spec | None = None
 
 
 @dataclass

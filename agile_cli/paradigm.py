@@ -63,7 +63,7 @@ class Paradigm(abc.ABC):
 
     def buffer(self, manifest: TrainingManifest, env: Any, device: torch.device) -> Any:
         """The store of experience the whole population shares (a replay buffer), or None
-        (the default). Register the paradigm with ``replay_buffer=True`` when it keeps one:
+        (the default). Register the paradigm with a ``replay_buffer`` spec when it keeps one:
         the manifest's ``replay_buffer`` section applies then."""
         return None
 
@@ -72,6 +72,11 @@ class Paradigm(abc.ABC):
         """The :class:`~agile_cli.Runner` that trains members for one generation in ``env``
         and scores them; ``buffer`` is what :meth:`buffer` built, or None where nothing is
         shared (scoring)."""
+
+    def torch_threads(self, manifest: TrainingManifest) -> int | None:
+        """How many threads torch computes with for this run when ``--threads`` does not
+        say; None (the default): torch's own choice."""
+        return None
 
     def memory_needs(self, manifest: TrainingManifest, env: Any, members: int) -> list[Need]:
         """What the run will hold in memory, as far as it can be told before it is built:

@@ -30,8 +30,8 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         for entry in entries
         for name in registry.builders_for(entry.family)
     }
-    networks = {entry.spec.network_spec for entry in entries}
-    replays = list(dict.fromkeys(entry.spec.replay_buffer_spec for entry in entries))
+    networks = _section_specs(registry, entries, "network")
+    replays = _section_specs(registry, entries, "replay_buffer")
     trainings = {entry.name: training_spec_for(entry, registry) for entry in entries}
     selections = [registry.selections[name].spec for name in sorted(registry.selections)]
     models = [
@@ -58,7 +58,7 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         "algorithm": one_of([ref(model) for model in named.values()]),
         "environment": _any_of([ref(spec) for spec in builders.values()] or [{"type": "object"}]),
         "training": _any_of([ref(model) for model in dict.fromkeys(trainings.values())]),
-        "network": _any_of([ref(model) for model in networks]),
+        "network": _any_of([ref(model) for model in networks] or [{"type": "object"}]),
         "mutation": ref(MutationSpec),
         "tournament_selection": one_of([ref(spec) for spec in selections]),
         "selection_strategy": one_of([ref(spec) for spec in selections]),
@@ -144,11 +144,10 @@ def _per_family_rules(
     rules = []
     for entry in entries:
         names = registry.builders_for(entry.family)
-        then: dict[str, Any] = {
-            "network": ref(entry.spec.network_spec),
-            "training": ref(trainings[entry.name]),
-            "replay_buffer": ref(entry.spec.replay_buffer_spec),
-        }
+        then: dict[str, Any] = {"training": ref(trainings[entry.name])}
+        for section in ("network", "replay_buffer"):
+            if (spec := registry.section_spec(entry, section)) is not None:
+                then[section] = ref(spec)
         if names:
             then["environment"] = _any_of([ref(builders[name]) for name in names])
         rules.append(
@@ -186,3 +185,10 @@ def _algorithm_is(names: list[str]) -> dict[str, Any]:
         "properties": {"algorithm": {"properties": {"name": name}}},
         "required": ["algorithm"],
     }
+
+
+def _section_specs(registry: Registry, entries: list[AlgorithmEntry], section: str) -> list[type]:
+    """The specs the algorithms' ``section`` (``network``, ``replay_buffer``) is validated
+    against, each once."""
+    found = (registry.section_spec(entry, section) for entry in entries)
+    return list(dict.fromkeys(spec for spec in found if spec is not None))

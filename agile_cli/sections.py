@@ -1,27 +1,7 @@
-"""The specs of the manifest's ``network`` and ``replay_buffer`` sections, for algorithms that
-declare or narrow them (an algorithm spec's ``network_spec`` / ``replay_buffer_spec``), and
-for the RL library, which builds networks and buffers from them."""
+"""Where the RL library's manifest sections went: the ``network`` and ``replay_buffer``
+specs belong to the RL library, and plugins import them from :mod:`agile_rl`."""
 
-from __future__ import annotations
-
-from agile_cli.models import NetworkSpec, StochasticNetworkSpec
-from agile_cli.models.network import (
-    CNNEncoderConfig,
-    LSTMEncoderConfig,
-    MLPConfig,
-    MultiInputEncoderConfig,
-    SimBaEncoderConfig,
+raise ImportError(
+    "agile_cli.sections is gone: import NetworkSpec, StochasticNetworkSpec, ReplayBufferSpec "
+    "and the encoder configs from agile_rl (e.g. from agile_rl import NetworkSpec)"
 )
-from agile_cli.models.replay_buffer import NStepBufferArgs, ReplayBufferSpec
-
-__all__ = [
-    "CNNEncoderConfig",
-    "LSTMEncoderConfig",
-    "MLPConfig",
-    "MultiInputEncoderConfig",
-    "NStepBufferArgs",
-    "NetworkSpec",
-    "ReplayBufferSpec",
-    "SimBaEncoderConfig",
-    "StochasticNetworkSpec",
-]

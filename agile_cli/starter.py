@@ -157,12 +157,13 @@ def starter_manifest(registry: Registry, algorithm: str, environment: str | None
         Entry("algorithm", comment=_summary(entry.spec), children=algorithm_fields),
         _environment(registry, entry, values.get("environment", {}), notes),
         _section("training", training_spec_for(entry, registry), values, notes),
-        _section("network", entry.spec.network_spec, values, notes),
         _mutation(entry),
         _selection(registry),
     ]
-    if registry.paradigm(entry.family).uses_replay_buffer:
-        sections.append(_section("replay_buffer", entry.spec.replay_buffer_spec, values, notes))
+    if (network := registry.section_spec(entry, "network")) is not None:
+        sections.insert(3, _section("network", network, values, notes))
+    if (replay := registry.section_spec(entry, "replay_buffer")) is not None:
+        sections.append(_section("replay_buffer", replay, values, notes))
     name = values["environment"]["name"]
     starter = Starter(sections, _header(entry, name, builder.name, environment is None))
     starter.doubt = _doubt(usual, environment)
@@ -235,9 +236,10 @@ def _contributed(
         "algorithm": spec,
         "environment": environment,
         "training": training_spec_for(entry, registry),
-        "network": spec.network_spec,
-        "replay_buffer": spec.replay_buffer_spec,
     }
+    for section in ("network", "replay_buffer"):
+        if (model := registry.section_spec(entry, section)) is not None:
+            own[section] = model
     contributed = {section: dict(model.starter_values) for section, model in own.items()}
     for section, fields in spec.starter_sections().items():
         contributed.setdefault(section, {}).update(fields)

@@ -259,11 +259,10 @@ def _round_trip_problems(member: Any, twin: Any, manifest: Any, registry: Any) -
 
 def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
     """Train ``member`` for one generation of ``manifest`` on the CPU, plus one more learn
-    call for off-policy families (whatever their ``learn_step``), so that whatever learning
-    changes has changed."""
+    call where the paradigm keeps a replay buffer (whatever ``learn_step``), so that whatever
+    learning changes has changed."""
     import torch
 
-    from agile_cli.models.algorithm import Family
     from agile_cli.training import setup
 
     registry = _registry(registry)
@@ -272,9 +271,8 @@ def learn_a_little(member: Any, manifest: Any, registry: Any = None) -> None:
         buffer = setup.build_buffer(manifest, env, torch.device("cpu"))
         runner = setup.build_runner(manifest, env, buffer)
         runner.train_population([member], manifest.generation_steps, lambda _steps: None)
-        off_policy = (Family.OFF_POLICY, Family.MULTI_AGENT_OFF_POLICY)
         size = int(member.spec.batch_size)
-        if manifest.family in off_policy and len(buffer) >= size:
+        if buffer is not None and len(buffer) >= size:  # learning from a shared buffer
             member.learn(buffer.sample(size, member.generator))
     finally:
         env.close()

@@ -22,9 +22,7 @@ from agile_cli.host.registry import (
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec, field_errors, suggest
 from agile_cli.models.mutation import KIND_FIELDS, MutationSpec
-from agile_cli.models.network import NetworkSpec
 from agile_cli.models.recipe import RecipeSpec
-from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
 
@@ -118,32 +116,27 @@ def validate_mapping(
     elif "environment" in data and not isinstance(data["environment"], Mapping | str):
         check.add("environment", "must be a mapping or a name")
     training = _training(data.get("training"), entry, registry, check)
-    network_spec = entry.spec.network_spec if entry is not None else NetworkSpec
-    network = check.section("network", network_spec, data.get("network"))
+    network = _paradigm_section("network", data, entry, registry, check)
     mutation = _optional(check, "mutation", MutationSpec, data)
     selection = _selection(data, registry, check)
-    replay_spec = entry.spec.replay_buffer_spec if entry is not None else ReplayBufferSpec
-    replay = _optional(check, "replay_buffer", replay_spec, data)
+    replay = _paradigm_section("replay_buffer", data, entry, registry, check)
     if entry is not None and mutation is not None:
         _check_hp_selection(mutation, entry, algorithm, check)
         mutation = _check_mutation_kinds(mutation, entry, check)
-    if entry is not None and replay is not None:
-        replay = _check_replay_buffer(replay, entry, registry, check)
     if selection is not None and training is not None:
         selection = _check_selection(selection, training, _selection_key(data), check)
     recipe = _recipe(data, entry, algorithm, training, network, registry, check)
-    if check.errors or None in (entry, algorithm, environment, training, network):
+    if check.errors or None in (entry, algorithm, environment, training):
         raise ManifestError(check.errors, source=source)
-    assert entry is not None and training is not None
+    assert entry is not None and training is not None and algorithm is not None
     if training.evo_steps is None:
         evo_steps = min(entry.spec.default_evo_steps, training.max_steps)
         training = training.model_copy(update={"evo_steps": evo_steps})
     paradigm = registry.paradigm(entry.family)
-    if replay is None and paradigm.uses_replay_buffer:
-        replay = replay_spec()
+    if network is not None:
+        network = algorithm.resolve_section("network", network)
     if replay is not None:
-        assert algorithm is not None
-        replay = algorithm.resolve_replay_buffer(replay)
+        replay = algorithm.resolve_section("replay_buffer", replay)
     sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
                                    selection, replay, recipe), strict=True))  # fmt: skip
     return Resolution(
@@ -595,25 +588,35 @@ def _check_mutation_kinds(
     return mutation.model_copy(update={"probabilities": resolved})
 
 
-def _check_replay_buffer(
-    replay: ReplayBufferSpec, entry: AlgorithmEntry, registry: Registry, check: _Collector
-) -> ReplayBufferSpec | None:
-    if not registry.paradigm(entry.family).uses_replay_buffer:
-        check.warnings.append(
-            f"replay_buffer: ignored, {entry.name} ({entry.family}) keeps no replay buffer"
-        )
+def _paradigm_section(
+    name: str,
+    data: Mapping[str, Any],
+    entry: AlgorithmEntry | None,
+    registry: Registry,
+    check: _Collector,
+) -> Spec | None:
+    """A section the algorithm's paradigm adds (``network``, ``replay_buffer``), validated
+    against its spec and filled with defaults when left out; None, with a warning if the
+    manifest gives it, where the paradigm adds no such section."""
+    if entry is None:
         return None
-    wanted = (
-        ("per_buffer", "supports_per", "prioritised replay"),
-        ("n_step_buffer", "supports_n_step", "n-step returns"),
-    )
-    for key, capability, what in wanted:
-        if getattr(replay, key) and not getattr(entry.spec, capability):
-            others = usable(registry.algorithms.values(), lambda other: other.spec)
-            able = [other.name for other in others if getattr(other.spec, capability)]
-            check.add(
-                f"replay_buffer.{key}",
-                f"{entry.name} cannot learn from {what}",
-                ("supported by: " + ", ".join(able)) if able else "set it to false",
-            )
-    return replay
+    failure = _failure(lambda: registry.section_spec(entry, name))
+    if failure is not None:
+        check.unloadable(name, failure)
+        return None
+    spec = registry.section_spec(entry, name)
+    if spec is None:
+        if data.get(name) is not None:
+            said = f"{name}: ignored, {entry.name} ({entry.family}) takes no {name} section"
+            check.warnings.append(said)
+        return None
+    section = check.section(name, spec, data.get(name))
+    if section is not None:
+        for error in section.algorithm_errors(name, entry.name, entry.spec, _installed(registry)):
+            check.add(error.path, error.message, error.hint)
+    return section
+
+
+def _installed(registry: Registry) -> Callable[[], dict[str, type[AlgorithmSpec]]]:
+    """Every usable installed algorithm's spec by name, asked for only to write a hint."""
+    return lambda: {e.name: e.spec for e in usable(registry.algorithms.values(), lambda e: e.spec)}

@@ -15,13 +15,18 @@ from pydantic import Field
 
 from agile_cli import (
     AlgorithmSpec,
-    EpsilonGreedyTraining,
     RegisterAlgorithm,
     TrainingSpec,
     hookimpl,
 )
 from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
-from agile_rl import ClippedObjectiveSpec, MemberGroup, ReplayBuffer, learn_stacked
+from agile_rl import (
+    ClippedObjectiveSpec,
+    EpsilonGreedyTraining,
+    MemberGroup,
+    ReplayBuffer,
+    learn_stacked,
+)
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 

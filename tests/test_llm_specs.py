@@ -239,7 +239,6 @@ def test_defaults(name: str, expected: dict[str, Any]) -> None:
     assert made.update_epochs == 1
     assert type(made).default_evo_steps == 5
     assert type(made).mutation_kinds == frozenset({"rl_hp"})
-    assert type(made).network_spec is spec.FinetuningNetworkSpec
     assert set(type(made).default_mutable) <= set(type(made).mutable_hyperparameters)
     assert set(type(made).mutable_hyperparameters) <= set(type(made).model_fields)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agile_cli.errors import ManifestError
-from agile_cli.models.network import NetworkSpec
+from agile_rl import NetworkSpec
 from agile_rl.nn import (
     CNNArch,
     MLPArch,
@@ -314,7 +314,6 @@ def test_head_extra_input_keeps_its_weights_when_the_latent_mutates() -> None:
     import numpy as np
     import torch
 
-    from agile_cli.models import NetworkSpec
     from agile_rl.nn.arch import arch_from_spec
     from agile_rl.nn.modules import EvolvableNetwork
 

@@ -21,6 +21,7 @@ from agile_cli import (
     hookimpl,
 )
 from agile_cli.host.plugins import LoadingControls, build_host
+from agile_rl import RLOptions
 
 from .conftest import MINIMAL
 
@@ -350,7 +351,11 @@ def test_replay_options_the_algorithm_cannot_use_are_refused(make_host, write, r
     result = run("validate", str(write("p.yaml", text)), host=host)
     assert result.exit_code == 2
     # Whichever installed algorithms support prioritised replay are listed, DQN among them.
-    able = [name for name, entry in host.registry.algorithms.items() if entry.spec.supports_per]
+    able = [
+        name
+        for name, entry in host.registry.algorithms.items()
+        if RLOptions.has(entry.spec, "supports_per")
+    ]
     assert "DQN" in able and "Plain" not in able
     assert (
         "replay_buffer.per_buffer: Plain cannot learn from prioritised replay "

@@ -24,7 +24,7 @@ from gymnasium import spaces
 
 from agile_cli import hookimpl
 from agile_cli.loader import MAX_TEXT
-from agile_cli.sections import NetworkSpec
+from agile_rl import NetworkSpec
 from agile_rl.nn.arch import NetworkArch, arch_from_spec, check_within
 
 from .plugins.toy_paradigm import ToyParadigmPlugin

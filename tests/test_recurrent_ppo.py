@@ -15,7 +15,6 @@ import torch
 from torch.distributions import Categorical
 
 from agile_cli.errors import ManifestError
-from agile_cli.models.network import NetworkSpec
 from agile_cli.testing import (
     check_conformance,
     installed_host,
@@ -27,7 +26,7 @@ from agile_cli.training import setup
 from agile_ppo.algorithm import PPO
 from agile_ppo.episodes import Episodes, episode_spans, packed
 from agile_ppo.wrappers import MaskVelocity
-from agile_rl import LearnResult
+from agile_rl import LearnResult, NetworkSpec
 from agile_rl.nn.arch import MLPArch, NetworkArch, arch_from_spec
 from agile_rl.nn.modules import EvolvableNetwork
 from agile_rl.nn.recurrent_arch import LSTMArch

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from pydantic import Field, ValidationError
 
-from agile_cli import EpsilonGreedyTraining, Spec, TrainingManifest
-from agile_cli.models import MLPConfig, TrainingSpec
+from agile_cli import Spec, TrainingManifest
+from agile_cli.models import TrainingSpec
 from agile_cli.models.base import field_errors
 from agile_gymnasium.spec import GymEnvSpec
 from agile_local.spec import LocalOptions
+from agile_rl import EpsilonGreedyTraining, MLPConfig
 
 from .conftest import MINIMAL
 

@@ -144,7 +144,8 @@ def test_replay_buffer_for_on_policy_is_a_warning(run, write) -> None:
     result = run("validate", str(write("m.yaml", text)))
     assert result.exit_code == 0
     assert (
-        "warning: replay_buffer: ignored, PPO (on_policy) keeps no replay buffer" in result.output
+        "warning: replay_buffer: ignored, PPO (on_policy) takes no replay_buffer section"
+        in result.output
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agile_cli.errors import PluginError
@@ -71,8 +71,10 @@ class ParadigmEntry:
         :attr:`training`.
     :param algorithm_fields: ``name -> type`` of the spec fields every algorithm of the paradigm
         must declare, because the runner reads them.
-    :param replay_buffer: the paradigm keeps a replay buffer (its ``buffer`` builds one), so
-        the manifest's ``replay_buffer`` section applies.
+    :param section_parts: the manifest sections the paradigm adds, by name (``network``,
+        ``replay_buffer``: a paradigm that keeps a replay buffer, which its ``buffer`` builds),
+        each the spec it is validated against or where to import it from; read them with
+        :meth:`section`.
     :param step_unit: what the paradigm's ``training.max_steps`` and ``evo_steps`` count, as
         progress and summaries name it (``env steps``; an LLM's ``prompts``; an offline
         learner's ``updates``).
@@ -87,7 +89,7 @@ class ParadigmEntry:
     algorithm_fields: tuple[tuple[str, type], ...]
     description: str
     plugin: str
-    replay_buffer: bool = False
+    section_parts: Mapping[str, Deferred[type[Spec]]] = field(default_factory=dict)
     step_unit: str = "env steps"
     check_architecture: ArchitectureCheck | None = None
 
@@ -102,7 +104,16 @@ class ParadigmEntry:
     @property
     def uses_replay_buffer(self) -> bool:
         """Whether the manifest's ``replay_buffer`` section applies."""
-        return self.replay_buffer
+        return "replay_buffer" in self.section_parts
+
+    def section(self, name: str) -> type[Spec] | None:
+        """The spec of section ``name`` the paradigm adds, imported on first use if named by
+        reference; None where it adds none.
+
+        :raises UnloadableError: it cannot be imported, or is not a Spec subclass.
+        """
+        part = self.section_parts.get(name)
+        return None if part is None else part.get()
 
     def load(self) -> Any:
         """The paradigm's implementation class (imports its module, and so the training

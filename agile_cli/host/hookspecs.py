@@ -56,16 +56,17 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
       paradigms build each alone from the network section; the LLM paradigm builds LoRA
       adapters over one shared model), into which resuming and ``agile evaluate`` load saved
       states. Its ``runner(manifest, env, buffer)`` returns an :class:`~agile_cli.Runner`,
-      whose ``train(member, steps, progress) -> GenerationStats`` trains one member for one
-      generation of ``steps`` steps, calling ``progress(n)`` as steps are done, and whose
-      ``evaluate(member, rounds, max_steps) -> float`` scores it. ``agile evaluate`` asks for
-      a runner with ``buffer`` None to score a saved member, so a runner must not need the
+      whose ``train_population(members, steps, progress)`` trains the population for one
+      generation of ``steps`` steps each, calling ``progress(n)`` as steps are done, and whose
+      ``evaluate_population(members, rounds, max_steps)`` scores it. ``agile evaluate`` asks
+      for a runner with ``buffer`` None to score a saved member, so a runner must not need the
       buffer to evaluate. Optionally, ``buffer(manifest, env, device)`` returns what the
-      population shares (e.g. a replay buffer), ``environment(manifest, env)`` wraps the
-      built environment, ``memory_needs`` names what the run will hold in memory, and
-      ``trains_together`` / ``population_runner`` train several members as one computation;
-    - ``replay_buffer``: the paradigm's ``buffer`` keeps a replay buffer, so the manifest's
-      ``replay_buffer`` section applies;
+      population shares (e.g. a replay buffer), ``environment(manifest, build, members)``
+      builds the environment ``members`` members train in at once, ``memory_needs`` names
+      what the run will hold in memory and ``torch_threads`` how many threads torch uses;
+    - ``network`` / ``replay_buffer``: the spec (or ``"module:Class"``) of the manifest's
+      ``network`` / ``replay_buffer`` section for the paradigm's algorithms (None: the
+      paradigm adds no such section; a ``replay_buffer`` spec: its ``buffer`` keeps one);
     - ``multi_agent``: members take dicts of spaces keyed by agent;
     - ``training``: a :class:`~agile_cli.TrainingSpec` subclass (or ``"module:Class"``)
       adding the paradigm's own fields to the ``training`` section;

@@ -74,7 +74,8 @@ class RegisterParadigm(Protocol):
         training: type[TrainingSpec] | str = TrainingSpec,
         algorithm_fields: Mapping[str, type] | None = None,
         description: str = "",
-        replay_buffer: bool = False,
+        network: type[Spec] | str | None = None,
+        replay_buffer: type[Spec] | str | None = None,
         step_unit: str = "env steps",
         check_architecture: ArchitectureCheck | None = None,
     ) -> None: ...
@@ -146,6 +147,15 @@ class Registry:
         """The paradigm called ``name`` (an algorithm's ``family``)."""
         return self.paradigms[name]
 
+    def section_spec(self, entry: AlgorithmEntry, section: str) -> type[Spec] | None:
+        """What the manifest's ``network`` or ``replay_buffer`` section is validated against
+        for algorithm ``entry``: its spec's narrower class where it names one, else the one
+        its paradigm declared; None where the paradigm adds no such section (or is missing)."""
+        spec = entry.spec
+        narrower = spec.network_spec if section == "network" else spec.replay_buffer_spec
+        paradigm = self.paradigms.get(entry.family)
+        return narrower or (paradigm.section(section) if paradigm is not None else None)
+
     def environment_for(self, family: str, name: str | None = None) -> EnvironmentEntry | None:
         """The builder called ``name`` if it serves ``family``; without a name, the family's
         default: the first builder registered for it (first-party plugins register first)."""
@@ -214,14 +224,20 @@ class Registry:
             training: type[TrainingSpec] | str = TrainingSpec,
             algorithm_fields: Mapping[str, type] | None = None,
             description: str = "",
-            replay_buffer: bool = False,
+            network: type[Spec] | str | None = None,
+            replay_buffer: type[Spec] | str | None = None,
             step_unit: str = "env steps",
             check_architecture: ArchitectureCheck | None = None,
         ) -> None:
             name = _plain(name)
             checks.reference(name, implementation, "paradigm")
-            part = _part(training, lambda t: checks.training_part(name, t), plugin,
-                         f"paradigm '{name}'")  # fmt: skip
+            label = f"paradigm '{name}'"
+            part = _part(training, lambda t: checks.training_part(name, t), plugin, label)
+            sections = {
+                section: _part(target, lambda s: checks.subclass(name, s, Spec), plugin, label)
+                for section, target in (("network", network), ("replay_buffer", replay_buffer))
+                if target is not None
+            }
             if check_architecture is not None and not callable(check_architecture):
                 raise PluginError(
                     f"paradigm '{name}': check_architecture {check_architecture!r} is not callable"
@@ -229,7 +245,7 @@ class Registry:
             fields = tuple((algorithm_fields or {}).items())
             entry = ParadigmEntry(
                 name, implementation, bool(multi_agent), part, fields, description, plugin,
-                bool(replay_buffer), str(step_unit), check_architecture,
+                sections, str(step_unit), check_architecture,
             )  # fmt: skip
             _add(self.paradigms, "paradigm", entry)
 

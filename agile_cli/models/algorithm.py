@@ -11,8 +11,6 @@ from pydantic import Field, SerializerFunctionWrapHandler, field_validator, mode
 from agile_cli.errors import FieldError
 from agile_cli.models import limits
 from agile_cli.models.base import Spec, StarterValue
-from agile_cli.models.network import NetworkSpec
-from agile_cli.models.replay_buffer import ReplayBufferSpec
 from agile_cli.models.training import TrainingSpec
 
 #: Every kind of mutation the core's mutator knows.
@@ -45,13 +43,10 @@ class AlgorithmSpec(Spec):
     - ``mutable_hyperparameters``: the numeric fields ``mutation.rl_hp_selection`` may name;
     - ``default_mutable``: the ones mutated when ``rl_hp_selection`` is empty;
     - ``default_evo_steps``: evolution interval when ``training.evo_steps`` is omitted;
-    - ``network_spec``: the class the ``network`` section is validated against (a
-      :class:`~agile_cli.sections.NetworkSpec` for evolvable networks; any spec for others, e.g. a
-      pretrained model's);
-    - ``supports_per`` / ``supports_n_step``: replay buffer variants the algorithm can learn from;
-    - ``replay_buffer_spec``: the class the ``replay_buffer`` section is validated against, a
-      :class:`~agile_cli.sections.ReplayBufferSpec` whose subclass may change defaults (RainbowDQN's
-      turns prioritised replay and n-step returns on);
+    - ``network_spec`` / ``replay_buffer_spec``: the class the ``network`` / ``replay_buffer``
+      section is validated against in place of the one the algorithm's paradigm declared (a
+      subclass of it, e.g. with other defaults: RainbowDQN's replay buffer turns prioritised
+      replay and n-step returns on); None: the paradigm's;
     - ``training_spec``: a :class:`~agile_cli.TrainingSpec` subclass with ``training`` fields
       this algorithm reads (e.g. epsilon-greedy exploration's ``eps_*``); None: none of its own;
     - ``mutation_kinds``: the mutations its members can undergo (of ``architecture``,
@@ -69,17 +64,13 @@ class AlgorithmSpec(Spec):
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("batch_size",)
     default_mutable: ClassVar[tuple[str, ...]] = ()
     default_evo_steps: ClassVar[int] = 10_000
-    network_spec: ClassVar[type[Spec]] = NetworkSpec
-    supports_per: ClassVar[bool] = False
-    supports_n_step: ClassVar[bool] = False
-    replay_buffer_spec: ClassVar[type[ReplayBufferSpec]] = ReplayBufferSpec
+    network_spec: ClassVar[type[Spec] | None] = None
+    replay_buffer_spec: ClassVar[type[Spec] | None] = None
     training_spec: ClassVar[type[TrainingSpec] | None] = None
     mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)
     #: The environment ``agile init ALGORITHM`` writes when none is given; None: the
     #: paradigm's usual one (CartPole-v1 for single-agent Gymnasium algorithms).
     starter_environment: ClassVar[str | None] = None
-    #: MLP encoders with layer norm also normalise their latent (no learned scale or shift).
-    normalised_latent: ClassVar[bool] = False
 
     @classmethod
     def starter_sections(cls) -> dict[str, dict[str, StarterValue]]:
@@ -111,11 +102,11 @@ class AlgorithmSpec(Spec):
         paradigm's."""
         return None
 
-    def resolve_replay_buffer(self, replay: ReplayBufferSpec) -> ReplayBufferSpec:
-        """The replay section with what follows from this one filled in where the manifest
-        leaves it out (``replay.model_fields_set`` says what was written); unchanged by
-        default."""
-        return replay
+    def resolve_section(self, name: str, section: Spec) -> Spec:
+        """The section ``name`` (``network``, ``replay_buffer``) with what follows from this
+        algorithm filled in where the manifest leaves it out (``section.model_fields_set``
+        says what was written); unchanged by default."""
+        return section
 
     def manifest_warnings(self, manifest: Any) -> list[str]:
         """What is valid but probably not what the author meant (``agile validate`` and

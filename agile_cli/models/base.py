@@ -7,7 +7,7 @@ import enum
 import numbers
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, ClassVar, Union
@@ -73,6 +73,16 @@ class Spec(BaseModel):
         """Give strict validation the value it wants where the input could not write it so."""
         field = cls.model_fields.get(info.field_name or "")
         return value if field is None else _loosen(value, field.annotation)
+
+    def algorithm_errors(
+        self, section: str, algorithm: str, spec: type[Any], installed: Callable[[], dict[str, Any]]
+    ) -> list[Any]:
+        """For a section an algorithm's paradigm declared (``network``, ``replay_buffer``):
+        what this section asks of the algorithm ``algorithm`` (whose spec class is ``spec``)
+        that it cannot give, as :class:`~agile_cli.FieldError` s with paths from the manifest's
+        root (``section`` is this one's name); ``installed()`` gives every installed
+        algorithm's spec class by name, for a hint. None by default."""
+        return []
 
     @classmethod
     def known_keys(cls) -> list[str]:

@@ -1,8 +1,8 @@
 """The ``training`` section: step budget, evolution interval, population, checkpoints.
 
 The core's :class:`TrainingSpec` holds what every run reads. A paradigm, an algorithm or a
-backend that reads more registers a subclass with its own fields (e.g.
-:class:`EpsilonGreedyTraining`); a manifest's ``training`` section is validated against the
+backend that reads more registers a subclass with its own fields (e.g. the RL library's
+epsilon-greedy exploration); a manifest's ``training`` section is validated against the
 combination its algorithm, paradigm and the installed backends call for.
 """
 
@@ -118,22 +118,3 @@ class TrainingSpec(Spec):
     def population_size(self) -> int:
         """The population size (the brief's Python spelling)."""
         return self.pop_size
-
-
-class EpsilonGreedyTraining(TrainingSpec):
-    """``training`` fields of epsilon-greedy exploration: epsilon starts at ``eps_start``, is
-    multiplied by ``eps_decay`` after every vector step and stays at least ``eps_end``."""
-
-    eps_start: float = Field(
-        default=1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy)."
-    )
-    eps_end: float = Field(default=0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
-    eps_decay: float = Field(
-        default=0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
-    )
-
-    @model_validator(mode="after")
-    def _epsilon_order(self) -> EpsilonGreedyTraining:
-        if self.eps_start < self.eps_end:
-            raise located_error("eps_end", f"{self.eps_end} is above eps_start ({self.eps_start})")
-        return self

@@ -24,7 +24,6 @@ from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
 from agile_cli.member import AgentContext, Member, Rebuildable
-from agile_cli.models.network import NetworkSpec
 from agile_cli.models.recipe import RecipeStep
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runner import AsynchronousRunner
@@ -677,17 +676,15 @@ def network_size(member: Member) -> int | None:
 
 def torch_threads(manifest: TrainingManifest, requested: int | None = None) -> int:
     """Set torch's threads for training and return their number: ``requested``
-    (``--threads``) when given. Otherwise one for evolvable networks: their operations are too
-    small to gain from sharing (on two quiet cores, two threads trained PPO and DQN on
-    CartPole 6-7% faster), and threads that wait on each other collapse when other processes
-    hold the cores (with two CPU-bound processes beside it, two threads were 1.3-7x slower
-    than one). Members that are not evolvable networks (a language model's adapters) keep
-    torch's own choice, never more than the CPUs this process may use. The count is fixed,
-    never read from the machine's load: results depend on it, and a run must repeat."""
+    (``--threads``) when given, else the paradigm's choice (:meth:`~agile_cli.Paradigm.
+    torch_threads`: one for the RL library's small networks, see docs/training.md), else
+    torch's own, never more than the CPUs this process may use. The count is fixed, never
+    read from the machine's load: results depend on it, and a run must repeat."""
+    chosen = setup.paradigm_of(manifest).torch_threads(manifest)
     if requested is not None:
         wanted = requested
-    elif isinstance(manifest.network, NetworkSpec):
-        wanted = 1
+    elif chosen is not None:
+        wanted = chosen
     else:
         wanted = min(torch.get_num_threads(), available_cpus())
     if torch.get_num_threads() != wanted:

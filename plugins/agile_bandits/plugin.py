@@ -13,7 +13,8 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.BANDIT,
         implementation="agile_bandits.runner:Bandit",
-        replay_buffer=True,
+        network="agile_rl.models.network:NetworkSpec",
+        replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
         training="agile_bandits.spec:BanditTraining",
         algorithm_fields={"learn_step": int, "gamma": float},
         check_architecture=check_architecture,

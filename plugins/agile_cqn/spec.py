@@ -6,7 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, EpsilonGreedyTraining, TrainingSpec, limits
+from agile_cli import AlgorithmSpec, TrainingSpec, limits
+from agile_rl import EpsilonGreedyTraining
 
 
 class CQNSpec(AlgorithmSpec):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from agile_cli import FieldError, limits
-from agile_rl import ClippedObjectiveSpec
+from agile_rl import ClippedObjectiveSpec, evolvable_network
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -40,7 +40,7 @@ class IPPOSpec(ClippedObjectiveSpec):
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
         errors = self.not_available_errors("torch_compiler", "torch.compile")
-        if manifest.evolvable_network.arch == "lstm":
+        if evolvable_network(manifest).arch == "lstm":
             errors.append(
                 FieldError(
                     "network.encoder_config.arch",

@@ -34,6 +34,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         name=Family.LLM,
         implementation="agile_llm.runner:LanguageModels",
         training=f"{_SPECS}:LLMTraining",
+        network=f"{_SPECS}:FinetuningNetworkSpec",
         description="fine-tune LoRA adapters of one frozen language model on prompts",
         step_unit="prompts",
     )

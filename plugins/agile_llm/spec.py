@@ -570,7 +570,6 @@ class LLMSpec(AlgorithmSpec):
     )
 
     env_type: ClassVar[str] = "reasoning"
-    network_spec: ClassVar[type[Spec]] = FinetuningNetworkSpec
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
         "batch_size", "max_grad_norm", "update_epochs",
     )  # fmt: skip

@@ -13,7 +13,8 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.OFFLINE,
         implementation="agile_offline.runner:Offline",
-        replay_buffer=True,
+        network="agile_rl.models.network:NetworkSpec",
+        replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
         training="agile_offline.spec:OfflineTraining",
         algorithm_fields={"gamma": float},
         check_architecture=check_architecture,

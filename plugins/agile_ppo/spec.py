@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from agile_cli import FieldError, limits
-from agile_rl import ClippedObjectiveSpec
+from agile_rl import ClippedObjectiveSpec, evolvable_network
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -64,7 +64,7 @@ class PPOSpec(ClippedObjectiveSpec):
 
     def _recurrent_errors(self, manifest: TrainingManifest) -> list[FieldError]:
         """An LSTM encoder goes with ``recurrent``, and ``recurrent`` with an LSTM encoder."""
-        network = manifest.evolvable_network
+        network = evolvable_network(manifest)
         if not self.recurrent:
             if network.arch != "lstm":
                 return []

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from agile_cli import AlgorithmSpec, FieldError, limits
-from agile_cli.sections import NStepBufferArgs, ReplayBufferSpec
+from agile_cli import AlgorithmSpec, FieldError, Spec, limits
+from agile_rl import NStepBufferArgs, ReplayBufferSpec, RLOptions
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -31,7 +31,7 @@ class RainbowReplayBufferSpec(ReplayBufferSpec):
     )
 
 
-class RainbowDQNSpec(AlgorithmSpec):
+class RainbowDQNSpec(RLOptions, AlgorithmSpec):
     """Rainbow (Hessel et al., 2018): a distributional, dueling, noisy, double DQN that learns
     from prioritised replay and n-step returns.
 
@@ -98,7 +98,7 @@ class RainbowDQNSpec(AlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     supports_per: ClassVar[bool] = True
     supports_n_step: ClassVar[bool] = True
-    replay_buffer_spec: ClassVar[type[ReplayBufferSpec]] = RainbowReplayBufferSpec
+    replay_buffer_spec: ClassVar[type[Spec] | None] = RainbowReplayBufferSpec
 
     @field_validator("v_max")
     @classmethod
@@ -117,9 +117,12 @@ class RainbowDQNSpec(AlgorithmSpec):
             )
         return value
 
-    def resolve_replay_buffer(self, replay: ReplayBufferSpec) -> ReplayBufferSpec:
+    def resolve_section(self, name: str, section: Spec) -> Spec:
         """An n-step buffer whose length the manifest leaves out takes ``algorithm.n_step``
         (what the reference's own manifests write, with the buffer's flag left out)."""
+        if name != "replay_buffer" or not isinstance(section, ReplayBufferSpec):
+            return section
+        replay = section
         written = "n_step_buffer_args" in replay.model_fields_set
         if self.n_step is None or not replay.n_step_buffer or written:
             return replay
@@ -127,7 +130,11 @@ class RainbowDQNSpec(AlgorithmSpec):
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
         replay = manifest.replay_buffer
-        if self.n_step is None or replay is None or not replay.n_step_buffer:
+        if (
+            self.n_step is None
+            or not isinstance(replay, ReplayBufferSpec)
+            or not replay.n_step_buffer
+        ):
             return []  # without an n-step buffer it only earns a warning
         if self.n_step != replay.n_step_buffer_args.n_step:
             return [
@@ -144,7 +151,7 @@ class RainbowDQNSpec(AlgorithmSpec):
         """``n_step`` without an n-step buffer is ignored (the reference format writes it so,
         and its trainer ignores it too)."""
         replay = manifest.replay_buffer
-        if self.n_step is None or (replay is not None and replay.n_step_buffer):
+        if self.n_step is None or (isinstance(replay, ReplayBufferSpec) and replay.n_step_buffer):
             return []
         return [
             f"algorithm.n_step: ignored, no n-step returns without replay_buffer.n_step_buffer "

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import torch
 
     from agile_cli import Build, TrainingManifest
-    from agile_cli.sections import ReplayBufferSpec
+    from agile_rl.models.replay_buffer import ReplayBufferSpec
     from agile_rl.runtime.buffers import ReplayBuffer
     from agile_rl.runtime.team_env import TeamEnv
 
@@ -33,8 +33,10 @@ def discount(manifest: TrainingManifest) -> float:
 
 def replay_spec(manifest: TrainingManifest) -> ReplayBufferSpec:
     """The manifest's ``replay_buffer`` section (filled in for every paradigm with a buffer)."""
+    from agile_rl.models.replay_buffer import ReplayBufferSpec
+
     spec = manifest.replay_buffer
-    assert spec is not None, "validation fills replay_buffer in for paradigms with a buffer"
+    assert isinstance(spec, ReplayBufferSpec), "the RL paradigms declare this section"
     return spec
 
 

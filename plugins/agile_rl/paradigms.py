@@ -18,10 +18,11 @@ from agile_cli import (
 )
 from agile_cli.helpers import member_spaces
 from agile_rl import experience
+from agile_rl.models.network import evolvable_network
 from agile_rl.nn.arch import NetworkArch, arch_from_spec
 from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
-from agile_rl.spec import OffPolicyTraining, TeamTraining
+from agile_rl.spec import OffPolicyTraining, RLOptions, TeamTraining
 from agile_rl.training import budget
 from agile_rl.training.multi_agent_on_policy import MultiAgentOnPolicyRunner
 from agile_rl.training.on_policy import OnPolicyRunner
@@ -52,6 +53,12 @@ class RLParadigm(Paradigm):
 
     def memory_needs(self, manifest: TrainingManifest, env: Any, members: int) -> list[Need]:
         return budget.needs(manifest, env, members)
+
+    def torch_threads(self, manifest: TrainingManifest) -> int | None:
+        """One: the networks' operations are too small to gain from sharing, and threads
+        that wait on each other collapse when other processes hold the cores (measured in
+        docs/training.md)."""
+        return 1
 
 
 def check_algorithm_class(cls: type[Member], name: str) -> None:
@@ -92,10 +99,10 @@ def network_arch(manifest: TrainingManifest, observed: list[Any]) -> NetworkArch
         for different encoders.
     """
     recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
-    norm = manifest.algorithm.normalised_latent
+    norm = RLOptions.has(type(manifest.algorithm), "normalised_latent")
     try:
         archs = [
-            arch_from_spec(manifest.evolvable_network, s, recurrent=recurrent, latent_norm=norm)
+            arch_from_spec(evolvable_network(manifest), s, recurrent=recurrent, latent_norm=norm)
             for s in observed
         ]
     except NotImplementedError as exc:

@@ -15,7 +15,8 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.OFF_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:OffPolicy",
-        replay_buffer=True,
+        network="agile_rl.models.network:NetworkSpec",
+        replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
         training=f"{_SPECS}:OffPolicyTraining",
         algorithm_fields={"learn_step": int, "gamma": float},
         check_architecture=check_architecture,
@@ -24,6 +25,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.ON_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:OnPolicy",
+        network="agile_rl.models.network:NetworkSpec",
         algorithm_fields={"learn_step": int},
         check_architecture=check_architecture,
         description="collect a rollout of learn_step steps, learn from it, repeat",
@@ -31,7 +33,8 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.MULTI_AGENT_OFF_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:TeamOffPolicy",
-        replay_buffer=True,
+        network="agile_rl.models.network:NetworkSpec",
+        replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
         multi_agent=True,
         training=f"{_SPECS}:TeamOffPolicyTraining",
         algorithm_fields={"gamma": float},
@@ -41,6 +44,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
         name=Family.MULTI_AGENT_ON_POLICY,
         implementation=f"{_IMPLEMENTATIONS}:TeamOnPolicy",
+        network="agile_rl.models.network:NetworkSpec",
         multi_agent=True,
         training=f"{_SPECS}:TeamTraining",
         check_architecture=check_architecture,

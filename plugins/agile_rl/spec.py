@@ -1,10 +1,31 @@
-"""The ``training`` fields the RL paradigms add to the core's."""
+"""The ``training`` fields the RL paradigms and algorithms add to the core's."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any, ClassVar
+
+from pydantic import Field, model_validator
 
 from agile_cli import TrainingSpec, limits
+from agile_cli.helpers import located_error
+
+
+class RLOptions:
+    """What an algorithm's spec says to the RL library beyond the core's fields: mix it into
+    the spec class (``class MySpec(RLOptions, AlgorithmSpec)``) and set the flags. A spec
+    without it has every flag off."""
+
+    #: It learns from prioritised experience replay (``replay_buffer.per_buffer``).
+    supports_per: ClassVar[bool] = False
+    #: It learns from n-step returns (``replay_buffer.n_step_buffer``).
+    supports_n_step: ClassVar[bool] = False
+    #: MLP encoders with layer norm also normalise their latent (no learned scale or shift).
+    normalised_latent: ClassVar[bool] = False
+
+    @staticmethod
+    def has(spec: type[Any], flag: str) -> bool:
+        """Whether the algorithm spec class ``spec`` sets ``flag`` (one of the above)."""
+        return issubclass(spec, RLOptions) and bool(getattr(spec, flag))
 
 
 class OffPolicyTraining(TrainingSpec):
@@ -28,3 +49,22 @@ class TeamTraining(TrainingSpec):
 
 class TeamOffPolicyTraining(TeamTraining, OffPolicyTraining):
     """Multi-agent off-policy runs."""
+
+
+class EpsilonGreedyTraining(TrainingSpec):
+    """``training`` fields of epsilon-greedy exploration: epsilon starts at ``eps_start``, is
+    multiplied by ``eps_decay`` after every vector step and stays at least ``eps_end``."""
+
+    eps_start: float = Field(
+        default=1.0, ge=0, le=1, description="Initial epsilon (epsilon-greedy)."
+    )
+    eps_end: float = Field(default=0.01, ge=0, le=1, description="Final epsilon (epsilon-greedy).")
+    eps_decay: float = Field(
+        default=0.999, gt=0, le=1, description="Per vector step multiplicative epsilon decay."
+    )
+
+    @model_validator(mode="after")
+    def _epsilon_order(self) -> EpsilonGreedyTraining:
+        if self.eps_start < self.eps_end:
+            raise located_error("eps_end", f"{self.eps_end} is above eps_start ({self.eps_start})")
+        return self

@@ -29,7 +29,7 @@ from agile_cli import (
     TrainingSpec,
     hookimpl,
 )
-from agile_rl import Algorithm, LearnResult, RLParadigm
+from agile_rl import Algorithm, LearnResult, NetworkSpec, RLParadigm
 
 SLOPE = 2.0
 
@@ -138,6 +138,7 @@ class ToyParadigmPlugin:
             name="regression",
             implementation=f"{__name__}:Regression",
             training=RegressionTraining,
+            network=NetworkSpec,
             description="fit y = 2x from samples",
         )
 
@@ -162,7 +163,7 @@ class MalformedRunnerPlugin:
 
     @hookimpl
     def agile_register_paradigms(self, register: RegisterParadigm) -> None:
-        register(name="bogus", implementation=f"{__name__}:NotARunner")
+        register(name="bogus", implementation=f"{__name__}:NotARunner", network=NetworkSpec)
 
     @hookimpl
     def agile_register_algorithms(self, register: RegisterAlgorithm) -> None:

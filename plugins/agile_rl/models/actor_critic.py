@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import Field
 
 from agile_cli import AlgorithmSpec, FieldError, limits
+from agile_rl.spec import RLOptions
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -48,7 +49,7 @@ class ExplorationNoiseSpec(AlgorithmSpec):
     )
 
 
-class DeterministicActorCriticSpec(ExplorationNoiseSpec):
+class DeterministicActorCriticSpec(RLOptions, ExplorationNoiseSpec):
     """The fields of a single-agent deterministic actor-critic (DDPG's; TD3 changes defaults),
     for :class:`~agile_rl.DeterministicActorCritic`."""
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from agile_cli import AlgorithmSpec, limits
-from agile_cli.sections import StochasticNetworkSpec
+from agile_rl.models.network import StochasticNetworkSpec
 
 
 class ClippedObjectiveSpec(AlgorithmSpec):

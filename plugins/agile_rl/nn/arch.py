@@ -19,7 +19,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, Union
 
 from agile_cli import FieldError, ManifestError, Spec, limits
-from agile_cli.sections import (
+from agile_rl.models.network import (
     CNNEncoderConfig,
     LSTMEncoderConfig,
     MLPConfig,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from agile_cli import Spec, TrainingError
-from agile_cli.sections import NetworkSpec
+from agile_rl.models.network import NetworkSpec
 from agile_rl.nn.arch import NetworkArch, check_within
 from agile_rl.nn.modules import EvolvableNetwork
 

@@ -25,6 +25,7 @@ from itertools import pairwise
 from typing import Any
 
 from agile_cli import Need, TrainingManifest
+from agile_rl import experience
 
 #: Bytes a trained parameter takes: float32 weight, gradient, and Adam's two moments.
 BYTES_PER_PARAMETER = 16
@@ -61,9 +62,9 @@ def _population(manifest: TrainingManifest, env: Any) -> Need:
 
 
 def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
-    spec = manifest.replay_buffer
-    if spec is None or manifest.paradigm is None or not manifest.paradigm.uses_replay_buffer:
+    if manifest.replay_buffer is None:
         return []
+    spec = experience.replay_spec(manifest)
     row = transition_bytes(*_team_spaces(manifest, env))
     detail = f"{spec.max_size:,} transitions of {row:,} B"
     hint = "lower replay_buffer.max_size"
@@ -152,7 +153,9 @@ def member_parameters(manifest: TrainingManifest, env: Any) -> int:
 def _largest_member(manifest: TrainingManifest, env: Any) -> tuple[int, str]:
     """:func:`member_parameters`, and the field whose architecture gives it: ``network``, or
     the recipe's ``recipe.schedule[i].architecture``."""
+    from agile_rl.models.network import evolvable_network
     from agile_rl.nn.arch import NetworkArch, arch_from_spec
+    from agile_rl.spec import RLOptions
 
     recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
     pairs: list[tuple[Any, Any]] = []
@@ -163,8 +166,8 @@ def _largest_member(manifest: TrainingManifest, env: Any) -> tuple[int, str]:
     for observation, action in pairs:
         try:
             arch = arch_from_spec(
-                manifest.evolvable_network, observation, recurrent=recurrent,
-                latent_norm=manifest.algorithm.normalised_latent,
+                evolvable_network(manifest), observation, recurrent=recurrent,
+                latent_norm=RLOptions.has(type(manifest.algorithm), "normalised_latent"),
             )  # fmt: skip
         except (NotImplementedError, ValueError):
             continue  # building the population reports it

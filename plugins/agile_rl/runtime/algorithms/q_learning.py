@@ -10,12 +10,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agile_cli import EpsilonGreedyTraining
 from agile_rl.runtime.agent import OffPolicyAlgorithm
 from agile_rl.runtime.buffers import Transitions
 from agile_rl.runtime.exported import GreedyPolicy, NetworkHead, greedy_action
 from agile_rl.runtime.group import GroupLearner
 from agile_rl.runtime.stacked import flat_rows, stacked_observations
+from agile_rl.spec import EpsilonGreedyTraining
 
 
 class QLearning(OffPolicyAlgorithm):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import AliasChoices, Field, model_validator
 
-from agile_cli.models import limits
-from agile_cli.models.base import Spec, reject_both_spellings
+from agile_cli import FieldError, Spec, limits
+from agile_cli.helpers import located_error
+from agile_rl.spec import RLOptions
 
 
 class NStepBufferArgs(Spec):
@@ -25,6 +27,13 @@ class PERBufferArgs(Spec):
     """Options of the prioritised replay buffer."""
 
     alpha: float = Field(default=0.5, ge=0, le=1, description="Priority exponent (0 is uniform).")
+
+
+#: The options that ask something of the algorithm: field, capability flag, what it is.
+_ASKED = (
+    ("per_buffer", "supports_per", "prioritised replay"),
+    ("n_step_buffer", "supports_n_step", "n-step returns"),
+)
 
 
 class ReplayBufferSpec(Spec):
@@ -58,5 +67,24 @@ class ReplayBufferSpec(Spec):
     @model_validator(mode="before")
     @classmethod
     def _one_spelling(cls, data: Any) -> Any:
-        reject_both_spellings(data, ("max_size", "memory_size"))
+        if isinstance(data, dict) and "max_size" in data and "memory_size" in data:
+            raise located_error(
+                "memory_size", "given together with 'max_size', its other spelling", "keep only one"
+            )
         return data
+
+    def algorithm_errors(
+        self, section: str, algorithm: str, spec: type[Any], installed: Callable[[], dict[str, Any]]
+    ) -> list[Any]:
+        """Prioritised replay or n-step returns for an algorithm that cannot learn from them,
+        naming those installed that can."""
+        errors = []
+        for key, capability, what in _ASKED:
+            if getattr(self, key) and not RLOptions.has(spec, capability):
+                able = [name for name, other in installed().items()
+                        if RLOptions.has(other, capability)]  # fmt: skip
+                hint = ("supported by: " + ", ".join(able)) if able else "set it to false"
+                errors.append(
+                    FieldError(f"{section}.{key}", f"{algorithm} cannot learn from {what}", hint)
+                )
+        return errors

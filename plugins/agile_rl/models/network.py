@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from agile_cli.models import limits
-from agile_cli.models.base import Spec, located_error
+from agile_cli import Spec, TrainingError, limits
+from agile_cli.helpers import located_error
 
 Activation = Literal[
     "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
@@ -373,3 +373,22 @@ class StochasticNetworkSpec(NetworkSpec):
     squash_output: bool = Field(
         default=False, description="Squash continuous actions with tanh instead of clipping them."
     )
+
+
+def evolvable_network(manifest: Any) -> NetworkSpec:
+    """The manifest's ``network`` section as the spec of an evolvable network, which RL
+    members build.
+
+    :param manifest: a resolved :class:`~agile_cli.TrainingManifest`.
+    :raises TrainingError: its network section describes something else (e.g. a pretrained
+        model to fine-tune), or its paradigm declares none.
+    """
+    network = manifest.network
+    if not isinstance(network, NetworkSpec):
+        what = "no network section" if network is None else f"a {type(network).__name__}"
+        raise TrainingError(
+            f"{manifest.algorithm_name}'s members build evolvable networks, but its paradigm "
+            f"gives them {what}",
+            "register the paradigm with network=agile_rl.NetworkSpec, or a subclass of it",
+        )
+    return network
