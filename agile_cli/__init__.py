@@ -48,7 +48,7 @@ from agile_cli.member import (
     Rebuildable,
 )
 from agile_cli.memory import Need
-from agile_cli.models import AlgorithmSpec, EnvironmentSpec, Family, MutationSpec, Spec, limits
+from agile_cli.models import AlgorithmSpec, EnvironmentSpec, MutationSpec, Spec, limits
 from agile_cli.models.algorithm import VectorEnvironmentSpec
 from agile_cli.models.base import StarterValue
 from agile_cli.models.run_options import LocalRunOptions
@@ -94,7 +94,6 @@ __all__ = [
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
     "EpisodeProgress",
-    "Family",
     "FieldError",
     "GenerationStats",
     "LocalRunOptions",
@@ -144,6 +143,10 @@ def __getattr__(name: str) -> Any:
     for module in _SUBMODULES:
         if name in load(f"{module}:__all__"):
             raise AttributeError(f"agile_cli.{name} is {module}.{name}: import it from there")
+    if name == "Family":
+        raise AttributeError(
+            "agile_cli.Family is gone: name a paradigm by its string, e.g. family='off_policy'"
+        )
     raise AttributeError(
         f"module 'agile_cli' has no attribute {name!r} (the RL library's names, Algorithm, "
         "NetworkSpec, ReplayBuffer, OffPolicyRunner and the like, are agile_rl's)"

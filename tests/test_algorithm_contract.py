@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli import Family, TrainingError, hookimpl
+from agile_cli import TrainingError, hookimpl
 from agile_cli.testing import check_conformance, lost_attributes, tiny_manifest, tiny_population
 from agile_cli.training import setup
 from agile_dqn.algorithm import DQN
@@ -83,11 +83,11 @@ class Variants:
     def agile_register_algorithms(self, register: Any) -> None:
         for cls in (TemperatureDQN, ResettingTemperatureDQN, Unfinished):
             register(
-                name=cls.__name__, spec=DQNSpec, family=Family.OFF_POLICY,
+                name=cls.__name__, spec=DQNSpec, family="off_policy",
                 implementation=f"{__name__}:{cls.__name__}",
             )  # fmt: skip
         register(
-            name="UnfinishedOnPolicy", spec=PPOSpec, family=Family.ON_POLICY,
+            name="UnfinishedOnPolicy", spec=PPOSpec, family="on_policy",
             implementation=f"{__name__}:UnfinishedOnPolicy",
         )  # fmt: skip
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from agile_cli import Family, hookimpl
+from agile_cli import hookimpl
 from agile_cli.testing import check_conformance
 from agile_dqn.algorithm import DQN
 from agile_dqn.spec import DQNSpec
@@ -109,7 +109,7 @@ class Variants:
             register(
                 name=cls.__name__,
                 spec=DQNSpec,
-                family=Family.OFF_POLICY,
+                family="off_policy",
                 implementation=f"{__name__}:{cls.__name__}",
             )
 

@@ -16,7 +16,7 @@ import pytest
 from gymnasium import spaces
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, EnvironmentNotFoundError, Family, TrainingError, hookimpl
+from agile_cli import AlgorithmSpec, EnvironmentNotFoundError, TrainingError, hookimpl
 from agile_pettingzoo import builder as builder_module
 from agile_pettingzoo.builder import PettingZooBuilder
 from agile_pettingzoo.spec import PettingZooEnvSpec
@@ -314,7 +314,7 @@ class ToyMultiAgentSpec(AlgorithmSpec):
 class ToyMultiAgentPlugin:
     @hookimpl
     def agile_register_algorithms(self, register) -> None:
-        register(name="ToyMA", spec=ToyMultiAgentSpec, family=Family.MULTI_AGENT_OFF_POLICY,
+        register(name="ToyMA", spec=ToyMultiAgentSpec, family="multi_agent_off_policy",
                  implementation="x:ToyMA")  # fmt: skip
 
 

@@ -15,7 +15,6 @@ from pydantic import ConfigDict, Field
 from agile_cli import (
     AlgorithmSpec,
     EnvironmentSpec,
-    Family,
     PluginError,
     TrainingManifest,
     hookimpl,
@@ -38,7 +37,7 @@ class FooSpec(AlgorithmSpec):
 class FooPlugin:
     @hookimpl
     def agile_register_algorithms(self, register) -> None:
-        register(name="Foo", spec=FooSpec, family=Family.ON_POLICY, implementation="x:Foo")
+        register(name="Foo", spec=FooSpec, family="on_policy", implementation="x:Foo")
 
     @hookimpl
     def agile_register_commands(self, register) -> None:
@@ -379,7 +378,7 @@ class LabPlugin:
 
 def test_agile_register_environments_adds_a_selectable_builder(make_host, write, run) -> None:
     host = make_host(("lab", LabPlugin()))
-    builders = host.registry.builders_for(Family.ON_POLICY)
+    builders = host.registry.builders_for("on_policy")
     assert builders[0] == "gymnasium" and "lab" in builders  # first-party is the default
     good = write("lab.yaml", "algorithm: {name: PPO}\nenvironment: {builder: lab, name: a}\n")
     result = run("validate", "--json", str(good), host=host)

@@ -154,6 +154,8 @@ def test_a_name_that_moved_says_where() -> None:
         agile_cli.printable  # noqa: B018
     with pytest.raises(AttributeError, match="agile_rl"):
         agile_cli.NetworkSpec  # noqa: B018
+    with pytest.raises(AttributeError, match="family='off_policy'"):
+        agile_cli.Family  # noqa: B018
     with pytest.raises(ImportError, match="from agile_rl import NetworkSpec"):
         importlib.import_module("agile_cli.sections")
 

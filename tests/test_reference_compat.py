@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, Family, ManifestError, TrainingManifest, hookimpl
+from agile_cli import AlgorithmSpec, ManifestError, TrainingManifest, hookimpl
 from agile_cli.training.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def _bar_plugin(aliases: Any, name: str = "Bar") -> object:
     class BarPlugin:
         @hookimpl
         def agile_register_algorithms(self, register: Any) -> None:
-            register(name=name, spec=BarSpec, family=Family.ON_POLICY, implementation="x:Bar",
+            register(name=name, spec=BarSpec, family="on_policy", implementation="x:Bar",
                      aliases=aliases)  # fmt: skip
 
     return BarPlugin()

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.distributions import Bernoulli, Beta, Categorical, Independent, Normal
 
-from agile_cli import Family, TrainingManifest
+from agile_cli import TrainingManifest
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import (
     TIMING_FIELDS,
@@ -36,8 +36,8 @@ from agile_rl.nn.sampling import sample
 from tests.test_training import _evolving, _toy_environment
 
 _REGISTRY = installed_host().registry
-ALGORITHMS = sorted(name for name, e in _REGISTRY.algorithms.items() if e.family != Family.LLM)
-LLM_ALGORITHMS = sorted(name for name, e in _REGISTRY.algorithms.items() if e.family == Family.LLM)
+ALGORITHMS = sorted(name for name, e in _REGISTRY.algorithms.items() if e.family != "llm")
+LLM_ALGORITHMS = sorted(name for name, e in _REGISTRY.algorithms.items() if e.family == "llm")
 # Short generations and evaluations: bandit fitness otherwise plays 500 steps per member.
 BUDGET = {"max_steps": 64, "evo_steps": 32, "pop_size": 2, "eval_steps": 32}
 # Randomness the registry's algorithms on their toy environments do not reach: Gaussian

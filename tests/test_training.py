@@ -12,7 +12,6 @@ import torch
 import yaml
 
 from agile_cli import LocalTrainer, TrainingError
-from agile_cli.models.algorithm import Family
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import (
     check_conformance,
@@ -31,8 +30,8 @@ EVOLVING = {
     "tournament_selection": {"tournament_size": 2},
 }
 LOCAL_FAMILIES = (
-    Family.OFF_POLICY, Family.ON_POLICY, Family.MULTI_AGENT_OFF_POLICY,
-    Family.MULTI_AGENT_ON_POLICY, Family.OFFLINE, Family.BANDIT,
+    "off_policy", "on_policy", "multi_agent_off_policy",
+    "multi_agent_on_policy", "offline", "bandit",
 )  # fmt: skip
 TRAINABLE = sorted(
     name
@@ -62,9 +61,9 @@ def _toy_environment(algorithm: str) -> dict:
     family = registry.algorithms[algorithm].family
     if registry.paradigm(family).multi_agent:
         return TOY_TEAM
-    if family == Family.OFFLINE:
+    if family == "offline":
         return toy_offline_environment()  # CartPole with a random dataset
-    if family == Family.BANDIT:
+    if family == "bandit":
         return TOY_BANDIT
     for environment in TOY_ENVIRONMENTS:
         try:

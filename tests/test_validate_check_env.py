@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from gymnasium import spaces
 
-from agile_cli import Family, hookimpl
+from agile_cli import hookimpl
 from agile_dqn.algorithm import DQN
 from agile_dqn.spec import DQNSpec
 
@@ -42,7 +42,7 @@ class Variants:
             ("MissingDQN", f"{__name__}:NoSuchClass"),
         ):
             register(
-                name=name, spec=DQNSpec, family=Family.OFF_POLICY, implementation=implementation
+                name=name, spec=DQNSpec, family="off_policy", implementation=implementation
             )
 
 

@@ -93,7 +93,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     - ``name`` is what ``algorithm.name`` must equal in a manifest (case-sensitive);
     - ``spec`` is an :class:`~agile_cli.AlgorithmSpec` subclass (or ``"module:Class"``, imported
       when a manifest names the algorithm) validating the rest of the ``algorithm`` section;
-    - ``family`` names the training paradigm (a :class:`~agile_cli.Family` value for the
+    - ``family`` names the training paradigm (``"off_policy"``, ``"on_policy"``... for the
       first-party ones, or any name a plugin registered with ``agile_register_paradigms``): it
       picks the runner, the shared buffer and the environment builders;
     - ``implementation`` names the :class:`~agile_rl.Algorithm` subclass, imported only when

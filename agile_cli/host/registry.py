@@ -30,7 +30,7 @@ from agile_cli.host.entries import (
     SelectionEntry,
     load_object,
 )
-from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec, Family
+from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec, suggest
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
@@ -87,7 +87,7 @@ class RegisterAlgorithm(Protocol):
         *,
         name: str,
         spec: type[AlgorithmSpec] | str,
-        family: Family | str,
+        family: str,
         implementation: str,
         aliases: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None: ...
@@ -99,7 +99,7 @@ class RegisterEnvironment(Protocol):
         *,
         name: str,
         spec: type[EnvironmentSpec] | str,
-        families: Iterable[Family | str],
+        families: Iterable[str],
         implementation: str,
     ) -> None: ...
 
@@ -229,7 +229,7 @@ class Registry:
             step_unit: str = "env steps",
             check_architecture: ArchitectureCheck | None = None,
         ) -> None:
-            name = _plain(name)
+            name = str(name)
             checks.reference(name, implementation, "paradigm")
             label = f"paradigm '{name}'"
             part = _part(training, lambda t: checks.training_part(name, t), plugin, label)
@@ -256,11 +256,11 @@ class Registry:
             *,
             name: str,
             spec: type[AlgorithmSpec] | str,
-            family: Family | str,
+            family: str,
             implementation: str,
             aliases: Mapping[str, Mapping[str, Any]] | None = None,
         ) -> None:
-            family = _plain(family)
+            family = str(family)
             spellings = _aliases(name, aliases or {}, plugin)
             implied = {alias.name: alias.implies for alias in spellings}
             part = _part(spec, lambda s: self._checked_algorithm(name, s, family, implied),
@@ -300,12 +300,12 @@ class Registry:
             *,
             name: str,
             spec: type[EnvironmentSpec] | str,
-            families: Iterable[Family | str],
+            families: Iterable[str],
             implementation: str,
         ) -> None:
             part = _part(spec, lambda s: checks.subclass(name, s, EnvironmentSpec), plugin,
                          f"environment builder '{name}'")  # fmt: skip
-            wanted = frozenset(_plain(family) for family in families)
+            wanted = frozenset(str(family) for family in families)
             entry = EnvironmentEntry(name, part, wanted, implementation, plugin)
             _add(self.environments, "environment builder", entry)
 
@@ -419,8 +419,3 @@ def _check_free(table: dict[str, Any], kind: str, name: str, plugin: str) -> Non
             f"{kind} '{name}' is registered by both '{existing.plugin}' and '{plugin}'",
             "uninstall or disable one of them",
         )
-
-
-def _plain(name: Family | str) -> str:
-    """A paradigm's name as a plain string (``Family`` members are strings too)."""
-    return name.value if isinstance(name, Family) else name

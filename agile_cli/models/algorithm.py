@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import re
 from typing import Any, ClassVar
 
@@ -15,24 +14,6 @@ from agile_cli.models.training import TrainingSpec
 
 #: Every kind of mutation the core's mutator knows.
 MUTATION_KINDS = ("architecture", "parameters", "activation", "rl_hp")
-
-
-class Family(str, enum.Enum):
-    """Names of the training paradigms agile's first-party plugins register.
-
-    An algorithm's ``family`` is the name of a paradigm (``agile_register_paradigms``): one of
-    these, or any name a plugin registered. The members are plain strings
-    (``Family.OFF_POLICY == "off_policy"``); the set is open, this enum only spells the names
-    agile ships.
-    """
-
-    OFF_POLICY = "off_policy"
-    ON_POLICY = "on_policy"
-    MULTI_AGENT_OFF_POLICY = "multi_agent_off_policy"
-    MULTI_AGENT_ON_POLICY = "multi_agent_on_policy"
-    OFFLINE = "offline"
-    BANDIT = "bandit"
-    LLM = "llm"
 
 
 class AlgorithmSpec(Spec):

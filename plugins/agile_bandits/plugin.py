@@ -4,14 +4,14 @@ implementations are imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, RegisterEnvironment, RegisterParadigm, hookimpl
+from agile_cli import RegisterAlgorithm, RegisterEnvironment, RegisterParadigm, hookimpl
 from agile_rl import check_architecture
 
 
 @hookimpl
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
-        name=Family.BANDIT,
+        name="bandit",
         implementation="agile_bandits.runner:Bandit",
         network="agile_rl.models.network:NetworkSpec",
         replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
@@ -27,13 +27,13 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="NeuralUCB",
         spec="agile_bandits.spec:NeuralUCBSpec",
-        family=Family.BANDIT,
+        family="bandit",
         implementation="agile_bandits.algorithm:NeuralUCB",
     )
     register(
         name="NeuralTS",
         spec="agile_bandits.spec:NeuralTSSpec",
-        family=Family.BANDIT,
+        family="bandit",
         implementation="agile_bandits.algorithm:NeuralTS",
     )
 
@@ -43,6 +43,6 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="bandit",
         spec="agile_bandits.spec:BanditEnvSpec",
-        families=[Family.BANDIT],
+        families=["bandit"],
         implementation="agile_bandits.environment:BanditBuilder",
     )

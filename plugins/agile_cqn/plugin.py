@@ -3,7 +3,7 @@ CQN; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="CQN",
         spec="agile_cqn.spec:CQNSpec",
-        family=Family.OFFLINE,
+        family="offline",
         implementation="agile_cqn.algorithm:CQN",
     )

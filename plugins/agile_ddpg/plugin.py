@@ -3,7 +3,7 @@ DDPG; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="DDPG",
         spec="agile_ddpg.spec:DDPGSpec",
-        family=Family.OFF_POLICY,
+        family="off_policy",
         implementation="agile_ddpg.algorithm:DDPG",
     )

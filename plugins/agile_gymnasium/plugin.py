@@ -3,7 +3,7 @@ is named by reference, imported when a manifest needs it)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterEnvironment, hookimpl
+from agile_cli import RegisterEnvironment, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="gymnasium",
         spec="agile_gymnasium.spec:GymEnvSpec",
-        families=[Family.OFF_POLICY, Family.ON_POLICY],
+        families=["off_policy", "on_policy"],
         implementation="agile_gymnasium.builder:GymBuilder",
     )

@@ -3,7 +3,7 @@ IPPO; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="IPPO",
         spec="agile_ippo.spec:IPPOSpec",
-        family=Family.MULTI_AGENT_ON_POLICY,
+        family="multi_agent_on_policy",
         implementation="agile_ippo.algorithm:IPPO",
     )

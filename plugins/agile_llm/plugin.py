@@ -6,7 +6,6 @@ when training starts)."""
 from __future__ import annotations
 
 from agile_cli import (
-    Family,
     RegisterAlgorithm,
     RegisterCommand,
     RegisterEnvironment,
@@ -31,7 +30,7 @@ ALGORITHMS: dict[str, tuple[str, str]] = {
 @hookimpl
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
-        name=Family.LLM,
+        name="llm",
         implementation="agile_llm.runner:LanguageModels",
         training=f"{_SPECS}:LLMTraining",
         network=f"{_SPECS}:FinetuningNetworkSpec",
@@ -46,7 +45,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
         register(
             name=name,
             spec=algorithm_spec,
-            family=Family.LLM,
+            family="llm",
             implementation=implementation,
         )
 
@@ -56,7 +55,7 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="llm",
         spec=f"{_SPECS}:LLMEnvSpec",
-        families=[Family.LLM],
+        families=["llm"],
         implementation="agile_llm.environment:LLMBuilder",
     )
 

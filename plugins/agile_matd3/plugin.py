@@ -3,7 +3,7 @@ MATD3; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="MATD3",
         spec="agile_matd3.spec:MATD3Spec",
-        family=Family.MULTI_AGENT_OFF_POLICY,
+        family="multi_agent_off_policy",
         implementation="agile_matd3.algorithm:MATD3",
     )

@@ -4,14 +4,14 @@ manifest needs them, and the command is imported when commands are asked for).""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterCommand, RegisterEnvironment, RegisterParadigm, hookimpl
+from agile_cli import RegisterCommand, RegisterEnvironment, RegisterParadigm, hookimpl
 from agile_rl import check_architecture
 
 
 @hookimpl
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
-        name=Family.OFFLINE,
+        name="offline",
         implementation="agile_offline.runner:Offline",
         network="agile_rl.models.network:NetworkSpec",
         replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
@@ -28,7 +28,7 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="offline",
         spec="agile_offline.spec:OfflineEnvSpec",
-        families=[Family.OFFLINE],
+        families=["offline"],
         implementation="agile_offline.builder:OfflineBuilder",
     )
 

@@ -3,7 +3,7 @@ spec is named by reference, imported when a manifest needs it)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterEnvironment, hookimpl
+from agile_cli import RegisterEnvironment, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="pettingzoo",
         spec="agile_pettingzoo.spec:PettingZooEnvSpec",
-        families=[Family.MULTI_AGENT_OFF_POLICY, Family.MULTI_AGENT_ON_POLICY],
+        families=["multi_agent_off_policy", "multi_agent_on_policy"],
         implementation="agile_pettingzoo.builder:PettingZooBuilder",
     )

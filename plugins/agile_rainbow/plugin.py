@@ -3,7 +3,7 @@ RainbowDQN; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -11,7 +11,7 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="RainbowDQN",
         spec="agile_rainbow.spec:RainbowDQNSpec",
-        family=Family.OFF_POLICY,
+        family="off_policy",
         implementation="agile_rainbow.algorithm:RainbowDQN",
         aliases={"Rainbow DQN": {}},  # the reference's name for it outside manifests
     )

@@ -3,7 +3,7 @@ imported when a manifest needs them, and the runners are imported only to train)
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterParadigm, hookimpl
+from agile_cli import RegisterParadigm, hookimpl
 from agile_rl.architectures import check_architecture
 
 _IMPLEMENTATIONS = "agile_rl.paradigms"
@@ -13,7 +13,7 @@ _SPECS = "agile_rl.spec"
 @hookimpl
 def agile_register_paradigms(register: RegisterParadigm) -> None:
     register(
-        name=Family.OFF_POLICY,
+        name="off_policy",
         implementation=f"{_IMPLEMENTATIONS}:OffPolicy",
         network="agile_rl.models.network:NetworkSpec",
         replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
@@ -23,7 +23,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         description="act, store transitions in a shared replay buffer, learn from batches",
     )
     register(
-        name=Family.ON_POLICY,
+        name="on_policy",
         implementation=f"{_IMPLEMENTATIONS}:OnPolicy",
         network="agile_rl.models.network:NetworkSpec",
         algorithm_fields={"learn_step": int},
@@ -31,7 +31,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         description="collect a rollout of learn_step steps, learn from it, repeat",
     )
     register(
-        name=Family.MULTI_AGENT_OFF_POLICY,
+        name="multi_agent_off_policy",
         implementation=f"{_IMPLEMENTATIONS}:TeamOffPolicy",
         network="agile_rl.models.network:NetworkSpec",
         replay_buffer="agile_rl.models.replay_buffer:ReplayBufferSpec",
@@ -42,7 +42,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         description="a team acts, every agent's transitions go to a shared replay buffer",
     )
     register(
-        name=Family.MULTI_AGENT_ON_POLICY,
+        name="multi_agent_on_policy",
         implementation=f"{_IMPLEMENTATIONS}:TeamOnPolicy",
         network="agile_rl.models.network:NetworkSpec",
         multi_agent=True,

@@ -3,7 +3,7 @@ SAC; the implementation is imported only to train)."""
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -11,6 +11,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="SAC",
         spec="agile_sac.spec:SACSpec",
-        family=Family.OFF_POLICY,
+        family="off_policy",
         implementation="agile_sac.algorithm:SAC",
     )

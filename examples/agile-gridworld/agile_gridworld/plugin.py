@@ -6,7 +6,7 @@ imports the spec when a manifest uses this builder, and the builder only to trai
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterEnvironment, hookimpl
+from agile_cli import RegisterEnvironment, hookimpl
 
 
 @hookimpl
@@ -14,6 +14,6 @@ def agile_register_environments(register: RegisterEnvironment) -> None:
     register(
         name="gridworld",
         spec="agile_gridworld.spec:GridWorldSpec",
-        families=[Family.ON_POLICY, Family.OFF_POLICY],
+        families=["on_policy", "off_policy"],
         implementation="agile_gridworld.builder:GridWorldBuilder",
     )

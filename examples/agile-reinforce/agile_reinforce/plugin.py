@@ -8,7 +8,7 @@ starts.
 
 from __future__ import annotations
 
-from agile_cli import Family, RegisterAlgorithm, hookimpl
+from agile_cli import RegisterAlgorithm, hookimpl
 
 
 @hookimpl
@@ -16,6 +16,6 @@ def agile_register_algorithms(register: RegisterAlgorithm) -> None:
     register(
         name="REINFORCE",
         spec="agile_reinforce.spec:REINFORCESpec",
-        family=Family.ON_POLICY,
+        family="on_policy",
         implementation="agile_reinforce.algorithm:REINFORCE",
     )
