@@ -33,8 +33,7 @@ from agile_cli.host.plugins import (
 )
 
 CORE_COMMANDS = (
-    "validate", "plugins", "schema", "train", "evaluate", "export", "init", "report", "diff",
-    "recipe",
+    "validate", "plugins", "schema", "train", "evaluate", "export", "init", "recipe",
 )  # fmt: skip
 
 
@@ -386,37 +385,6 @@ def evaluate(ctx: click.Context, source: Path, episodes: int, member: int | None
         trust_code=trust_code, video=video, render=render,
     )  # fmt: skip
     run_evaluate(plugin_host(ctx).registry, source, options)
-
-
-@cli.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
-              help="report.html (a page with every figure, and its PNGs beside it) or "
-              "report.png (the figures as PNGs); overwritten if there.")  # fmt: skip
-def report(runs: tuple[Path, ...], out: Path | None) -> None:
-    """Learning curves, lineage and hyperparameters of RUN folders (or folders of them).
-
-    Runs of one manifest with different seeds are drawn as one curve, their mean with a 95%
-    confidence band; other runs are overlaid. Without --out: a summary in the terminal.
-    """
-    from agile_cli.commands.report import run_report
-
-    run_report(runs, out)
-
-
-@cli.command()
-@click.argument("first", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.argument("second", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
-def diff(first: Path, second: Path, as_json: bool) -> None:
-    """What differs between two run folders, and their results side by side.
-
-    Settings (the resolved manifest.yaml, field by field), provenance (the latest session of
-    provenance.json: versions, machine, device, seed, command) and results (summary.json).
-    """
-    from agile_cli.commands.diff import run_diff
-
-    run_diff(first, second, as_json=as_json)
 
 
 @cli.command()

@@ -1,5 +1,6 @@
-"""Helpers for the authors of backends, environment builders and the like: what agile's own
-backends and builders use to run members, find references and report safely. Public and
+"""Helpers for the authors of backends, environment builders, commands and the like: what
+agile's own backends, builders and commands use to run members, find references, read run
+folders and report safely. Public and
 documented (the plugin guide), apart from the plugin contract in :mod:`agile_cli`.
 
 Importing it is cheap: the names whose modules import torch or numpy (running members, the
@@ -18,6 +19,7 @@ from agile_cli.host.registry import ParadigmEntry, Registry
 from agile_cli.memory import Estimate
 from agile_cli.models.algorithm import check_entrypoint
 from agile_cli.models.base import located_error
+from agile_cli.run_files import HINT, Fields, RunFileError, metrics_lines, read_json, read_manifest
 from agile_cli.runner import reset_seed
 from agile_cli.signals import interrupt_held
 
@@ -33,6 +35,7 @@ _LAZY = {
     "slot_sizes": "agile_cli.training.members:slot_sizes",
     "plugin_host": "agile_cli.cli:plugin_host",
     "last_fitness": "agile_cli.evolution.selection:last_fitness",
+    "ordinal": "agile_cli.training.reevaluation:ordinal",
     "network_size": "agile_cli.training.loop:network_size",
     # Looked up at each use, so that a test can stand in for the machine's memory.
     "available_memory": "agile_cli.memory:available_memory",
@@ -51,16 +54,20 @@ if TYPE_CHECKING:
         on_cpu,
         slot_sizes,
     )
+    from agile_cli.training.reevaluation import ordinal
     from agile_cli.training.setup import build_environment_from, member_spaces
     from agile_cli.training.trainer import resume_local, run_local
 
 __all__ = [
     "EXIT_RUNTIME",
+    "HINT",
     "Estimate",
+    "Fields",
     "MemberOutcome",
     "MemberTrainer",
     "ParadigmEntry",
     "Registry",
+    "RunFileError",
     "RunnerFactory",
     "available_memory",
     "build_environment_from",
@@ -72,11 +79,15 @@ __all__ = [
     "last_fitness",
     "located_error",
     "member_spaces",
+    "metrics_lines",
     "network_size",
     "not_an_environment",
     "on_cpu",
+    "ordinal",
     "plugin_host",
     "printable",
+    "read_json",
+    "read_manifest",
     "reset_seed",
     "resolve_reference",
     "resolve_wrapper",

@@ -35,8 +35,8 @@ def test_what_agile_writes_at_the_top_is_ignored(path: str) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["docs/images/report-curves.png", "agile_cli/report/report.html", "tests/data/clip.mp4",
-     "tests/data/elite.onnx", "agile_cli/elite.ts", "agile_cli/report/curves.py"],
+    ["docs/images/report-curves.png", "plugins/agile_report/report.html", "tests/data/clip.mp4",
+     "tests/data/elite.onnx", "agile_cli/elite.ts", "plugins/agile_report/curves.py"],
 )  # fmt: skip
 def test_the_project_s_own_files_of_those_names_are_not(path: str) -> None:
     assert not _ignored(path)

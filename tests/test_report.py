@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agile_cli.cli import cli
-from agile_cli.report import figures
-from agile_cli.report.curves import confidence, group_curve, run_series, trajectories
-from agile_cli.report.page import sparkline, terminal_view
-from agile_cli.report.runs import Group, find_runs, group_runs, load_run
+from agile_report import figures
+from agile_report.curves import confidence, group_curve, run_series, trajectories
+from agile_report.page import sparkline, terminal_view
+from agile_report.runs import Group, find_runs, group_runs, load_run
 
 MANIFEST = """
 algorithm: {name: PPO, learn_step: 128, batch_size: 64, update_epochs: 1}
@@ -205,7 +205,7 @@ def test_sparklines_share_one_scale_and_a_waver_is_no_collapse(seeds: list[Path]
 
 
 def test_interquartile_mean_cuts_a_quarter_from_each_end_and_its_interval_is_repeatable() -> None:
-    from agile_cli.report.curves import bootstrap_interval, iqm
+    from agile_report.curves import bootstrap_interval, iqm
 
     assert iqm(np.array([490.0, 495.0, 500.0, 505.0])) == 497.5  # the middle two
     assert iqm(np.array([10.0, 20.0, 30.0])) == 20.0  # a quarter of 3 rounds down: all kept

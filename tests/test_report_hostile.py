@@ -19,8 +19,8 @@ import pytest
 from click.testing import Result
 
 from agile_cli import run_files
-from agile_cli.report import figures
-from agile_cli.report.runs import group_runs, load_run
+from agile_report import figures
+from agile_report.runs import group_runs, load_run
 
 Run = Callable[..., Result]
 
@@ -70,8 +70,8 @@ def _notes(result: Result) -> list[str]:
 
 def _address_space() -> int:
     """How much address space a fresh Python takes with what report and diff import."""
-    probe = ("import agile_cli.cli, agile_cli.commands.report, agile_cli.commands.diff, "
-             "agile_cli.report.page, agile_cli.run_files, yaml; "
+    probe = ("import agile_cli.cli, agile_report.command, agile_report.diff, "
+             "agile_report.page, agile_cli.run_files, yaml; "
              "print(next(l.split()[1] for l in open('/proc/self/status') "
              "if l.startswith('VmPeak')))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

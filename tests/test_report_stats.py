@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agile_cli.cli import cli
-from agile_cli.report import figures
-from agile_cli.report.curves import bootstrap_interval, iqm, iqm_curve
-from agile_cli.report.events import member_curves
-from agile_cli.report.page import terminal_view
-from agile_cli.report.runs import Group, Run, group_runs, load_run
+from agile_report import figures
+from agile_report.curves import bootstrap_interval, iqm, iqm_curve
+from agile_report.events import member_curves
+from agile_report.page import terminal_view
+from agile_report.runs import Group, Run, group_runs, load_run
 
 STEPS = 10_240  # env steps of one generation, every member together
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agile_cli.report.compare import closeness_text
-from agile_cli.report.curves import bootstrap_interval, iqm, seeds_interval
-from agile_cli.report.events import lineage_events
-from agile_cli.report.runs import Group, Run, ScoredElite
-from agile_cli.training.reevaluation import ordinal
+from agile_cli.helpers import ordinal
+from agile_report.compare import closeness_text
+from agile_report.curves import bootstrap_interval, iqm, seeds_interval
+from agile_report.events import lineage_events
+from agile_report.runs import Group, Run, ScoredElite
 
 SPARKS = "▁▂▃▄▅▆▇█"
 #: A sparkline scale spans at least this fraction of the largest magnitude it shows, so that

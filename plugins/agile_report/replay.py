@@ -14,8 +14,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from agile_cli.errors import printable
-from agile_cli.run_files import Fields, RunFileError
+from agile_cli.helpers import Fields, RunFileError, printable
 
 #: The longest source name shown (a path, as the recipe wrote it).
 MAX_SOURCE = 80
@@ -86,7 +85,7 @@ def read_replay(manifest: dict[str, Any]) -> tuple[Replay | None, str | None]:
 
 def _step(entry: Any) -> Step | None:
     """A schedule entry, or None when it lacks a whole generation and step count, or gives a
-    fitness that is not a finite number (:class:`~agile_cli.run_files.Fields` checks each)."""
+    fitness that is not a finite number (:class:`~agile_cli.helpers.Fields` checks each)."""
     if not isinstance(entry, dict):
         return None
     fields = Fields(entry, "recipe.schedule")

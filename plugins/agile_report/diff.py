@@ -2,9 +2,9 @@
 
 Reads each run's ``manifest.yaml`` (the resolved settings), the latest session of its
 ``provenance.json`` (versions, machine, device, seed, command) and its ``summary.json``
-(results) through :mod:`agile_cli.run_files`: as data, bounded and typed. A manifest that
-cannot be read refuses the comparison; a provenance or summary that cannot be read is left
-out, with a note saying why.
+(results) through the run-folder readers of :mod:`agile_cli.helpers`: as data, bounded and
+typed. A manifest that cannot be read refuses the comparison; a provenance or summary that
+cannot be read is left out, with a note saying why.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from agile_cli.errors import UsageError, printable
-from agile_cli.run_files import Fields, RunFileError, read_json, read_manifest
+from agile_cli import UsageError
+from agile_cli.helpers import Fields, RunFileError, printable, read_json, read_manifest
 
 #: Summary fields shown side by side, and their labels.
 RESULTS = (

@@ -1,10 +1,11 @@
 """Run folders read back for a report: each generation's fitness, members and lineage, and
 runs of one manifest with different seeds grouped together.
 
-Only ``metrics.jsonl``, ``manifest.yaml`` and ``summary.json`` are read, through
-:mod:`agile_cli.run_files` (bounded, typed). What cannot be read becomes a note on the run:
-a metrics line is skipped with the sentence saying why, an unreadable manifest or summary
-leaves out what it would have told. Only a run without one readable generation is refused.
+Only ``metrics.jsonl``, ``manifest.yaml`` and ``summary.json`` are read, through the
+run-folder readers of :mod:`agile_cli.helpers` (bounded, typed). What cannot be read becomes
+a note on the run: a metrics line is skipped with the sentence saying why, an unreadable
+manifest or summary leaves out what it would have told. Only a run without one readable
+generation is refused.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from agile_cli.errors import UsageError, printable
-from agile_cli.report.replay import SECTIONS as REPLAY_SECTIONS
-from agile_cli.report.replay import Replay, read_replay
-from agile_cli.run_files import (
+from agile_cli import UsageError
+from agile_cli.helpers import (
     HINT,
     Fields,
     RunFileError,
     metrics_lines,
+    printable,
     read_json,
     read_manifest,
 )
+from agile_report.replay import SECTIONS as REPLAY_SECTIONS
+from agile_report.replay import Replay, read_replay
 
 #: Manifest fields that only seed a run: runs differing in nothing else are seeds of one setup.
 SEED_FIELDS = (("mutation", "rand_seed"), ("network", "random_seed"))
@@ -42,7 +44,7 @@ T = TypeVar("T")
 
 def label(text: str, limit: int = MAX_LABEL) -> str:
     """``text`` read from a run folder as a label shows it: control characters escaped
-    (:func:`~agile_cli.errors.printable`), cut to ``limit`` characters."""
+    (:func:`~agile_cli.helpers.printable`), cut to ``limit`` characters."""
     shown = printable(text)
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from agile_cli.errors import AgileError
-from agile_cli.report.compare import closeness_text, replay_series
-from agile_cli.report.curves import (
+from agile_cli import AgileError
+from agile_report.compare import closeness_text, replay_series
+from agile_report.curves import (
     Axis,
     bootstrap_interval,
     group_curve,
@@ -25,9 +25,9 @@ from agile_cli.report.curves import (
     iqm_curve,
     trajectories,
 )
-from agile_cli.report.events import member_curves, run_events
-from agile_cli.report.replay import Replay, original_series
-from agile_cli.report.runs import Group, Run
+from agile_report.events import member_curves, run_events
+from agile_report.replay import Replay, original_series
+from agile_report.runs import Group, Run
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

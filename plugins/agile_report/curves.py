@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from agile_cli.report.runs import Group, Member, Run
+from agile_report.runs import Group, Member, Run
 
 Axis = Literal["steps", "seconds"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agile_cli.report.runs import Run
+from agile_report.runs import Run
 
 
 @dataclass

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from agile_cli.errors import UsageError, printable
-from agile_cli.report.page import Picture, html_page, picture_paths, terminal_view
-from agile_cli.report.runs import Group, find_runs, group_runs, load_run
+from agile_cli import UsageError
+from agile_cli.helpers import printable
+from agile_report.page import Picture, html_page, picture_paths, terminal_view
+from agile_report.runs import Group, find_runs, group_runs, load_run
 
 SUFFIXES = (".html", ".png")
 LINEAGE_CAPTION = (
@@ -51,7 +52,7 @@ def run_report(paths: tuple[Path, ...], out: Path | None) -> int:
 
 def draw(groups: list[Group]) -> list[Picture]:
     """Every figure of the report, as PNG."""
-    from agile_cli.report import figures
+    from agile_report import figures
 
     figures.require_matplotlib()
     runs = [run for group in groups for run in group.runs]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agile_cli.errors import printable
-from agile_cli.report.runs import Member, Run
+from agile_cli.helpers import printable
+from agile_report.runs import Member, Run
 
 Kind = Literal["cloned", "mutated"]
 

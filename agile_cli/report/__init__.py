@@ -1,1 +1,0 @@
-"""`agile report`: learning curves, lineage and hyperparameter trajectories of run folders."""
