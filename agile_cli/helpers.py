@@ -15,7 +15,7 @@ from agile_cli._lazy import load
 from agile_cli.environment import can_fork, not_an_environment, resolve_reference, resolve_wrapper
 from agile_cli.errors import EXIT_RUNTIME, printable
 from agile_cli.host.plugins import installed_registry
-from agile_cli.host.registry import ParadigmEntry, Registry
+from agile_cli.host.registry import Registry
 from agile_cli.memory import Estimate
 from agile_cli.models.algorithm import check_entrypoint
 from agile_cli.models.base import located_error
@@ -65,7 +65,6 @@ __all__ = [
     "Fields",
     "MemberOutcome",
     "MemberTrainer",
-    "ParadigmEntry",
     "Registry",
     "RunFileError",
     "RunnerFactory",

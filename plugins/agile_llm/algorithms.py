@@ -287,7 +287,7 @@ class GRPO(LLMMember):
         reference; None for a member whose ``filter_zero_adv`` kept no row."""
         rollouts: list[Rollout | None]
         if data.env_type == "multiturn":
-            played = groups.play(members, rows, data, explore=True)
+            played = play_episodes(members, rows, data, explore=True)
             rollouts = [m.episodes_rollout(own) for m, own in zip(members, played, strict=True)]
         else:
             rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
@@ -373,7 +373,7 @@ class GRPO(LLMMember):
         multi-turn environment, the summary of its greedy episodes of the held-out seeds),
         ``batch_size`` at a time."""
         if data.env_type == "multiturn":
-            played = groups.greedy_play(members, rows, data)
+            played = greedy_play(members, rows, data)
             return [m.episode_scores(own, data) for m, own in zip(members, played, strict=True)]
         rendered = members[0].render_prompts(rows, data)
         outputs = groups.greedy(members, rows, data, rendered)
@@ -474,3 +474,41 @@ def _samples(
         prompt = " | ".join(turn["content"] for turn in data.messages(row))
         shown.append((prompt, output, target))
     return shown
+
+
+def play_episodes(
+    members: Sequence[GRPO], rows: list[list[Row]], data: Any, *, explore: bool
+) -> list[list[multiturn.Episode]]:
+    """Each member's episodes of a multi-turn environment (one per seed of its ``rows``,
+    ``group_size`` each when exploring), played in step: each turn is one generation call for
+    every member's running episodes, each row through its member's adapter."""
+    first = members[0]
+    seeds = [
+        (int(row["seed"]), i)
+        for i, (member, own) in enumerate(zip(members, rows, strict=True))
+        for row in own
+        for _ in range(member.group() if explore else 1)
+    ]
+
+    def turn(prompts: list[list[int]], owners: list[int]) -> text.Completions:
+        seed = groups.draw(members) if explore else None
+        return groups.generate(members, prompts, owners, explore=explore, seed=seed)
+
+    played = multiturn.play(data, seeds, first.conversation(data), turn,
+                            context=first.shared.context_length,
+                            reply_room=first.output_tokens())  # fmt: skip
+    return [[e for e in played if e.owner == i] for i in range(len(members))]
+
+
+def greedy_play(
+    members: Sequence[GRPO], rows: list[Row], data: Any
+) -> list[list[multiturn.Episode]]:
+    """Each member's greedy episode of each seed of ``rows``, ``batch_size`` at a time: one
+    :func:`play_episodes` per chunk position for every member."""
+    played: list[list[multiturn.Episode]] = [[] for _ in members]
+    for position in groups.positions(groups.chunks(members, len(rows))):
+        taking = [members[i] for i, _ in position]
+        new = play_episodes(taking, [rows[c] for _, c in position], data, explore=False)
+        for (i, _), episodes in zip(position, new, strict=True):
+            played[i] += episodes
+    return played

@@ -19,18 +19,35 @@ with the first member's.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-from agile_llm import multiturn, text
+from agile_llm import text
 from agile_llm.objectives import IGNORE
 
-if TYPE_CHECKING:
-    from agile_llm.algorithms import GRPO
-    from agile_llm.population import LLMMember
-
 T = TypeVar("T")
+
+
+class LLMMember(Protocol):
+    """What this module reads of a member (an :class:`~agile_llm.population.LLMMember`):
+    written here so that the members' module imports this one and never the other way."""
+
+    spec: Any
+    shared: Any
+    adapter: str
+    device: torch.device
+    generator: torch.Generator
+
+    def micro_batches(self, size: int) -> list[slice]: ...
+
+    def step(self) -> None: ...
+
+    def output_tokens(self) -> int: ...
+
+    def render_prompts(self, rows: list[Row], data: Any) -> list[str]: ...
+
+    def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]: ...
 Row = dict[str, Any]
 #: ``rows(i, part)``: member ``i``'s rows for its part ``part`` of a batch (its micro-batch).
 Rows = Callable[[int, slice], text.Sequences]
@@ -261,44 +278,3 @@ def greedy(
             outputs[i] += done.texts[at : at + size]
             at += size
     return outputs
-
-
-# -- multi-turn environments ---------------------------------------------------------------------
-
-
-def play(
-    members: Sequence[GRPO], rows: list[list[Row]], data: Any, *, explore: bool
-) -> list[list[multiturn.Episode]]:
-    """Each member's episodes of a multi-turn environment (one per seed of its ``rows``,
-    ``group_size`` each when exploring), played in step: each turn is one generation call for
-    every member's running episodes, each row through its member's adapter."""
-    first = members[0]
-    seeds = [
-        (int(row["seed"]), i)
-        for i, (member, own) in enumerate(zip(members, rows, strict=True))
-        for row in own
-        for _ in range(member.group() if explore else 1)
-    ]
-
-    def turn(prompts: list[list[int]], owners: list[int]) -> text.Completions:
-        seed = draw(members) if explore else None
-        return generate(members, prompts, owners, explore=explore, seed=seed)
-
-    played = multiturn.play(data, seeds, first.conversation(data), turn,
-                            context=first.shared.context_length,
-                            reply_room=first.output_tokens())  # fmt: skip
-    return [[e for e in played if e.owner == i] for i in range(len(members))]
-
-
-def greedy_play(
-    members: Sequence[GRPO], rows: list[Row], data: Any
-) -> list[list[multiturn.Episode]]:
-    """Each member's greedy episode of each seed of ``rows``, ``batch_size`` at a time: one
-    :func:`play` per chunk position for every member."""
-    played: list[list[multiturn.Episode]] = [[] for _ in members]
-    for position in positions(chunks(members, len(rows))):
-        taking = [members[i] for i, _ in position]
-        new = play(taking, [rows[c] for _, c in position], data, explore=False)
-        for (i, _), episodes in zip(position, new, strict=True):
-            played[i] += episodes
-    return played

@@ -80,7 +80,9 @@ class PPO(OnPolicyAlgorithm):
 
     # -- acting ----------------------------------------------------------------------------------
 
-    def _to_env(self, actions: torch.Tensor) -> np.ndarray:
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        """Sampled actions as the environment takes them (continuous ones squashed or
+        clipped into the action bounds)."""
         array = actions.cpu().numpy()
         if not self.continuous:
             return array

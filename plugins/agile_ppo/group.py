@@ -5,7 +5,7 @@ layout as one computation."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -31,7 +31,35 @@ from agile_rl import (
 )
 
 if TYPE_CHECKING:
-    from agile_ppo.algorithm import PPO
+    from agile_ppo.episodes import Episodes
+
+
+class PPOMember(Protocol):
+    """What the group reads of a member (a :class:`~agile_ppo.algorithm.PPO`): written here so
+    that the algorithm's module imports this one and never the other way."""
+
+    spec: Any
+    continuous: bool
+    recurrent: bool
+    generator: torch.Generator
+    hidden_state: RecurrentState | None
+
+    @property
+    def trunks(self) -> tuple[str, ...]: ...
+
+    def obs_tensor(self, obs: Any) -> torch.Tensor | dict[str, torch.Tensor]: ...
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray: ...
+
+    def current_state(self, batch: int) -> RecurrentState: ...
+
+    def minibatch_rows(
+        self, batch: RolloutBatch | SequenceBatch | Episodes, size: int
+    ) -> list[torch.Tensor]: ...
+
+    def sequences(
+        self, rollout: Rollout, last_values: torch.Tensor
+    ) -> tuple[SequenceBatch | Episodes, int]: ...
 
 
 class PPOGroup(OnPolicyGroupLearner):
@@ -44,7 +72,7 @@ class PPOGroup(OnPolicyGroupLearner):
     ``max_grad_norm``, and stops early past its own ``target_kl``; members with fewer
     minibatches or epochs sit out the later ones."""
 
-    members: list[PPO]  # type: ignore[assignment]
+    members: list[PPOMember]  # type: ignore[assignment]  # the group of PPO members
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -83,7 +111,7 @@ class PPOGroup(OnPolicyGroupLearner):
     def _to_env(self, actions: torch.Tensor) -> np.ndarray:
         """Stacked actions ``[k, E, ...]`` as environment actions, in member order (every
         member has the same action space and squashing)."""
-        return self.members[0]._to_env(actions.flatten(0, 1))
+        return self.members[0].to_env(actions.flatten(0, 1))
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         first = self.members[0]
