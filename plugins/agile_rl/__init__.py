@@ -7,7 +7,7 @@ It is a first-party plugin of agile (registered through the ``agile`` entry poin
 any other) and the public API that RL algorithm plugins build on, first- and third-party:
 everything not in ``__all__`` is private and may move. It builds on the core's contract
 (:mod:`agile_cli`: members, paradigms, runners, specs), never the other way round. Importing it
-is cheap: the names that need torch or gymnasium load on first use.
+is cheap: the names that need torch or gymnasium, and the specs, load on first use.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from agile_rl import experience
 from agile_rl.architectures import check_architecture
-from agile_rl.models.actor_critic import (
-    CentralisedActorCriticSpec,
-    DeterministicActorCriticSpec,
-    ExplorationNoiseSpec,
-)
-from agile_rl.models.clipped_objective import ClippedObjectiveSpec
-from agile_rl.models.gymnasium import GymnasiumEnvSpec
 
-# Public names whose modules import torch or gymnasium: loaded on first access.
+# Public names whose modules import torch or gymnasium, or build pydantic models: loaded on
+# first access.
 _LAZY = {
+    "CentralisedActorCriticSpec": "agile_rl.models.actor_critic:CentralisedActorCriticSpec",
+    "DeterministicActorCriticSpec": "agile_rl.models.actor_critic:DeterministicActorCriticSpec",
+    "ExplorationNoiseSpec": "agile_rl.models.actor_critic:ExplorationNoiseSpec",
+    "ClippedObjectiveSpec": "agile_rl.models.clipped_objective:ClippedObjectiveSpec",
+    "GymnasiumEnvSpec": "agile_rl.models.gymnasium:GymnasiumEnvSpec",
     "Algorithm": "agile_rl.runtime.agent:Algorithm",
     "OffPolicyAlgorithm": "agile_rl.runtime.agent:OffPolicyAlgorithm",
     "OnPolicyAlgorithm": "agile_rl.runtime.agent:OnPolicyAlgorithm",
@@ -125,6 +124,13 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from agile_rl.models.actor_critic import (
+        CentralisedActorCriticSpec,
+        DeterministicActorCriticSpec,
+        ExplorationNoiseSpec,
+    )
+    from agile_rl.models.clipped_objective import ClippedObjectiveSpec
+    from agile_rl.models.gymnasium import GymnasiumEnvSpec
     from agile_rl.models.network import (
         CNNEncoderConfig,
         LSTMEncoderConfig,
