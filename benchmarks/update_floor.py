@@ -75,7 +75,7 @@ def filled_buffer(member: Any, rows: int, device: str) -> Any:
 def agile_steps(members: list[Any], buffer: Any) -> dict[str, Callable[[], Any]]:
     """Closures taking one gradient step of the whole group: on a drawn batch, and drawing."""
     from agile_rl.runtime.group import MemberGroup
-    from agile_rl.training.batched import learn_stacked
+    from agile_rl.training.groups import learn_stacked
 
     learner = type(members[0]).group_learner(MemberGroup(members))
     active = [True] * len(members)

@@ -41,9 +41,7 @@ class Variants:
             ("TerseDQN", f"{__name__}:TerseDQN"),
             ("MissingDQN", f"{__name__}:NoSuchClass"),
         ):
-            register(
-                name=name, spec=DQNSpec, family="off_policy", implementation=implementation
-            )
+            register(name=name, spec=DQNSpec, family="off_policy", implementation=implementation)
 
 
 @pytest.fixture

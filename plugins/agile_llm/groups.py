@@ -48,6 +48,8 @@ class LLMMember(Protocol):
     def render_prompts(self, rows: list[Row], data: Any) -> list[str]: ...
 
     def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]: ...
+
+
 Row = dict[str, Any]
 #: ``rows(i, part)``: member ``i``'s rows for its part ``part`` of a batch (its micro-batch).
 Rows = Callable[[int, slice], text.Sequences]
