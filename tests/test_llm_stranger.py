@@ -24,7 +24,8 @@ import torch
 from agile_cli import TrainingManifest, UsageError
 from agile_cli.helpers import installed_registry
 from agile_llm import data as datasets
-from agile_llm import folder, groups, templates, text
+from agile_llm import folder, templates, text
+from agile_llm.algorithms import play_episodes
 from agile_llm.tiny import character_tokenizer
 
 from .test_llm_training import manifest, write_manifest
@@ -510,7 +511,7 @@ def test_an_environment_that_says_nothing_is_played_to_its_last_turn(
     """An empty opening is read as the start token (generation raised IndexError on a prompt
     of no tokens); empty answers are legitimate turns."""
     members, env = _members(tiny, game, chat, said="")
-    episodes = groups.play(members[:1], [env.rows_at(0, 2)], env, explore=True)[0]
+    episodes = play_episodes(members[:1], [env.rows_at(0, 2)], env, explore=True)[0]
     assert [e.turns for e in episodes] == [3] * 4  # two seeds, a group of two each
     assert all(not m["content"] for e in episodes for m in e.messages if m["role"] == "user")
     if chat is None:
@@ -526,7 +527,7 @@ def test_unreadable_characters_from_an_environment_are_replaced_naming_it(
 ) -> None:
     members, env = _members(tiny, game, chat, said=said)
     with pytest.warns(UserWarning) as caught:
-        episodes = groups.play(members[:1], [env.rows_at(0, 1)], env, explore=False)[0]
+        episodes = play_episodes(members[:1], [env.rows_at(0, 1)], env, explore=False)[0]
     shown = [str(w.message) for w in caught if "lone surrogates" in str(w.message)]
     assert shown == [
         "environment.entrypoint (hostile.py:make): reset() of the episode seeded "
@@ -550,7 +551,7 @@ def test_a_message_longer_than_the_context_is_cut_and_the_transcript_kept_to_it(
 
     monkeypatch.setattr(text, "encode_all", spy)
     with pytest.warns(UserWarning, match="gave a text of 20,000 characters, more than"):
-        episodes = groups.play(members[:1], [env.rows_at(0, 2)], env, explore=True)[0]
+        episodes = play_episodes(members[:1], [env.rows_at(0, 2)], env, explore=True)[0]
     limit = 128 * text.CHARS_PER_TOKEN
     assert max(longest) <= limit
     assert all(len(e.ids) <= 128 and len(e.turn_of) == len(e.ids) for e in episodes)

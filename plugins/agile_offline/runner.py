@@ -66,7 +66,7 @@ class OfflineRunner(PopulationRunner):
             )  # fmt: skip
         return total - start
 
-    def _generation(
+    def train_slots(
         self,
         members: list[OffPolicyAlgorithm],
         slots: list[Slot],

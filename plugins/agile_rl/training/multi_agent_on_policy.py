@@ -133,7 +133,7 @@ class MultiAgentOnPolicyRunner(PopulationRunner):
 
     family = "team_on_policy"
 
-    def _generation(
+    def train_slots(
         self,
         members: list[MultiAgentOnPolicyAlgorithm],
         slots: list[Slot],

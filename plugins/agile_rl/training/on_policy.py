@@ -72,7 +72,7 @@ class OnPolicyRunner(PopulationRunner):
 
     # -- training ------------------------------------------------------------------------------
 
-    def _generation(
+    def train_slots(
         self,
         members: list[OnPolicyAlgorithm],
         slots: list[Slot],

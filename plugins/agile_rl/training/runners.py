@@ -119,17 +119,19 @@ class PopulationRunner(Runner[Any]):
     ) -> list[GenerationStats]:
         slots = self._slots(members)
         try:
-            return self._generation(members, slots, steps, progress)
+            return self.train_slots(members, slots, steps, progress)
         finally:
             for slot in slots:
                 if isinstance(slot.actor, GroupLearner):
                     slot.actor.group.write_back()
 
     @abc.abstractmethod
-    def _generation(
+    def train_slots(
         self, members: list[Any], slots: list[Slot], steps: int, progress: Progress
     ) -> list[GenerationStats]:
-        """Train every member for about ``steps`` steps, its group acting and learning for it."""
+        """Train every member for about ``steps`` steps, the slot of its group (from
+        :func:`~agile_rl.training.groups.learning_groups`) acting and learning for it: what a
+        family's runner implements."""
 
     def _start(
         self, members: Sequence[Algorithm]
@@ -303,7 +305,7 @@ class OffPolicyRunner(PopulationRunner):
         self.learning_delay = learning_delay
         self.n_step = n_step
 
-    def _generation(
+    def train_slots(
         self,
         members: list[OffPolicyAlgorithm],
         slots: list[Slot],
