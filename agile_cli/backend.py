@@ -99,4 +99,7 @@ class BackendTrainer:
         except ValidationError as exc:
             first = field_errors(exc, entry.options)[0]
             raise UsageError(f"{self.backend} option {first.render()}") from None
-        return entry.load()().train(self.manifest, spec, self.registry, verbose=verbose)
+        result: RunResult = entry.load()().train(
+            self.manifest, spec, self.registry, verbose=verbose
+        )
+        return result

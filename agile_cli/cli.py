@@ -328,7 +328,7 @@ def init(ctx: click.Context, algorithm: str | None, environment: str | None, out
               help=SET_HELP + " Recorded in the run folder's command.txt and manifest.yaml; "
               "not with --resume.")  # fmt: skip
 @click.pass_context
-def train(ctx: click.Context, manifest: Path | None, backend: str, resume: Path | None,
+def train(ctx: click.Context, /, manifest: Path | None, backend: str, resume: Path | None,
           verbose: bool, overrides: tuple[str, ...], **flags: Any) -> None:  # fmt: skip
     """Train the population a MANIFEST describes (or --resume a run folder).
 

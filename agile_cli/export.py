@@ -66,7 +66,8 @@ def write(policy: PolicyModule, fmt: str, path: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings(), files.replacing(path) as written:
         warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
         if fmt == "torchscript":
-            traced = torch.jit.trace(policy, example, check_trace=False)
+            # torch.jit.trace carries no annotations
+            traced = torch.jit.trace(policy, example, check_trace=False)  # type: ignore[no-untyped-call]
             torch.jit.save(traced, str(written))
         else:
             _write_onnx(policy, example, written)

@@ -28,7 +28,7 @@ MAX_NODES = 100_000
 MAX_TEXT = MAX_BYTES
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
     """A safe loader that refuses duplicate keys and reads ``1e-4`` as a float."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -43,7 +43,8 @@ class _StrictLoader(yaml.SafeLoader):
                     "keep only one",
                 )
             seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 # YAML 1.1 wants a dot in floats; people write 1e-4 and 3E5 and mean numbers.

@@ -575,5 +575,5 @@ def _wrapped(text: str, indent: int) -> list[str]:
 def _flow(value: Any) -> str:
     """A value as one line of YAML (flow style for lists and mappings)."""
     plain = to_jsonable_python(value)
-    text = yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=10_000)
+    text: str = yaml.safe_dump(plain, default_flow_style=True, sort_keys=False, width=10_000)
     return text.removesuffix("\n...\n").strip()

@@ -24,7 +24,7 @@ import copy
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -373,7 +373,7 @@ def _bytes_round_trip(state: dict[str, Any], checkpoint: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "member.pt"
         checkpoint.save_atomically({"format": checkpoint.FORMAT_VERSION, "member": state}, path)
-        return checkpoint.load(path)["member"]
+        return cast(dict[str, Any], checkpoint.load(path)["member"])
 
 
 def _resume_problems(manifest: Any, workdir: Path, registry: Any) -> list[str]:

@@ -327,9 +327,7 @@ def _combined(name: str, parts: tuple[type[TrainingSpec], ...]) -> type[Training
     bases = tuple(dict.fromkeys(p for p in parts if p is not TrainingSpec and p not in extended))
     if not bases:
         return TrainingSpec
-    model: type[TrainingSpec] = create_model(  # type: ignore[call-overload]
-        name, __base__=bases, __doc__=TrainingSpec.__doc__
-    )
+    model: type[TrainingSpec] = create_model(name, __base__=bases, __doc__=TrainingSpec.__doc__)
     return model
 
 

@@ -146,8 +146,10 @@ def _loosen_union(value: Any, args: tuple[Any, ...]) -> Any:
 
 
 def _as_int(value: Any) -> Any:
+    if type(value) is int:
+        return value
     if isinstance(value, numbers.Integral):
-        return value if type(value) is int else int(value)  # numpy integers
+        return int(value)  # numpy integers
     if isinstance(value, numbers.Real) and float(value).is_integer():
         real: Any = value  # typeshed's numbers.Real has neither abs() < int nor int()
         if abs(real) < 2**63:
@@ -156,7 +158,9 @@ def _as_int(value: Any) -> Any:
 
 
 def _as_float(value: Any) -> Any:
-    if isinstance(value, numbers.Real) and type(value) not in (int, float):
+    if type(value) in (int, float):
+        return value
+    if isinstance(value, numbers.Real):
         return float(value)  # numpy numbers
     return value
 

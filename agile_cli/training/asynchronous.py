@@ -97,7 +97,8 @@ class AsynchronousEvolution:
         state = self.loop.state
         if len(state.rounds) != len(self.latest):  # a fresh run, or a synchronous run's
             state.rounds = [state.generation] * len(self.latest)
-        return state.rounds
+        rounds: list[int] = state.rounds
+        return rounds
 
     def _round_steps(self, slot: int) -> int:
         """The steps of ``slot``'s next round: 0 once its budget is spent."""

@@ -34,7 +34,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -182,7 +182,7 @@ def load(path: Path, kind: str | tuple[str, ...] | None = None) -> dict[str, Any
     elif state["format"] == 1:
         raise _format_one(path, "it holds neither a population nor a member")
     _check_kind(state, path, kind)
-    return state
+    return cast(dict[str, Any], state)
 
 
 def _check_archive(path: Path) -> None:

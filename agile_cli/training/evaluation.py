@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -119,15 +119,16 @@ def member_state(state: dict[str, Any], member: int | None, path: Path) -> dict[
     if "member" in state:
         if member is not None and state["member"]["index"] != member:
             raise _only_one_member(path, state["member"]["index"], member)
-        return state["member"]
+        return cast(dict[str, Any], state["member"])
     members = {saved["index"]: saved for saved in state["members"]}
     if member is None:  # the best of the population by its latest fitness
-        return max(members.values(), key=lambda s: (s["record"]["fitness"] or [-np.inf])[-1])
+        best = max(members.values(), key=lambda s: (s["record"]["fitness"] or [-np.inf])[-1])
+        return cast(dict[str, Any], best)
     if member not in members:
         raise UsageError(
             f"no member {member} in {path}", "members: " + ", ".join(map(str, sorted(members)))
         )
-    return members[member]
+    return cast(dict[str, Any], members[member])
 
 
 def _only_one_member(path: Path, held: int, member: int) -> UsageError:

@@ -671,7 +671,8 @@ def network_size(member: Member) -> int | None:
     networks = getattr(member, "networks", None)
     if not networks:
         return None
-    return sum(p.numel() for network in networks.values() for p in network.parameters())
+    total: int = sum(p.numel() for network in networks.values() for p in network.parameters())
+    return total
 
 
 def torch_threads(manifest: TrainingManifest, requested: int | None = None) -> int:

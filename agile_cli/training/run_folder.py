@@ -393,7 +393,7 @@ def _resolved_manifest(manifest: TrainingManifest) -> str:
     """
     from agile_cli.loader import MAX_BYTES
 
-    text = yaml.safe_dump(manifest.to_dict(), sort_keys=False, allow_unicode=True)
+    text: str = yaml.safe_dump(manifest.to_dict(), sort_keys=False, allow_unicode=True)
     size = len(text.encode("utf-8"))
     if size > MAX_BYTES:
         raise UsageError(
