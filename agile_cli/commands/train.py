@@ -138,7 +138,8 @@ def _backend_flags(registry: Registry) -> list[click.Option]:
                 continue
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             flag = _flag(field_name, field.annotation, field.description, name)
-            aliases = [str(a) for a in extra.get("flags") or []]  # type: ignore[union-attr]
+            named = extra.get("flags")
+            aliases = [str(a) for a in named] if isinstance(named, list) else []
             flag.opts[:0] = aliases
             if aliases:
                 _SHOWN[field_name] = aliases[0]

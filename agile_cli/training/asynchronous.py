@@ -75,8 +75,10 @@ class AsynchronousEvolution:
                 "drop --async to replay the recipe",
             )
         if loop.selection is not None and not isinstance(loop.selection, TournamentSelection):
+            spec = manifest.tournament_selection
+            assert spec is not None, "a selection is built from its section"
             raise UsageError(
-                f"--async: selection strategy '{manifest.tournament_selection.strategy}' "  # type: ignore[union-attr]
+                f"--async: selection strategy '{spec.strategy}' "
                 "selects whole generations; asynchronous evolution uses the tournament",
                 "use tournament_selection.strategy: tournament, or drop --async",
             )
@@ -201,7 +203,7 @@ class AsynchronousEvolution:
         ]
         self.left_out += sum(m is not None for m in self.latest) - len(pool)
         self.staleness += [max(0, own - self.rounds[p]) for p in pool]
-        fitness = np.array([last_fitness(self.latest[p]) for p in pool])  # type: ignore[arg-type]
+        fitness = np.array([last_fitness(m) for p in pool if (m := self.latest[p]) is not None])
         ranks = np.argsort(np.argsort(fitness, kind="stable"), kind="stable")
         best = pool[int(np.argmax(ranks))]
         known = [m for m in [*loop.population, *self.latest] if m is not None]

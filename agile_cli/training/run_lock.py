@@ -29,7 +29,7 @@ from agile_cli.training import files
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no POSIX record locks
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module is absent there, and checked for
 
 LOCK_NAME = ".agile.lock"
 
