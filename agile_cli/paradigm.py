@@ -38,7 +38,8 @@ class Build(Protocol):
 
 class Paradigm(abc.ABC):
     """What a paradigm builds for a run (see the module). :meth:`population` and
-    :meth:`runner` are required; the rest have defaults."""
+    :meth:`runner` are required; the rest have defaults. agile makes one instance of a
+    paradigm class and asks it for everything every run needs: keep no state on it."""
 
     def environment(self, manifest: TrainingManifest, build: Build, members: int) -> Any:
         """The environment ``members`` members train or are scored in at once, made with

@@ -73,13 +73,26 @@ def _paradigm(manifest: TrainingManifest) -> ParadigmEntry:
 
 
 def paradigm_of(manifest: TrainingManifest) -> Paradigm:
-    """The implementation of the manifest's paradigm.
+    """The implementation of the manifest's paradigm: one instance per paradigm class, made on
+    first use (a paradigm builds what runs need and keeps nothing of its own).
 
     :raises TrainingError: the registration names something that is not an
         :class:`~agile_cli.Paradigm` subclass.
     """
     entry = _paradigm(manifest)
     cls = entry.load()
+    made = _MADE.get(cls)
+    if made is None:
+        made = _MADE[cls] = _checked(entry, cls)()
+    return made
+
+
+#: The paradigm instances made so far, by class.
+_MADE: dict[type, Paradigm] = {}
+
+
+def _checked(entry: ParadigmEntry, cls: Any) -> type[Paradigm]:
+    """``cls``, once it is known to be a concrete :class:`~agile_cli.Paradigm` subclass."""
     if not (isinstance(cls, type) and issubclass(cls, Paradigm)):
         raise TrainingError(
             f"the {entry.name} paradigm's implementation ({entry.implementation}) is not an "
@@ -93,7 +106,7 @@ def paradigm_of(manifest: TrainingManifest) -> Paradigm:
             f"implement them in plugin '{entry.plugin}' (an RL paradigm: subclass "
             "agile_rl.RLParadigm, which builds members from the network section)",
         )
-    return cls()
+    return cls
 
 
 def algorithm_class(manifest: TrainingManifest, registry: Registry) -> type[Member]:
