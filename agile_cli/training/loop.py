@@ -122,29 +122,10 @@ class EvolutionLoop:
         self.seeds = setup.seeds(self.state.seed)
         self.device = setup.resolve_device(options.device)
         self.cls = setup.algorithm_class(manifest, registry)
-        remote = runner is not None
         self.threads = torch_threads(manifest, requested=options.threads)
         if note := busy_machine_note(self.threads):
             reporter.note(note)
-        # Remote workers hold the environments and buffers: here, one member's tells the spaces.
-        members = 1 if remote else size
-        self.env = setup.build_environment(manifest, registry, self.seeds["environment"], members)
-        try:
-            if not remote:
-                setup.check_memory(manifest, self.env, self.device, size)
-            self.context = AgentContext(
-                device=self.device,
-                num_envs=setup.member_envs(self.env, members),
-                training=manifest.training,
-                seed=self.seeds["members"],
-                network=manifest.network,
-                replay_buffer=manifest.replay_buffer,
-            )
-            self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
-            self.population = setup.build_population(manifest, self.cls, self.env, self.context)
-        except BaseException:
-            self.env.close()  # subprocess workers must not outlive a refused run
-            raise
+        self._build_members(registry, remote=runner is not None)
         self.buffer: Any = None  # off-policy: what the members share
         if runner is not None:
             self.env.close()  # it only told the members their spaces
@@ -171,6 +152,30 @@ class EvolutionLoop:
         )
 
     # -- set-up ----------------------------------------------------------------------------------
+
+    def _build_members(self, registry: Registry, *, remote: bool) -> None:
+        """The environment, the members' context and spaces, and the population. Remote
+        workers hold the environments and buffers: then one member's environment, here,
+        only tells the spaces."""
+        manifest, size = self.manifest, self.manifest.training.pop_size
+        members = 1 if remote else size
+        self.env = setup.build_environment(manifest, registry, self.seeds["environment"], members)
+        try:
+            if not remote:
+                setup.check_memory(manifest, self.env, self.device, size)
+            self.context = AgentContext(
+                device=self.device,
+                num_envs=setup.member_envs(self.env, members),
+                training=manifest.training,
+                seed=self.seeds["members"],
+                network=manifest.network,
+                replay_buffer=manifest.replay_buffer,
+            )
+            self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
+            self.population = setup.build_population(manifest, self.cls, self.env, self.context)
+        except BaseException:
+            self.env.close()  # subprocess workers must not outlive a refused run
+            raise
 
     def _mutator(self) -> Mutator | None:
         if not self.manifest.evolves or self.manifest.mutation is None:
