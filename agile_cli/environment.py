@@ -9,14 +9,18 @@ import importlib.util
 import reprlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from agile_cli.errors import EnvironmentNotFoundError
 from agile_cli.models.algorithm import EnvironmentSpec
 
+#: The environment spec a builder reads (``EnvironmentBuilder[GymEnvSpec]``).
+S = TypeVar("S", bound=EnvironmentSpec)
 
-class EnvironmentBuilder(abc.ABC):
-    """Turns a validated environment spec into a vector environment.
+
+class EnvironmentBuilder(abc.ABC, Generic[S]):
+    """Turns a validated environment spec into a vector environment; a subclass names the
+    spec it reads (``class GymBuilder(EnvironmentBuilder[GymEnvSpec])``).
 
     The object :meth:`build` returns follows gymnasium's ``VectorEnv`` API: ``num_envs``,
     ``single_observation_space``, ``single_action_space``, ``reset(seed=)``, ``step(actions)``
@@ -24,10 +28,10 @@ class EnvironmentBuilder(abc.ABC):
     """
 
     @abc.abstractmethod
-    def build(self, spec: EnvironmentSpec, *, seed: int | None = None) -> Any:
+    def build(self, spec: S, *, seed: int | None = None) -> Any:
         """A vector of environments as ``spec`` describes, reset with ``seed``."""
 
-    def check(self, spec: EnvironmentSpec) -> None:
+    def check(self, spec: S) -> None:
         """Resolve the environment without training (``agile validate --check-env``).
 
         Raise :class:`~agile_cli.errors.EnvironmentNotFoundError` with an install hint when

@@ -60,7 +60,7 @@ class BanditEnv:
         return self.features[self.row][None, :]
 
 
-class BanditBuilder(EnvironmentBuilder):
+class BanditBuilder(EnvironmentBuilder[BanditEnvSpec]):
     """Builds a :class:`BanditEnv` from tables, or calls the manifest's entrypoint."""
 
     def build(self, spec: BanditEnvSpec, *, seed: int | None = None) -> Any:  # type: ignore[override]

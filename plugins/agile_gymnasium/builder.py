@@ -11,16 +11,14 @@ from agile_gymnasium.spec import GymEnvSpec
 from agile_rl import gym_env_factory, gym_vector_env
 
 
-class GymBuilder(EnvironmentBuilder):
+class GymBuilder(EnvironmentBuilder[GymEnvSpec]):
     """Resolves and builds single-agent environments (with :func:`agile_rl.gym_vector_env`)."""
 
     def check(self, spec: GymEnvSpec) -> None:  # type: ignore[override]
         """Resolve the environment and build one copy, without a vector around it."""
         self.make_factory(spec)
 
-    def build(  # type: ignore[override]
-        self, spec: GymEnvSpec, *, seed: int | None = None
-    ) -> gym.vector.VectorEnv:
+    def build(self, spec: GymEnvSpec, *, seed: int | None = None) -> gym.vector.VectorEnv:
         """A vector of ``spec.num_envs`` environments.
 
         A registered id with a native vector implementation (CartPole, for one) and no

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -23,9 +23,7 @@ from agile_cli import EnvironmentBuilder, UsageError
 from agile_llm import data, multiturn
 from agile_llm.multiturn import MultiTurnData
 from agile_llm.rewards import RewardFunction, load_reward_function
-
-if TYPE_CHECKING:
-    from agile_llm.spec import LLMEnvSpec
+from agile_llm.spec import LLMEnvSpec
 
 Row = dict[str, Any]
 Message = dict[str, str]
@@ -209,10 +207,10 @@ def fill(text: str, row: Row, key: str) -> str:
     return _FIELD.sub(value, text)
 
 
-class LLMBuilder(EnvironmentBuilder):
+class LLMBuilder(EnvironmentBuilder[LLMEnvSpec]):
     """Builds :class:`PromptData` from the ``environment`` section's dataset."""
 
-    def build(self, spec: LLMEnvSpec, *, seed: int | None = None) -> PromptData | MultiTurnData:  # type: ignore[override]
+    def build(self, spec: LLMEnvSpec, *, seed: int | None = None) -> PromptData | MultiTurnData:
         """Read, rename and split the rows; the split's shuffle mixes ``seed`` with the
         training fraction (so changing one changes the split). A multi-turn environment is
         made by its factory instead (:mod:`agile_llm.multiturn`)."""

@@ -24,7 +24,7 @@ from agile_offline.spec import OfflineEnvSpec
 from agile_rl import gym_env_factory, gym_vector_env
 
 
-class OfflineBuilder(EnvironmentBuilder):
+class OfflineBuilder(EnvironmentBuilder[OfflineEnvSpec]):
     """Evaluation environments from Gymnasium; transitions from an HDF5 file or Minari."""
 
     def check(self, spec: OfflineEnvSpec) -> None:  # type: ignore[override]
@@ -35,9 +35,7 @@ class OfflineBuilder(EnvironmentBuilder):
         finally:
             env.close()
 
-    def build(  # type: ignore[override]
-        self, spec: OfflineEnvSpec, *, seed: int | None = None
-    ) -> gym.vector.VectorEnv:
+    def build(self, spec: OfflineEnvSpec, *, seed: int | None = None) -> gym.vector.VectorEnv:
         """The evaluation vector env, with ``load_dataset`` attached (module docstring)."""
         envs = gym_vector_env(spec, seed=seed)
         observation_space, action_space = envs.single_observation_space, envs.single_action_space

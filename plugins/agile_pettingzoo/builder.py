@@ -29,16 +29,14 @@ _PETTINGZOO_EXTRAS = ("atari", "butterfly", "classic", "sisl")
 _noticed: set[str] = set()
 
 
-class PettingZooBuilder(EnvironmentBuilder):
+class PettingZooBuilder(EnvironmentBuilder[PettingZooEnvSpec]):
     """Resolves and builds multi-agent environments."""
 
     def check(self, spec: PettingZooEnvSpec) -> None:  # type: ignore[override]
         """Resolve the environment and build one copy."""
         self.make_factory(spec)
 
-    def build(  # type: ignore[override]
-        self, spec: PettingZooEnvSpec, *, seed: int | None = None
-    ) -> MultiAgentVectorEnv:
+    def build(self, spec: PettingZooEnvSpec, *, seed: int | None = None) -> MultiAgentVectorEnv:
         """A vector of ``spec.num_envs`` copies, reset with ``seed``: mpe2's speaker-listener
         and simple spread as arrays (``vectorised``), others in worker processes, or in this
         process when ``sync`` is set or there is one copy."""

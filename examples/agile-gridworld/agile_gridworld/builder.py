@@ -73,15 +73,13 @@ def _find(rows: list[str], mark: str) -> np.ndarray:
     raise ValueError(mark)
 
 
-class GridWorldBuilder(EnvironmentBuilder):
+class GridWorldBuilder(EnvironmentBuilder[GridWorldSpec]):
     """Builds ``num_envs`` copies of a map in this process (they are tiny)."""
 
     def check(self, spec: GridWorldSpec) -> None:  # type: ignore[override]
         read_map(Path(spec.directory) / f"{spec.name}.txt")
 
-    def build(  # type: ignore[override]
-        self, spec: GridWorldSpec, *, seed: int | None = None
-    ) -> gym.vector.VectorEnv:
+    def build(self, spec: GridWorldSpec, *, seed: int | None = None) -> gym.vector.VectorEnv:
         rows = read_map(Path(spec.directory) / f"{spec.name}.txt")
 
         def make() -> gym.Env:
