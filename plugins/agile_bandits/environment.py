@@ -63,7 +63,7 @@ class BanditEnv:
 class BanditBuilder(EnvironmentBuilder[BanditEnvSpec]):
     """Builds a :class:`BanditEnv` from tables, or calls the manifest's entrypoint."""
 
-    def build(self, spec: BanditEnvSpec, *, seed: int | None = None) -> Any:  # type: ignore[override]
+    def build(self, spec: BanditEnvSpec, *, seed: int | None = None) -> Any:
         base = Path(spec.path) if spec.path else Path.cwd()
         if spec.entrypoint:
             make_env = resolve_reference(spec.entrypoint, base, "environment.entrypoint")

@@ -14,7 +14,7 @@ from agile_rl import gym_env_factory, gym_vector_env
 class GymBuilder(EnvironmentBuilder[GymEnvSpec]):
     """Resolves and builds single-agent environments (with :func:`agile_rl.gym_vector_env`)."""
 
-    def check(self, spec: GymEnvSpec) -> None:  # type: ignore[override]
+    def check(self, spec: GymEnvSpec) -> None:
         """Resolve the environment and build one copy, without a vector around it."""
         self.make_factory(spec)
 

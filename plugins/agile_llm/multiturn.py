@@ -136,7 +136,7 @@ def build(spec: LLMEnvSpec, seed: int | None, base: Path) -> MultiTurnData:
 def _factory(spec: LLMEnvSpec, base: Path) -> tuple[Callable[[], Any], str]:
     if spec.env_name is not None:
         try:
-            import gem  # type: ignore[import-not-found]
+            import gem
         except ImportError:
             raise UsageError(
                 f"environment.env_name: {spec.env_name} is a GEM environment, and the gem-llm "

@@ -27,7 +27,7 @@ from agile_rl import gym_env_factory, gym_vector_env
 class OfflineBuilder(EnvironmentBuilder[OfflineEnvSpec]):
     """Evaluation environments from Gymnasium; transitions from an HDF5 file or Minari."""
 
-    def check(self, spec: OfflineEnvSpec) -> None:  # type: ignore[override]
+    def check(self, spec: OfflineEnvSpec) -> None:
         """Resolve the environment and check the dataset against its spaces."""
         env = gym_env_factory(spec)()
         try:

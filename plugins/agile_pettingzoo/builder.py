@@ -32,7 +32,7 @@ _noticed: set[str] = set()
 class PettingZooBuilder(EnvironmentBuilder[PettingZooEnvSpec]):
     """Resolves and builds multi-agent environments."""
 
-    def check(self, spec: PettingZooEnvSpec) -> None:  # type: ignore[override]
+    def check(self, spec: PettingZooEnvSpec) -> None:
         """Resolve the environment and build one copy."""
         self.make_factory(spec)
 

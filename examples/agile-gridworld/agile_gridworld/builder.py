@@ -76,7 +76,7 @@ def _find(rows: list[str], mark: str) -> np.ndarray:
 class GridWorldBuilder(EnvironmentBuilder[GridWorldSpec]):
     """Builds ``num_envs`` copies of a map in this process (they are tiny)."""
 
-    def check(self, spec: GridWorldSpec) -> None:  # type: ignore[override]
+    def check(self, spec: GridWorldSpec) -> None:
         read_map(Path(spec.directory) / f"{spec.name}.txt")
 
     def build(self, spec: GridWorldSpec, *, seed: int | None = None) -> gym.vector.VectorEnv:
