@@ -28,7 +28,7 @@ class RayOptions(LocalRunOptions):
     members_per_worker: int | None = Field(
         None,
         ge=1,
-        description="Members each Ray worker trains (batched, when the algorithm batches); "
+        description="Members each Ray worker trains, side by side (stacked where they can be); "
         "default: as few as the cluster's CPUs allow.",
     )
     worker_timeout: float = Field(
