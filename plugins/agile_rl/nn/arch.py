@@ -689,16 +689,19 @@ def arch_from_spec(
 
 #: What bounds each size of an architecture: ``field -> (least, the section's bounding field or
 #: None, agile's limit)``. A field of several layers is bounded entry by entry.
-_SIZES: dict[type, dict[str, tuple[int, str | None, int]]] = {
-    NetworkArch: {
-        "latent_dim": (1, "max_latent_dim", limits.WIDTH),
-        "min_latent_dim": (1, "max_latent_dim", limits.WIDTH),
-        "max_latent_dim": (1, "max_latent_dim", limits.WIDTH),
-    },
+Bounds = dict[str, tuple[int, str | None, int]]
+_LATENT: Bounds = {
+    name: (1, "max_latent_dim", limits.WIDTH)
+    for name in ("latent_dim", "min_latent_dim", "max_latent_dim")
+}
+_NODES: Bounds = {
+    name: (1, "max_mlp_nodes", limits.WIDTH)
+    for name in ("hidden_size", "min_mlp_nodes", "max_mlp_nodes")
+}
+_SIZES: dict[type, Bounds] = {
+    NetworkArch: _LATENT,
     MLPArch: {
-        "hidden_size": (1, "max_mlp_nodes", limits.WIDTH),
-        "min_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
-        "max_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
+        **_NODES,
         "min_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
         "max_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
     },
@@ -711,15 +714,9 @@ _SIZES: dict[type, dict[str, tuple[int, str | None, int]]] = {
         "min_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
         "max_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
     },
-    MultiInputArch: {
-        "latent_dim": (1, "max_latent_dim", limits.WIDTH),
-        "min_latent_dim": (1, "max_latent_dim", limits.WIDTH),
-        "max_latent_dim": (1, "max_latent_dim", limits.WIDTH),
-    },
+    MultiInputArch: _LATENT,
     SimBaArch: {
-        "hidden_size": (1, "max_mlp_nodes", limits.WIDTH),
-        "min_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
-        "max_mlp_nodes": (1, "max_mlp_nodes", limits.WIDTH),
+        **_NODES,
         "num_blocks": (1, "max_blocks", limits.LAYERS),
         "min_blocks": (1, "max_blocks", limits.LAYERS),
         "max_blocks": (1, "max_blocks", limits.LAYERS),

@@ -36,7 +36,6 @@ from agile_cli import (  # noqa: F401  (part of this module's names)
 from agile_cli.helpers import reset_seed
 from agile_rl.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
-from agile_rl.runtime.group import GroupLearner
 from agile_rl.training.groups import (
     Alone,
     LossLog,
@@ -45,6 +44,7 @@ from agile_rl.training.groups import (
     gradient_step,
     learning_groups,
     take_rows,
+    write_back,
 )
 
 __all__ = [
@@ -121,9 +121,7 @@ class PopulationRunner(Runner[Any]):
         try:
             return self.train_slots(members, slots, steps, progress)
         finally:
-            for slot in slots:
-                if isinstance(slot.actor, GroupLearner):
-                    slot.actor.group.write_back()
+            write_back([(slot.positions, slot.actor) for slot in slots])
 
     @abc.abstractmethod
     def train_slots(
