@@ -598,11 +598,11 @@ def _paradigm_section(
     manifest gives it, where the paradigm adds no such section."""
     if entry is None:
         return None
-    failure = _failure(lambda: registry.section_spec(entry, name))
-    if failure is not None:
+    try:
+        spec = registry.section_spec(entry, name)
+    except UnloadableError as failure:
         check.unloadable(name, failure)
         return None
-    spec = registry.section_spec(entry, name)
     if spec is None:
         if data.get(name) is not None:
             said = f"{name}: ignored, {entry.name} ({entry.family}) takes no {name} section"
