@@ -67,8 +67,7 @@ class ReportedError(click.ClickException):
     def __init__(self, error: AgileError) -> None:
         super().__init__(error.message)
         self.error = error
-        # click types exit_code as a ClassVar, but reads it from the instance
-        self.exit_code = error.exit_code  # type: ignore[misc]
+        self.exit_code = error.exit_code  # type: ignore[misc]  # a ClassVar in click's stubs
 
     def show(self, file: Any = None) -> None:
         lines = self.error.lines()

@@ -67,7 +67,7 @@ def write(policy: PolicyModule, fmt: str, path: Path) -> None:
         warnings.simplefilter("ignore", DeprecationWarning)  # torch 2.13 deprecates TorchScript
         if fmt == "torchscript":
             # torch.jit.trace carries no annotations
-            traced = torch.jit.trace(policy, example, check_trace=False)  # type: ignore[no-untyped-call]
+            traced = torch.jit.trace(policy, example, check_trace=False)  # type: ignore[no-untyped-call]  # untyped in torch
             torch.jit.save(traced, str(written))
         else:
             _write_onnx(policy, example, written)

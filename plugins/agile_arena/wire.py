@@ -164,9 +164,11 @@ def bound_by_deadlines(client: httpx.Client) -> int:
     changed = 0
     for transport in transports:
         pool = getattr(transport, "_pool", None)
+        if pool is None:
+            continue
         backend = getattr(pool, "_network_backend", None)
         if isinstance(backend, httpcore.NetworkBackend) and not isinstance(backend, _BoundBackend):
-            pool._network_backend = _BoundBackend(backend)  # type: ignore[union-attr]
+            pool._network_backend = _BoundBackend(backend)
             changed += 1
     return changed
 

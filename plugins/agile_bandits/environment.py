@@ -46,11 +46,13 @@ class BanditEnv:
             self.rng = np.random.default_rng(seed)
         return self._draw(), {}
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Pay for the arm played on the current context, then show the next one."""
         reward = np.array([float(int(np.asarray(actions).reshape(-1)[0]) == self.labels[self.row])])
         done = np.ones(1, dtype=bool)
-        return self._draw(), reward, done, np.zeros(1, dtype=bool), {}  # type: ignore[return-value]
+        return self._draw(), reward, done, np.zeros(1, dtype=bool), {}
 
     def close(self) -> None:
         pass

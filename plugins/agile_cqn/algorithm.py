@@ -17,7 +17,7 @@ from agile_rl import QLearning, QLearningGroup, Transitions, masked_mean
 MAX_GRAD_NORM = 10.0
 
 
-class CQNGroup(QLearningGroup):
+class CQNGroup(QLearningGroup["CQN"]):
     """CQN's update, for a group of members (a member alone is a group of one)."""
 
     def learn_batch(

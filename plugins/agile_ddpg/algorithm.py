@@ -16,7 +16,7 @@ from agile_rl import (
 )
 
 
-class DDPGGroup(DeterministicActorCriticGroup):
+class DDPGGroup(DeterministicActorCriticGroup["DDPG"]):
     """DDPG's update, for a group of members (a member alone is a group of one)."""
 
     def learn_batch(

@@ -17,7 +17,7 @@ from agile_rl import QLearning, QLearningGroup, Transitions, masked_mean
 MAX_GRAD_NORM = 10.0
 
 
-class DQNGroup(QLearningGroup):
+class DQNGroup(QLearningGroup["DQN"]):
     """DQN's update, for a group of members (a member alone is a group of one): the Huber
     loss between the taken actions' Q-values and their TD targets, weighted by the
     importance weights, one clipped Adam step, then the target network follows by ``tau``."""

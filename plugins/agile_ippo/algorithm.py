@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -45,15 +45,13 @@ if TYPE_CHECKING:
 Observation = torch.Tensor | dict[str, torch.Tensor]
 
 
-class IPPOGroup(TeamOnPolicyGroupLearner):
+class IPPOGroup(TeamOnPolicyGroupLearner["IPPO"]):
     """IPPO's acting and update, written once for a group of teams (a team alone is a group
     of one). Tensors carry the members along their first dimension, then a group of agents'
     rows, agent after agent: ``[k, A * E, ...]``. Every member samples from its own
     generator, draws its own epoch permutations, takes minibatches of its own
     ``batch_size``, clips with its own ``clip_coef`` and ``max_grad_norm`` and stops at its
     own ``target_kl`` (:func:`agile_rl.run_epochs`)."""
-
-    members: list[IPPO]  # type: ignore[assignment]
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -221,8 +219,9 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             trained: tuple[str, ...] = (f"actor.{group}", f"critic.{group}")
             if isinstance(head.space, spaces.Box):
                 log_std = LogStd(head.width, self.spec.action_std_init).to(self.device)
-                self.networks[f"log_std.{group}"] = log_std  # type: ignore[assignment]
-                trained = (*trained, f"log_std.{group}")
+                name = f"log_std.{group}"
+                self.networks[name] = log_std  # type: ignore[assignment]  # a plain nn.Module
+                trained = (*trained, name)
             self.add_optimizer(group, trained, "lr")
 
     def _sharing_groups(self) -> dict[str, list[str]]:
@@ -241,14 +240,17 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
 
     # -- acting (the group learner acts; these are each member's own part) ---------------------
 
-    def obs_tensor(self, obs: Mapping[str, Any]) -> dict[str, Observation]:  # type: ignore[override]
+    def obs_tensor(  # type: ignore[override]  # a team's, by group: the base's is one agent's
+        self, obs: Mapping[str, Any]
+    ) -> dict[str, Observation]:
         """Each group's observations, its agents' batches one after another: ``[A * N, ...]``."""
         tensors: dict[str, Observation] = {}
         for group, agents in self.groups.items():
             space = self.observation_spaces[agents[0]]
             if isinstance(space, spaces.Dict):
                 parts = [preprocess(space, obs[agent], self.device) for agent in agents]
-                tensors[group] = {key: torch.cat([p[key] for p in parts]) for key in space}  # type: ignore[index]
+                entries = cast(list[dict[str, torch.Tensor]], parts)  # a Dict space's: dicts
+                tensors[group] = {key: torch.cat([p[key] for p in entries]) for key in space}
             else:
                 joined = np.concatenate([np.asarray(obs[agent]) for agent in agents])
                 tensors[group] = preprocess(space, joined, self.device)
@@ -271,7 +273,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
                 policies[agent] = GreedyPolicy(self.observation_spaces[agent], body, action)
         return TeamPolicy({agent: policies[agent] for agent in self.agents})
 
-    def policy_step(  # type: ignore[override]
+    def policy_step(  # type: ignore[override]  # a team's, by agent: the base's is one agent's
         self, obs: Mapping[str, Observation]
     ) -> tuple[dict[str, np.ndarray], dict[str, PolicyRecord]]:
         """Sampled actions by agent, and by group the record the rollout keeps: the group
@@ -279,7 +281,9 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         actions, records = self._solo().policy_step([obs])
         return actions, records[0]
 
-    def learn(self, rollout: TeamRollout, last_obs: Mapping[str, Observation]) -> LearnResult:  # type: ignore[override]
+    def learn(  # type: ignore[override]  # a team's, by agent: the base's is one agent's
+        self, rollout: TeamRollout, last_obs: Mapping[str, Observation]
+    ) -> LearnResult:
         """The group learner's update, as a group of one."""
         [loss] = self._solo().learn_rollouts([rollout], [last_obs])
         return LearnResult(float(loss or 0.0))
@@ -299,9 +303,10 @@ def _stacked(obs: Sequence[Mapping[str, Observation]], group: str) -> Observatio
     """The members' observations of one group of agents, stacked: ``[k, A * E, ...]``."""
     parts = [own[group] for own in obs]
     first = parts[0]
-    if isinstance(first, dict):
-        return {key: torch.stack([part[key] for part in parts]) for key in first}  # type: ignore[index]
-    return torch.stack(parts)  # type: ignore[arg-type]
+    if isinstance(first, dict):  # then every member's is: their spaces are the same
+        dicts = cast(list[dict[str, torch.Tensor]], parts)
+        return {key: torch.stack([part[key] for part in dicts]) for key in first}
+    return torch.stack(cast(list[torch.Tensor], parts))
 
 
 def _count(value: Any) -> int:

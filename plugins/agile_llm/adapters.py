@@ -159,7 +159,8 @@ class AdapterPopulation:
             if isinstance(module, Linear) and not module.merged:
                 # an instance's own forward (an accelerate hook's, say) comes back afterwards
                 patched.append((module, module.__dict__.get("forward")))
-                module.forward = functools.partial(_by_runs, module, runs)  # type: ignore[method-assign]
+                by_runs = functools.partial(_by_runs, module, runs)
+                module.forward = by_runs  # type: ignore[method-assign]  # on purpose, undone below
             else:
                 hooks.append(module.register_forward_pre_hook(
                     functools.partial(_with_adapter_names, rows), with_kwargs=True))  # fmt: skip

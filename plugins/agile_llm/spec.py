@@ -1041,7 +1041,7 @@ class CISPOSpec(_GroupSpec):
 
     one_advantage_per_episode: ClassVar[bool] = True
 
-    clip_coef: float | list[float] = Field(  # type: ignore[assignment]
+    clip_coef: float | list[float] = Field(  # type: ignore[assignment]  # CISPO's takes bounds too
         default=0.2,
         description="Clip of the importance weight: c for [1 - c, 1 + c], or [low, high], the "
         "weight's bounds themselves (e.g. [0.8, 2.0]).",

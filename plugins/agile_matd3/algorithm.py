@@ -20,7 +20,7 @@ SMOOTHING_STD = 0.2
 SMOOTHING_CLIP = 0.5
 
 
-class MATD3Group(CentralisedActorCriticGroup):
+class MATD3Group(CentralisedActorCriticGroup["MATD3"]):
     """MATD3's targets for a group of members: smoothed target actions (each member's noise
     from its own generator, for its own rows) and the smaller of each agent's twin target
     critics."""

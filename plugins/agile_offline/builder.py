@@ -44,7 +44,6 @@ class OfflineBuilder(EnvironmentBuilder[OfflineEnvSpec]):
         except BaseException:
             envs.close()
             raise
-        envs.dataset_nbytes = nbytes  # type: ignore[attr-defined]
 
         def load_dataset() -> dataset.OfflineDataset:
             if spec.minari_dataset_id is not None:
@@ -54,7 +53,7 @@ class OfflineBuilder(EnvironmentBuilder[OfflineEnvSpec]):
                 Path(spec.dataset_path), observation_space, action_space, spec.name
             )
 
-        envs.load_dataset = load_dataset  # type: ignore[attr-defined]
+        envs.load_dataset, envs.dataset_nbytes = load_dataset, nbytes  # type: ignore[attr-defined]  # see the docstring
         return envs
 
 

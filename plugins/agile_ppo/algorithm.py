@@ -74,7 +74,8 @@ class PPO(OnPolicyAlgorithm):
         self._trunks = trained
         self._state: RecurrentState | None = None
         if self.continuous:
-            self.networks["log_std"] = LogStd(outputs, self.spec.action_std_init)  # type: ignore[assignment]
+            log_std = LogStd(outputs, self.spec.action_std_init)
+            self.networks["log_std"] = log_std  # type: ignore[assignment]  # a plain nn.Module
             trained = (*trained, "log_std")
         self.add_optimizer("policy", trained, "lr")
 
@@ -84,13 +85,13 @@ class PPO(OnPolicyAlgorithm):
         """Sampled actions as the environment takes them (continuous ones squashed or
         clipped into the action bounds)."""
         array = actions.cpu().numpy()
-        if not self.continuous:
-            return array
         space = self.action_space
+        if not isinstance(space, gym.spaces.Box):  # that is, not self.continuous
+            return array
         if getattr(self.context.network, "squash_output", False):
             array = np.tanh(array)
-            return space.low + (array + 1.0) * 0.5 * (space.high - space.low)  # type: ignore[attr-defined]
-        return np.clip(array, space.low, space.high)  # type: ignore[attr-defined]
+            return space.low + (array + 1.0) * 0.5 * (space.high - space.low)
+        return np.clip(array, space.low, space.high)
 
     def export_policy(self) -> GreedyPolicy:
         """The most likely action: the argmax of the logits, or the Gaussian's mean clipped

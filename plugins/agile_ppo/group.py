@@ -62,7 +62,7 @@ class PPOMember(Protocol):
     ) -> tuple[SequenceBatch | Episodes, int]: ...
 
 
-class PPOGroup(OnPolicyGroupLearner):
+class PPOGroup(OnPolicyGroupLearner[PPOMember]):
     """PPO's acting, policy step and update, written once for a group of non-recurrent members
     (a member alone is a group of one); recurrent members run their own sequences through
     :meth:`objective`. Each member keeps its own hyperparameters, random streams and
@@ -71,8 +71,6 @@ class PPOGroup(OnPolicyGroupLearner):
     normalises advantages per minibatch, clips with its own ``clip_coef`` and
     ``max_grad_norm``, and stops early past its own ``target_kl``; members with fewer
     minibatches or epochs sit out the later ones."""
-
-    members: list[PPOMember]  # type: ignore[assignment]  # the group of PPO members
 
     # -- acting --------------------------------------------------------------------------------
 

@@ -83,11 +83,9 @@ class ExpectedReturns(torch.nn.Module):
         return dueling_log_probs(out["value"], out["advantage"]).exp() @ self.support
 
 
-class RainbowGroup(GroupLearner):
+class RainbowGroup(GroupLearner["RainbowDQN"]):
     """Rainbow's acting and update, for a group of members (a member alone is a group of
     one): each member's noise is drawn from its own generator, as its own layers draw it."""
-
-    members: list[RainbowDQN]  # type: ignore[assignment]
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         online = self.group.net("q")

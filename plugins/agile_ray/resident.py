@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -38,6 +38,16 @@ from agile_cli.helpers import network_size
 #: ``("mutate", kind, seed)`` (a network mutation drawn from ``default_rng(seed)``),
 #: ``("adopt", architecture)`` (a recipe's architecture).
 Op = tuple[Any, ...]
+
+
+@runtime_checkable
+class MutatesNetworks(Protocol):
+    """A member whose networks mutate (an :class:`~agile_rl.Algorithm`): the core's mutation
+    calls it for every kind but ``rl_hp`` and ``none``, and so does :func:`replay`."""
+
+    def mutate_network(self, kind: str, spec: MutationSpec, rng: np.random.Generator) -> str:
+        """Apply one mutation of ``kind``; return a label describing it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,11 @@ def replay(
             member.set_hyperparameter(op[1], op[2])
         elif op[0] == "mutate":
             assert spec is not None, "network mutations come from the manifest's mutation section"
-            label = str(member.mutate_network(op[1], spec, np.random.default_rng(op[2])))  # type: ignore[attr-defined]
+            assert isinstance(member, MutatesNetworks), "network mutations reach such members"
+            label = str(member.mutate_network(op[1], spec, np.random.default_rng(op[2])))
         elif op[0] == "adopt":
-            member.adopt_architecture(op[1])  # type: ignore[attr-defined]
+            assert isinstance(member, Rebuildable), "a recipe's architectures reach such members"
+            member.adopt_architecture(op[1])
     return member, label
 
 

@@ -251,7 +251,8 @@ def place(
     continuing = [i for i, x in enumerate(instructions) if x.held == x.index]
     copies = [i for i, x in enumerate(instructions) if x.held is not None and x.held != x.index]
     for i in continuing + copies:
-        home = where.get(instructions[i].held)  # type: ignore[arg-type]
+        held = instructions[i].held
+        home = None if held is None else where.get(held)
         if home is not None and room[home] > 0:
             slot_of[i], room[home] = home, room[home] - 1
     # the rest side by side by source: copies of one member share its networks' shapes, and

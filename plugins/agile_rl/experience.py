@@ -26,6 +26,12 @@ class Discounted(Protocol):
     gamma: float
 
 
+class _Vectorised(Protocol):
+    """An environment section with a ``num_envs`` field: the copies one build steps."""
+
+    num_envs: int
+
+
 def discount(manifest: TrainingManifest) -> float:
     """The algorithm's ``gamma``, which the paradigm made every algorithm declare."""
     return float(cast(Discounted, manifest.algorithm).gamma)
@@ -91,7 +97,7 @@ def population_environment(build: Build, members: int) -> Any:
         from agile_rl.runtime.side_by_side import SideBySideEnv
 
         return SideBySideEnv([build() for _ in range(members)])
-    count = int(build.spec.num_envs) * members  # type: ignore[attr-defined]
+    count = int(cast(_Vectorised, build.spec).num_envs) * members  # a field: checked above
     changes: dict[str, Any] = {"num_envs": count}
     if "sync" in fields and count > 2 * (os.cpu_count() or 1):
         changes["sync"] = True

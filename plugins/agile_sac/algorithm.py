@@ -44,13 +44,11 @@ DISCRETE_ENTROPY_SHARE = 0.89
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
-class SACGroup(CriticGroup):
+class SACGroup(CriticGroup["SAC"]):
     """SAC's acting and update, for a group of members (a member alone is a group of one).
     Every member draws its policy's noise from its own generator, for its own rows only, so a
     member computes the same in any group. Shapes have the member axis first: ``[k, B, ...]``.
     """
-
-    members: list[SAC]  # type: ignore[assignment]
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -236,7 +234,7 @@ class SAC(OffPolicyAlgorithm):
             target.load_state_dict(self.networks[name].state_dict())
             target.requires_grad_(False)
         log_alpha = LogStd(1, math.log(self.spec.alpha)).to(self.device)
-        self.networks["log_alpha"] = log_alpha  # type: ignore[assignment]
+        self.networks["log_alpha"] = log_alpha  # type: ignore[assignment]  # a plain nn.Module
         self.add_optimizer("actor", ("actor",), "lr_actor")
         self.add_optimizer("critics", self.critics, "lr_critic")
         if self.spec.auto_alpha:

@@ -19,10 +19,8 @@ from agile_rl import (
 from agile_td3.spec import TD3Spec
 
 
-class TD3Group(DeterministicActorCriticGroup):
+class TD3Group(DeterministicActorCriticGroup["TD3"]):
     """TD3's update, for a group of members (a member alone is a group of one)."""
-
-    members: list[TD3]  # type: ignore[assignment]
 
     def learn_batch(
         self, batch: Transitions, rows: torch.Tensor, active: torch.Tensor

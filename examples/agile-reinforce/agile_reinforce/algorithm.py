@@ -35,14 +35,12 @@ from agile_rl import (
 Observation = torch.Tensor | dict[str, torch.Tensor]
 
 
-class REINFORCEGroup(OnPolicyGroupLearner):
+class REINFORCEGroup(OnPolicyGroupLearner["REINFORCE"]):
     """REINFORCE's acting, policy step and update for ``k`` members at once (a member alone
     is a group of one). Every tensor has the members along its first dimension (``[k, B,
     ...]``) and every coefficient is a ``[k]`` tensor (``self.group.hp``), so each member
     keeps its own coefficients, learning rate and ``gamma`` (its rollout's returns use it),
     and draws its actions from its own generator."""
-
-    members: list[REINFORCE]  # type: ignore[assignment]
 
     def _heads(self, obs: Observation) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[k, B, A]`` and baseline values ``[k, B]`` on observations ``[k, B, ...]``."""
@@ -129,6 +127,6 @@ class REINFORCE(OnPolicyAlgorithm):
     def build(self) -> None:
         if not hasattr(self.action_space, "n"):
             raise NotImplementedError("REINFORCE here handles Discrete action spaces only")
-        actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        actions = int(self.action_space.n)
         self.add_network("policy", {"logits": actions, "baseline": 1})
         self.add_optimizer("policy", ("policy",), "lr")

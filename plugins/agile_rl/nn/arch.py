@@ -341,8 +341,8 @@ def _to_json(arch: EncoderArch) -> dict[str, Any]:
         value = getattr(arch, field.name)
         if isinstance(value, tuple):
             value = list(value)
-        elif is_dataclass(value):
-            value = _to_json(value)  # type: ignore[arg-type]
+        elif isinstance(value, EncoderArch):  # MultiInputArch's sub-encoders
+            value = _to_json(value)
         data[field.name] = value
     return data
 

@@ -26,19 +26,27 @@ from torch import nn
 _Module = TypeVar("_Module", bound=nn.Module)
 
 
-@functools.cache
+#: The subclass :func:`_skipping_init` made of each layer class.
+_SKIPPING_INIT: dict[type[nn.Module], type[nn.Module]] = {}
+
+
 def _skipping_init(cls: type[nn.Module]) -> type[nn.Module]:
-    """A subclass of ``cls`` whose ``reset_parameters`` does nothing."""
-    return type(cls.__name__, (cls,), {"reset_parameters": lambda self: None})
+    """A subclass of ``cls`` whose ``reset_parameters`` does nothing (made once per class)."""
+    skipping = _SKIPPING_INIT.get(cls)
+    if skipping is None:
+        skipping = type(cls.__name__, (cls,), {"reset_parameters": lambda self: None})
+        _SKIPPING_INIT[cls] = skipping
+    return skipping
 
 
 def uninitialised(cls: type[_Module], *args: Any, **kwargs: Any) -> _Module:
     """``cls(*args, **kwargs)`` (a layer with a ``reset_parameters``, e.g. ``nn.Linear``,
     ``nn.Conv2d``, ``nn.LSTM``) with its parameters allocated but not initialised: building it
     draws nothing from torch's global generator; the caller initialises them."""
-    module = _skipping_init(cls)(*args, **kwargs)  # type: ignore[arg-type]
+    module = _skipping_init(cls)(*args, **kwargs)
     module.__class__ = cls
-    return module  # type: ignore[return-value]
+    assert isinstance(module, cls)
+    return module
 
 
 @functools.cache

@@ -37,6 +37,7 @@ from agile_rl.nn.arch import NetworkArch
 from agile_rl.nn.eager import eager_optimizers
 from agile_rl.nn.modules import EvolvableNetwork, preprocess
 from agile_rl.nn.transfer import transfer_optimizer_state
+from agile_rl.runtime.on_policy_group import OnPolicyGroupLearner
 from agile_rl.runtime.rollout import PolicyRecord
 from agile_rl.runtime.saved import check_saved_arch
 from agile_rl.runtime.solo import SoloGroup, one_member
@@ -492,7 +493,7 @@ class OnPolicyAlgorithm(Algorithm):
         policy by the hidden state it acted from (a :class:`~agile_rl.PolicyRecord`). By
         default, the :attr:`~Algorithm.group_learner`'s ``policy_step`` for this member alone
         (its stacked record's member dimension taken off)."""
-        actions, record = self.solo_learner().policy_step(obs)  # type: ignore[attr-defined]
+        actions, record = self._solo_on_policy().policy_step(obs)
         state = None if record.state is None else tuple(part[0] for part in record.state)
         return actions, PolicyRecord(
             record.actions[0], record.log_probs[0], record.values[0], state
@@ -503,5 +504,17 @@ class OnPolicyAlgorithm(Algorithm):
         ``last_obs``; returns the mean loss as a :class:`LearnResult` (anything else stops the
         run, naming what it got). By default, the :attr:`~Algorithm.group_learner`'s
         ``learn_rollouts`` for this member alone."""
-        [loss] = self.solo_learner().learn_rollouts([rollout], last_obs)  # type: ignore[attr-defined]
+        [loss] = self._solo_on_policy().learn_rollouts([rollout], last_obs)
         return LearnResult(float(loss or 0.0))
+
+    def _solo_on_policy(self) -> OnPolicyGroupLearner:
+        """The class's group learner over this member alone (:meth:`~Algorithm.solo_learner`),
+        which the default ``policy_step`` and ``learn`` need to be an
+        :class:`~agile_rl.OnPolicyGroupLearner`."""
+        learner = self.solo_learner()
+        if not isinstance(learner, OnPolicyGroupLearner):
+            raise TypeError(
+                f"{type(self).__name__}.group_learner is {type(learner).__name__}, not an "
+                "OnPolicyGroupLearner: name one, or implement policy_step and learn"
+            )
+        return learner

@@ -458,7 +458,7 @@ class MultiAgentReplayBuffer(ReplayBuffer):
             for agent in agents
         }
 
-    def add(  # type: ignore[override]
+    def add(  # type: ignore[override]  # a team's rows come as dicts by agent, one-step only
         self,
         obs: Mapping[str, Any],
         actions: Mapping[str, np.ndarray],
@@ -484,12 +484,14 @@ class MultiAgentReplayBuffer(ReplayBuffer):
         self._advance(start, count)
 
     def _batch(self, index: torch.Tensor, weights: torch.Tensor) -> Transitions:
+        # Transitions types these columns as one agent's tensors; a team's are dicts by agent,
+        # which the team algorithms read as such.
         return Transitions(
             obs=_gather(self._obs, index),
-            actions=_gather(self._actions, index),  # type: ignore[arg-type]
-            rewards=_gather(self._rewards, index),  # type: ignore[arg-type]
+            actions=_gather(self._actions, index),  # type: ignore[arg-type]  # dict by agent
+            rewards=_gather(self._rewards, index),  # type: ignore[arg-type]  # dict by agent
             next_obs=_gather(self._next_obs, index),
-            terminated=_gather(self._terminated, index),  # type: ignore[arg-type]
+            terminated=_gather(self._terminated, index),  # type: ignore[arg-type]  # dict by agent
             discounts=None,
             weights=weights,
             indices=index,

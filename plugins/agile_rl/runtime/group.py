@@ -24,7 +24,7 @@ import abc
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import torch
 
@@ -349,7 +349,15 @@ def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
         grad.mul_(scale)
 
 
-class GroupLearner(abc.ABC):
+#: The type of a group learner's members (:attr:`GroupLearner.members`): the algorithm class,
+#: or a protocol of what the learner reads of it. Unbounded, because the base reads nothing of
+#: its members and a learner may describe them by a protocol that is no :class:`Algorithm`;
+#: covariant, so that a ``TD3Group`` is a ``GroupLearner[OffPolicyAlgorithm]`` to a function
+#: that takes one (the members are only read through the learner).
+MemberT = TypeVar("MemberT", covariant=True)
+
+
+class GroupLearner(abc.ABC, Generic[MemberT]):
     """An algorithm's acting and learning, written once for a :class:`Group` of members:
     every tensor carries the members along its first dimension. The algorithm class names it
     in ``group_learner``; a batched population runs it on members stacked
@@ -357,6 +365,9 @@ class GroupLearner(abc.ABC):
     (:class:`~agile_rl.runtime.solo.SoloGroup`: ``Algorithm.act`` and ``learn`` do that by
     default), so there is one update. Equivalence tests (not the conformance kit) hold the
     two to each other, to float rounding.
+
+    A subclass names its members' type, ``class TD3Group(DeterministicActorCriticGroup[TD3])``,
+    and :attr:`members` is then typed as a sequence of them.
 
     :param group: the members.
     """
@@ -368,8 +379,10 @@ class GroupLearner(abc.ABC):
         self.group = group
 
     @property
-    def members(self) -> list[Algorithm]:
-        return self.group.members
+    def members(self) -> Sequence[MemberT]:
+        """The group's members, of the algorithm class that names this learner (a group holds
+        members of one class: :func:`group_members`, ``Algorithm.solo_learner``)."""
+        return cast("Sequence[MemberT]", self.group.members)
 
     @abc.abstractmethod
     def act(self, obs: Any, *, explore: bool) -> Any:

@@ -19,14 +19,14 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import torch
 
-from agile_rl.runtime.group import GroupLearner, masked_mean
+from agile_rl.runtime.group import GroupLearner, MemberT, masked_mean
 from agile_rl.runtime.rollout import PolicyRecord, RecurrentState, Rollout, RolloutBatch
 from agile_rl.runtime.stacked import stacked_observations
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
 
 
-class OnPolicyGroupLearner(GroupLearner):
+class OnPolicyGroupLearner(GroupLearner[MemberT]):
     """What an on-policy algorithm provides to act and learn for a group of members at once;
     each method does, for every member, what the member's own ``policy_step``, ``act`` and
     ``learn`` do (on the same random streams: the members' own generators)."""
@@ -50,7 +50,7 @@ class OnPolicyGroupLearner(GroupLearner):
         Returns the loss each learning member reports, None for the others."""
 
 
-class TeamOnPolicyGroupLearner(GroupLearner):
+class TeamOnPolicyGroupLearner(GroupLearner[MemberT]):
     """What an on-policy team algorithm provides to act and learn for a group of teams at
     once (the multi-agent on-policy runner's layout: observations, records and rollouts by
     group of agents); each method does, for every member, what the member's own

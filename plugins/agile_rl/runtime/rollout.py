@@ -7,7 +7,7 @@ order in time (:meth:`Rollout.finish_sequences`).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 import torch
@@ -256,17 +256,28 @@ def _joined(states: list[RecurrentState | None]) -> RecurrentState:
 def _stack_obs(
     obs: list[torch.Tensor | dict[str, torch.Tensor]],
 ) -> torch.Tensor | dict[str, torch.Tensor]:
-    if isinstance(obs[0], dict):
-        return {key: torch.stack([o[key] for o in obs]) for key in obs[0]}  # type: ignore[index]
-    return torch.stack(obs)  # type: ignore[arg-type]
+    """A rollout's observations stacked along a new first dimension (dicts key by key)."""
+    if _all_dicts(obs):
+        return {key: torch.stack([o[key] for o in obs]) for key in obs[0]}
+    if _all_tensors(obs):
+        return torch.stack(obs)
+    raise TypeError("a rollout's observations must all be tensors or all dicts of tensors")
+
+
+def _all_dicts(
+    obs: list[torch.Tensor | dict[str, torch.Tensor]],
+) -> TypeGuard[list[dict[str, torch.Tensor]]]:
+    return all(isinstance(o, dict) for o in obs)
+
+
+def _all_tensors(
+    obs: list[torch.Tensor | dict[str, torch.Tensor]],
+) -> TypeGuard[list[torch.Tensor]]:
+    return all(isinstance(o, torch.Tensor) for o in obs)
 
 
 def _flatten_obs(
     obs: list[torch.Tensor | dict[str, torch.Tensor]], valid: torch.Tensor
 ) -> torch.Tensor | dict[str, torch.Tensor]:
-    if isinstance(obs[0], dict):
-        return {
-            key: torch.stack([o[key] for o in obs]).flatten(0, 1)[valid]  # type: ignore[index]
-            for key in obs[0]
-        }
-    return torch.stack(obs).flatten(0, 1)[valid]  # type: ignore[arg-type]
+    """A rollout's observations ``[T * N, ...]`` (dicts key by key), the ``valid`` steps kept."""
+    return _map_obs(_stack_obs(obs), lambda x: x.flatten(0, 1)[valid])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from agile_rl.nn.modules import EvolvableNetwork
 from agile_rl.nn.noisy import mean_weights, reset_noise
 from agile_rl.runtime.buffers import Transitions
 from agile_rl.runtime.group import Group
@@ -56,9 +57,11 @@ class SoloNetwork:
     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
         """A recurrent network along sequences ``[1, T, B, ...]`` from a state whose parts
         are ``[1, num_layers, B, H]``: each head ``[1, T, B, width]`` and the final state."""
+        network = self.network
+        assert isinstance(network, EvolvableNetwork), "only an EvolvableNetwork unrolls"
         own_state = tuple(part[0] for part in state)
         own_starts = None if starts is None else starts[0]
-        out, after = self.network.unroll(obs[0], own_state, own_starts)  # type: ignore[operator]
+        out, after = network.unroll(obs[0], own_state, own_starts)
         heads = {name: value.unsqueeze(0) for name, value in out.items()}
         return heads, tuple(part.unsqueeze(0) for part in after)
 
@@ -123,5 +126,6 @@ class SoloGroup(Group):
 
 def one_member(batch: Transitions) -> Transitions:
     """A batch ``[B, ...]`` with a member dimension in front, ``[1, B, ...]``."""
-    fields = (None if field is None else stacked_observations(field, 1) for field in batch)
-    return Transitions(*fields)  # type: ignore[arg-type]
+    return Transitions._make(
+        None if field is None else stacked_observations(field, 1) for field in batch
+    )

@@ -33,6 +33,7 @@ from torch import nn
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.nn.modules import MLP, EvolvableNetwork, LogStd
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
+from agile_rl.nn.recurrent import LSTMEncoder
 from agile_rl.nn.recurrent_arch import LSTMArch
 
 #: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
@@ -240,10 +241,7 @@ class StackedNetwork:
             if extra is None:
                 raise ValueError("this network's heads also need the extra input")
             latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
-        return {
-            name: self._mlp(f"heads.{name}", head, latent)  # type: ignore[arg-type]
-            for name, head in template.heads.items()
-        }
+        return self._heads(template, latent)
 
     def unroll(
         self,
@@ -275,13 +273,22 @@ class StackedNetwork:
             finals_h.append(h_n)
             finals_c.append(c_n)
         encoder = template.encoder
+        assert isinstance(encoder, LSTMEncoder), "a recurrent network encodes with an LSTM"
         latent = self._linear("encoder.out", x.reshape(members, steps * batch, -1))
-        latent = self._masked("encoder.out", encoder.out_act(latent))  # type: ignore[operator]
+        latent = self._masked("encoder.out", encoder.out_act(latent))
         outputs = {
-            name: self._mlp(f"heads.{name}", head, latent).reshape(members, steps, batch, -1)  # type: ignore[arg-type]
-            for name, head in template.heads.items()
+            name: out.reshape(members, steps, batch, -1)
+            for name, out in self._heads(template, latent).items()
         }
         return outputs, (torch.stack(finals_h, dim=1), torch.stack(finals_c, dim=1))
+
+    def _heads(self, template: EvolvableNetwork, latent: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every head's output ``[k, B, width]`` on the members' latents ``[k, B, ...]``."""
+        outputs = {}
+        for name, head in template.heads.items():
+            assert isinstance(head, MLP), "a network's heads are MLPs"
+            outputs[name] = self._mlp(f"heads.{name}", head, latent)
+        return outputs
 
     def _lstm_layer(
         self,

@@ -163,7 +163,7 @@ def learn_alone(member: OffPolicyAlgorithm, buffer: ReplayBuffer) -> float:
 
 
 def learn_stacked(
-    learner: GroupLearner, buffer: ReplayBuffer, active: Sequence[bool]
+    learner: GroupLearner[OffPolicyAlgorithm], buffer: ReplayBuffer, active: Sequence[bool]
 ) -> list[float]:
     """One gradient step for each ``active`` member of ``learner``'s group, each on a batch of
     its own ``batch_size`` drawn from ``buffer`` with its own generator (and, prioritised, its
@@ -173,7 +173,7 @@ def learn_stacked(
 
 
 def stacked_step(
-    learner: GroupLearner, buffer: ReplayBuffer, active: Sequence[bool]
+    learner: GroupLearner[OffPolicyAlgorithm], buffer: ReplayBuffer, active: Sequence[bool]
 ) -> torch.Tensor:
     """:func:`learn_stacked`, its losses ``[k]`` left on the device (not read back)."""
     members = learner.members
@@ -181,16 +181,16 @@ def stacked_step(
     prioritised = isinstance(buffer, PrioritizedReplayBuffer)
     betas = None
     if prioritised:
-        betas = [m.importance_exponent(budget_progress(m)) for m in members]  # type: ignore[attr-defined]
+        betas = [m.importance_exponent(budget_progress(m)) for m in members]
     generators = [m.generator for m in members]
     batch, rows = buffer.sample_stacked(sizes, generators, betas)
     mask = torch.tensor(active, device=rows.device)
     losses, priorities = _learned(learner, learner.learn_batch(batch, rows, mask))
-    if prioritised and priorities is not None:
+    if isinstance(buffer, PrioritizedReplayBuffer) and priorities is not None:
         for row, size in enumerate(sizes):
             if size:
                 indices, values = batch.indices[row, :size], priorities[row, :size]
-                buffer.update_priorities(indices, values)  # type: ignore[attr-defined]
+                buffer.update_priorities(indices, values)
     return losses.detach()
 
 

@@ -7,7 +7,7 @@ varies)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 import torch
@@ -31,7 +31,11 @@ from agile_rl.runtime.stacked import flat_rows
 LOGIT_PENALTY = 1e-3
 
 
-class CentralisedActorCriticGroup(GroupLearner):
+#: The members of a :class:`CentralisedActorCriticGroup`.
+CentralisedT = TypeVar("CentralisedT", bound="CentralisedActorCritic", covariant=True)
+
+
+class CentralisedActorCriticGroup(GroupLearner[CentralisedT]):
     """Acting and the update of :class:`CentralisedActorCritic`, for a group of members (a
     member alone is a group of one). Shapes have the member axis first: ``[k, B, ...]``; every
     member draws its noise (exploration, Gumbel samples, target smoothing) from its own
@@ -44,8 +48,6 @@ class CentralisedActorCriticGroup(GroupLearner):
     (:meth:`update_actors`: actor ``i`` climbs its first critic with its own action from its
     current policy and the other agents' actions from the batch) and their targets follow.
     """
-
-    members: list[CentralisedActorCritic]  # type: ignore[assignment]
 
     # -- acting --------------------------------------------------------------------------------
 

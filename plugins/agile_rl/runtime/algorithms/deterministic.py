@@ -5,7 +5,7 @@ update, :meth:`~agile_rl.Algorithm.learn`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
@@ -245,13 +245,16 @@ class CriticMember(Protocol):
     def to_unit(self, actions: torch.Tensor) -> torch.Tensor: ...
 
 
-class CriticGroup(GroupLearner):
+#: The members of a :class:`CriticGroup` and of a :class:`DeterministicActorCriticGroup`.
+CriticT = TypeVar("CriticT", bound=CriticMember, covariant=True)
+DeterministicT = TypeVar("DeterministicT", bound=DeterministicActorCritic, covariant=True)
+
+
+class CriticGroup(GroupLearner[CriticT]):
     """What actor-critics with Q(s, a) critics over Box actions in [-1, 1] units share, for a
     group of members (a member alone is a group of one): the batch's inputs, the critics'
     values, the bootstrap multiplier and a policy delay. Shapes have the member axis first:
     ``[k, B, ...]``. The members provide what :class:`CriticMember` names."""
-
-    members: list[CriticMember]  # type: ignore[assignment]
 
     def inputs(self, batch: Transitions) -> tuple[Any, Any, torch.Tensor]:
         """A stacked batch's observations and next observations as the networks take them,
@@ -293,12 +296,10 @@ class CriticGroup(GroupLearner):
         return torch.tensor(due, device=active.device)
 
 
-class DeterministicActorCriticGroup(CriticGroup):
+class DeterministicActorCriticGroup(CriticGroup[DeterministicT]):
     """Acting and the pieces of an update of :class:`DeterministicActorCritic`, for a group of
     members (a member alone is a group of one); a subclass adds
     :meth:`~agile_rl.GroupLearner.learn_batch`."""
-
-    members: list[DeterministicActorCritic]  # type: ignore[assignment]
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         size = self.group.size

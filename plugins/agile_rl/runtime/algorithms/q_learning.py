@@ -4,7 +4,7 @@ Reinforcement Learning with Double Q-learning", AAAI 2016."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -60,7 +60,8 @@ class QLearning(OffPolicyAlgorithm):
         random = np.asarray(self.rng.random(greedy.shape[0]) < self.epsilon)
         self.epsilon = max(schedule.eps_end, self.epsilon * schedule.eps_decay)
         if random.any():
-            greedy[random] = self.rng.integers(0, self.action_space.n, size=int(random.sum()))  # type: ignore[attr-defined]
+            actions = int(cast(gym.spaces.Discrete, self.action_space).n)  # build checked it
+            greedy[random] = self.rng.integers(0, actions, size=int(random.sum()))
         return greedy
 
     @property
@@ -75,12 +76,14 @@ class QLearning(OffPolicyAlgorithm):
         self.epsilon = state["epsilon"]
 
 
-class QLearningGroup(GroupLearner):
+#: The members of a :class:`QLearningGroup`.
+QLearningT = TypeVar("QLearningT", bound=QLearning, covariant=True)
+
+
+class QLearningGroup(GroupLearner[QLearningT]):
     """Epsilon-greedy acting and the TD terms of :class:`QLearning`, for a group of members
     (each drawing its exploration from its own generator); a subclass adds
     :meth:`~agile_rl.GroupLearner.learn_batch`."""
-
-    members: list[QLearning]  # type: ignore[assignment]
 
     def act(self, obs: Any, *, explore: bool) -> np.ndarray:
         first = self.members[0]
