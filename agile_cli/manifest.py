@@ -84,11 +84,7 @@ class TrainingManifest(BaseModel):
     @property
     def evolves(self) -> bool:
         """Whether the population is selected and mutated between generations."""
-        return (
-            self.training.hpo
-            and self.mutation is not None
-            and self.tournament_selection is not None
-        )
+        return self.mutation is not None and self.tournament_selection is not None
 
     @property
     def evo_steps(self) -> int:

@@ -39,6 +39,9 @@ SECTIONS = (
     "recipe",
 )
 SELECTION_ALIAS = "selection_strategy"
+#: The reference format's version key (its two spellings) and the version agile reads.
+API_VERSION_KEYS = ("apiVersion", "api_version")
+API_VERSION = "agilerl.com/v1"
 
 PARADIGM_HINT = (
     "install (or, under AGILE_PLUGINS, also name) the plugin that registers it; "
@@ -49,6 +52,27 @@ PARADIGM_HINT = (
 # (its LLM fine-tuning options): a manifest keeps validating with them, and is told they are
 # ignored.
 FORMAT_TRAINING_KEYS = ("evaluation_interval", "num_epochs", "max_wall_seconds")
+#: A value of :data:`REFERENCE_KEYS` meaning "whatever is written": the key does nothing in the
+#: reference either (a label, a flag its builders drop).
+ANY_VALUE = object()
+# Keys agilerl 2.58 writes out, by section, that a section whose spec does not declare them
+# reads as agile does anyway at the value given here (it keeps optimizer state, scores greedily,
+# scales pixels to [0, 1], has no LLM rollout engines): a manifest may carry them silently, and
+# another value is ignored with a warning.
+REFERENCE_KEYS: dict[str, dict[str, Any]] = {
+    "algorithm": {"normalize_images": True},
+    "training": {
+        "checkpoint_optimizer": True,
+        "eval_samples_per_task": 0,
+        "eval_greedy": True,
+        "rollout_engines_per_agent": 0,
+        "reuse_prefix_cache_across_syncs": False,
+        "training_gpus_per_agent": 1,
+        "rollout_mode": "colocated",
+    },
+    "network": {"has_evolvable_encoder": ANY_VALUE, "squash_output": False},
+    "replay_buffer": {"kind": "classic", "name": ANY_VALUE},
+}
 
 
 @dataclass(frozen=True)
@@ -106,11 +130,13 @@ def validate_mapping(
     """
     check = _Collector()
     _check_top_level(data, check)
+    data = _folded_network_bounds(data, check)
     entry = _algorithm_entry(data.get("algorithm"), registry, check)
     algorithm: AlgorithmSpec | None = None
     environment: EnvironmentSpec | None = None
     if entry is not None:
         raw = _algorithm_fields(data["algorithm"], registry)
+        raw = _without_reference_keys("algorithm", raw, entry.spec, check)
         algorithm = check.section("algorithm", entry.spec, raw)
         environment = _environment(data.get("environment"), entry, registry, check)
     elif "environment" in data and not isinstance(data["environment"], Mapping | str):
@@ -126,6 +152,7 @@ def validate_mapping(
     if selection is not None and training is not None:
         selection = _check_selection(selection, training, _selection_key(data), check)
     recipe = _recipe(data, entry, algorithm, training, network, registry, check)
+    _compatibility_warnings(mutation, check)
     if check.errors or None in (entry, algorithm, environment, training):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None and algorithm is not None
@@ -150,7 +177,8 @@ def validate_mapping(
 
 
 def _check_top_level(data: Mapping[str, Any], check: _Collector) -> None:
-    known = (*SECTIONS, SELECTION_ALIAS)
+    known = (*SECTIONS, SELECTION_ALIAS, *API_VERSION_KEYS)
+    _check_api_version(data, check)
     for key in data:
         if key not in known:
             close = suggest(str(key), known)
@@ -165,6 +193,19 @@ def _check_top_level(data: Mapping[str, Any], check: _Collector) -> None:
     for required in ("algorithm", "environment"):
         if data.get(required) is None:
             check.add(required, "required section is missing", _EXAMPLES[required])
+
+
+def _check_api_version(data: Mapping[str, Any], check: _Collector) -> None:
+    """The reference's ``apiVersion`` (2.58 writes it out): the one version of its format
+    agile reads, given once."""
+    given = [key for key in API_VERSION_KEYS if key in data]
+    if len(given) == 2:
+        check.add("api_version", "given together with 'apiVersion', its other spelling",
+                  "keep only one")  # fmt: skip
+    for key in given:
+        if data[key] != API_VERSION:
+            check.add(key, f"{data[key]!r} is not a version agile reads",
+                      f"write {key}: {API_VERSION}, or leave it out")  # fmt: skip
 
 
 _EXAMPLES = {
@@ -343,6 +384,7 @@ def _training(
             "the fields it adds are not accepted"
         )
     if isinstance(raw, Mapping):
+        raw = _without_reference_keys("training", raw, spec, check)
         unknown = set(raw) - _keys_of(spec)
         # only then are the other algorithms' specs worth importing
         elsewhere = _training_keys_elsewhere(registry) if unknown else set()
@@ -352,6 +394,63 @@ def _training(
                 check.warnings.append(f"training.{key}: ignored, {entry.name} does not read it")
         raw = {key: value for key, value in raw.items() if key not in ignored}
     return check.section("training", spec, raw)
+
+
+def _without_reference_keys(
+    section: str, raw: Any, spec: type[BaseModel], check: _Collector
+) -> Any:
+    """``raw`` less the keys of :data:`REFERENCE_KEYS` that ``spec`` does not declare: silently
+    at the value that means what agile does, with a warning at another."""
+    inert = REFERENCE_KEYS.get(section, {})
+    if not isinstance(raw, Mapping) or not inert.keys() & raw.keys():
+        return raw
+    known = _keys_of(spec)
+    kept = {}
+    for key, value in raw.items():
+        if key in known or key not in inert:
+            kept[key] = value
+        elif inert[key] is not ANY_VALUE and value != inert[key]:
+            check.warnings.append(
+                f"{section}.{key}: ignored, agile does not read it here (it acts as "
+                f"{key}: {_yaml(inert[key])})"
+            )
+    return kept
+
+
+def _folded_network_bounds(data: Mapping[str, Any], check: _Collector) -> Mapping[str, Any]:
+    """The reference's ``mutation.network`` architecture bounds moved onto the network section
+    they bound, as 2.58 does: its latent bounds, ``encoder`` into ``encoder_config`` and
+    ``head_net`` into ``head_config``, what the network section writes itself winning."""
+    mutation = data.get("mutation")
+    if not isinstance(mutation, Mapping) or mutation.get("network") is None:
+        return data
+    bounds = mutation["network"]
+    network = data.get("network") or {}
+    if not isinstance(bounds, Mapping) or not isinstance(network, Mapping):
+        if not isinstance(bounds, Mapping):
+            check.add("mutation.network", f"must be a mapping, not {type(bounds).__name__}")
+        return {**data, "mutation": {k: v for k, v in mutation.items() if k != "network"}}
+    folded = dict(network)
+    for key in ("min_latent_dim", "max_latent_dim"):
+        if key in bounds:
+            folded.setdefault(key, bounds[key])
+    for source, target in (("encoder", "encoder_config"), ("head_net", "head_config")):
+        part = bounds.get(source)
+        if isinstance(part, Mapping):
+            folded[target] = {**part, **(folded.get(target) or {})}
+    for key in set(bounds) - {"min_latent_dim", "max_latent_dim", "encoder", "head_net"}:
+        check.add(f"mutation.network.{key}", "unknown field",
+                  "valid keys: min_latent_dim, max_latent_dim, encoder, head_net")  # fmt: skip
+    rest = {key: value for key, value in mutation.items() if key != "network"}
+    return {**data, "network": folded, "mutation": rest}
+
+
+def _compatibility_warnings(mutation: MutationSpec | None, check: _Collector) -> None:
+    """Fields accepted for the reference's sake that do not do here what a reader may think."""
+    if mutation is not None and mutation.dormant_threshold is not None:
+        check.warnings.append(
+            "mutation.dormant_threshold: ignored, agile does not reset dormant neurons yet"
+        )
 
 
 def _keys_of(spec: type[BaseModel]) -> set[str]:
@@ -608,7 +707,8 @@ def _paradigm_section(
             said = f"{name}: ignored, {entry.name} ({entry.family}) takes no {name} section"
             check.warnings.append(said)
         return None
-    section = check.section(name, spec, data.get(name))
+    raw = _without_reference_keys(name, data.get(name), spec, check)
+    section = check.section(name, spec, raw)
     if section is not None:
         for error in section.algorithm_errors(name, entry.name, entry.spec, _installed(registry)):
             check.add(error.path, error.message, error.hint)

@@ -144,11 +144,16 @@ def test_every_builder_accepts_an_arena_version(algorithm: str, environment: str
     assert not unversioned.warnings
 
 
-def test_a_version_must_be_a_string() -> None:
-    data = {"algorithm": {"name": "PPO"}, "environment": {"name": "merge-env", "version": 1}}
-    ((path, message, hint),) = _errors(data)
-    assert (path, message, hint) == ("environment.version", "expected a string, got an integer",
-                                     "got 1")  # fmt: skip
+def test_a_version_written_as_a_number_is_read_as_the_text_arena_takes() -> None:
+    manifest = _manifest({"name": "PPO"}, environment={"name": "CartPole-v1", "version": 3})
+    assert manifest.environment.version == "3"
+
+
+@pytest.mark.parametrize("version", [True, 1.5, [1]])
+def test_a_version_must_be_text_or_a_whole_number(version: Any) -> None:
+    data = {"algorithm": {"name": "PPO"}, "environment": {"name": "merge-env", "version": version}}
+    ((path, _message, _hint),) = _errors(data)
+    assert path == "environment.version"
 
 
 # -- synonyms in "did you mean" --------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 
 from agile_cli.member import Member
 from agile_cli.models.algorithm import AlgorithmSpec
+from agile_cli.models.base import numeric_type
 from agile_cli.models.mutation import MutationSpec
 
 
@@ -38,7 +39,7 @@ def hyperparameter_ranges(
                 bounds.max,
                 bounds.grow_factor,
                 bounds.shrink_factor,
-                type(algorithm).model_fields[name].annotation is int,
+                numeric_type(type(algorithm).model_fields[name].annotation) is int,
             )
             for name, bounds in mutation.rl_hp_selection.items()
         }

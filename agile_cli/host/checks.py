@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from agile_cli.errors import PluginError
 from agile_cli.models.algorithm import AlgorithmSpec
-from agile_cli.models.base import Spec
+from agile_cli.models.base import Spec, numeric_type
 from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
 
@@ -100,7 +100,7 @@ def selection_spec(name: str, spec: Any) -> type[SelectionSpec]:
 def _mutable(name: str, spec: type[AlgorithmSpec]) -> None:
     for hp in spec.mutable_hyperparameters:
         field = spec.model_fields.get(hp)
-        if field is None or field.annotation not in (int, float):
+        if field is None or numeric_type(field.annotation) is None:
             raise PluginError(
                 f"algorithm '{name}' lists '{hp}' as mutable, but its spec has no int or "
                 "float field of that name"

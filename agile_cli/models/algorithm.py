@@ -5,11 +5,18 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
+from pydantic import (
+    AliasChoices,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from agile_cli.errors import FieldError
 from agile_cli.models import limits
-from agile_cli.models.base import Spec, StarterValue
+from agile_cli.models.base import Spec, StarterValue, located_error, reject_both_spellings
 from agile_cli.models.training import TrainingSpec
 
 #: Every kind of mutation the core's mutator knows.
@@ -123,21 +130,61 @@ class EnvironmentSpec(Spec):
     ``version`` picks a version of an environment registered on Arena (the reference format
     has it); every builder accepts it, Arena receives it, local training ignores it. Left out,
     it is left out of resolved manifests too.
+
+    ``env_type`` is the reference's name for the kind of environment (agilerl 2.58 writes it
+    out); a subclass names its kind in ``reference_env_type`` (``gym``, ``offline``,
+    ``bandit``), which a manifest may repeat and resolved manifests carry. A subclass whose
+    kind the field itself chooses (the LLM environments) redefines the field.
     """
 
+    reference_env_type: ClassVar[str | None] = None
+
     name: str = Field(description="Environment id or label.")
+    env_type: str | None = Field(
+        default=None,
+        description="The reference's kind of environment (gym, offline, bandit), accepted for "
+        "compatibility: agile knows it from the algorithm and checks one that is written.",
+    )
     version: str | None = Field(
         default=None,
         min_length=1,
-        description="Arena only: the version of the registered Arena environment (e.g. v1; "
-        "default: the latest). Local training ignores it.",
+        description="Arena only: the version of the registered Arena environment (e.g. v1 or "
+        "3; default: the latest). Local training ignores it.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reference_spellings(cls, data: Any) -> Any:
+        """The kind filled in where it is left out, and a version written as a number read as
+        the text Arena takes."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if cls.reference_env_type is not None and data.get("env_type") is None:
+            data["env_type"] = cls.reference_env_type
+        version = data.get("version")
+        if isinstance(version, int) and not isinstance(version, bool):
+            data["version"] = str(version)
+        return data
+
+    @field_validator("env_type")
+    @classmethod
+    def _kind(cls, value: str | None) -> str | None:
+        kind = cls.reference_env_type
+        if kind is not None and value != kind:
+            raise ValueError(
+                f"is {value!r}, but this algorithm trains on {kind!r} environments; remove it "
+                f"or write env_type: {kind}"
+            )
+        return value
 
     @model_serializer(mode="wrap")
     def _without_unset_version(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("version", "") is None:
-            del data["version"]
+        if isinstance(data, dict):
+            for key in ("version", "env_type"):
+                if key in data and data[key] is None:
+                    del data[key]
         return data
 
     def manifest_warnings(self) -> list[str]:
@@ -176,7 +223,19 @@ def check_wrappers(value: list[Any]) -> list[Any]:
 class VectorEnvironmentSpec(EnvironmentSpec):
     """Fields shared by builders of vectorised environments (Gymnasium, PettingZoo): the copies,
     your own callable, its keyword arguments, wrappers, and where the copies run. Subclasses
-    describe ``name``."""
+    describe ``name``.
+
+    The reference's 2.58 spellings are read with the same meaning: ``env_config`` and
+    ``env_wrappers`` for ``config`` and ``wrappers``; ``factory`` (``module:callable``) called
+    with the environment's id (``entrypoint``, else ``name``) and the config;
+    ``entrypoint`` as a registered id (the ``name`` again, or any id with ``custom: true``);
+    ``custom`` and ``default_type``. A factory in ``registered_makers`` (``gymnasium:make``
+    for Gymnasium) on the named id is the same as no factory, and is resolved so.
+    """
+
+    reference_env_type: ClassVar[str | None] = "gym"
+    #: Factories that make the registered id ``name`` as the builder does without one.
+    registered_makers: ClassVar[tuple[str, ...]] = ()
 
     num_envs: int = Field(
         default=16,
@@ -186,17 +245,35 @@ class VectorEnvironmentSpec(EnvironmentSpec):
     )
     entrypoint: str | None = Field(
         default=None,
-        description="'module:Callable' or 'file.py:Callable' that makes one environment.",
+        description="'module:Callable' or 'file.py:Callable' that makes one environment; with "
+        "factory, the id the factory is given.",
+    )
+    factory: str | None = Field(
+        default=None,
+        description="'module:callable' called with the environment's id (entrypoint, else name) "
+        "and config, e.g. gymnasium:make.",
+    )
+    custom: bool = Field(
+        default=False,
+        description="Accepted for compatibility: the environment is your own rather than "
+        "registered (an entrypoint may then be an id other than name).",
+    )
+    default_type: str = Field(
+        default="float32",
+        description="The reference's dtype for observations, accepted for compatibility: agile "
+        "keeps them as float32.",
     )
     path: str | None = Field(
         default=None, description="Directory that entrypoint and wrapper modules are resolved from."
     )
     config: dict[str, Any] = Field(
         default_factory=dict,
+        validation_alias=AliasChoices("config", "env_config"),
         description="Keyword arguments for the entrypoint, or for the named environment's maker.",
     )
     wrappers: list[str | tuple[str, dict[str, Any]]] = Field(
         default_factory=list,
+        validation_alias=AliasChoices("wrappers", "env_wrappers"),
         description=(
             "Wrappers applied in order: 'module:Wrapper', 'package.module.Wrapper', or "
             "[wrapper, {kwargs}]."
@@ -206,5 +283,58 @@ class VectorEnvironmentSpec(EnvironmentSpec):
         default=False, description="Step the environments in this process instead of subprocesses."
     )
 
-    _entrypoint_shape = field_validator("entrypoint")(check_entrypoint)
+    _factory_shape = field_validator("factory")(check_entrypoint)
     _wrapper_shape = field_validator("wrappers")(check_wrappers)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reference_form(cls, data: Any) -> Any:
+        """``config``/``env_config`` and ``wrappers``/``env_wrappers`` given once each; an
+        empty config or wrapper list written as null (the reference writes that) read as none;
+        an entrypoint repeating the name, or the registered maker on it, read as the name."""
+        reject_both_spellings(data, ("config", "env_config"))
+        reject_both_spellings(data, ("wrappers", "env_wrappers"))
+        if not isinstance(data, dict):
+            return data
+        data = {key: _EMPTY.get(key) if value is None and key in _EMPTY else value
+                for key, value in data.items()}  # fmt: skip
+        name, entrypoint, factory = data.get("name"), data.get("entrypoint"), data.get("factory")
+        if entrypoint in (None, name) and factory in (None, *cls.registered_makers):
+            data.pop("entrypoint", None)
+            data.pop("factory", None)
+        return data
+
+    @model_validator(mode="after")
+    def _entrypoint_meaning(self) -> VectorEnvironmentSpec:
+        """An entrypoint is a callable's reference, or (with a factory) the id it makes, which
+        is the name unless the environment is ``custom``."""
+        entrypoint, factory = self.entrypoint, self.factory
+        if entrypoint is None:
+            return self
+        if factory is None and not _REFERENCE.match(entrypoint):
+            raise located_error(
+                "entrypoint",
+                "must look like 'module:Callable' or 'file.py:Callable', or name the id a "
+                "factory makes",
+                "give factory: too (e.g. factory: gymnasium:make), or drop entrypoint",
+            )
+        if factory is not None and entrypoint != self.name and not self.custom:
+            raise located_error(
+                "entrypoint",
+                f"{entrypoint!r} differs from name {self.name!r}",
+                "give the same id in both, drop entrypoint, or set custom: true",
+            )
+        return self
+
+    def manifest_warnings(self) -> list[str]:
+        warnings = super().manifest_warnings()
+        if self.default_type != "float32":
+            warnings.append(
+                f"environment.default_type: agile keeps observations as float32, not "
+                f"{self.default_type}"
+            )
+        return warnings
+
+
+#: Keys whose null the reference writes for "none".
+_EMPTY: dict[str, Any] = {"config": {}, "env_config": {}, "wrappers": [], "env_wrappers": []}

@@ -94,6 +94,16 @@ class Spec(BaseModel):
         return keys
 
 
+def numeric_type(annotation: Any) -> type | None:
+    """``int`` or ``float`` for a field of that type, or of that type or None (a mutable
+    hyperparameter that may be switched off, like recurrent PPO's ``max_seq_len``); None for
+    any other field."""
+    for kind in (int, float):
+        if annotation is kind or annotation == kind | None:
+            return kind
+    return None
+
+
 def _loosen(value: Any, annotation: Any) -> Any:
     """``value`` as strict validation of ``annotation`` takes it, where a caller could not
     write it so (see :class:`Spec`); anything else is left for validation to refuse."""
@@ -395,6 +405,9 @@ def _unknown_key(loc: list[str | int], model: type[BaseModel]) -> FieldError:
     known = _keys_at(model, loc[:-1])
     meant = synonyms(key, known)
     close = suggest(key, known) if known else None
+    if close == key:  # a key of another choice of the section (another encoder's field, say)
+        message = "not a field of this choice (another choice of the section has it)"
+        return FieldError(dotted(loc), message, "fix the choice, e.g. the arch, or remove it")
     if meant:
         hint = "did you mean " + " or ".join(f"'{name}'" for name in meant) + "?"
     elif close:

@@ -77,6 +77,11 @@ class RLHyperparameter(Spec):
 class MutationSpec(Spec):
     """Evolutionary hyperparameter optimisation: mutation weights, ranges, noise and seed."""
 
+    name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="A label for the section (the reference writes one); agile keeps it.",
+    )
     probabilities: MutationProbabilities = Field(
         default_factory=MutationProbabilities, description="Weights of the mutation kinds."
     )
@@ -92,4 +97,12 @@ class MutationSpec(Spec):
     )
     rand_seed: int = Field(
         default=42, ge=0, description="Seed of the mutation and selection generator."
+    )
+    dormant_threshold: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="The reference's dormant-neuron resets before a parameter mutation "
+        "(its default 0.01), accepted for compatibility: agile does not reset neurons yet and "
+        "ignores it.",
     )

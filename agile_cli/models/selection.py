@@ -26,6 +26,11 @@ class SelectionSpec(Spec):
     """
 
     strategy: str = Field(description="Selection strategy, by registered name.")
+    name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="A label for the section (the reference writes one); agile keeps it.",
+    )
 
     def check_training(self, training: TrainingSpec, section: str) -> list[FieldError]:
         """Errors of this section against the ``training`` section (paths from the root).

@@ -19,6 +19,11 @@ from agile_cli.models.base import Spec, located_error, reject_both_spellings
 class TrainingSpec(Spec):
     """How long to train, how often to evolve, and how large the population is."""
 
+    name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="A label for the section (the reference writes one); agile keeps it.",
+    )
     max_steps: int = Field(
         default=1_000_000,
         ge=1,
@@ -78,10 +83,11 @@ class TrainingSpec(Spec):
         default=False, description="Keep only the latest checkpoint instead of one per save."
     )
     hpo: bool = Field(
-        default=True,
+        default=False,
         description=(
-            "Evolve the population when both mutation and tournament_selection are given; "
-            "false trains the members independently."
+            "Accepted for compatibility and ignored, as in the reference: a run evolves when "
+            "both mutation and tournament_selection are given, and trains its members "
+            "independently without them."
         ),
     )
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any, ClassVar
 
-from pydantic import Field, field_serializer, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_serializer, field_validator, model_validator
 
 from agile_cli import AlgorithmSpec, EnvironmentSpec, StarterValue, TrainingSpec, limits
 from agile_cli.helpers import check_entrypoint, located_error
@@ -60,6 +60,8 @@ class NeuralTSSpec(_NeuralBanditSpec):
 class BanditEnvSpec(EnvironmentSpec):
     """A contextual bandit: a labelled table (each class an arm) or your own bandit env."""
 
+    reference_env_type: ClassVar[str | None] = "bandit"
+
     name: str = Field("BanditEnv", min_length=1, description="Label only.")
     features: Any = Field(
         None,
@@ -79,7 +81,9 @@ class BanditEnvSpec(EnvironmentSpec):
         None, description="Directory that entrypoint and table files are resolved from."
     )
     config: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments for the entrypoint."
+        default_factory=dict,
+        validation_alias=AliasChoices("config", "env_config"),
+        description="Keyword arguments for the entrypoint (alias env_config).",
     )
 
     starter_values: ClassVar[Mapping[str, StarterValue]] = {

@@ -15,6 +15,8 @@ from agile_rl import GymnasiumEnvSpec
 class OfflineEnvSpec(GymnasiumEnvSpec):
     """A Gymnasium environment to evaluate on, plus the fixed dataset to learn from."""
 
+    reference_env_type: ClassVar[str | None] = "offline"
+
     minari_dataset_id: str | None = Field(
         None, min_length=1, description="Id of a Minari dataset already in the local Minari root."
     )

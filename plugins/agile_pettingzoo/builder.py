@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.util
 import logging
@@ -61,6 +62,7 @@ class PettingZooBuilder(EnvironmentBuilder[PettingZooEnvSpec]):
         factory = ParallelEnvFactory(
             name=spec.name if spec.entrypoint else _moved(spec.name),
             entrypoint=spec.entrypoint,
+            factory=spec.factory,
             path=str(Path(spec.path or Path.cwd()).resolve()),
             config=dict(spec.config),
             wrappers=list(spec.wrappers),
@@ -77,19 +79,23 @@ class ParallelEnvFactory:
     name: str
     entrypoint: str | None
     path: str
+    factory: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     wrappers: list[Any] = field(default_factory=list)
 
     def __call__(self) -> Any:
         base = Path(self.path)
-        if self.entrypoint:
+        if self.factory:
+            maker = resolve_reference(self.factory, base, "environment.factory")
+            make_env = functools.partial(maker, self.entrypoint or self.name)
+        elif self.entrypoint:
             make_env = resolve_reference(self.entrypoint, base, "environment.entrypoint")
         else:
             make_env = _parallel_env(self.name)
         wrappers = [resolve_wrapper(item, base) for item in self.wrappers]
         env = _call(make_env, self.config, self.name)
         if not _is_parallel_env(env):
-            raise _not_parallel(self.entrypoint, self.name, env)
+            raise _not_parallel(self.factory or self.entrypoint, self.name, env)
         for wrapper, kwargs in wrappers:
             env = wrapper(env, **kwargs)
         return env
@@ -97,7 +103,7 @@ class ParallelEnvFactory:
 
 def _vectorised(spec: PettingZooEnvSpec, factory: ParallelEnvFactory) -> Any:
     """The world maker that steps ``spec``'s copies as arrays, or None."""
-    if not spec.vectorised or spec.entrypoint or spec.wrappers:
+    if not spec.vectorised or spec.entrypoint or spec.factory or spec.wrappers:
         return None
     return world_for(factory.name, spec.config)
 

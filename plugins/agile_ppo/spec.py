@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -11,6 +11,13 @@ from agile_rl import ClippedObjectiveSpec, evolvable_network
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
+
+#: The reference's rollout buffer options, at what agile's rollouts do.
+_ROLLOUT_BUFFER: dict[str, Any] = {
+    "use_gae": True,
+    "wrap_at_capacity": False,
+    "bptt_sequence_type": "chunked",
+}
 
 
 class PPOSpec(ClippedObjectiveSpec):
@@ -21,7 +28,10 @@ class PPOSpec(ClippedObjectiveSpec):
     )
     normalize_advantages: bool = Field(True, description="Normalise advantages per minibatch.")
     rollout_buffer_config: dict[str, Any] = Field(
-        default_factory=dict, description="Accepted for compatibility; must be empty."
+        default_factory=dict,
+        description="The reference's rollout buffer options, accepted for compatibility where "
+        "they say what agile does: use_gae: true, wrap_at_capacity: false, "
+        "bptt_sequence_type: chunked.",
     )
     recurrent: bool = Field(
         False, description="LSTM policy (recurrent PPO): the network's encoder is an LSTM."
@@ -49,17 +59,45 @@ class PPOSpec(ClippedObjectiveSpec):
         None, ge=1, description="Derived from environment.num_envs; leave it out."
     )
 
+    mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
+        *ClippedObjectiveSpec.mutable_hyperparameters,
+        "max_seq_len",
+    )
+
     @field_validator("rollout_buffer_config")
     @classmethod
-    def _empty(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if value:
-            raise ValueError("no rollout buffer options are available; remove the keys")
+    def _what_agile_does(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, given in value.items():
+            if key not in _ROLLOUT_BUFFER:
+                options = ", ".join(_ROLLOUT_BUFFER)
+                raise ValueError(f"{key!r} is not an option agile reads (it reads {options})")
+            if given != _ROLLOUT_BUFFER[key]:
+                raise ValueError(
+                    f"{key}: only {_ROLLOUT_BUFFER[key]!r} is available (got {given!r}); remove it"
+                )
         return value
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
         return [
             *self._recurrent_errors(manifest),
             *self.num_envs_copy_errors("num_envs", manifest),
+            *self._sequence_mutation_errors(manifest),
+        ]
+
+    def _sequence_mutation_errors(self, manifest: TrainingManifest) -> list[FieldError]:
+        """``max_seq_len`` mutates only where it cuts sequences: a recurrent policy's, set."""
+        mutation = manifest.mutation
+        if mutation is None or "max_seq_len" not in mutation.rl_hp_selection:
+            return []
+        if self.recurrent and self.max_seq_len is not None:
+            return []
+        why = "algorithm.recurrent is false" if not self.recurrent else "max_seq_len is null"
+        return [
+            FieldError(
+                "mutation.rl_hp_selection.max_seq_len",
+                f"cannot mutate: {why}",
+                "remove it, or train a recurrent policy with a max_seq_len",
+            )
         ]
 
     def _recurrent_errors(self, manifest: TrainingManifest) -> list[FieldError]:

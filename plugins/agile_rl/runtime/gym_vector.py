@@ -4,6 +4,7 @@ what the ``gymnasium`` and ``offline`` environment builders build."""
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,11 @@ def gym_env_factory(spec: GymnasiumEnvSpec) -> Callable[[], gym.Env]:
     :raises EnvironmentNotFoundError: when the environment cannot be resolved or made.
     """
     base = Path(spec.path) if spec.path else Path.cwd()
-    if spec.entrypoint:
+    make_env: Callable[..., gym.Env]
+    if spec.factory:
+        maker = resolve_reference(spec.factory, base, "environment.factory")
+        make_env = functools.partial(maker, spec.entrypoint or spec.name)
+    elif spec.entrypoint:
         make_env = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
     else:
         _check_registered(spec.name)
@@ -57,8 +62,9 @@ def gym_env_factory(spec: GymnasiumEnvSpec) -> Callable[[], gym.Env]:
 
     def factory() -> gym.Env:
         env = _call(make_env, config, spec.name)
-        if spec.entrypoint and not _is_env(env):
-            raise not_an_environment(spec.entrypoint, env, "a gymnasium.Env", _ENV_HINT)
+        made_by = spec.factory or spec.entrypoint
+        if made_by and not _is_env(env):
+            raise not_an_environment(made_by, env, "a gymnasium.Env", _ENV_HINT)
         for wrapper, kwargs in wrappers:
             env = wrapper(env, **kwargs)
         return env
@@ -79,7 +85,7 @@ def _is_env(value: Any) -> bool:
 
 
 def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
-    if spec.entrypoint or spec.wrappers:
+    if spec.entrypoint or spec.factory or spec.wrappers:
         return None
     _check_registered(spec.name)
     if gym.spec(spec.name).vector_entry_point is None:

@@ -1,0 +1,131 @@
+"""Check that agilerl 2.58 itself accepts every manifest of ``tests/reference_258/``.
+
+The corpus there is written in the manifest format of agilerl 2.58.0 (agilerl-arena 1.29.0's
+models), and the ``payload_*.yaml`` files are the fuller form 2.58 writes back out. This script
+validates each ``*.yaml`` file of the folder (or of DIR) with 2.58's own
+``agilerl.arena.models.manifest.TrainingManifest.get_validated``, so that the corpus stays a
+faithful sample of what 2.58 users write whatever agile makes of it. It prints one line per
+file, ``ok`` or ``FAIL`` with 2.58's errors, then a total; the exit status is 0 when every file
+validates, 1 when any does not, and 2 when the interpreter has no agilerl or cannot be run.
+
+agile's own venv does not have agilerl, so the validation runs in a subprocess of an
+interpreter that does. Install the reference in a venv of its own::
+
+    python -m venv /tmp/refvenv
+    /tmp/refvenv/bin/pip install agilerl==2.58.0
+    .venv/bin/python benchmarks/check_reference_258.py --python /tmp/refvenv/bin/python
+
+Without ``--python`` the interpreter running this script is used, if it has agilerl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "reference_258"
+INSTALL_HINT = (
+    "install the reference in a separate venv (python -m venv /tmp/refvenv && "
+    "/tmp/refvenv/bin/pip install agilerl==2.58.0) and pass --python /tmp/refvenv/bin/python"
+)
+#: The version the corpus is written for; another one is reported, not refused.
+EXPECTED_VERSION = "2.58.0"
+
+#: Runs in the reference interpreter: validates each path given on the command line and
+#: prints one JSON object a line, first the agilerl version, then one per file.
+WORKER = """
+import json, sys
+from importlib.metadata import version
+from agilerl.arena.models.manifest import TrainingManifest
+from pydantic import ValidationError
+
+print(json.dumps({"version": version("agilerl")}), flush=True)
+for path in sys.argv[1:]:
+    try:
+        TrainingManifest.get_validated(path)
+    except ValidationError as exc:
+        errors = [
+            (".".join(str(part) for part in error["loc"]) or "(top level)") + ": " + error["msg"]
+            for error in exc.errors()
+        ]
+    except Exception as exc:
+        errors = [type(exc).__name__ + ": " + str(exc)]
+    else:
+        errors = []
+    print(json.dumps({"file": path, "errors": errors}), flush=True)
+"""
+
+
+def _interpreter(requested: str | None) -> str:
+    """The interpreter to validate with: the one asked for, else this one if it has agilerl.
+
+    :raises SystemExit: with status 2 when no interpreter with agilerl is to be had.
+    """
+    if requested is not None:
+        return requested
+    if importlib.util.find_spec("agilerl") is None:
+        print(f"error: this interpreter has no agilerl; {INSTALL_HINT}", file=sys.stderr)
+        raise SystemExit(2)
+    return sys.executable
+
+
+def _validate(python: str, files: list[Path]) -> tuple[str, dict[str, list[str]]]:
+    """Validate ``files`` with agilerl in ``python``; its version and each file's errors.
+
+    :raises SystemExit: with status 2 when the interpreter cannot run or import agilerl.
+    """
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", WORKER, *map(str, files)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:
+        print(f"error: cannot run {python}: {exc.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        print(f"error: {python} could not validate with agilerl:\n{tail}", file=sys.stderr)
+        print(INSTALL_HINT, file=sys.stderr)
+        raise SystemExit(2)
+    return lines[0]["version"], {line["file"]: line["errors"] for line in lines[1:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "directory", nargs="?", type=Path, default=CORPUS,
+        help=f"folder of manifests (default: {CORPUS.relative_to(ROOT)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--python", metavar="PATH",
+        help="interpreter with agilerl 2.58 installed (default: this one, if it has agilerl)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    files = sorted(args.directory.resolve().glob("*.yaml"))
+    if not files:
+        parser.error(f"no *.yaml files in {args.directory}")
+
+    version, results = _validate(_interpreter(args.python), files)
+    note = "" if version == EXPECTED_VERSION else f" (the corpus is written for {EXPECTED_VERSION})"
+    print(f"agilerl {version}{note}")
+    failed = 0
+    for path in files:
+        errors = results.get(str(path), ["no result from the validating interpreter"])
+        failed += bool(errors)
+        print(f"FAIL {path.name}: " + "; ".join(errors) if errors else f"ok   {path.name}")
+    plural = "" if len(files) == 1 else "s"
+    print(f"\n{len(files)} file{plural}: {len(files) - failed} ok, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
