@@ -252,9 +252,15 @@ SET_HELP = (
     "algorithm on it, on the CPU, so that spaces it cannot handle are reported.",
 )
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help=SET_HELP)
+@click.option(
+    "--reference",
+    is_flag=True,
+    help="Print the resolved manifest(s) as JSON in the form agilerl 2.58 reads and writes, "
+    "noting on stderr what that form cannot carry.",
+)
 @click.pass_context
 def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_env: bool,
-             overrides: tuple[str, ...]) -> None:  # fmt: skip
+             overrides: tuple[str, ...], reference: bool) -> None:  # fmt: skip
     """Check manifests and report every problem with its field path.
 
     Exit status: 0 when every file is valid, 2 when any is invalid or unreadable.
@@ -262,7 +268,7 @@ def validate(ctx: click.Context, files: tuple[Path, ...], as_json: bool, check_e
     from agile_cli.commands.validate import run_validate
 
     ctx.exit(run_validate(plugin_host(ctx), files, as_json=as_json, check_env=check_env,
-                          overrides=overrides))  # fmt: skip
+                          overrides=overrides, reference=reference))  # fmt: skip
 
 
 @cli.command()

@@ -105,6 +105,9 @@ class ManifestError(AgileError):
     def __init__(self, errors: Iterable[FieldError], source: str | None = None) -> None:
         self.errors = list(errors)
         self.source = source
+        #: What validation read of the manifest despite the errors (its sections, where each
+        #: was read apart from its unknown keys), for the rules across sections; else None.
+        self.resolution: Any = None
         count = len(self.errors)
         noun = "error" if count == 1 else "errors"
         super().__init__(f"{source or 'manifest'}: {count} {noun}")

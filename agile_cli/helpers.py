@@ -18,7 +18,7 @@ from agile_cli.host.plugins import installed_registry
 from agile_cli.host.registry import Registry
 from agile_cli.memory import Estimate
 from agile_cli.models.algorithm import check_entrypoint
-from agile_cli.models.base import located_error
+from agile_cli.models.base import AGILE_ONLY, located_error
 from agile_cli.run_files import HINT, Fields, RunFileError, metrics_lines, read_json, read_manifest
 from agile_cli.runner import reset_seed
 from agile_cli.signals import interrupt_held
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from agile_cli.training.trainer import resume_local, run_local
 
 __all__ = [
+    "AGILE_ONLY",
     "EXIT_RUNTIME",
     "HINT",
     "Estimate",

@@ -156,7 +156,11 @@ class TrainingManifest(BaseModel):
                 data, label = copy.deepcopy(dict(source)), None
             else:
                 data, label = load_file(source), str(source)
-            manifest = cls._resolved(validate_mapping(data, registry, source=label), label)
+            try:
+                resolution = validate_mapping(data, registry, source=label)
+            except ManifestError as error:
+                raise cls._with_late_errors(error, label) from None
+            manifest = cls._resolved(resolution, label)
         if mode == "json":
             return manifest.to_dict()
         if mode != "python":
@@ -164,9 +168,18 @@ class TrainingManifest(BaseModel):
         return manifest
 
     @classmethod
-    def _resolved(cls, resolution: Resolution, source: str | None) -> TrainingManifest:
-        """The manifest of a resolution, after the algorithm's rules across sections."""
-        manifest = cls(
+    def _with_late_errors(cls, error: ManifestError, source: str | None) -> ManifestError:
+        """``error`` with what the algorithm's rules across sections find in what was read
+        despite it (nothing more when a section could not be read at all)."""
+        if error.resolution is None:
+            return error
+        manifest = cls._unchecked(error.resolution)
+        late = [e for e in manifest.algorithm.check_manifest(manifest) if e not in error.errors]
+        return ManifestError([*error.errors, *late], source=source) if late else error
+
+    @classmethod
+    def _unchecked(cls, resolution: Resolution) -> TrainingManifest:
+        return cls(
             **resolution.sections,
             algorithm_name=resolution.algorithm_name,
             paradigm=resolution.paradigm,
@@ -174,6 +187,11 @@ class TrainingManifest(BaseModel):
             default_builder=resolution.default_builder,
             warnings=resolution.warnings,
         )
+
+    @classmethod
+    def _resolved(cls, resolution: Resolution, source: str | None) -> TrainingManifest:
+        """The manifest of a resolution, after the algorithm's rules across sections."""
+        manifest = cls._unchecked(resolution)
         late = manifest.algorithm.check_manifest(manifest)
         if late:
             raise ManifestError(late, source=source)

@@ -101,6 +101,13 @@ class _Collector:
         self.warnings: list[str] = []
         self.builder: str | None = None
 
+    def incomplete(self, data: Mapping[str, Any], sections: Mapping[str, Any]) -> bool:
+        """Whether a section the manifest gives could not be read at all."""
+        given = [name for name in SECTIONS if data.get(name) is not None]
+        if data.get(SELECTION_ALIAS) is not None:
+            given.append("tournament_selection")
+        return any(sections.get(name) is None for name in given)
+
     def add(self, path: str, message: str, hint: str | None = None) -> None:
         self.errors.append(FieldError(path, message, hint))
 
@@ -118,6 +125,24 @@ class _Collector:
             return model.model_validate(dict(raw))
         except ValidationError as exc:
             self.errors.extend(error.under(path) for error in field_errors(exc, model))
+            unknown = {
+                error["loc"][0]
+                for error in exc.errors()
+                if error["type"] == "extra_forbidden" and len(error["loc"]) == 1
+            }
+        return self._without(path, model, raw, unknown) if unknown else None
+
+    def _without(
+        self, path: str, model: type[M], raw: Mapping[str, Any], keys: set[Any]
+    ) -> M | None:
+        """The section read again without its unknown top-level ``keys``, so that what else is
+        wrong with it shows in the same pass (errors already reported are not repeated)."""
+        try:
+            return model.model_validate({k: v for k, v in raw.items() if k not in keys})
+        except ValidationError as exc:
+            for error in field_errors(exc, model):
+                if error.under(path) not in self.errors:
+                    self.errors.append(error.under(path))
             return None
 
 
@@ -153,7 +178,7 @@ def validate_mapping(
         selection = _check_selection(selection, training, _selection_key(data), check)
     recipe = _recipe(data, entry, algorithm, training, network, registry, check)
     _compatibility_warnings(mutation, check)
-    if check.errors or None in (entry, algorithm, environment, training):
+    if None in (entry, algorithm, environment, training):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None and algorithm is not None
     if training.evo_steps is None:
@@ -166,7 +191,7 @@ def validate_mapping(
         replay = algorithm.resolve_section("replay_buffer", replay)
     sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
                                    selection, replay, recipe), strict=True))  # fmt: skip
-    return Resolution(
+    resolution = Resolution(
         sections=sections,
         algorithm_name=entry.name,
         paradigm=paradigm,
@@ -174,6 +199,13 @@ def validate_mapping(
         default_builder=check.builder == registry.builders_for(entry.family)[0],
         warnings=tuple(check.warnings),
     )
+    if check.errors:
+        error = ManifestError(check.errors, source=source)
+        # every section given was read (its unknown keys aside): the rules across sections
+        # can still be checked, so that one pass reports every problem of the file
+        error.resolution = None if check.incomplete(data, sections) else resolution
+        raise error
+    return resolution
 
 
 def _check_top_level(data: Mapping[str, Any], check: _Collector) -> None:

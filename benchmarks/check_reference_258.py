@@ -16,6 +16,10 @@ interpreter that does. Install the reference in a venv of its own::
     .venv/bin/python benchmarks/check_reference_258.py --python /tmp/refvenv/bin/python
 
 Without ``--python`` the interpreter running this script is used, if it has agilerl.
+
+With ``--agile-form``, each file is first read by agile (``agile validate --reference``, in
+the interpreter running this script) and what agile writes back in 2.58's form is validated
+instead: the way back from agile to the reference. Files agile does not read are skipped.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +104,21 @@ def _validate(python: str, files: list[Path]) -> tuple[str, dict[str, list[str]]
     return lines[0]["version"], {line["file"]: line["errors"] for line in lines[1:]}
 
 
+def _agile_forms(files: list[Path], folder: Path) -> dict[Path, Path]:
+    """What ``agile validate --reference`` writes for each of ``files`` it reads, as a file in
+    ``folder``, by the file it came from."""
+    forms = {}
+    for path in files:
+        done = subprocess.run(
+            [sys.executable, "-m", "agile_cli", "validate", "--reference", str(path)],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            forms[path] = folder / f"{path.stem}.json"
+            forms[path].write_text(done.stdout)
+    return forms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -109,12 +129,29 @@ def main(argv: list[str] | None = None) -> int:
         "--python", metavar="PATH",
         help="interpreter with agilerl 2.58 installed (default: this one, if it has agilerl)",
     )  # fmt: skip
+    parser.add_argument(
+        "--agile-form", action="store_true",
+        help="validate what agile writes back for each file (agile validate --reference)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     files = sorted(args.directory.resolve().glob("*.yaml"))
     if not files:
         parser.error(f"no *.yaml files in {args.directory}")
+    python = _interpreter(args.python)
+    if not args.agile_form:
+        return _report(files, *_validate(python, files))
+    with tempfile.TemporaryDirectory() as folder:
+        forms = _agile_forms(files, Path(folder))
+        skipped = [path.name for path in files if path not in forms]
+        if skipped:
+            print("skipped (agile does not read them): " + ", ".join(skipped))
+        version, results = _validate(python, list(forms.values()))
+        by_source = {str(path): results.get(str(form), []) for path, form in forms.items()}
+        return _report(list(forms), version, by_source)
 
-    version, results = _validate(_interpreter(args.python), files)
+
+def _report(files: list[Path], version: str, results: dict[str, list[str]]) -> int:
+    """One line per file, then the total; the exit status."""
     note = "" if version == EXPECTED_VERSION else f" (the corpus is written for {EXPECTED_VERSION})"
     print(f"agilerl {version}{note}")
     failed = 0

@@ -11,7 +11,7 @@ episodes (``agile evaluate``, seed 1000), steadier than one generation's best fi
 the best of the population over a few episodes. The last line per manifest counts the seeds that
 met the goal.
 
-    python benchmarks/defaults_benchmark.py                       # all six, seeds 1 2 3
+    python benchmarks/defaults_benchmark.py                       # all seven, seeds 1 2 3
     python benchmarks/defaults_benchmark.py --only ddpg td3 --seeds 1 2 3 4 5
 
 Flags after ``--`` go to every ``agile train`` (e.g. ``-- --set algorithm.tau=0.001`` to
@@ -45,6 +45,7 @@ class Goal:
 
 GOALS = {
     "dqn": Goal("dqn_cartpole.yaml", 475.0, 100_000),
+    "dqn-reference": Goal("dqn_cartpole_reference.yaml", 475.0, 400_000),
     "ddpg": Goal("ddpg_pendulum.yaml", -200.0, 150_000),
     "td3": Goal("td3_pendulum.yaml", -200.0, 150_000),
     "rainbow": Goal("rainbow_cartpole.yaml", 475.0, 400_000),

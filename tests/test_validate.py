@@ -260,3 +260,25 @@ def test_bounds_are_generous_for_large_real_runs() -> None:
         }
     )  # fmt: skip
     assert manifest.training.max_steps == 10_000_000_000
+
+
+def _paths(data: dict) -> list[str]:
+    with pytest.raises(ManifestError) as caught:
+        TrainingManifest.get_validated(data)
+    return [error.path for error in caught.value.errors]
+
+
+def test_one_pass_reports_unknown_keys_with_a_section_s_own_rules() -> None:
+    data = {"algorithm": {"name": "PPO"}, "environment": {"name": "CartPole-v1"},
+            "training": {"max_steps": 100, "evo_steps": 200, "pop_sise": 2}}  # fmt: skip
+    assert _paths(data) == ["training.pop_sise", "training.evo_steps"]
+
+
+def test_one_pass_reports_unknown_keys_with_the_rules_across_sections() -> None:
+    data = {
+        "algorithm": {"name": "PPO", "lrr": 0.1, "recurrent": True, "batch_sise": 8},
+        "environment": {"name": "CartPole-v1", "nmu_envs": 3},
+        "network": {"simba": True},
+    }
+    paths = ["algorithm.lrr", "algorithm.batch_sise", "environment.nmu_envs", "network.simba"]
+    assert _paths(data) == paths

@@ -16,6 +16,7 @@ from agile_cli.errors import (
     EnvironmentNotFoundError,
     FieldError,
     ManifestError,
+    UsageError,
     printable,
 )
 from agile_cli.host.plugins import PluginHost
@@ -30,13 +31,15 @@ def run_validate(
     as_json: bool,
     check_env: bool,
     overrides: Sequence[str] = (),
+    reference: bool = False,
 ) -> int:
     """Validate each file (with the ``--set`` ``overrides`` applied to each); print a report
-    (or JSON); return the exit status.
+    (or JSON, in agilerl 2.58's form with ``reference``); return the exit status.
 
     :raises UsageError: an override is malformed (before any file is read).
     """
     changes = parse_overrides(overrides)
+    as_json = as_json or reference
     resolved: dict[str, Any] = {}
     status = 0
     for path in files:
@@ -53,10 +56,12 @@ def run_validate(
             problem = _environment_problem(error)
             _report_invalid(str(path), ManifestError([problem], str(path)), err=as_json)
             continue
-        if as_json:
-            resolved[str(path)] = manifest.to_dict()
-        else:
-            click.echo(printable(f"{path}: ok ({manifest.summary()})"))
+        try:
+            _report_valid(path, manifest, resolved, as_json=as_json, reference=reference)
+        except UsageError as error:
+            status = EXIT_USAGE
+            click.echo(printable(f"{path}: {error.message}"), err=True)
+            continue
         for warning in manifest.warnings:
             click.echo(printable(f"  warning: {warning}"), err=as_json)
         for lacking in manifest.algorithm.local_training_errors(manifest):
@@ -69,6 +74,36 @@ def run_validate(
 
 
 _FIELD_PREFIX = re.compile(r"^(environment(?:\.\w+)+): (.+)$", re.DOTALL)
+
+
+def _report_valid(
+    path: Path,
+    manifest: TrainingManifest,
+    resolved: dict[str, Any],
+    *,
+    as_json: bool,
+    reference: bool,
+) -> None:
+    """A valid manifest's line, or its resolved form kept in ``resolved`` for the JSON.
+
+    :raises UsageError: ``reference`` and the manifest has no form in agilerl 2.58's format.
+    """
+    if reference:
+        resolved[str(path)] = _reference_form(manifest)
+    elif as_json:
+        resolved[str(path)] = manifest.to_dict()
+    else:
+        click.echo(printable(f"{path}: ok ({manifest.summary()})"))
+
+
+def _reference_form(manifest: TrainingManifest) -> dict[str, Any]:
+    """The manifest in 2.58's form, each setting that form cannot carry noted on stderr."""
+    from agile_cli.reference_form import reference_form
+
+    form, notes = reference_form(manifest)
+    for note in notes:
+        click.echo(printable(f"  note: {note}"), err=True)
+    return form
 
 
 def _environment_problem(error: EnvironmentNotFoundError) -> FieldError:

@@ -52,6 +52,9 @@ class AlgorithmSpec(Spec):
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = ("batch_size",)
     default_mutable: ClassVar[tuple[str, ...]] = ()
     default_evo_steps: ClassVar[int] = 10_000
+    #: Why ``agile validate --reference`` cannot write this algorithm's manifests in agilerl
+    #: 2.58's form (e.g. 2.58 has no such algorithm); None: it can, by the same name.
+    reference_gap: ClassVar[str | None] = None
     network_spec: ClassVar[type[Spec] | None] = None
     replay_buffer_spec: ClassVar[type[Spec] | None] = None
     training_spec: ClassVar[type[TrainingSpec] | None] = None

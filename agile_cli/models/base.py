@@ -17,6 +17,10 @@ from pydantic_core import PydanticCustomError
 
 from agile_cli.errors import FieldError
 
+#: ``json_schema_extra`` of a field agilerl 2.58's manifest format has no place for: ``agile
+#: validate --reference`` leaves it out (with a note where it is not at its default).
+AGILE_ONLY: dict[str, Any] = {"agile_only": True}
+
 
 @dataclass(frozen=True)
 class StarterValue:

@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from agile_cli import AlgorithmSpec, TrainingSpec, limits
+from agile_cli.helpers import AGILE_ONLY
 from agile_rl import EpsilonGreedyTraining
 
 
@@ -28,6 +29,7 @@ class CQNSpec(AlgorithmSpec):
     cql_alpha: float = Field(
         1.0,
         ge=0,
+        json_schema_extra=AGILE_ONLY,
         description=(
             "Weight of the conservative term logsumexp_a Q(s, a) - Q(s, a_data); 0 is plain DQN."
         ),

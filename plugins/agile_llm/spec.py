@@ -490,6 +490,11 @@ class LLMSpec(AlgorithmSpec):
     """What every LLM fine-tuning algorithm shares: the base model, its adapters and the
     optimiser. Subclasses set ``env_type``, the environment type their data must be."""
 
+    reference_gap: ClassVar[str | None] = (
+        "agile writes language-model manifests in the reference's August 2026 form only; 2.58's "
+        "is another one"
+    )
+
     batch_size: int = Field(
         default=16,
         ge=1,

@@ -8,6 +8,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from agile_cli import StarterValue, VectorEnvironmentSpec
+from agile_cli.helpers import AGILE_ONLY
 
 
 class PettingZooEnvSpec(VectorEnvironmentSpec):
@@ -25,6 +26,7 @@ class PettingZooEnvSpec(VectorEnvironmentSpec):
 
     vectorised: bool = Field(
         default=True,
+        json_schema_extra=AGILE_ONLY,
         description=(
             "Step mpe2's simple_speaker_listener_v4 and simple_spread_v3 as one NumPy "
             "computation over every copy (the same episodes as mpe2's own copies, step for "

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from agile_cli import FieldError, limits
+from agile_cli.helpers import AGILE_ONLY
 from agile_rl import ClippedObjectiveSpec, evolvable_network
 
 if TYPE_CHECKING:
@@ -24,9 +25,13 @@ class PPOSpec(ClippedObjectiveSpec):
     """Proximal Policy Optimization with clipped objective and GAE (Schulman et al., 2017)."""
 
     clip_value_loss: bool = Field(
-        False, description="Clip the value update to clip_coef around the old estimate."
+        False,
+        json_schema_extra=AGILE_ONLY,
+        description="Clip the value update to clip_coef around the old estimate.",
     )
-    normalize_advantages: bool = Field(True, description="Normalise advantages per minibatch.")
+    normalize_advantages: bool = Field(
+        True, json_schema_extra=AGILE_ONLY, description="Normalise advantages per minibatch."
+    )
     rollout_buffer_config: dict[str, Any] = Field(
         default_factory=dict,
         description="The reference's rollout buffer options, accepted for compatibility where "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from agile_cli.helpers import AGILE_ONLY
 from agile_rl import DeterministicActorCriticSpec
 
 
@@ -20,12 +21,14 @@ class TD3Spec(DeterministicActorCriticSpec):
     policy_noise: float = Field(
         0.2,
         ge=0,
+        json_schema_extra=AGILE_ONLY,
         description="New in agile (not in AgileRL's schema): standard deviation of the "
         "target-policy smoothing noise added to target actions, in [-1, 1] action units.",
     )
     noise_clip: float = Field(
         0.5,
         ge=0,
+        json_schema_extra=AGILE_ONLY,
         description="New in agile (not in AgileRL's schema): the smoothing noise is "
         "clipped to [-noise_clip, noise_clip].",
     )

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from agile_cli import Spec, TrainingError, limits
-from agile_cli.helpers import located_error
+from agile_cli.helpers import AGILE_ONLY, located_error
 
 Activation = Literal[
     "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
@@ -371,7 +371,9 @@ class StochasticNetworkSpec(NetworkSpec):
     """Network of a stochastic policy (PPO): adds output squashing."""
 
     squash_output: bool = Field(
-        default=False, description="Squash continuous actions with tanh instead of clipping them."
+        default=False,
+        json_schema_extra=AGILE_ONLY,
+        description="Squash continuous actions with tanh instead of clipping them.",
     )
 
 
