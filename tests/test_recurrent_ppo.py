@@ -254,6 +254,8 @@ def test_sequences_cut_pad_and_flag_a_hand_checked_rollout() -> None:
     assert batch.starts.tolist() == [[False] * 6, [False, False, False, True, False, False]]
     h, c = batch.initial_state
     assert h.flatten().tolist() == [0, 1, 20, 21, 40, 41] and torch.equal(c, -h)
+    chunked = rollout.finish_sequences(torch.zeros(2), 0.99, 0.95, 2, stride=2)
+    assert torch.equal(chunked.obs, batch.obs) and torch.equal(chunked.starts, batch.starts)
     picked = batch.select(torch.tensor([3, 0]))
     assert picked.obs[..., 0].tolist() == [[21, 0], [31, 10]]
     assert picked.initial_state[0].flatten().tolist() == [21, 0]
@@ -461,12 +463,40 @@ def test_recurrent_ppo_trains_and_evolves(tmp_path: Path, share_encoders: bool) 
     assert all(m.record.mutation.split("(")[0] in methods for m in result.population)
 
 
+def test_overlapping_sequences_start_every_stride_steps() -> None:
+    # 5 steps of 1 environment in windows of 4 every 2 steps (fifty_percent_overlap):
+    # windows start at steps 0 and 2, the second padded past step 4. Step 2 only resets the
+    # environment, so step 3 starts an episode inside the first window; in the second window
+    # step 2 comes first, its stored state already reset, and step 3 is still flagged.
+    rollout = Rollout()
+    for t in range(5):
+        value = torch.tensor([float(t)])
+        record = PolicyRecord(value.long(), torch.zeros(1), torch.zeros(1), (value.view(1, 1, 1),))
+        rollout.add(value.view(1, 1), record, np.zeros(1), np.zeros(1, bool), np.zeros(1, bool),
+                    np.array([t != 2]))  # fmt: skip
+    batch = rollout.finish_sequences(torch.zeros(1), 0.99, 0.95, 4, stride=2)
+    assert batch.obs[..., 0].T.tolist() == [[0, 1, 2, 3], [2, 3, 4, 0]]
+    assert batch.valid.T.tolist() == [[True, True, False, True], [False, True, True, False]]
+    assert batch.starts.T.tolist() == [[False, False, False, True], [False, True, False, False]]
+    assert batch.initial_state[0].flatten().tolist() == [0, 2]
+    every_step = rollout.finish_sequences(torch.zeros(1), 0.99, 0.95, 4, stride=1)
+    assert every_step.obs[0, :, 0].tolist() == [0, 1]  # windows at steps 0 and 1 cover all 5
+
+
+@pytest.mark.parametrize("kind", ["maximum", "fifty_percent_overlap"])
+def test_overlapping_recurrent_ppo_trains(tmp_path: Path, kind: str) -> None:
+    options = {**RECURRENT, "bptt_sequence_type": kind}
+    manifest = tiny_manifest("PPO", algorithm_options=options, network=LSTM_NETWORK,
+                             environment=_recall())  # fmt: skip
+    result = smoke_train(manifest, tmp_path / "run")
+    assert len(result.fitnesses) == 2 and all(np.isfinite(result.fitnesses))
+
+
 def test_manifests_that_mix_up_recurrence_are_refused(run, write) -> None:
     base = "environment: {name: CartPole-v1}\nalgorithm:\n  name: PPO\n"
     cases = {
         "  recurrent: true\nnetwork: {simba: true}\n": "network.simba",
         "network: {arch: lstm, encoder_config: {hidden_state_size: 32}}\n": "recurrent: true",
-        "  recurrent: true\n  bptt_sequence_type: maximum\n": "not available yet",
         "  recurrent: true\nnetwork: {encoder_config: {hidden_size: [16]}}\n": "MLP encoder",
     }
     for extra, expected in cases.items():

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 _ROLLOUT_BUFFER: dict[str, Any] = {
     "use_gae": True,
     "wrap_at_capacity": False,
-    "bptt_sequence_type": "chunked",
 }
 
 
@@ -35,8 +34,7 @@ class PPOSpec(ClippedObjectiveSpec):
     rollout_buffer_config: dict[str, Any] = Field(
         default_factory=dict,
         description="The reference's rollout buffer options, accepted for compatibility where "
-        "they say what agile does: use_gae: true, wrap_at_capacity: false, "
-        "bptt_sequence_type: chunked.",
+        "they say what agile does: use_gae: true, wrap_at_capacity: false.",
     )
     recurrent: bool = Field(
         False, description="LSTM policy (recurrent PPO): the network's encoder is an LSTM."
@@ -57,7 +55,9 @@ class PPOSpec(ClippedObjectiveSpec):
     )
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
         "chunked",
-        description="Recurrent PPO: how rollouts are cut into sequences (chunked only, so far).",
+        description="Recurrent PPO: where sequences of max_seq_len start: every max_seq_len "
+        "steps (chunked), every step (maximum) or every max_seq_len // 2 (fifty_percent_overlap; "
+        "each step then learns in two sequences).",
     )
     share_encoders: bool = Field(True, description="Actor and critic share one encoder.")
     num_envs: int | None = Field(
@@ -136,14 +136,6 @@ class PPOSpec(ClippedObjectiveSpec):
                     "network.encoder_config",
                     "describes an MLP encoder, but algorithm.recurrent is true",
                     "give the LSTM's fields, e.g. {hidden_state_size: 64}, or remove it",
-                )
-            )
-        if self.bptt_sequence_type != "chunked":
-            errors.append(
-                FieldError(
-                    "algorithm.bptt_sequence_type",
-                    f"'{self.bptt_sequence_type}' is not available yet",
-                    "use chunked",
                 )
             )
         return errors

@@ -7,6 +7,7 @@ order in time (:meth:`Rollout.finish_sequences`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
@@ -44,7 +45,8 @@ class RolloutBatch(NamedTuple):
 class SequenceBatch(NamedTuple):
     """A finished rollout cut into sequences of ``L`` steps of one sub-environment each,
     time-major: ``[L, S, ...]`` for ``S`` sequences. Sequence ``k * N + n`` holds steps
-    ``k * L ... k * L + L - 1`` of sub-environment ``n`` (of ``N``); the last ones are padded.
+    ``k * s ... k * s + L - 1`` of sub-environment ``n`` (of ``N``), for the stride ``s`` (``L``
+    unless the sequences overlap); the last ones are padded.
 
     :param valid: ``[L, S]``, False at steps that only reset a sub-environment and at padding;
         they are left out of learning.
@@ -102,15 +104,23 @@ def _map_obs(obs: Any, function: Any) -> Any:
     return function(obs)
 
 
-def _chunked(steps: torch.Tensor, length: int) -> torch.Tensor:
-    """``[T, N, ...]`` cut into ``[length, K * N, ...]``: chunk ``k`` of sub-environment ``n``
-    is sequence ``k * N + n``; the last chunk is padded with zeros."""
+def window_count(total: int, length: int, stride: int) -> int:
+    """How many windows of ``length`` steps, starting every ``stride`` steps, cover ``total``
+    steps (the last one padded where it runs past them; at least one)."""
+    return max(1, -(-max(0, total - length) // stride) + 1)
+
+
+def _windows(steps: torch.Tensor, length: int, stride: int) -> torch.Tensor:
+    """``[T, N, ...]`` cut into ``[length, K * N, ...]`` windows starting every ``stride``
+    steps: window ``k`` of sub-environment ``n`` is sequence ``k * N + n``, and the last
+    windows are padded with zeros. With ``stride == length`` the windows are chunks."""
     total, envs = steps.shape[:2]
-    count = -(-total // length)
-    padded = steps.new_zeros((count * length, *steps.shape[1:]))
+    count = window_count(total, length, stride)
+    padded = steps.new_zeros(((count - 1) * stride + length, *steps.shape[1:]))
     padded[:total] = steps
-    chunks = padded.reshape(count, length, envs, *steps.shape[2:]).transpose(0, 1)
-    return chunks.reshape(length, count * envs, *steps.shape[2:])
+    starts = torch.arange(count, device=steps.device) * stride
+    index = starts.unsqueeze(0) + torch.arange(length, device=steps.device).unsqueeze(1)
+    return padded[index.reshape(-1)].reshape(length, count * envs, *steps.shape[2:])
 
 
 def compute_gae(
@@ -202,30 +212,42 @@ class Rollout:
         )
 
     def finish_sequences(
-        self, last_values: torch.Tensor, gamma: float, gae_lambda: float, length: int
+        self,
+        last_values: torch.Tensor,
+        gamma: float,
+        gae_lambda: float,
+        length: int,
+        stride: int | None = None,
     ) -> SequenceBatch:
         """Compute advantages and returns as :meth:`finish` does, then cut each
-        sub-environment's steps into sequences of ``length`` (see :class:`SequenceBatch`).
+        sub-environment's steps into sequences of ``length`` starting every ``stride`` steps
+        (default ``length``: chunks; less: overlapping windows, as the reference's
+        ``bptt_sequence_type`` ``maximum`` and ``fifty_percent_overlap`` cut them; see
+        :class:`SequenceBatch`).
 
         A step starts an episode when the step before it only reset its sub-environment. The
         first step of a sequence needs no flag: the state stored for it was reset already.
         """
+        stride = length if stride is None else stride
         device = last_values.device
         values, advantages = self._advantages(last_values, gamma, gae_lambda)
         valid = torch.as_tensor(np.stack(self._valid), device=device)
         starts = torch.zeros_like(valid)
         starts[1:] = ~valid[:-1]
-        starts[::length] = False
+        cut = functools.partial(_windows, length=length, stride=stride)
+        windowed_starts = cut(starts)
+        windowed_starts[0] = False
+        count = window_count(len(self._states), length, stride)
         return SequenceBatch(
-            obs=_map_obs(_stack_obs(self._obs), lambda x: _chunked(x, length)),
-            actions=_chunked(torch.stack(self._actions), length),
-            log_probs=_chunked(torch.stack(self._log_probs), length),
-            values=_chunked(values, length),
-            advantages=_chunked(advantages, length),
-            returns=_chunked(advantages + values, length),
-            valid=_chunked(valid, length),
-            starts=_chunked(starts, length),
-            initial_state=_joined(self._states[::length]),
+            obs=_map_obs(_stack_obs(self._obs), cut),
+            actions=cut(torch.stack(self._actions)),
+            log_probs=cut(torch.stack(self._log_probs)),
+            values=cut(values),
+            advantages=cut(advantages),
+            returns=cut(advantages + values),
+            valid=cut(valid),
+            starts=windowed_starts,
+            initial_state=_joined(self._states[: count * stride : stride]),
         )
 
     def _advantages(
