@@ -210,3 +210,11 @@ def test_a_setting_2_58_cannot_carry_is_left_out_with_a_note(run: Any, write: An
     assert result.exit_code == 0, result.output
     assert "policy_noise" not in json.loads(result.stdout)["algorithm"]
     assert "note: algorithm.policy_noise: 0.3 left out" in result.stderr
+
+
+def test_an_entrypoint_reference_that_repeats_the_name_stays_a_reference() -> None:
+    data = _dqn()
+    data["environment"] = {"name": "gymnasium.envs.classic_control:CartPoleEnv",
+                           "entrypoint": "gymnasium.envs.classic_control:CartPoleEnv"}  # fmt: skip
+    environment = _validated(data).environment
+    assert environment.entrypoint == "gymnasium.envs.classic_control:CartPoleEnv"

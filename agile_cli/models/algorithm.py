@@ -302,9 +302,13 @@ class VectorEnvironmentSpec(EnvironmentSpec):
         data = {key: _EMPTY.get(key) if value is None and key in _EMPTY else value
                 for key, value in data.items()}  # fmt: skip
         name, entrypoint, factory = data.get("name"), data.get("entrypoint"), data.get("factory")
-        if entrypoint in (None, name) and factory in (None, *cls.registered_makers):
-            data.pop("entrypoint", None)
-            data.pop("factory", None)
+        an_id = isinstance(entrypoint, str) and ":" not in entrypoint
+        if entrypoint == name and (an_id or factory is not None):
+            if factory is None or factory in cls.registered_makers:
+                data.pop("entrypoint")
+                data.pop("factory", None)
+        elif entrypoint is None and factory in cls.registered_makers:
+            data.pop("factory")
         return data
 
     @model_validator(mode="after")
