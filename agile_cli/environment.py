@@ -99,12 +99,12 @@ def resolve_reference(reference: str, base: Path, where: str) -> Any:
 
 
 def not_an_environment(
-    reference: str, returned: Any, wanted: str, hint: str
+    reference: str, returned: Any, wanted: str, hint: str, field: str = "entrypoint"
 ) -> EnvironmentNotFoundError:
-    """The error for an ``environment.entrypoint`` whose callable returned something other
-    than an environment.
+    """The error for an ``environment.entrypoint`` (or ``factory``: ``field``) whose callable
+    returned something other than an environment.
 
-    :param reference: the entrypoint as the manifest gives it.
+    :param reference: the entrypoint (or factory) as the manifest gives it.
     :param returned: what calling it returned.
     :param wanted: what it should have returned, e.g. ``a gymnasium.Env``.
     :param hint: how to make one; replaced by a pointed hint for a class or a tuple.
@@ -118,7 +118,7 @@ def not_an_environment(
         if isinstance(returned, tuple):
             hint = "return the environment alone, not a tuple"
     return EnvironmentNotFoundError(
-        f"environment.entrypoint: {reference} returned {what}, not {wanted}", hint
+        f"environment.{field}: {reference} returned {what}, not {wanted}", hint
     )
 
 

@@ -171,11 +171,12 @@ class TrainingManifest(BaseModel):
     def _with_late_errors(cls, error: ManifestError, source: str | None) -> ManifestError:
         """``error`` with what the algorithm's rules across sections find in what was read
         despite it (nothing more when a section could not be read at all)."""
-        if error.resolution is None:
-            return error
-        manifest = cls._unchecked(error.resolution)
-        late = [e for e in manifest.algorithm.check_manifest(manifest) if e not in error.errors]
-        return ManifestError([*error.errors, *late], source=source) if late else error
+        late = []
+        if error.resolution is not None:
+            manifest = cls._unchecked(error.resolution)
+            late = [e for e in manifest.algorithm.check_manifest(manifest) if e not in error.errors]
+        # a new error: what validation read stays behind (the error may travel, pickled)
+        return ManifestError([*error.errors, *late], source=source)
 
     @classmethod
     def _unchecked(cls, resolution: Resolution) -> TrainingManifest:

@@ -105,17 +105,21 @@ def _validate(python: str, files: list[Path]) -> tuple[str, dict[str, list[str]]
 
 
 def _agile_forms(files: list[Path], folder: Path) -> dict[Path, Path]:
-    """What ``agile validate --reference`` writes for each of ``files`` it reads, as a file in
-    ``folder``, by the file it came from."""
+    """What ``agile validate --reference`` writes for each of ``files`` it reads (one run of
+    agile for them all), as a file in ``folder``, by the file it came from."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agile_cli", "validate", "--reference", *map(str, files)],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if not done.stdout.strip():
+        return {}
+    written = json.loads(done.stdout)
+    by_file = {str(files[0]): written} if len(files) == 1 else written
     forms = {}
     for path in files:
-        done = subprocess.run(
-            [sys.executable, "-m", "agile_cli", "validate", "--reference", str(path)],
-            cwd=ROOT, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode == 0:
+        if str(path) in by_file:
             forms[path] = folder / f"{path.stem}.json"
-            forms[path].write_text(done.stdout)
+            forms[path].write_text(json.dumps(by_file[str(path)]))
     return forms
 
 

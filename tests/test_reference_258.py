@@ -218,3 +218,13 @@ def test_an_entrypoint_reference_that_repeats_the_name_stays_a_reference() -> No
                            "entrypoint": "gymnasium.envs.classic_control:CartPoleEnv"}  # fmt: skip
     environment = _validated(data).environment
     assert environment.entrypoint == "gymnasium.envs.classic_control:CartPoleEnv"
+
+
+def test_a_factory_that_makes_no_environment_is_named(run: Any, write: Any) -> None:
+    text = yaml.safe_dump({
+        "algorithm": {"name": "DQN"},
+        "environment": {"name": "CartPole-v1", "factory": "builtins:str", "num_envs": 2},
+    })  # fmt: skip
+    result = run("validate", "--check-env", str(write("m.yaml", text)))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "environment.factory: builtins:str returned a str" in result.output

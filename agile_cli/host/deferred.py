@@ -139,7 +139,7 @@ class Deferred(Generic[T]):
     def _load(self) -> tuple[T | None, UnloadableError | None]:
         target: Any = self.target
         if self.by_reference:
-            target, error = run_plugin_code(lambda: _import(self.target))
+            target, error = run_plugin_code(lambda: import_reference(self.target))
             if error is not None:
                 said = f"{self.label}: cannot load '{self.target}': {describe(error)}"
                 return None, UnloadableError(said, self.plugin)
@@ -154,10 +154,11 @@ class Deferred(Generic[T]):
         return f"Deferred({self.target!r}, {state})"
 
 
-def _import(reference: str) -> Any:
-    """The attribute ``"package.module:Attribute"`` names, its module imported now."""
+def import_reference(reference: str) -> Any:
+    """The attribute ``"package.module:Attribute"`` names (the module itself without
+    ``:Attribute``), its module imported now; what importing it raises propagates."""
     module_name, _, attribute = reference.partition(":")
     target: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
+    for part in attribute.split(".") if attribute else []:
         target = getattr(target, part)
     return target

@@ -10,13 +10,12 @@ cannot be loaded.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agile_cli.errors import PluginError
-from agile_cli.host.deferred import Deferred
+from agile_cli.host.deferred import Deferred, import_reference
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
 from agile_cli.models.base import Spec
 from agile_cli.models.selection import SelectionSpec, TournamentSelectionSpec
@@ -28,17 +27,13 @@ def load_object(reference: str) -> Any:
 
     :raises PluginError: naming the reference when it cannot be imported.
     """
-    module_name, _, attribute = reference.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split(".") if attribute else []:
-            target = getattr(target, part)
+        return import_reference(reference)
     except (ImportError, AttributeError) as exc:
         raise PluginError(
             f"cannot load '{reference}': {type(exc).__name__}: {exc}",
             "reinstall the plugin that provides it",
         ) from None
-    return target
 
 
 class ArchitectureCheck(Protocol):

@@ -95,7 +95,7 @@ class ParallelEnvFactory:
         wrappers = [resolve_wrapper(item, base) for item in self.wrappers]
         env = _call(make_env, self.config, self.name)
         if not _is_parallel_env(env):
-            raise _not_parallel(self.factory or self.entrypoint, self.name, env)
+            raise _not_parallel(self, env)
         for wrapper, kwargs in wrappers:
             env = wrapper(env, **kwargs)
         return env
@@ -167,11 +167,14 @@ def _is_parallel_env(env: Any) -> bool:
     )
 
 
-def _not_parallel(entrypoint: str | None, name: str, env: Any) -> EnvironmentNotFoundError:
-    if entrypoint:
-        return not_an_environment(entrypoint, env, "a PettingZoo ParallelEnv", _PARALLEL_HINT)
+def _not_parallel(made: ParallelEnvFactory, env: Any) -> EnvironmentNotFoundError:
+    wanted = "a PettingZoo ParallelEnv"
+    if made.factory:
+        return not_an_environment(made.factory, env, wanted, _PARALLEL_HINT, "factory")
+    if made.entrypoint:
+        return not_an_environment(made.entrypoint, env, wanted, _PARALLEL_HINT)
     return EnvironmentNotFoundError(
-        f"environment '{name}' made a {type(env).__name__}, not a PettingZoo ParallelEnv",
+        f"environment '{made.name}' made a {type(env).__name__}, not a PettingZoo ParallelEnv",
         _PARALLEL_HINT,
     )
 

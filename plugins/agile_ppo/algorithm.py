@@ -165,8 +165,7 @@ class PPO(OnPolicyAlgorithm):
         if length is None:  # whole episodes, from steps that keep the state each acted from
             steps = rollout.finish_sequences(last_values, gamma, gae_lambda, 1)
             return Episodes.of(steps, last_values.shape[0]), int(self.spec.batch_size)
-        stride = {"chunked": length, "maximum": 1}.get(
-            self.spec.bptt_sequence_type, max(1, length // 2)
-        )
+        strides = {"chunked": length, "maximum": 1, "fifty_percent_overlap": max(1, length // 2)}
+        stride = strides[self.spec.bptt_sequence_type]
         sequences = rollout.finish_sequences(last_values, gamma, gae_lambda, length, stride)
         return sequences, max(1, int(self.spec.batch_size) // length)

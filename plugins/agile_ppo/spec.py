@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -77,9 +78,8 @@ class PPOSpec(ClippedObjectiveSpec):
                 options = ", ".join(_ROLLOUT_BUFFER)
                 raise ValueError(f"{key!r} is not an option agile reads (it reads {options})")
             if given != _ROLLOUT_BUFFER[key]:
-                raise ValueError(
-                    f"{key}: only {_ROLLOUT_BUFFER[key]!r} is available (got {given!r}); remove it"
-                )
+                said, agile = json.dumps(given), json.dumps(_ROLLOUT_BUFFER[key])
+                raise ValueError(f"{key}: only {agile} is available (got {said}); remove it")
         return value
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:

@@ -62,9 +62,11 @@ def gym_env_factory(spec: GymnasiumEnvSpec) -> Callable[[], gym.Env]:
 
     def factory() -> gym.Env:
         env = _call(make_env, config, spec.name)
-        made_by = spec.factory or spec.entrypoint
+        field, made_by = (
+            ("factory", spec.factory) if spec.factory else ("entrypoint", spec.entrypoint)
+        )
         if made_by and not _is_env(env):
-            raise not_an_environment(made_by, env, "a gymnasium.Env", _ENV_HINT)
+            raise not_an_environment(made_by, env, "a gymnasium.Env", _ENV_HINT, field)
         for wrapper, kwargs in wrappers:
             env = wrapper(env, **kwargs)
         return env
