@@ -15,11 +15,21 @@ TORCH = "torch==2.13.0"
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest arguments after --)."""
+    _pytest(session, *session.posargs)
+
+
+@nox.session(python="3.11")
+def slow(session: nox.Session) -> None:
+    """The tests the default run leaves out (minutes of Ray cluster faults)."""
+    _pytest(session, "-m", "slow", *session.posargs)  # pytest's last -m wins over addopts'
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]")
     for example in ("agile-reinforce", "agile-gridworld", "agile-runs"):
         session.install("-e", f"examples/{example}")
-    session.run("pytest", *session.posargs, env={"WANDB_MODE": "disabled"})
+    session.run("pytest", *args, env={"WANDB_MODE": "disabled"})
 
 
 @nox.session(python="3.11")

@@ -11,7 +11,7 @@ from agile_bandits.environment import BanditEnv, load_table
 from agile_bandits.runner import BanditRunner
 from agile_bandits.spec import BanditEnvSpec
 from agile_cli import EnvironmentNotFoundError, ManifestError, TrainingManifest, UsageError
-from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
 
 FEATURES = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]] * 16)
 TARGETS = np.array(["b", "a", "c", "a"] * 16)
@@ -203,17 +203,6 @@ def test_runner_trains_in_episodes_and_evaluates_greedily() -> None:
     assert len(buffer) == 50 and buffer.sample(4, member.generator).terminated.all()
     [fitness] = BanditRunner(env, buffer, episode_steps=20).evaluate_population([member], 2, None)
     assert 0.0 <= fitness <= 20.0
-
-
-def _table_files(folder) -> dict:
-    np.savetxt(folder / "x.csv", FEATURES, delimiter=",", header="u,v", comments="")
-    (folder / "y.csv").write_text("\n".join(TARGETS.tolist()) + "\n")
-    return {"name": "toy", "features": "x.csv", "targets": "y.csv", "path": str(folder)}
-
-
-@pytest.mark.parametrize("algorithm", ["NeuralUCB", "NeuralTS"])
-def test_bandits_conform_and_resume_from_files(algorithm, tmp_path) -> None:
-    check_conformance(algorithm, tmp_path, environment=_table_files(tmp_path))
 
 
 def test_in_memory_run_trains_but_cannot_be_reloaded(tmp_path) -> None:

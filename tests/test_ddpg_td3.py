@@ -11,7 +11,6 @@ from gymnasium import spaces
 from agile_cli import FieldError, ManifestError, TrainingError
 from agile_cli.evolution.mutation import Mutator
 from agile_cli.testing import (
-    check_conformance,
     installed_host,
     smoke_train,
     tiny_manifest,
@@ -249,11 +248,6 @@ def test_ornstein_uhlenbeck_noise_restarts_where_episodes_start() -> None:
 
 
 # -- state, validation, training ---------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["DDPG", "TD3"])
-def test_conforms_on_pendulum(name, tmp_path) -> None:
-    check_conformance(name, tmp_path, environment=PENDULUM)
 
 
 def test_learn_counter_and_noise_state_survive_a_checkpoint() -> None:

@@ -11,7 +11,7 @@ import torch
 from gymnasium import spaces
 
 from agile_cli import EnvironmentNotFoundError
-from agile_cli.testing import check_conformance, smoke_train, tiny_manifest, tiny_population
+from agile_cli.testing import smoke_train, tiny_manifest, tiny_population
 from agile_cqn.algorithm import conservative_penalty
 from agile_offline.builder import OfflineBuilder
 from agile_offline.dataset import transitions_from_columns
@@ -225,10 +225,6 @@ def test_collect_usage_errors(run, tmp_path) -> None:
                  "--out", str(tmp_path / "o.h5"))  # fmt: skip
     assert result.exit_code == 2
     assert "Traceback" not in result.output
-
-
-def test_cqn_conforms(tmp_path) -> None:
-    check_conformance("CQN", tmp_path, environment=toy_offline_environment())
 
 
 class _FakeEpisode:

@@ -1,10 +1,14 @@
 """The ray backend on a real Ray cluster of two nodes on loopback (127.0.0.2 and 127.0.0.3):
-training across it, a worker killed mid-generation, resuming between backends, and errors."""
+training across it, a worker killed mid-generation, resuming between backends, and errors.
+
+The other faults (a node lost, a worker stalled or over its timeout, the asynchronous mode's
+recoveries) take minutes together: they are marked slow, and run with ``pytest -m slow``."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +64,7 @@ def nodes() -> Iterator[Any]:
         yield nodes
     finally:
         nodes.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -148,6 +153,7 @@ def test_a_worker_killed_mid_generation_costs_only_that_generation(
     assert all(len(g["members"]) == 4 for g in _generations(run_dir))
 
 
+@pytest.mark.slow
 def test_with_fewer_checkpoints_a_lost_worker_sends_the_run_back_to_the_last_one(
     nodes: Any, cluster: str, tmp_path: Path
 ) -> None:
@@ -166,6 +172,7 @@ def test_with_fewer_checkpoints_a_lost_worker_sends_the_run_back_to_the_last_one
     assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
 
 
+@pytest.mark.slow
 def test_a_worker_over_member_timeout_is_restarted_then_the_run_stops_naming_the_bound(
     cluster: str, tmp_path: Path
 ) -> None:
@@ -255,6 +262,7 @@ def test_runs_resume_with_the_other_backend(cluster: str, tmp_path: Path) -> Non
     assert "DQN member" in evaluated.stdout and "mean return" in evaluated.stdout
 
 
+@pytest.mark.slow
 def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
     cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,6 +299,7 @@ def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
     assert len(checkpoint.load(run_dir / "checkpoints" / "latest.pt")["members"]) == 4
 
 
+@pytest.mark.slow
 def test_async_a_killed_worker_trains_its_round_again_from_the_published_states(
     nodes: Any, cluster: str, tmp_path: Path
 ) -> None:
@@ -462,6 +471,7 @@ def test_ctrl_c_while_ray_starts_waits_for_it_then_stops(
     assert started == [True] and not ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
     nodes: Any, tmp_path: Path
 ) -> None:
@@ -488,6 +498,7 @@ def test_a_node_lost_mid_generation_waits_for_room_then_finishes(
     assert summary["generations"] == 2 and summary["global_steps"] == 4 * 4_000
 
 
+@pytest.mark.slow
 def test_async_a_node_lost_with_published_states_sends_the_run_back(
     nodes: Any, tmp_path: Path
 ) -> None:

@@ -71,7 +71,8 @@ def test_every_manifest_trains_one_generation(
     monkeypatch.chdir(ROOT)
     steps = min(_load(path)["training"]["evo_steps"], 256)  # one short generation
     folder = tmp_path / "run"
-    budget = ["--set", f"training.max_steps={steps}", "--set", f"training.evo_steps={steps}"]
+    budget = ["--set", f"training.max_steps={steps}", "--set", f"training.evo_steps={steps}",
+              "--set", "training.eval_steps=64"]  # fmt: skip
     result = run("train", str(path), "--quiet", "--run-dir", str(folder), *budget)
     assert result.exit_code == 0, result.output
     lines = (folder / "metrics.jsonl").read_text().splitlines()

@@ -14,6 +14,7 @@ import yaml
 from agile_cli import LocalTrainer, TrainingError
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.testing import (
+    TINY_SECTIONS,
     check_conformance,
     installed_host,
     interrupt_after,
@@ -89,7 +90,13 @@ def _loop(manifest, tmp_path, **options) -> EvolutionLoop:
 
 @pytest.mark.parametrize("algorithm", TRAINABLE)
 def test_every_registered_algorithm_conforms(algorithm, tmp_path) -> None:
-    check_conformance(algorithm, tmp_path, environment=_toy_environment(algorithm))
+    # evaluations cut at 32 steps (a bandit's otherwise play 500 steps per member), and a
+    # bandit's generations of 32 steps: each of its steps takes a gradient per arm
+    training = {**TINY_SECTIONS["training"], "eval_steps": 32}
+    if installed_host().registry.algorithms[algorithm].family == "bandit":
+        training.update(max_steps=64, evo_steps=32)
+    check_conformance(algorithm, tmp_path, environment=_toy_environment(algorithm),
+                      training=training)  # fmt: skip
 
 
 @pytest.mark.parametrize("algorithm", TRAINABLE)

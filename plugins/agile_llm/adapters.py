@@ -160,7 +160,7 @@ class AdapterPopulation:
                 # an instance's own forward (an accelerate hook's, say) comes back afterwards
                 patched.append((module, module.__dict__.get("forward")))
                 by_runs = functools.partial(_by_runs, module, runs)
-                module.forward = by_runs  # type: ignore[method-assign]  # on purpose, undone below
+                module.forward = by_runs  # on purpose, undone below
             else:
                 hooks.append(module.register_forward_pre_hook(
                     functools.partial(_with_adapter_names, rows), with_kwargs=True))  # fmt: skip
