@@ -1,8 +1,7 @@
 """The ray backend on a real Ray cluster of two nodes on loopback (127.0.0.2 and 127.0.0.3):
-training across it, a worker killed mid-generation, resuming between backends, and errors.
-
-The other faults (a node lost, a worker stalled or over its timeout, the asynchronous mode's
-recoveries) take minutes together: they are marked slow, and run with ``pytest -m slow``."""
+training across it, its errors, and (marked slow: minutes together, run with ``pytest -m
+slow``) resuming between backends, shared experience, Ctrl-C, and faults: a worker killed,
+stalled or over its timeout, a node lost, the asynchronous mode's recoveries."""
 
 from __future__ import annotations
 
@@ -132,6 +131,7 @@ def test_a_population_trains_across_both_nodes_from_python(cluster: str, tmp_pat
     assert [m["index"] for m in saved["members"]] == [m.index for m in result.population]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_generation_costs_only_that_generation(
     nodes: Any, cluster: str, tmp_path: Path
 ) -> None:
@@ -245,6 +245,7 @@ def _fail(driver: subprocess.Popen[str], what: str) -> NoReturn:
     raise AssertionError(f"{what}; the driver said:\n{output}")
 
 
+@pytest.mark.slow
 def test_runs_resume_with_the_other_backend(cluster: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     ray_flags = ["--backend", "ray", "--address", cluster]
@@ -317,6 +318,7 @@ def test_async_a_killed_worker_trains_its_round_again_from_the_published_states(
     assert _summary(run_dir)["global_steps"] == 4 * 4_000
 
 
+@pytest.mark.slow
 def test_shared_experience_reaches_every_worker_and_needs_a_replay_buffer(
     cluster: str, tmp_path: Path
 ) -> None:
@@ -396,6 +398,7 @@ def _popen(*args: str | Path) -> subprocess.Popen[str]:
         signal.signal(signal.SIGINT, before)
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_driver_keeps_the_last_generations_checkpoint(
     cluster: str, tmp_path: Path
 ) -> None:

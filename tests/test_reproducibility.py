@@ -1,9 +1,9 @@
 """The same seed gives the same run, for every registered algorithm.
 
 Each algorithm trains a tiny evolving population (two members, two generations, mutation and
-tournament selection on) twice with one seed and once with another. The metrics records -
-each generation's fitnesses, hyperparameters, architectures and mutations - must be equal
-for the same seed and differ for the other. A newly registered algorithm is covered without
+tournament selection on) with two seeds, whose metrics records - each generation's fitnesses,
+hyperparameters, architectures and mutations - must differ; that one seed gives equal records
+is the conformance kit's check (tests/test_training.py), stacked and member by member. A newly registered algorithm is covered without
 a change here; one that no toy environment suits fails rather than being skipped.
 """
 
@@ -56,12 +56,14 @@ VARIANTS = {
 }
 
 
-def _assert_seed_fixes_the_run(manifest: Any, folder: Path) -> None:
+def _assert_seed_fixes_the_run(manifest: Any, folder: Path, *, again: bool = True) -> None:
+    """Two runs with one seed log the same metrics, and a run with another seed others; with
+    ``again`` False, only the latter (the conformance kit checked the former)."""
     first = seeded_metrics(manifest, folder / "first", seed=7)
-    again = seeded_metrics(manifest, folder / "again", seed=7)
+    if again:
+        assert seeded_metrics(manifest, folder / "again", seed=7) == first
     other = seeded_metrics(manifest, folder / "other", seed=8)
     assert len(first) == 2  # both generations logged
-    assert again == first
     assert other != first
 
 
@@ -71,7 +73,8 @@ def test_a_seed_fixes_the_whole_run(algorithm, tmp_path) -> None:
         algorithm, environment=_toy_environment(algorithm), training=BUDGET,
         **_evolving(algorithm),
     )  # fmt: skip
-    _assert_seed_fixes_the_run(manifest, tmp_path)
+    # the same seed twice: tests/test_training.py's conformance checks, on both paths
+    _assert_seed_fixes_the_run(manifest, tmp_path, again=False)
 
 
 def _train_records(
