@@ -3,8 +3,9 @@
 Each algorithm trains a tiny evolving population (two members, two generations, mutation and
 tournament selection on) with two seeds, whose metrics records - each generation's fitnesses,
 hyperparameters, architectures and mutations - must differ; that one seed gives equal records
-is the conformance kit's check (tests/test_training.py), stacked and member by member. A newly registered algorithm is covered without
-a change here; one that no toy environment suits fails rather than being skipped.
+is the conformance kit's check (tests/test_training.py), stacked and member by member. A newly
+registered algorithm is covered without a change here; one that no toy environment suits fails
+rather than being skipped.
 """
 
 from __future__ import annotations
