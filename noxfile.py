@@ -20,7 +20,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def slow(session: nox.Session) -> None:
-    """The tests the default run leaves out (minutes of Ray cluster faults)."""
+    """The tests the default run leaves out (minutes of Ray cluster runs and faults)."""
     _pytest(session, "-m", "slow", *session.posargs)  # pytest's last -m wins over addopts'
 
 
