@@ -467,9 +467,12 @@ def _folded_network_bounds(data: Mapping[str, Any], check: _Collector) -> Mappin
         if key in bounds:
             folded.setdefault(key, bounds[key])
     for source, target in (("encoder", "encoder_config"), ("head_net", "head_config")):
-        part = bounds.get(source)
-        if isinstance(part, Mapping):
-            folded[target] = {**part, **(folded.get(target) or {})}
+        part, own = bounds.get(source), folded.get(target)
+        if part is not None and not isinstance(part, Mapping):
+            check.add(f"mutation.network.{source}", f"must be a mapping, not {type(part).__name__}",
+                      f"e.g. {source}: {{max_hidden_layers: 3}}")  # fmt: skip
+        elif part is not None and (own is None or isinstance(own, Mapping)):
+            folded[target] = {**part, **(own or {})}  # else network.{target}'s own error shows
     for key in set(bounds) - {"min_latent_dim", "max_latent_dim", "encoder", "head_net"}:
         check.add(f"mutation.network.{key}", "unknown field",
                   "valid keys: min_latent_dim, max_latent_dim, encoder, head_net")  # fmt: skip

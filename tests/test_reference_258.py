@@ -146,6 +146,13 @@ def test_mutation_network_bounds_move_onto_the_network() -> None:
     assert network.max_latent_dim == 96 and network.encoder_config.max_hidden_layers == 2
 
 
+def test_mutation_network_bounds_that_are_not_mappings_are_field_errors() -> None:
+    bounds = {"encoder": {"max_hidden_layers": 2}, "head_net": 5}
+    data = {**_dqn(), "network": {"encoder_config": "mlp"}, "mutation": {"network": bounds}}
+    paths = [path for path, _ in _errors(data)]
+    assert paths == ["mutation.network.head_net", "network.encoder_config"]
+
+
 def test_a_key_written_out_at_another_value_is_ignored_with_a_warning() -> None:
     quiet = _validated({**_dqn(), "training": {"eval_greedy": True}})
     loud = _validated({**_dqn(), "training": {"eval_greedy": False}})

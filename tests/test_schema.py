@@ -52,6 +52,16 @@ def test_schema_for_one_algorithm(run) -> None:
     assert "unknown algorithm 'ppo' (did you mean 'PPO'?)" in result.output
 
 
+def test_every_algorithm_is_described_by_its_specs_docstring(schema) -> None:
+    from agile_cli.testing import installed_host
+
+    for name, entry in installed_host().registry.algorithms.items():
+        doc = entry.spec.__doc__  # a statement above it in the class body leaves it None
+        assert doc and doc.split()[0], f"{name}'s spec has no docstring"
+        described = schema["$defs"].get(f"{name}Algorithm", {}).get("description", "")
+        assert described.split()[:3] == doc.split()[:3], name
+
+
 def test_schema_shows_the_upper_bounds(schema) -> None:
     definitions = schema["$defs"]
     pop_size = definitions["DQNTraining"]["properties"]["pop_size"]

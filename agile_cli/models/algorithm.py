@@ -299,7 +299,7 @@ class VectorEnvironmentSpec(EnvironmentSpec):
         reject_both_spellings(data, ("wrappers", "env_wrappers"))
         if not isinstance(data, dict):
             return data
-        data = {key: _EMPTY.get(key) if value is None and key in _EMPTY else value
+        data = {key: _EMPTY[key]() if value is None and key in _EMPTY else value
                 for key, value in data.items()}  # fmt: skip
         name, entrypoint, factory = data.get("name"), data.get("entrypoint"), data.get("factory")
         an_id = isinstance(entrypoint, str) and ":" not in entrypoint
@@ -343,5 +343,7 @@ class VectorEnvironmentSpec(EnvironmentSpec):
         return warnings
 
 
-#: Keys whose null the reference writes for "none".
-_EMPTY: dict[str, Any] = {"config": {}, "env_config": {}, "wrappers": [], "env_wrappers": []}
+#: Keys whose null the reference writes for "none", and what makes that none.
+_EMPTY: dict[str, type] = {
+    "config": dict, "env_config": dict, "wrappers": list, "env_wrappers": list,
+}  # fmt: skip

@@ -11,10 +11,11 @@ from agile_rl import RLOptions
 
 
 class SACSpec(RLOptions, AlgorithmSpec):
-    reference_gap: ClassVar[str | None] = "agilerl 2.58 has no SAC"
     """Soft Actor-Critic (Haarnoja et al., 2018), for Box actions (a tanh-squashed Gaussian
     policy) and Discrete actions (a categorical policy, Christodoulou, 2019); twin critics,
     and a temperature tuned towards a target entropy."""
+
+    reference_gap: ClassVar[str | None] = "agilerl 2.58 has no SAC"
 
     batch_size: int = Field(
         default=256, ge=1, le=limits.BATCH, description="Transitions per gradient step."
