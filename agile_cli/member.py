@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from agile_cli.models.algorithm import AlgorithmSpec
     from agile_cli.models.base import Spec
+    from agile_cli.models.mutation import MutationSpec
     from agile_cli.models.training import TrainingSpec
 
 
@@ -31,6 +32,8 @@ class AgentContext:
     :param network: the manifest's network section (algorithm-specific options such as
         ``squash_output`` live there).
     :param replay_buffer: the manifest's replay_buffer section, if any.
+    :param mutation: the manifest's mutation section, if any (e.g. whether members measure
+        their neurons' gradients for the dormant-neuron resets).
     """
 
     device: torch.device
@@ -39,6 +42,7 @@ class AgentContext:
     seed: int = 0
     network: Spec | None = None
     replay_buffer: Spec | None = None
+    mutation: MutationSpec | None = None
 
 
 @dataclass

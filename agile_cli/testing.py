@@ -89,6 +89,7 @@ def tiny_population(
     context = AgentContext(
         torch.device(device), env.num_envs, manifest.training, seed=0,
         network=manifest.network, replay_buffer=manifest.replay_buffer,
+        mutation=manifest.mutation,
     )  # fmt: skip
     cls = setup.algorithm_class(manifest, registry)
     members = setup.build_population(manifest, cls, env, context, size=size)

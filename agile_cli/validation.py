@@ -177,7 +177,6 @@ def validate_mapping(
     if selection is not None and training is not None:
         selection = _check_selection(selection, training, _selection_key(data), check)
     recipe = _recipe(data, entry, algorithm, training, network, registry, check)
-    _compatibility_warnings(mutation, check)
     if None in (entry, algorithm, environment, training):
         raise ManifestError(check.errors, source=source)
     assert entry is not None and training is not None and algorithm is not None
@@ -478,14 +477,6 @@ def _folded_network_bounds(data: Mapping[str, Any], check: _Collector) -> Mappin
                   "valid keys: min_latent_dim, max_latent_dim, encoder, head_net")  # fmt: skip
     rest = {key: value for key, value in mutation.items() if key != "network"}
     return {**data, "network": folded, "mutation": rest}
-
-
-def _compatibility_warnings(mutation: MutationSpec | None, check: _Collector) -> None:
-    """Fields accepted for the reference's sake that do not do here what a reader may think."""
-    if mutation is not None and mutation.dormant_threshold is not None:
-        check.warnings.append(
-            "mutation.dormant_threshold: ignored, agile does not reset dormant neurons yet"
-        )
 
 
 def _keys_of(spec: type[BaseModel]) -> set[str]:

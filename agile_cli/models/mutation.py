@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from agile_cli.models.base import Spec, located_error
+from agile_cli.models.base import AGILE_ONLY, Spec, located_error
 
 #: The kind of mutation each ``mutation.probabilities`` field weighs (``no_mut`` weighs none).
 KIND_FIELDS = {
@@ -99,10 +99,21 @@ class MutationSpec(Spec):
         default=42, ge=0, description="Seed of the mutation and selection generator."
     )
     dormant_threshold: float | None = Field(
-        default=None,
+        default=0.01,
         ge=0,
         le=1,
-        description="The reference's dormant-neuron resets before a parameter mutation "
-        "(its default 0.01), accepted for compatibility: agile does not reset neurons yet and "
-        "ignores it.",
+        description=(
+            "A parameter mutation first re-initialises the member's dormant neurons: those "
+            "whose mean gradient magnitude in the last generation, relative to their layer's "
+            "mean, is at most this (ReGraMa, as the reference). null: no resets."
+        ),
+    )
+    preserve_function: bool = Field(
+        default=True,
+        description=(
+            "Nodes and layers an architecture mutation adds start so that the network computes "
+            "what it computed before (new nodes' outgoing weights zero, a new layer the "
+            "identity), where the layers around them allow it; false: they start random."
+        ),
+        json_schema_extra=AGILE_ONLY,
     )

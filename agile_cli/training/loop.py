@@ -170,6 +170,7 @@ class EvolutionLoop:
                 seed=self.seeds["members"],
                 network=manifest.network,
                 replay_buffer=manifest.replay_buffer,
+                mutation=manifest.mutation,
             )
             self.spaces = setup.describe_spaces(setup.member_spaces(manifest, self.env))
             self.population = setup.build_population(manifest, self.cls, self.env, self.context)

@@ -95,6 +95,7 @@ class MemberTrainer:
             seed=setup.seeds(seed)["members"],
             network=self.manifest.network,
             replay_buffer=self.manifest.replay_buffer,
+            mutation=self.manifest.mutation,
         )
         self.template = setup.build_population(self.manifest, cls, self.env, context, size=1)[0]
         #: What the slot's members share (a replay buffer), or None.

@@ -62,15 +62,23 @@ class BanditRunner(Runner[OffPolicyAlgorithm]):
         members take turns in it."""
         if not isinstance(self.env, BanditEnv):
             self.groups = []
-            return [
-                self._train_groups([m], [([0], Alone(m))], [self.env], steps, progress)[0]
-                for m in members
-            ]
+            return [self._train_alone(m, steps, progress) for m in members]
         groups = learning_groups(members, "off_policy", stack=self.stack)
         self.groups = [[members[i].index for i in positions] for positions, _ in groups]
         envs = [copy.copy(self.env) for _ in members]  # the table is shared, not copied
         try:
             return self._train_groups(members, groups, envs, steps, progress)
+        finally:
+            write_back(groups)
+
+    def _train_alone(
+        self, member: OffPolicyAlgorithm, steps: int, progress: Progress
+    ) -> GenerationStats:
+        """Train ``member`` by itself in the runner's own environment."""
+        groups: list[tuple[list[int], GroupLearner | Alone]] = [([0], Alone(member))]
+        member.watch_neurons()
+        try:
+            return self._train_groups([member], groups, [self.env], steps, progress)[0]
         finally:
             write_back(groups)
 

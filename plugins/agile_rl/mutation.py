@@ -1,6 +1,10 @@
 """The network mutations of RL members: a new layer or nodes (``architecture``), noise on
 the weights (``parameters``) and another activation (``activation``). The core's mutator draws
-the kind and calls :meth:`~agile_rl.Algorithm.mutate_network`, which lands here."""
+the kind and calls :meth:`~agile_rl.Algorithm.mutate_network`, which lands here.
+
+As in the reference (agilerl 2.58), added nodes and layers keep the network's function where
+they can (``mutation.preserve_function``), and a parameter mutation first re-initialises the
+member's dormant neurons (``mutation.dormant_threshold``): see :mod:`agile_rl.nn.neurons`."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import numpy as np
 import torch
 
 from agile_cli import MutationSpec
+from agile_rl.nn.modules import EvolvableNetwork
+from agile_rl.nn.neurons import keep_function
 
 #: The activations an ``activation`` mutation chooses among.
 ACTIVATIONS = ("ReLU", "ELU", "GELU")
@@ -21,6 +27,7 @@ class Mutable(Protocol):
     """What the network mutations use of a member (:class:`~agile_rl.Algorithm` has it)."""
 
     arch: Any
+    networks: dict[str, Any]
     supports_activation_mutation: ClassVar[bool]
 
     @property
@@ -34,6 +41,10 @@ class Mutable(Protocol):
 
     def after_parameter_mutation(self) -> None:
         """Bring what depends on the weights up to date after they were perturbed."""
+        ...
+
+    def reset_dormant(self, threshold: float, rng: np.random.Generator) -> int:
+        """Re-initialise the dormant units at ``threshold``; how many were reset."""
         ...
 
 
@@ -59,17 +70,33 @@ def _architecture(member: Mutable, spec: MutationSpec, rng: np.random.Generator)
     method = methods[int(rng.choice(len(methods), p=np.array(p) / sum(p)))]
     before = member.arch
     arch, args = before.apply(method.name, rng)
+    old_networks = dict(member.networks)
     member.set_architecture(arch)
     name = _performed(method.name, before, arch)
     described = ",".join(f"{k}={v}" for k, v in args.items())
-    return f"{name}({described})" if described else name
+    label = f"{name}({described})" if described else name
+    if spec.preserve_function:
+        outcomes = [
+            keep_function(old, member.networks[key])
+            for key, old in old_networks.items()
+            if isinstance(old, EvolvableNetwork)
+        ]
+        kept = [outcome for outcome in outcomes if outcome is not None]
+        if kept:  # every network of a member changes alike: one says for all
+            label = f"{label}, {kept[0]}"
+    return label
 
 
 def _parameters(member: Mutable, spec: MutationSpec, rng: np.random.Generator) -> str:
+    reset = 0
+    if spec.dormant_threshold is not None:
+        reset = member.reset_dormant(spec.dormant_threshold, rng)
     for network in member.policies:
         perturb_weights(network, spec.mutation_sd, rng)
     member.after_parameter_mutation()
-    return "parameters"
+    if not reset:
+        return "parameters"
+    return f"parameters, {reset} dormant neuron{'s' if reset > 1 else ''} reset"
 
 
 def _activation(member: Mutable, spec: MutationSpec, rng: np.random.Generator) -> str:

@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch.distributions import Distribution
+from torch.utils.hooks import RemovableHandle
 
 from agile_cli import (
     AgentContext,
@@ -36,6 +37,7 @@ from agile_rl.nn import sampling
 from agile_rl.nn.arch import NetworkArch
 from agile_rl.nn.eager import eager_optimizers
 from agile_rl.nn.modules import EvolvableNetwork, preprocess
+from agile_rl.nn.neurons import GradientSums, reset_dormant, watch_units
 from agile_rl.nn.transfer import transfer_optimizer_state
 from agile_rl.runtime.on_policy_group import OnPolicyGroupLearner
 from agile_rl.runtime.rollout import PolicyRecord
@@ -99,6 +101,17 @@ class Algorithm(MemberBasics, abc.ABC):
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._plans: dict[str, _OptimizerPlan] = {}
         self._parameter_lists: dict[str, list[torch.nn.Parameter]] = {}
+        mutation = context.mutation
+        #: Whether training sums the gradients of this member's units, for the dormant-neuron
+        #: resets of its parameter mutations (:mod:`agile_rl.nn.neurons`).
+        self.measures_neurons = (
+            mutation is not None
+            and mutation.dormant_threshold is not None
+            and mutation.probabilities.params_mut > 0
+        )
+        #: The last training's gradient score of each unit, by network and producing layer.
+        self.neuron_scores: dict[str, dict[str, torch.Tensor]] = {}
+        self._watching: list[tuple[str, GradientSums, list[RemovableHandle]]] = []
         self.build()
 
     # -- what subclasses implement -----------------------------------------------------------
@@ -333,6 +346,55 @@ class Algorithm(MemberBasics, abc.ABC):
     def after_parameter_mutation(self) -> None:
         """Called after the policy's weights were perturbed (e.g. to refresh copies)."""
 
+    # -- dormant neurons -----------------------------------------------------------------------
+
+    @property
+    def trained_networks(self) -> list[str]:
+        """The names of the networks an optimizer trains (not their target copies)."""
+        trained = {name for plan in self._plans.values() for name in plan.networks}
+        return [name for name in self.networks if name in trained]
+
+    def watch_neurons(self) -> None:
+        """Until :meth:`stop_watching_neurons`, the member's own forward passes sum its units'
+        gradients (when it :attr:`measures_neurons`); a stacked group sums them itself."""
+        if not self.measures_neurons or self._watching:
+            return
+        for name in self.trained_networks:
+            network = self.networks[name]
+            if isinstance(network, EvolvableNetwork):
+                sums = GradientSums()
+                self._watching.append((name, sums, watch_units(network, sums)))
+
+    def stop_watching_neurons(self) -> None:
+        """Remove :meth:`watch_neurons`' hooks; what they summed becomes
+        :attr:`neuron_scores`."""
+        if not self._watching:
+            return
+        for _, _, handles in self._watching:
+            for handle in handles:
+                handle.remove()
+        self.neuron_scores = {name: sums.scores(0) for name, sums, _ in self._watching}
+        self._watching = []
+
+    def reset_dormant(self, threshold: float, rng: np.random.Generator) -> int:
+        """Re-initialise the units whose :attr:`neuron_scores` call them dormant at
+        ``threshold`` (:func:`~agile_rl.nn.neurons.reset_dormant`), clearing the optimizer
+        moments of what was rewritten; returns how many units were reset."""
+        count = 0
+        for name, scores in self.neuron_scores.items():
+            network = self.networks.get(name)
+            if not isinstance(network, EvolvableNetwork):
+                continue
+            reset, touched = reset_dormant(network, scores, threshold, rng)
+            count += reset
+            for optimizer in self.optimizers.values():
+                for parameter, index in touched:
+                    state = optimizer.state.get(parameter, {})
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        if key in state:
+                            state[key][index] = 0.0
+        return count
+
     def clone(self, index: int) -> Algorithm:
         """An independent copy (networks, learned parameters, optimizers, spec, record) with
         ``index``.
@@ -370,6 +432,7 @@ class Algorithm(MemberBasics, abc.ABC):
             "torch_rng": self.generator.get_state(),
             "numpy_rng": self.rng.bit_generator.state,
             "extra": self.extra_state(),
+            "neuron_scores": copy.deepcopy(self.neuron_scores),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -392,6 +455,8 @@ class Algorithm(MemberBasics, abc.ABC):
         self.generator.set_state(state["torch_rng"])
         self.rng.bit_generator.state = state["numpy_rng"]
         self.load_extra_state(state["extra"])
+        # Checkpoints written before the dormant-neuron resets have no scores.
+        self.neuron_scores = copy.deepcopy(state.get("neuron_scores", {}))
 
     def extra_state(self) -> dict[str, Any]:
         """Algorithm-specific state to checkpoint (e.g. DQN's epsilon)."""

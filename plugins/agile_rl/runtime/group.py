@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cas
 
 import torch
 
+from agile_rl.nn.modules import EvolvableNetwork
+from agile_rl.nn.neurons import GradientSums, unit_widths
 from agile_rl.runtime.stacked import (
     StackedNetwork,
     as_stacked,
@@ -197,6 +199,10 @@ class MemberGroup(Group):
             for n in first.networks
         }
         self.optimizers = {name: self._optimizer(name) for name in first._plans}
+        if first.measures_neurons:
+            for name in trained:
+                if isinstance(first.networks[name], EvolvableNetwork):
+                    self.networks[name].gradients = GradientSums()
 
     # -- what learners use -------------------------------------------------------------------
 
@@ -223,6 +229,9 @@ class MemberGroup(Group):
         """One step of each named optimizer on the active members' ``losses``; gradients are
         computed for those optimizers' parameters only."""
         weight = active.to(losses.dtype)
+        for stacked in self.networks.values():
+            if stacked.gradients is not None:  # the inactive members' gradients are zeros
+                stacked.gradients.active = active
         networks = [n for name in optimizers for n in self._plan(name).networks]
         views = [v for n in networks for v in self.networks[n].views.values()]
         grads = torch.autograd.grad((losses * weight).sum(), views, allow_unused=True)
@@ -253,6 +262,11 @@ class MemberGroup(Group):
             stacked.write_back([m.networks[name] for m in self.members])
         for name, optimizer in self.optimizers.items():
             self._store_states(name, optimizer)
+        for name, stacked in self.networks.items():
+            if stacked.gradients is not None:
+                for row, member in enumerate(self.members):
+                    widths = unit_widths(member.networks[name])
+                    member.neuron_scores[name] = stacked.gradients.scores(row, widths)
 
     def _store_states(self, name: str, optimizer: StackedAdam) -> None:
         """Each member's Adam state of optimizer ``name`` (none for a member that never

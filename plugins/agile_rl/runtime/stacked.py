@@ -32,6 +32,7 @@ from torch import nn
 
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.nn.modules import MLP, EvolvableNetwork, LogStd
+from agile_rl.nn.neurons import GradientSums
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
 from agile_rl.nn.recurrent import LSTMEncoder
 from agile_rl.nn.recurrent_arch import LSTMArch
@@ -141,6 +142,9 @@ class StackedNetwork:
         self.noise = self._noise_buffers()
         self._noisy_layers = [_noisy_layers(network) for network in networks]
         self.mean_only = False
+        #: Where forward passes that take gradients sum their units' gradients (one row per
+        #: member, see :mod:`agile_rl.nn.neurons`); None: nowhere.
+        self.gradients: GradientSums | None = None
 
     def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
@@ -275,6 +279,7 @@ class StackedNetwork:
         encoder = template.encoder
         assert isinstance(encoder, LSTMEncoder), "a recurrent network encodes with an LSTM"
         latent = self._linear("encoder.out", x.reshape(members, steps * batch, -1))
+        self._watch("encoder.out", latent)
         latent = self._masked("encoder.out", encoder.out_act(latent))
         outputs = {
             name: out.reshape(members, steps, batch, -1)
@@ -327,11 +332,20 @@ class StackedNetwork:
             x = self._linear(layer, x)
             if f"{prefix}.norms.{index}.weight" in self.views:
                 x = self._layer_norm(f"{prefix}.norms.{index}", layer, x)
+            self._watch(layer, x)
             x = self._masked(layer, act(x))
         x = self._linear(f"{prefix}.out", x)
         if isinstance(module.out_norm, nn.LayerNorm):  # a normalised latent, no affine part
             x = self._normalised(f"{prefix}.out", x)
+        if prefix == "encoder":  # the latent's units; a head's outputs are none
+            self._watch("encoder.out", x)
         return self._masked(f"{prefix}.out", module.out_act(x))
+
+    def _watch(self, producer: str, pre_activation: torch.Tensor) -> None:
+        """Have the gradient of ``producer``'s units' ``pre_activation`` ``[k, ..., W]``
+        summed into :attr:`gradients`, if set and the pass takes gradients."""
+        if self.gradients is not None and pre_activation.requires_grad:
+            pre_activation.register_hook(self.gradients.hook(producer))
 
     def _linear(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         if layer in self.noise:

@@ -122,6 +122,9 @@ def learning_groups(
             groups.append((positions, learner(MemberGroup(chosen))))
         else:
             groups += [([i], Alone(members[i])) for i in positions]
+    for _, actor in groups:
+        if isinstance(actor, Alone):  # a stacked group sums its members' gradients itself
+            actor.members[0].watch_neurons()
     return groups
 
 
@@ -131,6 +134,8 @@ def write_back(groups: Sequence[tuple[list[int], Actor]]) -> None:
     for _, actor in groups:
         if isinstance(actor, GroupLearner):
             actor.group.write_back()
+        else:
+            actor.members[0].stop_watching_neurons()
 
 
 def gradient_step(actor: Actor, buffer: ReplayBuffer, active: Sequence[bool]) -> torch.Tensor:
