@@ -59,6 +59,9 @@ def _written(value: Any, spec: Any, path: str, notes: list[str]) -> Any:
         for key, item in value.items():
             field = fields.get(key)
             if item is None:
+                default = None if field is None else field.get_default(call_default_factory=True)
+                if default is not None:  # null turns off what 2.58 does by default
+                    notes.append(f"{path}.{key}: null left out (agilerl 2.58 uses {default!r})")
                 continue
             if field is not None and _agile_only(field.json_schema_extra):
                 if getattr(spec, key) != field.get_default(call_default_factory=True):

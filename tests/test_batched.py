@@ -461,8 +461,12 @@ def test_batched_generation_equals_members_stepping_alone(
 ) -> None:
     # Rainbow with its n-step returns but uniform replay: from one shared prioritised buffer a
     # group samples every member's batch before any of them updates priorities, while members
-    # alone update between their samples, so their runs differ by design.
-    options = {"replay_buffer": {"per_buffer": False}} if algorithm == "RainbowDQN" else {}
+    # alone update between their samples, so their runs differ by design. It learns from both
+    # returns (combined_reward): the first steps the buffer keeps stack too.
+    options: dict[str, Any] = {}
+    if algorithm == "RainbowDQN":
+        options = {"replay_buffer": {"per_buffer": False},
+                   "algorithm_options": {"combined_reward": True}}  # fmt: skip
     assert_batched_equals_alone(_manifest(algorithm, evo_steps, **options), tmp_path)
 
 

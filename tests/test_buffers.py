@@ -365,6 +365,45 @@ def test_n_step_batches_go_straight_into_a_buffer_with_dict_observations() -> No
     assert torch.allclose(sample.rewards, torch.full((50,), 1.9))
 
 
+def test_each_n_step_row_keeps_the_one_step_transition_it_starts_with() -> None:
+    """Two environments, 2-step windows: env 0 runs on, env 1's episode ends at step 1. The
+    first steps are the plain transitions: the next step's observation within a window, the
+    reached one (and its termination) for a window of one step."""
+    accumulator = NStepAccumulator(2, 0.9, num_envs=2)
+    space = spaces.Dict({"x": spaces.Box(-9, 9, shape=(1,)), "k": spaces.Discrete(9)})
+    buffer = ReplayBuffer(10, space, TWO_ACTIONS, gamma=0.9, first_steps=True)
+    ends = [np.array([False, False]), np.array([False, True]), np.array([False, False])]
+    for step, ended in enumerate(ends):
+        obs = {"x": np.full((2, 1), step, dtype=np.float32), "k": np.array([step, step])}
+        reached = {"x": obs["x"] + 1, "k": obs["k"] + 1}
+        rewards = np.array([1.0, 10.0]) * (step + 1)
+        batch = accumulator.push(obs, np.zeros(2), rewards, reached, ended, np.zeros(2, bool))
+        if batch is not None:
+            buffer.add(**batch._asdict())
+    sample = buffer.sample(64, torch.Generator().manual_seed(0))
+    assert sample.step_rewards is not None and sample.step_terminated is not None
+    assert isinstance(sample.step_next_obs, dict)
+    torch.testing.assert_close(sample.step_next_obs["k"], sample.obs["k"] + 1)
+    step = sample.obs["k"].float()
+    torch.testing.assert_close(sample.step_rewards, torch.where(
+        sample.rewards > 15, 10.0 * (step + 1), 1.0 * (step + 1)))  # fmt: skip
+    # env 1's step 1 ended its episode: its first step is terminal, every other is not
+    torch.testing.assert_close(sample.step_terminated, (sample.rewards == 20.0).float())
+    with pytest.raises(ValueError, match="first="):
+        buffer.add(obs, np.zeros(2), np.zeros(2), obs, np.zeros(2))
+
+
+def test_a_buffer_keeping_first_steps_refuses_rows_saved_without_them() -> None:
+    plain = ReplayBuffer(8, VECTOR, TWO_ACTIONS, gamma=0.9)
+    _fill(plain, 3)
+    keeping = ReplayBuffer(8, VECTOR, TWO_ACTIONS, gamma=0.9, first_steps=True)
+    with pytest.raises(UsageError, match="step_rewards column"):
+        keeping.load_state_dict(plain.state_dict())
+    with pytest.raises(UsageError, match="step_rewards column"):
+        keeping.add_rows(plain.rows_since(0))
+    assert len(keeping) == 0
+
+
 def _prioritised(alpha: float, rows: int = 3) -> PrioritizedReplayBuffer:
     buffer = PrioritizedReplayBuffer(8, VECTOR, TWO_ACTIONS, gamma=0.9, alpha=alpha)
     _fill(buffer, rows)

@@ -196,8 +196,10 @@ def test_mutating_noise_std_rescales_every_sigma() -> None:
     assert member.spec.noise_std == 1.0 and member.networks["q"].noisy_std == 1.0
 
 
-def test_conforms_with_prioritised_n_step_replay(tmp_path) -> None:
-    check_conformance("RainbowDQN", tmp_path, replay_buffer=REPLAY)
+def test_conforms_learning_from_both_returns_of_prioritised_n_step_replay(tmp_path) -> None:
+    # The default manifest's conformance (tests/test_training.py) covers n-step replay alone.
+    options = {"combined_reward": True}
+    check_conformance("RainbowDQN", tmp_path, algorithm_options=options, replay_buffer=REPLAY)
 
 
 # -- the spec ----------------------------------------------------------------------------------
@@ -261,6 +263,27 @@ def test_algorithm_n_step_is_the_length_of_the_default_n_step_buffer() -> None:
     assert "ignored" in warning and "n_step_buffer_args.n_step: 4" in warning
 
 
-def test_combined_reward_is_refused() -> None:
-    (error,) = _errors({"combined_reward": True})
-    assert error.startswith("algorithm.combined_reward: not available")
+def test_combined_reward_adds_the_first_steps_loss_to_the_n_step_loss(projection_spy) -> None:
+    member = _member(gamma=0.9, combined_reward=True)
+    plain = _batch(3, discounts=torch.tensor([0.81, 0.81, 0.9]))
+    first = {
+        "step_rewards": torch.tensor([2.0, 3.0, 4.0]),
+        "step_terminated": torch.zeros(3),
+        "step_next_obs": torch.randn(3, 4, generator=torch.Generator().manual_seed(1)),
+    }
+    twin = member.clone(member.index)
+    alone = member.learn(plain).priorities
+    projection_spy.clear()
+    both = twin.learn(plain._replace(**first)).priorities
+    torch.testing.assert_close(projection_spy["rewards"], first["step_rewards"])  # the 1-step
+    torch.testing.assert_close(projection_spy["discounts"], torch.full((3,), 0.9))
+    assert (both > alone).all()  # a second cross-entropy, non-negative, is added
+
+
+def test_combined_reward_without_an_n_step_buffer_is_ignored_with_a_warning() -> None:
+    data = {"algorithm": {"name": "RainbowDQN", "combined_reward": True},
+            "environment": "CartPole-v1", "replay_buffer": {"n_step_buffer": False}}  # fmt: skip
+    manifest = TrainingManifest.get_validated(data)
+    assert [w for w in manifest.warnings if w.startswith("algorithm.combined_reward: ignored")]
+    on = TrainingManifest.get_validated({**data, "replay_buffer": {"n_step_buffer": True}})
+    assert not [w for w in on.warnings if "combined_reward" in w]

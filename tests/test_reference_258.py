@@ -21,7 +21,6 @@ CORPUS = sorted((ROOT / "tests" / "reference_258").glob("*.yaml"))
 
 #: Files 2.58 validates that agile does not read yet, and why (its open issue's list).
 NOT_YET = {
-    "rainbow_dqn_cartpole.yaml": "combined_reward: one-step and n-step returns together",
     "recurrent_ppo_cartpole_pixels.yaml": "the cnn_lstm encoder",
 }
 READ = [path for path in CORPUS if path.name not in NOT_YET]
@@ -218,6 +217,31 @@ def test_a_setting_2_58_cannot_carry_is_left_out_with_a_note(run: Any, write: An
     assert result.exit_code == 0, result.output
     assert "policy_noise" not in json.loads(result.stdout)["algorithm"]
     assert "note: algorithm.policy_noise: 0.3 left out" in result.stderr
+
+
+def test_resets_turned_off_are_named_in_the_reference_form(run: Any, write: Any) -> None:
+    text = ("algorithm: {name: DQN}\nenvironment: {name: CartPole-v1}\n"
+            "mutation: {dormant_threshold: null, preserve_function: false}\n")  # fmt: skip
+    result = run("validate", "--reference", str(write("dqn.yaml", text)))
+    assert result.exit_code == 0, result.output
+    assert "dormant_threshold" not in json.loads(result.stdout)["mutation"]
+    assert "note: mutation.dormant_threshold: null left out (agilerl 2.58 uses 0.01)" in (
+        result.stderr
+    )
+    assert "note: mutation.preserve_function: False left out" in result.stderr
+
+
+def test_cudagraphs_is_accepted_with_a_warning_that_it_is_not_used() -> None:
+    quiet = _validated(_dqn())
+    loud = _validated({**_dqn(), "algorithm": {"name": "DQN", "cudagraphs": True}})
+    assert not [w for w in quiet.warnings if "cudagraphs" in w]
+    assert [w for w in loud.warnings if w.startswith("algorithm.cudagraphs: not used")]
+
+
+def test_the_2_58_default_threshold_applies_and_resets_are_on() -> None:
+    assert _validated({**_dqn(), "mutation": {}}).mutation.dormant_threshold == 0.01
+    written = _load(ROOT / "tests" / "reference_258" / "dqn_acrobot.yaml")
+    assert _validated(written).mutation.dormant_threshold == 0.05
 
 
 def test_an_entrypoint_reference_that_repeats_the_name_stays_a_reference() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -28,7 +28,9 @@ class DQNSpec(RLOptions, AlgorithmSpec):
         "CartPole with population 4 it learnt faster than the single-network target.",
     )
     cudagraphs: bool = Field(
-        False, description="Accepted for compatibility; agile compiles nothing and ignores it."
+        False,
+        description="The reference's CUDA-graph capture of the update on a GPU. Accepted for "
+        "compatibility and not used yet, on any device: agile's update is not compiled.",
     )
 
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
@@ -39,3 +41,12 @@ class DQNSpec(RLOptions, AlgorithmSpec):
     supports_n_step: ClassVar[bool] = True
     training_spec: ClassVar[type[TrainingSpec] | None] = EpsilonGreedyTraining
     normalised_latent: ClassVar[bool] = True
+
+    def manifest_warnings(self, manifest: Any) -> list[str]:
+        """``cudagraphs: true`` is accepted and not used (see the field)."""
+        if not self.cudagraphs:
+            return []
+        return [
+            "algorithm.cudagraphs: not used: agile does not capture its update in a CUDA graph "
+            "yet, on this device or any other; the update runs as it would without it"
+        ]

@@ -123,9 +123,21 @@ class RainbowGroup(GroupLearner["RainbowDQN"]):
         log_probs = self.log_probs("q", obs)
         actions = batch.actions.long().view(self.group.size, size, 1, 1)
         taken = log_probs.gather(2, actions.expand(-1, -1, 1, log_probs.shape[-1])).squeeze(2)
+        gamma = self.group.hp("gamma").unsqueeze(1)
+        discount = gamma if batch.discounts is None else batch.discounts
         with torch.no_grad():  # a pass of its own: backward then runs over obs's rows only
-            target = self._target(batch, self.log_probs("q", next_obs), next_obs)
+            target = self._target(batch.rewards, discount * (1.0 - batch.terminated), next_obs)
         cross_entropy = -(target * taken).sum(dim=-1)
+        if batch.step_rewards is not None:  # combined_reward: the first step's return too
+            step_next = stacked_observations(
+                first.obs_tensor(flat_rows(batch.step_next_obs)), self.group.size
+            )
+            assert batch.step_terminated is not None, "a buffer keeps whole first steps"
+            with torch.no_grad():
+                one_step = self._target(
+                    batch.step_rewards, gamma * (1.0 - batch.step_terminated), step_next
+                )
+            cross_entropy = cross_entropy - (one_step * taken).sum(dim=-1)
         losses = masked_mean(batch.weights * cross_entropy, rows)
         self.group.gradient_step("q", losses, active, max_grad_norm=10.0)
         self.group.soft_update([("target", "q")], self.group.hp("tau"), active)
@@ -137,20 +149,21 @@ class RainbowGroup(GroupLearner["RainbowDQN"]):
             m.generator if on else None for m, on in zip(self.members, active.tolist(), strict=True)
         ]
 
-    def _target(self, batch: Transitions, online_next: torch.Tensor, next_obs: Any) -> torch.Tensor:
-        """Each member's projected double-Q target distribution, ``[k, B, atoms]``."""
-        next_actions = self.q_values(online_next).argmax(dim=2)
+    def _target(
+        self, rewards: torch.Tensor, discounts: torch.Tensor, next_obs: Any
+    ) -> torch.Tensor:
+        """Each member's projected double-Q target distribution ``[k, B, atoms]`` for returns
+        ``rewards`` ``[k, B]`` bootstrapping from ``next_obs`` with ``discounts`` (zero where
+        the episode ended)."""
+        next_actions = self.q_values(self.log_probs("q", next_obs)).argmax(dim=2)
         target_log_probs = self.log_probs("target", next_obs)
         index = next_actions.view(*next_actions.shape, 1, 1).expand(
             -1, -1, 1, target_log_probs.shape[-1]
         )
         next_probs = target_log_probs.gather(2, index).squeeze(2).exp()
-        gamma = self.group.hp("gamma").unsqueeze(1)
-        discount = gamma if batch.discounts is None else batch.discounts
-        discounts = discount * (1.0 - batch.terminated)
         atoms = next_probs.shape[-1]
         projected = project_distribution(
-            next_probs.reshape(-1, atoms), batch.rewards.reshape(-1), discounts.reshape(-1),
+            next_probs.reshape(-1, atoms), rewards.reshape(-1), discounts.reshape(-1),
             self.members[0].support,
         )  # fmt: skip
         return projected.view(*next_probs.shape)

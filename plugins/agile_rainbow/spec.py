@@ -88,8 +88,9 @@ class RainbowDQNSpec(RLOptions, AlgorithmSpec):
     )
     combined_reward: bool = Field(
         False,
-        description="Not available (must be false): the replay buffer holds either n-step or "
-        "1-step transitions, not both, so there is no second loss to add.",
+        description="With n-step returns, also learn from the one-step return of the same "
+        "sampled transitions: the loss is the sum of both cross-entropies (the replay buffer "
+        "then keeps each transition's first step too). Ignored without an n-step buffer.",
     )
 
     mutable_hyperparameters: ClassVar[tuple[str, ...]] = (
@@ -106,15 +107,6 @@ class RainbowDQNSpec(RLOptions, AlgorithmSpec):
         v_min = info.data.get("v_min")
         if v_min is not None and value <= v_min:
             raise ValueError(f"must be greater than v_min ({v_min})")
-        return value
-
-    @field_validator("combined_reward")
-    @classmethod
-    def _not_combined(cls, value: bool) -> bool:
-        if value:
-            raise ValueError(
-                "not available: the replay buffer holds n-step or 1-step transitions, not both"
-            )
         return value
 
     def resolve_section(self, name: str, section: Spec) -> Spec:
@@ -148,13 +140,22 @@ class RainbowDQNSpec(RLOptions, AlgorithmSpec):
         return []
 
     def manifest_warnings(self, manifest: TrainingManifest) -> list[str]:
-        """``n_step`` without an n-step buffer is ignored (the reference format writes it so,
-        and its trainer ignores it too)."""
+        """``n_step`` and ``combined_reward`` without an n-step buffer are ignored (the
+        reference format writes them so, and its trainer ignores them too)."""
         replay = manifest.replay_buffer
-        if self.n_step is None or (isinstance(replay, ReplayBufferSpec) and replay.n_step_buffer):
+        if isinstance(replay, ReplayBufferSpec) and replay.n_step_buffer:
             return []
-        return [
-            f"algorithm.n_step: ignored, no n-step returns without replay_buffer.n_step_buffer "
-            f"(for {self.n_step}-step returns set replay_buffer.n_step_buffer: true and "
-            f"n_step_buffer_args.n_step: {self.n_step}; else remove it)"
-        ]
+        warnings = []
+        if self.n_step is not None:
+            warnings.append(
+                f"algorithm.n_step: ignored, no n-step returns without "
+                f"replay_buffer.n_step_buffer (for {self.n_step}-step returns set "
+                f"replay_buffer.n_step_buffer: true and n_step_buffer_args.n_step: "
+                f"{self.n_step}; else remove it)"
+            )
+        if self.combined_reward:
+            warnings.append(
+                "algorithm.combined_reward: ignored, the one-step return is the only one "
+                "without replay_buffer.n_step_buffer"
+            )
+        return warnings

@@ -50,16 +50,26 @@ def replay_buffer(
     manifest: TrainingManifest, env: Any, device: torch.device, *, gamma: float
 ) -> ReplayBuffer:
     """A single-agent replay buffer as the ``replay_buffer`` section describes it (prioritised
-    when ``per_buffer``), for ``env``'s observation and action spaces."""
+    when ``per_buffer``; keeping each n-step row's first step for :func:`keeps_first_steps`),
+    for ``env``'s observation and action spaces."""
     from agile_rl.runtime.buffers import PrioritizedReplayBuffer, ReplayBuffer
 
     spec = replay_spec(manifest)
     spaces = (env.single_observation_space, env.single_action_space)
+    first = keeps_first_steps(manifest)
     if spec.per_buffer:
         return PrioritizedReplayBuffer(
-            spec.max_size, *spaces, gamma=gamma, alpha=spec.per_buffer_args.alpha, device=device
-        )
-    return ReplayBuffer(spec.max_size, *spaces, gamma=gamma, device=device)
+            spec.max_size, *spaces, gamma=gamma, alpha=spec.per_buffer_args.alpha,
+            device=device, first_steps=first,
+        )  # fmt: skip
+    return ReplayBuffer(spec.max_size, *spaces, gamma=gamma, device=device, first_steps=first)
+
+
+def keeps_first_steps(manifest: TrainingManifest) -> bool:
+    """Whether the replay buffer keeps the one-step transition each n-step row starts with:
+    for an algorithm that learns from both returns (RainbowDQN's ``combined_reward``)."""
+    combined = bool(getattr(manifest.algorithm, "combined_reward", False))
+    return combined and replay_spec(manifest).n_step_buffer
 
 
 def team_replay_buffer(

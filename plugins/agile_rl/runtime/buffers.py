@@ -52,10 +52,25 @@ class Transitions(NamedTuple):
     discounts: torch.Tensor | None
     weights: torch.Tensor
     indices: torch.Tensor
+    #: The first step of each n-step transition, where the buffer keeps it (:class:`FirstSteps`):
+    #: its reward, next observation and termination; None otherwise.
+    step_rewards: torch.Tensor | None = None
+    step_next_obs: torch.Tensor | dict[str, torch.Tensor] | None = None
+    step_terminated: torch.Tensor | None = None
+
+
+class FirstSteps(NamedTuple):
+    """The one-step transition each n-step transition starts with (what RainbowDQN's
+    ``combined_reward`` learns from besides the n-step return), batch dimension first."""
+
+    rewards: np.ndarray
+    next_obs: np.ndarray | dict[str, np.ndarray]
+    terminated: np.ndarray
 
 
 class NStepBatch(NamedTuple):
-    """n-step transitions ready for ``buffer.add(**batch._asdict())``, batch dimension first."""
+    """n-step transitions leaving an :class:`NStepAccumulator`, batch dimension first, and the
+    one-step transition each starts with."""
 
     obs: np.ndarray | dict[str, np.ndarray]
     actions: np.ndarray
@@ -63,6 +78,7 @@ class NStepBatch(NamedTuple):
     next_obs: np.ndarray | dict[str, np.ndarray]
     terminated: np.ndarray
     discounts: np.ndarray
+    first: FirstSteps
 
 
 def _layout(space: spaces.Space) -> tuple[torch.dtype, tuple[int, ...]]:
@@ -169,6 +185,13 @@ def _check_fits(store: Stored, saved: Any, name: str) -> None:
         raise _mismatch(f"{name} dtype")
 
 
+def _saved(columns: Mapping[str, Any], name: str) -> Any:
+    """Column ``name`` of saved rows, which a buffer that keeps fewer columns lacks."""
+    if name not in columns:
+        raise _mismatch(f"the {name} column and the columns kept")
+    return columns[name]
+
+
 def _restore(store: Stored, saved: Any) -> None:
     if isinstance(store, dict):
         for key, tensor in store.items():
@@ -204,6 +227,8 @@ class ReplayBuffer:
     :param gamma: discount stored with transitions added without explicit ``discounts`` to a
         buffer that holds n-step returns.
     :param device: where the storage lives and sampled batches are returned.
+    :param first_steps: also keep the one-step transition each n-step row starts with
+        (:class:`FirstSteps`, given to every :meth:`add`); sampled batches then carry it.
 
     The buffer holds n-step returns once rows were added with explicit ``discounts``; then
     sampled batches carry ``discounts``, otherwise it is None.
@@ -217,6 +242,7 @@ class ReplayBuffer:
         *,
         gamma: float,
         device: str | torch.device = "cpu",
+        first_steps: bool = False,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
@@ -230,6 +256,13 @@ class ReplayBuffer:
         self._rewards: Stored = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self._terminated: Stored = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self._discounts = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+        self._first: dict[str, Stored] = {}
+        if first_steps:
+            self._first = {
+                "step_rewards": torch.zeros(capacity, dtype=torch.float32, device=self.device),
+                "step_next_obs": _allocate(observation_space, capacity, self.device),
+                "step_terminated": torch.zeros(capacity, dtype=torch.float32, device=self.device),
+            }
         self.n_step = False
         self._position = 0
         self._size = 0
@@ -249,6 +282,7 @@ class ReplayBuffer:
         *,
         discounts: np.ndarray | None = None,
         mask: np.ndarray | None = None,
+        first: FirstSteps | None = None,
     ) -> None:
         """Store a batch of transitions, one row per environment of a vector env.
 
@@ -260,7 +294,11 @@ class ReplayBuffer:
         :param discounts: ``[N]`` multipliers of the bootstrap value of n-step transitions
             (from then on the buffer holds n-step returns); ``gamma`` by default.
         :param mask: ``[N]`` bool, the rows to store; all of them by default.
+        :param first: the one-step transition each row starts with: required by a buffer
+            that keeps them, ignored by one that does not.
         """
+        if self._first and first is None:
+            raise ValueError("this buffer keeps each row's first step: pass first=")
         rows = _kept_rows(len(rewards), mask, self.capacity)
         count = len(rewards) if rows is None else rows.size
         if count == 0:
@@ -277,6 +315,9 @@ class ReplayBuffer:
         _write(self._rewards, start, _take(rewards, rows))
         _write(self._terminated, start, _take(terminated, rows))
         _write(self._discounts, start, discounts)
+        if self._first and first is not None:
+            for name, value in zip(self._first, first, strict=True):
+                _write(self._first[name], start, _take(value, rows))
         self._advance(start, count)
 
     def _advance(self, start: int, count: int) -> None:
@@ -312,7 +353,7 @@ class ReplayBuffer:
         start = self._position
         columns = self._columns()
         for name, store in columns.items():
-            _check_fits(store, rows["columns"][name], name)
+            _check_fits(store, _saved(rows["columns"], name), name)
         for name, store in columns.items():
             _write(store, start, _last_rows(rows["columns"][name], keep))
         self.n_step = self.n_step or bool(rows["n_step"])
@@ -380,11 +421,17 @@ class ReplayBuffer:
             discounts=self._discounts.index_select(0, index) if self.n_step else None,
             weights=weights,
             indices=index,
+            **self._first_rows(index),
         )
+
+    def _first_rows(self, index: torch.Tensor) -> dict[str, Any]:
+        """The kept first steps of slots ``index`` (none where the buffer keeps none)."""
+        return {name: _gather(store, index) for name, store in self._first.items()}
 
     def _columns(self) -> dict[str, Stored]:
         stores = (self._obs, self._actions, self._rewards, self._next_obs)
-        return dict(zip(_COLUMNS, (*stores, self._terminated, self._discounts), strict=True))
+        columns = zip(_COLUMNS, (*stores, self._terminated, self._discounts), strict=True)
+        return {**dict(columns), **self._first}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore the buffer exactly: stored rows, position, size and
@@ -409,7 +456,7 @@ class ReplayBuffer:
             raise _mismatch(f"capacities {state['capacity']} and {self.capacity}")
         columns = self._columns()
         for name, store in columns.items():
-            _check_fits(store, state[name], name)
+            _check_fits(store, _saved(state, name), name)
         for name, store in columns.items():
             _restore(store, state[name])
         self._position = int(state["position"])
@@ -569,8 +616,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         gamma: float,
         alpha: float = 0.5,
         device: str | torch.device = "cpu",
+        first_steps: bool = False,
     ) -> None:
-        super().__init__(capacity, observation_space, action_space, gamma=gamma, device=device)
+        super().__init__(
+            capacity, observation_space, action_space, gamma=gamma, device=device,
+            first_steps=first_steps,
+        )  # fmt: skip
         self.alpha = alpha
         self._tree = SumTree(capacity)
         self._max_priority = 1.0
@@ -756,11 +807,42 @@ class NStepAccumulator:
             step_rewards = ring_rewards[(starts + j) % self.n_step, envs]
             returns += np.where(present, self.gamma**j * step_rewards, 0.0)
         first = starts % self.n_step
+        reached = _take(next_obs, envs)
         return NStepBatch(
             obs=_get(ring_obs, first, envs),
             actions=_get(ring_actions, first, envs),
             rewards=returns.astype(np.float32),
-            next_obs=_take(next_obs, envs),
+            next_obs=reached,
             terminated=terminated[envs].astype(np.float32),
             discounts=np.power(self.gamma, lengths).astype(np.float32),
+            first=self._first_steps(envs, starts, lengths, reached, terminated[envs]),
         )
+
+    def _first_steps(
+        self,
+        envs: np.ndarray,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        reached: ArrayObs,
+        terminated: np.ndarray,
+    ) -> FirstSteps:
+        """The one-step transition each leaving window starts with: the step after it is
+        the window's second (its observation is in the ring) or, for a window of one step,
+        what the vector step ``reached``; only the latter may have ended the episode."""
+        assert self._rings is not None
+        ring_obs, _, ring_rewards = self._rings
+        alone = lengths == 1
+        following = _get(ring_obs, (starts + 1) % self.n_step, envs)
+        return FirstSteps(
+            rewards=ring_rewards[starts % self.n_step, envs].astype(np.float32),
+            next_obs=_where(alone, reached, following),
+            terminated=(alone & terminated.astype(bool)).astype(np.float32),
+        )
+
+
+def _where(rows: np.ndarray, chosen: Any, other: Any) -> Any:
+    """Row by row, ``chosen`` where ``rows`` is true, else ``other`` (dicts key by key)."""
+    if isinstance(chosen, Mapping):
+        return {key: _where(rows, chosen[key], other[key]) for key in chosen}
+    chosen, other = np.asarray(chosen), np.asarray(other)
+    return np.where(rows.reshape(-1, *([1] * (chosen.ndim - 1))), chosen, other)

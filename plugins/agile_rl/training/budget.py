@@ -10,8 +10,9 @@ built (so its spaces are known) and before the population and the replay buffer 
   parameter with its gradient and Adam's two moments, for every member held at once (while a
   generation is selected: the old population, the new one and the elite);
 - the replay buffer: ``max_size`` transitions as the buffer lays them out (observation and
-  next observation, action, reward, termination and discount, per agent for teams), plus the
-  priority tree of prioritised replay;
+  next observation, action, reward, termination and discount, per agent for teams; and each
+  n-step row's first step where the buffer keeps it), plus the priority tree of prioritised
+  replay;
 - an on-policy rollout of ``learn_step`` environment steps.
 
 All three live on the training device. The figures are lower bounds, so a run that fits is
@@ -65,7 +66,10 @@ def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
     if manifest.replay_buffer is None:
         return []
     spec = experience.replay_spec(manifest)
-    row = transition_bytes(*_team_spaces(manifest, env))
+    observations, actions = _team_spaces(manifest, env)
+    row = transition_bytes(observations, actions)
+    if experience.keeps_first_steps(manifest):  # a next observation, reward and termination
+        row += sum(space_bytes(space) for space in observations) + 8
     detail = f"{spec.max_size:,} transitions of {row:,} B"
     hint = "lower replay_buffer.max_size"
     needs = [Need("replay_buffer.max_size", "the replay buffer", detail, spec.max_size * row,

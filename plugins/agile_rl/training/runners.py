@@ -381,7 +381,7 @@ class OffPolicyRunner(PopulationRunner):
         if ready is not None:
             self.buffer.add(
                 ready.obs, ready.actions, ready.rewards, ready.next_obs, ready.terminated,
-                discounts=ready.discounts,
+                discounts=ready.discounts, first=ready.first,
             )  # fmt: skip
 
     def _store(
