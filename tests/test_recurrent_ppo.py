@@ -27,7 +27,7 @@ from agile_ppo.algorithm import PPO
 from agile_ppo.episodes import Episodes, episode_spans, packed
 from agile_ppo.wrappers import MaskVelocity
 from agile_rl import LearnResult, NetworkSpec
-from agile_rl.nn.arch import MLPArch, NetworkArch, arch_from_spec
+from agile_rl.nn.arch import CnnLstmArch, MLPArch, NetworkArch, arch_from_spec
 from agile_rl.nn.modules import EvolvableNetwork
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.transfer import transfer_optimizer_state
@@ -148,8 +148,10 @@ def test_arch_from_spec_picks_the_lstm_for_recurrent_algorithms_only() -> None:
     assert arch_from_spec(NetworkSpec(), VECTOR, recurrent=True).encoder == LSTMArch(128)
     with pytest.raises(ManifestError, match=r"recurrent"):
         arch_from_spec(spec, VECTOR)  # an LSTM without recurrent
-    with pytest.raises(ManifestError, match=r"vector observations"):
-        arch_from_spec(NetworkSpec(), gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), recurrent=True)
+    images = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # as 2.58: convolutions, then an LSTM
+    assert isinstance(arch_from_spec(NetworkSpec(), images, recurrent=True).encoder, CnnLstmArch)
+    with pytest.raises(ManifestError, match=r"vector or image observations"):
+        arch_from_spec(NetworkSpec(), gym.spaces.Dict({"x": VECTOR}), recurrent=True)
     mlp = NetworkSpec.model_validate({"encoder_config": {"hidden_size": [16]}})
     with pytest.raises(ManifestError, match=r"describes an MLP"):
         arch_from_spec(mlp, VECTOR, recurrent=True)

@@ -19,12 +19,6 @@ from agile_cli import ManifestError, TrainingManifest
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = sorted((ROOT / "tests" / "reference_258").glob("*.yaml"))
 
-#: Files 2.58 validates that agile does not read yet, and why (its open issue's list).
-NOT_YET = {
-    "recurrent_ppo_cartpole_pixels.yaml": "the cnn_lstm encoder",
-}
-READ = [path for path in CORPUS if path.name not in NOT_YET]
-
 
 def _load(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
@@ -50,20 +44,14 @@ def test_the_corpus_covers_every_family_and_the_written_out_form() -> None:
     assert len([path for path in CORPUS if path.name.startswith("payload_")]) >= 2
 
 
-@pytest.mark.parametrize("path", READ, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_every_manifest_validates(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # data paths are relative to the repository, as 2.58 reads them
     manifest = _validated(_load(path))
     assert manifest.environment.env_type in ("gym", "offline", "bandit")
 
 
-@pytest.mark.parametrize("name", sorted(NOT_YET))
-def test_what_agile_does_not_read_yet_is_refused_with_a_sentence(name: str) -> None:
-    errors = _errors(_load(ROOT / "tests" / "reference_258" / name))
-    assert errors and all(path and message for path, message in errors)
-
-
-@pytest.mark.parametrize("path", READ, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_every_manifest_trains_one_generation(
     path: Path, run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,7 +177,7 @@ def _nulls(value: Any) -> list[Any]:
     return []
 
 
-@pytest.mark.parametrize("path", READ, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_the_reference_form_reads_back_to_the_same_manifest(
     path: Path, run: Any, write: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,7 +40,7 @@ class IPPOSpec(ClippedObjectiveSpec):
 
     def check_manifest(self, manifest: TrainingManifest) -> list[FieldError]:
         errors = self.not_available_errors("torch_compiler", "torch.compile")
-        if evolvable_network(manifest).arch == "lstm":
+        if evolvable_network(manifest).arch in ("lstm", "cnn_lstm"):
             errors.append(
                 FieldError(
                     "network.encoder_config.arch",

@@ -33,19 +33,20 @@ from agile_rl import (
 class PPO(OnPolicyAlgorithm):
     """Clipped-objective actor-critic for Discrete and Box action spaces.
 
-    With ``recurrent`` the encoder is an LSTM. The member keeps its hidden state for each
-    environment it steps, forgets it where an episode starts (:meth:`reset_state`), and hands
-    it to the rollout with every step; it learns on sequences of ``max_seq_len`` steps, each
-    re-run from the state it started from while collecting, with the state reset at episode
-    starts inside it, and a minibatch holds ``batch_size // max_seq_len`` of them. With
-    ``max_seq_len: null`` the sequences are whole episodes instead, and a minibatch holds
-    episodes while they fit in ``batch_size`` steps (:mod:`agile_ppo.episodes`).
+    With ``recurrent`` the encoder is an LSTM (on images, after convolutions). The member keeps
+    its hidden state for each environment it steps, forgets it where an episode starts
+    (:meth:`reset_state`), and hands it to the rollout with every step; it learns on sequences
+    of ``max_seq_len`` steps, each re-run from the state it started from while collecting, with
+    the state reset at episode starts inside it, and a minibatch holds
+    ``batch_size // max_seq_len`` of them. With ``max_seq_len: null`` the sequences are whole
+    episodes instead, and a minibatch holds episodes while they fit in ``batch_size`` steps
+    (:mod:`agile_ppo.episodes`).
 
     Acting, the policy step and the update are written once, for a group of members
     (:class:`~agile_ppo.group.PPOGroup`): a batched population trains members of one network
     layout together (recurrent ones too: their LSTMs stack, a smaller hidden state padded
-    gate by gate, and each keeps its own state, sequences and minibatches), and a member
-    alone runs the same code as a group of one.
+    gate by gate, and each keeps its own state, sequences and minibatches; CNN-LSTMs do not
+    stack), and a member alone runs the same code as a group of one.
     """
 
     spec: PPOSpec
@@ -70,7 +71,9 @@ class PPO(OnPolicyAlgorithm):
             trained = ("actor", "critic")
         self.recurrent = self.policy.recurrent
         if self.recurrent != self.spec.recurrent:
-            raise ValueError("recurrent PPO needs an LSTM encoder, and an LSTM encoder needs it")
+            raise ValueError(
+                "recurrent PPO needs a recurrent encoder (lstm, cnn_lstm), and one needs it"
+            )
         self._trunks = trained
         self._state: RecurrentState | None = None
         if self.continuous:

@@ -14,6 +14,9 @@ from agile_rl import ClippedObjectiveSpec, evolvable_network
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
 
+#: The encoders that carry a hidden state: for vector observations, and for images.
+_RECURRENT_ENCODERS = ("lstm", "cnn_lstm")
+
 #: The reference's rollout buffer options, at what agile's rollouts do.
 _ROLLOUT_BUFFER: dict[str, Any] = {
     "use_gae": True,
@@ -38,7 +41,9 @@ class PPOSpec(ClippedObjectiveSpec):
         "they say what agile does: use_gae: true, wrap_at_capacity: false.",
     )
     recurrent: bool = Field(
-        False, description="LSTM policy (recurrent PPO): the network's encoder is an LSTM."
+        False,
+        description="LSTM policy (recurrent PPO): the network's encoder is an LSTM (lstm), or "
+        "convolutions then an LSTM (cnn_lstm) for image observations.",
     )
     max_seq_len: int | None = Field(
         32,
@@ -106,15 +111,16 @@ class PPOSpec(ClippedObjectiveSpec):
         ]
 
     def _recurrent_errors(self, manifest: TrainingManifest) -> list[FieldError]:
-        """An LSTM encoder goes with ``recurrent``, and ``recurrent`` with an LSTM encoder."""
+        """A recurrent encoder (``lstm``, ``cnn_lstm``) goes with ``recurrent``, and
+        ``recurrent`` with a recurrent encoder."""
         network = evolvable_network(manifest)
         if not self.recurrent:
-            if network.arch != "lstm":
+            if network.arch not in _RECURRENT_ENCODERS:
                 return []
             return [
                 FieldError(
                     "network.encoder_config.arch",
-                    "'lstm' needs algorithm.recurrent: true",
+                    f"'{network.arch}' needs algorithm.recurrent: true",
                     "set algorithm.recurrent: true, or remove arch",
                 )
             ]
@@ -122,12 +128,12 @@ class PPOSpec(ClippedObjectiveSpec):
             message = "cannot be combined with algorithm.recurrent: true"
             return [FieldError("network.simba", message)]
         errors = []
-        if network.arch not in (None, "lstm"):
+        if network.arch not in (None, *_RECURRENT_ENCODERS):
             errors.append(
                 FieldError(
                     "network.encoder_config.arch",
                     f"'{network.arch}' carries no hidden state, but algorithm.recurrent is true",
-                    "write arch: lstm, or remove arch",
+                    "write arch: lstm (vector observations) or cnn_lstm (images), or remove arch",
                 )
             )
         elif network.arch is None and network.encoder_config is not None:
@@ -135,7 +141,8 @@ class PPOSpec(ClippedObjectiveSpec):
                 FieldError(
                     "network.encoder_config",
                     "describes an MLP encoder, but algorithm.recurrent is true",
-                    "give the LSTM's fields, e.g. {hidden_state_size: 64}, or remove it",
+                    "give the LSTM's fields, e.g. {hidden_state_size: 64} (for images, "
+                    "arch: cnn_lstm and its fields), or remove it",
                 )
             )
         return errors

@@ -105,6 +105,7 @@ _LAZY = {
     "NetworkSpec": "agile_rl.models.network:NetworkSpec",
     "StochasticNetworkSpec": "agile_rl.models.network:StochasticNetworkSpec",
     "CNNEncoderConfig": "agile_rl.models.network:CNNEncoderConfig",
+    "CnnLstmEncoderConfig": "agile_rl.models.network:CnnLstmEncoderConfig",
     "LSTMEncoderConfig": "agile_rl.models.network:LSTMEncoderConfig",
     "MLPConfig": "agile_rl.models.network:MLPConfig",
     "MLPEncoderConfig": "agile_rl.models.network:MLPEncoderConfig",
@@ -133,6 +134,7 @@ if TYPE_CHECKING:
     from agile_rl.models.gymnasium import GymnasiumEnvSpec
     from agile_rl.models.network import (
         CNNEncoderConfig,
+        CnnLstmEncoderConfig,
         LSTMEncoderConfig,
         MLPConfig,
         MLPEncoderConfig,
@@ -231,6 +233,7 @@ __all__ = [
     "CentralisedActorCriticGroup",
     "CentralisedActorCriticSpec",
     "ClippedObjectiveSpec",
+    "CnnLstmEncoderConfig",
     "CriticGroup",
     "DeterministicActorCritic",
     "DeterministicActorCriticGroup",

@@ -1,16 +1,16 @@
 """The ``network`` section: the evolvable encoder and head every RL algorithm builds.
 
-``encoder_config`` takes one of five shapes, chosen by ``arch`` (written there or at the top of
+``encoder_config`` takes one of six shapes, chosen by ``arch`` (written there or at the top of
 the section) or, when ``arch`` is omitted, by the keys present; with no distinguishing key the
 encoder is chosen from the observation space when the environment is built (Dict -> multiinput,
-image -> cnn, otherwise mlp).
+image -> cnn, otherwise mlp; for a recurrent algorithm, image -> cnn_lstm, otherwise lstm).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from agile_cli import Spec, TrainingError, limits
 from agile_cli.helpers import AGILE_ONLY, located_error
@@ -19,7 +19,7 @@ Activation = Literal[
     "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
     "GumbelSoftmax", "PReLU", "Identity",
 ]  # fmt: skip
-Arch = Literal["mlp", "cnn", "lstm", "simba", "multiinput"]
+Arch = Literal["mlp", "cnn", "cnn_lstm", "lstm", "simba", "multiinput"]
 _KernelInt = Annotated[int, Field(ge=1, le=limits.KERNEL)]
 _WIDTH = f"At most {limits.WIDTH:,}."
 _LAYERS = f"At most {limits.LAYERS:,}."
@@ -99,10 +99,10 @@ class MLPEncoderConfig(MLPConfig):
     )
 
 
-class CNNEncoderConfig(Spec):
-    """Convolutional encoder for image observations (channels-first or channels-last)."""
+class _Convolutions(Spec):
+    """The convolutions of an image encoder (``cnn``, and ``cnn_lstm`` on each frame), and the
+    bounds mutation keeps them in."""
 
-    arch: Literal["cnn"] = Field(default="cnn", description="Encoder kind.")
     channel_size: list[int] = Field(
         default_factory=lambda: [32, 32], min_length=1, description="Channels of each layer."
     )
@@ -141,7 +141,7 @@ class CNNEncoderConfig(Spec):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> CNNEncoderConfig:
+    def _consistent(self) -> _Convolutions:
         lengths = {len(self.channel_size), len(self.kernel_size), len(self.stride_size)}
         if len(lengths) > 1:
             raise located_error(
@@ -161,10 +161,16 @@ class CNNEncoderConfig(Spec):
         return self
 
 
-class LSTMEncoderConfig(Spec):
-    """Recurrent (LSTM) encoder, used by recurrent PPO."""
+class CNNEncoderConfig(_Convolutions):
+    """Convolutional encoder for image observations (channels-first or channels-last)."""
 
-    arch: Literal["lstm"] = Field(default="lstm", description="Encoder kind.")
+    arch: Literal["cnn"] = Field(default="cnn", description="Encoder kind.")
+
+
+class _Recurrence(Spec):
+    """The LSTM of a recurrent encoder (``lstm``, and ``cnn_lstm`` after its convolutions),
+    and the bounds of its size."""
+
     hidden_state_size: int = Field(default=128, gt=0, description="Size of the LSTM hidden state.")
     num_layers: int = Field(default=1, gt=0, description="Stacked LSTM layers.")
     min_hidden_state_size: int = Field(
@@ -182,7 +188,7 @@ class LSTMEncoderConfig(Spec):
     dropout: float = Field(default=0.0, ge=0, le=1, description="Dropout between LSTM layers.")
 
     @model_validator(mode="after")
-    def _within_bounds(self) -> LSTMEncoderConfig:
+    def _within_bounds(self) -> _Recurrence:
         _check_order(self, "min_hidden_state_size", "max_hidden_state_size")
         _check_order(self, "min_layers", "max_layers")
         _check_bounds(
@@ -191,6 +197,50 @@ class LSTMEncoderConfig(Spec):
         )  # fmt: skip
         _check_bounds("num_layers", [self.num_layers], self.min_layers, self.max_layers, "layers")
         return self
+
+
+class LSTMEncoderConfig(_Recurrence):
+    """Recurrent (LSTM) encoder for vector observations, used by recurrent PPO."""
+
+    arch: Literal["lstm"] = Field(default="lstm", description="Encoder kind.")
+
+
+def _named_or_keyed(schema: dict[str, Any]) -> None:
+    """In the JSON Schema, a ``cnn_lstm`` encoder_config names its arch or uses keys of both a
+    CNN and an LSTM, as :func:`encoder_arch` reads it: a CNN's or an LSTM's keys alone are
+    not mistaken for it."""
+
+    def any_key(arch: str) -> dict[str, Any]:
+        keys = [key for key, hinted in _KEY_HINTS.items() if hinted == arch]
+        return {"anyOf": [{"required": [key]} for key in keys]}
+
+    schema["anyOf"] = [
+        {"required": ["arch"]}, any_key("cnn_lstm"), {"allOf": [any_key("cnn"), any_key("lstm")]},
+    ]  # fmt: skip
+
+
+class CnnLstmEncoderConfig(_Recurrence, _Convolutions):
+    """Recurrent encoder for image observations, used by recurrent PPO: convolutions read each
+    frame, an LSTM reads their flattened features, a linear layer gives the latent. Its
+    architecture does not mutate (the latent and the head still do), as in agilerl 2.58."""
+
+    model_config = ConfigDict(json_schema_extra=_named_or_keyed)
+    arch: Literal["cnn_lstm"] = Field(default="cnn_lstm", description="Encoder kind.")
+    output_activation: Activation | None = Field(
+        default=None, description="Activation of the latent; null leaves it linear."
+    )
+    block_type: Literal["Conv2d"] = Field(
+        default="Conv2d",
+        json_schema_extra=AGILE_ONLY,
+        description="Convolution type: Conv2d, the one agile builds (frames are 2-D images).",
+    )
+    # agilerl 2.58's bounds of this encoder's LSTM are not those of its LSTM encoder.
+    max_hidden_state_size: int = Field(
+        default=256, gt=1, le=limits.WIDTH, description=f"Largest hidden state allowed. {_WIDTH}"
+    )
+    max_layers: int = Field(
+        default=6, ge=1, le=limits.LAYERS, description=f"Most LSTM layers allowed. {_LAYERS}"
+    )
 
 
 class SimBaEncoderConfig(Spec):
@@ -257,6 +307,7 @@ class MultiInputEncoderConfig(Spec):
 
 
 _KEY_HINTS: dict[str, str] = {
+    "block_type": "cnn_lstm",
     "channel_size": "cnn", "kernel_size": "cnn", "stride_size": "cnn",
     "hidden_state_size": "lstm", "num_layers": "lstm", "dropout": "lstm",
     "num_blocks": "simba", "scale_factor": "simba",
@@ -265,16 +316,19 @@ _KEY_HINTS: dict[str, str] = {
 
 
 def encoder_arch(data: Any) -> str:
-    """Which encoder shape a mapping describes: its ``arch``, else the keys it uses."""
+    """Which encoder shape a mapping describes: its ``arch``, else the keys it uses (a CNN's
+    and an LSTM's together: ``cnn_lstm``, as agilerl 2.58 reads them)."""
     if isinstance(data, Spec):
         return f"<{getattr(data, 'arch', None) or 'mlp'}>"
     if not isinstance(data, dict):
         return "<mlp>"
     if data.get("arch") in _ENCODERS:
         return f"<{data['arch']}>"
-    for key, arch in _KEY_HINTS.items():
-        if key in data:
-            return f"<{arch}>"
+    hinted = [arch for key, arch in _KEY_HINTS.items() if key in data]
+    if {"cnn", "lstm"} <= set(hinted):
+        return "<cnn_lstm>"
+    if hinted:
+        return f"<{hinted[0]}>"
     if isinstance(data.get("hidden_size"), int):
         return "<simba>"
     return "<mlp>"
@@ -283,6 +337,7 @@ def encoder_arch(data: Any) -> str:
 _ENCODERS: dict[str, type[Spec]] = {
     "mlp": MLPEncoderConfig,
     "cnn": CNNEncoderConfig,
+    "cnn_lstm": CnnLstmEncoderConfig,
     "lstm": LSTMEncoderConfig,
     "simba": SimBaEncoderConfig,
     "multiinput": MultiInputEncoderConfig,
@@ -291,6 +346,7 @@ _ENCODERS: dict[str, type[Spec]] = {
 EncoderConfig = Annotated[
     Annotated[MLPEncoderConfig, Tag("<mlp>")]
     | Annotated[CNNEncoderConfig, Tag("<cnn>")]
+    | Annotated[CnnLstmEncoderConfig, Tag("<cnn_lstm>")]
     | Annotated[LSTMEncoderConfig, Tag("<lstm>")]
     | Annotated[SimBaEncoderConfig, Tag("<simba>")]
     | Annotated[MultiInputEncoderConfig, Tag("<multiinput>")],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from agile_rl.nn.arch import (
     ArchMethod,
     CNNArch,
+    CnnLstmArch,
     LSTMArch,
     MLPArch,
     MultiInputArch,
@@ -22,6 +23,7 @@ from agile_rl.nn.arch import (
 __all__ = [
     "ArchMethod",
     "CNNArch",
+    "CnnLstmArch",
     "LSTMArch",
     "MLPArch",
     "MultiInputArch",

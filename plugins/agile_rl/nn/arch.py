@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, Union
 from agile_cli import FieldError, ManifestError, Spec, limits
 from agile_rl.models.network import (
     CNNEncoderConfig,
+    CnnLstmEncoderConfig,
     LSTMEncoderConfig,
     MLPConfig,
     MultiInputEncoderConfig,
@@ -329,9 +330,38 @@ class SimBaArch:
         return f"simba[{self.hidden_size}x{self.num_blocks}]"
 
 
-EncoderArch = MLPArch | CNNArch | MultiInputArch | SimBaArch | LSTMArch
+@dataclass(frozen=True)
+class CnnLstmArch:
+    """A recurrent encoder for images: a CNN's convolutions on each frame, an LSTM over their
+    flattened features, and a linear layer to the latent (with ``lstm.activation``).
+
+    Evolution leaves it as it is, as agilerl 2.58 does (``node_methods`` is empty): the latent
+    and the head still mutate.
+
+    :param cnn: the convolutions (its ``activation`` follows each of them); the linear layer
+        of a CNN encoder is not built: the LSTM reads the features.
+    :param lstm: the LSTM and the latent's activation.
+    """
+
+    kind: ClassVar[str] = "cnn_lstm"
+    node_methods: ClassVar[tuple[str, ...]] = ()
+
+    cnn: CNNArch
+    lstm: LSTMArch
+
+    def with_activation(self, activation: str) -> CnnLstmArch:
+        """The same encoder with another activation after the convolutions (the LSTM's gates
+        and the latent's activation are kept)."""
+        return replace(self, cnn=self.cnn.with_activation(activation))
+
+    def describe(self) -> str:
+        """E.g. ``cnn[32k3s1,32k3s1]+lstm[128x1]``."""
+        return f"{self.cnn.describe()}+{self.lstm.describe()}"
+
+
+EncoderArch = MLPArch | CNNArch | MultiInputArch | SimBaArch | LSTMArch | CnnLstmArch
 _KINDS: dict[str, type[EncoderArch]] = {
-    cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch, SimBaArch, LSTMArch)
+    cls.kind: cls for cls in (MLPArch, CNNArch, MultiInputArch, SimBaArch, LSTMArch, CnnLstmArch)
 }
 
 
@@ -341,7 +371,7 @@ def _to_json(arch: EncoderArch) -> dict[str, Any]:
         value = getattr(arch, field.name)
         if isinstance(value, tuple):
             value = list(value)
-        elif isinstance(value, EncoderArch):  # MultiInputArch's sub-encoders
+        elif isinstance(value, EncoderArch):  # the sub-encoders of one that has them
             value = _to_json(value)
         data[field.name] = value
     return data
@@ -513,12 +543,18 @@ def _mismatch(path: str, message: str, hint: str) -> ManifestError:
     return ManifestError([FieldError(path, message, hint)])
 
 
+#: The encoder that carries a hidden state for each kind of observation space that has one.
+_RECURRENT = {"mlp": "lstm", "cnn": "cnn_lstm"}
+#: What each of them reads.
+_RECURRENT_READS = {"lstm": "vector", "cnn_lstm": "image (3-D Box)"}
+
+
 def _encoder_kind(
     network: NetworkSpec, space: gymnasium.spaces.Space, recurrent: bool = False
 ) -> str:
     declared = network.arch
     observed = observed_kind(space)
-    if recurrent or declared == "lstm":
+    if recurrent or declared in _RECURRENT_READS:
         return _recurrent_kind(declared, observed, recurrent, space)
     if declared == "simba":
         if observed != "mlp":
@@ -537,27 +573,37 @@ def _encoder_kind(
 def _recurrent_kind(
     declared: str | None, observed: str, recurrent: bool, space: gymnasium.spaces.Space
 ) -> str:
-    """``lstm``, the one encoder that carries a hidden state, if it fits the algorithm and
-    the observation space."""
+    """The encoder that carries a hidden state for this observation space (``lstm`` for
+    vectors, ``cnn_lstm`` for images), if it fits the algorithm and what the section
+    declares."""
     if not recurrent:
         raise _mismatch(
             "network.encoder_config.arch",
-            "'lstm' needs a recurrent algorithm, but algorithm.recurrent is not true",
+            f"'{declared}' needs a recurrent algorithm, but algorithm.recurrent is not true",
             "set algorithm.recurrent: true, or remove arch",
         )
-    if declared not in (None, "lstm"):
+    if declared not in (None, *_RECURRENT_READS):
         raise _mismatch(
             "network.encoder_config.arch",
             f"'{declared}' carries no hidden state, but algorithm.recurrent is true",
-            "write arch: lstm, or remove arch",
+            "write arch: lstm (vector observations) or cnn_lstm (images), or remove arch",
         )
-    if observed != "mlp":
+    wanted = _RECURRENT.get(observed)
+    if wanted is None:
         raise _mismatch(
             "algorithm.recurrent",
-            f"the LSTM encoder reads vector observations, but the environment's is {space}",
+            "recurrent encoders read vector or image observations, but the environment's is "
+            f"{space}",
             "set recurrent: false",
         )
-    return "lstm"
+    if declared not in (None, wanted):
+        raise _mismatch(
+            "network.encoder_config.arch",
+            f"'{declared}' reads {_RECURRENT_READS[declared]} observations, but the "
+            f"environment's is {space}",
+            f"write arch: {wanted}, or remove arch",
+        )
+    return wanted
 
 
 def _simba_mismatch(
@@ -573,7 +619,7 @@ def _simba_mismatch(
 
 def _from_config(
     cls: type[MLPArch | CNNArch | SimBaArch],
-    config: MLPConfig | CNNEncoderConfig | SimBaEncoderConfig,
+    config: MLPConfig | CNNEncoderConfig | CnnLstmEncoderConfig | SimBaEncoderConfig,
 ) -> Any:
     values = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
     kwargs: dict[str, Any] = {
@@ -627,16 +673,38 @@ def _simba_encoder(config: Any) -> SimBaArch:
     )
 
 
+def _lstm_from_config(config: LSTMEncoderConfig | CnnLstmEncoderConfig) -> LSTMArch:
+    """The LSTM a recurrent encoder's config describes (its latent's activation aside)."""
+    names = [f.name for f in fields(LSTMArch) if f.name != "activation"]
+    return LSTMArch(**{name: getattr(config, name) for name in names})
+
+
 def _lstm_encoder(config: Any) -> LSTMArch:
     if isinstance(config, LSTMEncoderConfig):
-        names = [f.name for f in fields(LSTMArch) if f.name in LSTMEncoderConfig.model_fields]
-        return LSTMArch(**{name: getattr(config, name) for name in names})
+        return _lstm_from_config(config)
     if config is None:
         return LSTMArch(hidden_state_size=128)
-    raise _mismatch(
+    raise _not_recurrent("the LSTM's fields, e.g. {hidden_state_size: 64}")
+
+
+def _cnn_lstm_encoder(config: Any) -> CnnLstmArch:
+    if config is None:  # agilerl 2.58's defaults for a recurrent policy on images
+        config = CnnLstmEncoderConfig()
+    if not isinstance(config, CnnLstmEncoderConfig):
+        raise _not_recurrent(
+            "the CNN-LSTM's fields, e.g. {arch: cnn_lstm, channel_size: [32], kernel_size: [3], "
+            "stride_size: [1], hidden_state_size: 64}"
+        )
+    lstm = replace(_lstm_from_config(config), activation=config.output_activation)
+    return CnnLstmArch(cnn=_from_config(CNNArch, config), lstm=lstm)
+
+
+def _not_recurrent(fields_wanted: str) -> ManifestError:
+    """The refusal of an MLP's encoder_config (no arch) beside a recurrent algorithm."""
+    return _mismatch(
         "network.encoder_config",
         "describes an MLP encoder, but algorithm.recurrent is true",
-        "give the LSTM's fields, e.g. {hidden_state_size: 64}, or remove encoder_config",
+        f"give {fields_wanted}, or remove encoder_config",
     )
 
 
@@ -646,6 +714,7 @@ _ENCODER_BUILDERS: dict[str, Callable[[Any], EncoderArch]] = {
     "multiinput": _multi_input_encoder,
     "simba": _simba_encoder,
     "lstm": _lstm_encoder,
+    "cnn_lstm": _cnn_lstm_encoder,
 }
 
 
@@ -658,19 +727,20 @@ def arch_from_spec(
 ) -> NetworkArch:
     """The architecture a validated ``network`` section describes for an observation space.
 
-    The encoder is the one ``encoder_config.arch`` names (or SimBa, with ``simba: true``; an
-    LSTM for a recurrent algorithm), else the one the space calls for (Dict -> multi-input,
-    3-D Box -> CNN, anything else -> MLP); fields the spec leaves out take their defaults.
+    The encoder is the one ``encoder_config.arch`` names (or SimBa, with ``simba: true``), else
+    the one the space calls for (Dict -> multi-input, 3-D Box -> CNN, anything else -> MLP;
+    for a recurrent algorithm, 3-D Box -> CNN-LSTM, anything else -> LSTM); fields the spec
+    leaves out take their defaults.
 
     :param network: the validated ``network`` section.
     :param observation_space: the environment's (single, unbatched) observation space.
     :param recurrent: the algorithm carries a hidden state (``algorithm.recurrent``), which
-        takes an LSTM encoder, the only one that does.
+        takes an LSTM or CNN-LSTM encoder, the ones that do.
     :param latent_norm: an MLP encoder with layer norm normalises its latent too (the
         algorithm's spec asks for it: ``normalised_latent``).
     :raises ManifestError: the declared encoder cannot read this observation space (e.g. SimBa,
         which reads vectors, on images), ``simba: true`` comes with an MLP's encoder_config,
-        or an LSTM encoder and ``recurrent`` go one without the other.
+        or a recurrent encoder and ``recurrent`` go one without the other.
     """
     kind = _encoder_kind(network, observation_space, recurrent)
     encoder = _ENCODER_BUILDERS[kind](network.encoder_config)
@@ -715,6 +785,7 @@ _SIZES: dict[type, Bounds] = {
         "max_hidden_layers": (1, "max_hidden_layers", limits.LAYERS),
     },
     MultiInputArch: _LATENT,
+    CnnLstmArch: {},  # its parts are bounded one by one
     SimBaArch: {
         **_NODES,
         "num_blocks": (1, "max_blocks", limits.LAYERS),
@@ -737,8 +808,10 @@ _DEPTHS = {
     MLPArch: ("hidden_size", "max_hidden_layers"),
     CNNArch: ("channel_size", "max_hidden_layers"),
 }
-#: The encoders the observation space may call for when the network section names none.
+#: The encoders the observation space may call for when the network section names none: for an
+#: algorithm without a hidden state, and for one with.
 _OBSERVED = ("mlp", "cnn", "multiinput")
+_OBSERVED_RECURRENT = tuple(_RECURRENT.values())
 
 
 def check_within(arch: NetworkArch, network: NetworkSpec, *, recurrent: bool | None = None) -> None:
@@ -756,9 +829,10 @@ def check_within(arch: NetworkArch, network: NetworkSpec, *, recurrent: bool | N
 
     :param arch: the architecture, e.g. ``NetworkArch.from_dict(data)``.
     :param network: the validated network section whose bounds apply.
-    :param recurrent: the algorithm carries a hidden state (its encoder is an LSTM, unless
-        the section declares another, which building refuses); None: not known here, the
-        observation space decides, so any encoder the section does not rule out passes.
+    :param recurrent: the algorithm carries a hidden state (its encoder is an LSTM or a
+        CNN-LSTM, unless the section declares another, which building refuses); None: not
+        known here, the observation space decides, so any encoder the section does not rule
+        out passes.
     :raises ValueError: one sentence naming the first thing out of bounds, e.g.
         ``head.hidden_size[1] is 100000, over network.head_config.max_mlp_nodes 500``.
     """
@@ -791,17 +865,19 @@ def check_architecture(data: Mapping[str, Any], network: Spec, *, recurrent: boo
 
 def _check_kind(kind: str, network: NetworkSpec, recurrent: bool | None) -> None:
     """The encoder is of the kind members of ``network`` build: the one the section declares,
-    else an LSTM for a recurrent algorithm, else one the observation space may call for."""
+    else one the observation space may call for (a recurrent one for a recurrent algorithm)."""
     declared = network.arch
     if declared is not None:
         allowed: tuple[str, ...] = (declared,)
         wanted = f"the network section's is '{declared}'"
     elif recurrent is None:
-        allowed, wanted = (*_OBSERVED, "lstm"), "the network section declares no simba"
+        allowed = (*_OBSERVED, *_OBSERVED_RECURRENT)
+        wanted = "the network section declares no simba"
     elif recurrent:
-        allowed, wanted = ("lstm",), "a recurrent algorithm's is 'lstm'"
+        allowed, wanted = _OBSERVED_RECURRENT, "a recurrent algorithm's is 'lstm' or 'cnn_lstm'"
     else:
-        allowed, wanted = _OBSERVED, "an algorithm without a hidden state takes no 'lstm'"
+        allowed = _OBSERVED
+        wanted = "an algorithm without a hidden state takes no 'lstm' or 'cnn_lstm'"
     if kind not in allowed:
         raise ValueError(f"encoder.kind is '{kind}', but {wanted}")
 
@@ -821,6 +897,9 @@ def _bounded_parts(arch: NetworkArch, network: NetworkSpec) -> list[tuple[str, A
             inner = getattr(config, f"{kind}_config", None)
             parts.append((f"encoder.{kind}", getattr(encoder, kind),
                           *_config(inner, kind, f"{source}{kind}_config")))  # fmt: skip
+    if isinstance(encoder, CnnLstmArch):  # one config bounds both parts
+        parts += [(f"encoder.{name}", getattr(encoder, name), config, source)
+                  for name in ("cnn", "lstm")]  # fmt: skip
     return parts
 
 

@@ -5,8 +5,10 @@ Parameter names are stable across architecture changes so that
 ``layers.<i>`` (with ``norms.<i>`` and ``acts.<i>``) and its output layer is always ``out``; a
 CNN's convolutions are ``convs.<i>`` and its final linear layer ``out``; SimBa has ``embed``,
 ``blocks.<i>.norm``/``up``/``down``, ``norm`` and ``out``; an LSTM (built in
-:mod:`agile_rl.nn.recurrent`) has ``lstm`` and ``out``. A network's encoder
-lives under ``encoder`` and each head under ``heads.<name>``, e.g. ``heads.q.out.weight``.
+:mod:`agile_rl.nn.recurrent`) has ``lstm`` and ``out``, and a CNN-LSTM has the convolutions
+under ``cnn`` (``cnn.convs.<i>``, ``cnn.norms.<i>``), then ``lstm`` and ``out``. A network's
+encoder lives under ``encoder`` and each head under ``heads.<name>``, e.g.
+``heads.q.out.weight``.
 
 Every random draw made while initialising comes from the ``generator`` passed in. Layers are
 created uninitialised (:func:`agile_rl.nn.eager.uninitialised`) so building a network never
@@ -30,6 +32,7 @@ from torch import nn
 from agile_rl.nn.activations import make_activation
 from agile_rl.nn.arch import (
     CNNArch,
+    CnnLstmArch,
     MLPArch,
     MultiInputArch,
     NetworkArch,
@@ -175,12 +178,62 @@ def _clamped_kernels(arch: CNNArch, height: int, width: int) -> list[int]:
     return kernels
 
 
-class CNN(nn.Module):
-    """Convolutions (padding 0) each followed by a norm and the activation, then a ``Linear``.
+def _conv_gain(arch: CNNArch) -> float | None:
+    """The gain of a CNN's layers: He-scaled orthogonal with ``init_layers``, else PyTorch's."""
+    return _HIDDEN_GAIN if arch.init_layers else None
+
+
+class ConvFeatures(nn.Module):
+    """Convolutions (padding 0) each followed by a norm and the activation: the features of
+    each image, flattened to ``n_features``. What a :class:`CNN` reads its latent from, and
+    what a CNN-LSTM (:class:`~agile_rl.nn.recurrent.CnnLstmEncoder`) reads every frame with.
 
     With ``layer_norm`` the norm is ``GroupNorm(1, C)``: a layer norm over each sample's whole
     feature map, with one scale and shift per channel. Channels-last images (see
     :func:`channels_last`) are permuted to channels-first.
+
+    :param shape: the image shape of one observation.
+    :param arch: the convolutions' architecture.
+    :param generator: source of the initial weights.
+    """
+
+    def __init__(
+        self, shape: tuple[int, ...], arch: CNNArch, generator: torch.Generator | None = None
+    ) -> None:
+        super().__init__()
+        self.channels_last = channels_last(shape)
+        channels, height, width = (shape[2], shape[0], shape[1]) if self.channels_last else shape
+        kernels = _clamped_kernels(arch, height, width)
+        convs = []
+        sizes = pairwise((channels, *arch.channel_size))
+        for (n_in, n_conv), kernel, stride in zip(sizes, kernels, arch.stride_size, strict=True):
+            conv = uninitialised(nn.Conv2d, n_in, n_conv, kernel, stride=stride)
+            _initialise(conv, _conv_gain(arch), generator)
+            convs.append(conv)
+        self.convs = nn.ModuleList(convs)
+        self.norms = nn.ModuleList(
+            nn.GroupNorm(1, size) if arch.layer_norm else nn.Identity()
+            for size in arch.channel_size
+        )
+        self.acts = nn.ModuleList(make_activation(arch.activation) for _ in arch.channel_size)
+        with torch.no_grad():
+            self.n_features = self.features(torch.zeros(1, *shape)).shape[1]
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The flattened features ``[N, n_features]`` of images ``[N, *shape]``."""
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        for conv, norm, act in zip(self.convs, self.norms, self.acts, strict=True):
+            x = act(norm(conv(x)))
+        return _flat(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+
+class CNN(ConvFeatures):
+    """An image encoder: :class:`ConvFeatures`, then a ``Linear`` to the latent (``out``) with
+    the convolutions' activation.
 
     :param shape: the image shape of one observation.
     :param arch: the CNN's architecture.
@@ -195,37 +248,12 @@ class CNN(nn.Module):
         n_out: int,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__()
-        self.channels_last = channels_last(shape)
-        channels, height, width = (shape[2], shape[0], shape[1]) if self.channels_last else shape
-        gain = _HIDDEN_GAIN if arch.init_layers else None
-        kernels = _clamped_kernels(arch, height, width)
-        convs = []
-        sizes = pairwise((channels, *arch.channel_size))
-        for (n_in, n_conv), kernel, stride in zip(sizes, kernels, arch.stride_size, strict=True):
-            conv = uninitialised(nn.Conv2d, n_in, n_conv, kernel, stride=stride)
-            _initialise(conv, gain, generator)
-            convs.append(conv)
-        self.convs = nn.ModuleList(convs)
-        self.norms = nn.ModuleList(
-            nn.GroupNorm(1, size) if arch.layer_norm else nn.Identity()
-            for size in arch.channel_size
-        )
-        self.acts = nn.ModuleList(make_activation(arch.activation) for _ in arch.channel_size)
-        with torch.no_grad():
-            flat = self._features(torch.zeros(1, channels, height, width))[0].numel()
-        self.out = _linear(flat, n_out, gain, generator)
+        super().__init__(shape, arch, generator)
+        self.out = _linear(self.n_features, n_out, _conv_gain(arch), generator)
         self.out_act = make_activation(arch.activation)
 
-    def _features(self, x: torch.Tensor) -> torch.Tensor:
-        for conv, norm, act in zip(self.convs, self.norms, self.acts, strict=True):
-            x = act(norm(conv(x)))
-        return x
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last:
-            x = x.permute(0, 3, 1, 2)
-        return self.out_act(self.out(_flat(self._features(x))))
+        return self.out_act(self.out(self.features(x)))
 
 
 class SimBaBlock(nn.Module):
@@ -350,6 +378,10 @@ def _encoder(
         from agile_rl.nn.recurrent import LSTMEncoder  # it builds on this module
 
         return LSTMEncoder(spaces.flatdim(space), encoder, arch.latent_dim, generator)
+    if isinstance(encoder, CnnLstmArch) and is_image_space(space):
+        from agile_rl.nn.recurrent import CnnLstmEncoder
+
+        return CnnLstmEncoder(space.shape, encoder, arch.latent_dim, generator)
     raise ValueError(f"a {encoder.kind} encoder cannot read the observation space {space}")
 
 
@@ -419,9 +451,9 @@ class EvolvableNetwork(nn.Module):
 
     @property
     def recurrent(self) -> bool:
-        """Whether the encoder carries a hidden state (an LSTM): the network then reads
-        observation sequences with :meth:`unroll`, and :meth:`forward` refuses."""
-        return isinstance(self.arch.encoder, LSTMArch)
+        """Whether the encoder carries a hidden state (an LSTM or a CNN-LSTM): the network then
+        reads observation sequences with :meth:`unroll`, and :meth:`forward` refuses."""
+        return isinstance(self.arch.encoder, LSTMArch | CnnLstmArch)
 
     def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
         """A recurrent network's zero hidden state for ``batch`` sequences: ``(h, c)``, each

@@ -1,9 +1,12 @@
-"""The torch module of a recurrent (LSTM) encoder, built from :class:`LSTMArch`.
+"""The torch modules of the recurrent encoders: :class:`LSTMEncoder`, built from
+:class:`LSTMArch`, and :class:`CnnLstmEncoder`, which reads images, built from
+:class:`~agile_rl.nn.arch.CnnLstmArch`.
 
-Its parameters are ``lstm.*`` (``nn.LSTM``'s own names, ``lstm.weight_ih_l0`` and so on, whose
+Their parameters are ``lstm.*`` (``nn.LSTM``'s own names, ``lstm.weight_ih_l0`` and so on, whose
 rows stack the input, forget, cell and output gates: :func:`agile_rl.nn.transfer.gate_blocks`
-resizes them gate by gate) and ``out``, the linear layer to the latent. Parameter mutation
-leaves the ``lstm`` tensors alone (it skips names containing ``lstm``).
+resizes them gate by gate) and ``out``, the linear layer to the latent, after the CNN-LSTM's
+convolutions ``cnn.*``. Parameter mutation leaves the ``lstm`` tensors alone (it skips names
+containing ``lstm``).
 
 The encoder reads observation sequences time-major, ``[T, B, ...]``, from a hidden state
 ``(h, c)`` of two ``[num_layers, B, hidden_state_size]`` tensors, and can reset the state of
@@ -23,7 +26,9 @@ import torch
 from torch import nn
 
 from agile_rl.nn.activations import make_activation
+from agile_rl.nn.arch import CnnLstmArch
 from agile_rl.nn.eager import uninitialised
+from agile_rl.nn.modules import ConvFeatures
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.sampling import uniform
 
@@ -100,7 +105,7 @@ class LSTMEncoder(nn.Module):
                 "EvolvableNetwork.unroll(obs, state) and initial_state(batch)"
             )
         steps, batch = x.shape[:2]
-        x = x.reshape(steps, batch, -1)
+        x = self._inputs(x)
         h, c = state
         if starts is None:
             out, (h, c) = self._run(x, (h, c))
@@ -112,6 +117,11 @@ class LSTMEncoder(nn.Module):
                 parts.append(part)
             out = torch.cat(parts)
         return self.out_act(self.out(out)), (h, c)
+
+    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """What the LSTM reads at each step of observations ``x`` ``[T, B, ...]``: each
+        observation flattened, ``[T, B, n_in]``."""
+        return x.reshape(*x.shape[:2], -1)
 
     def _run(self, x: torch.Tensor, state: LSTMState) -> tuple[torch.Tensor, LSTMState]:
         """The stacked LSTM along ``x`` from ``state``: in one call, or layer by layer when
@@ -137,3 +147,33 @@ class LSTMEncoder(nn.Module):
             return torch.zeros_like(x)
         keep = uniform(x.shape, self.generator, x.device) >= self.dropout
         return x * keep.to(x.dtype) / (1.0 - self.dropout)
+
+
+class CnnLstmEncoder(LSTMEncoder):
+    """A recurrent encoder for images: the convolutions of a CNN (``cnn``,
+    :class:`~agile_rl.nn.modules.ConvFeatures`) read every frame, and :class:`LSTMEncoder`
+    reads their flattened features (its state, resets and dropout as there), then ``out`` and
+    the latent's activation.
+
+    :param shape: the image shape of one observation (channels-first or channels-last).
+    :param arch: the encoder's architecture.
+    :param n_out: width of the latent.
+    :param generator: source of the initial weights (the convolutions', then the LSTM's and
+        ``out``'s) and of the dropout masks.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        arch: CnnLstmArch,
+        n_out: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        cnn = ConvFeatures(shape, arch.cnn, generator)
+        super().__init__(cnn.n_features, arch.lstm, n_out, generator)
+        self.cnn = cnn
+
+    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """The features of every frame of ``x`` ``[T, B, *shape]``: ``[T, B, n_features]``."""
+        steps, batch = x.shape[:2]
+        return self.cnn(x.flatten(0, 1)).reshape(steps, batch, -1)

@@ -34,7 +34,7 @@ class LSTMArch:
     :param hidden_state_size: width of each layer's hidden and cell state.
     :param num_layers: stacked LSTM layers.
     :param dropout: dropout between stacked layers (training mode only).
-    :param activation: activation of the latent; activation mutation changes it.
+    :param activation: activation of the latent (None: linear); activation mutation changes it.
     """
 
     kind: ClassVar[str] = "lstm"
@@ -48,7 +48,7 @@ class LSTMArch:
     min_layers: int = 1
     max_layers: int = 3
     dropout: float = 0.0
-    activation: str = "ReLU"
+    activation: str | None = "ReLU"
 
     def add_node(self, rng: np.random.Generator) -> tuple[LSTMArch, dict[str, int]]:
         """Widen the hidden state by 16, 32 or 64, unless that passes the maximum."""

@@ -205,13 +205,16 @@ def _mlp(n_in: int, hidden: tuple[int, ...], n_out: int, layer_norm: bool) -> in
 
 
 def _encoder_parameters(encoder: Any, space: Any, latent: int) -> int:
-    from agile_rl.nn.arch import CNNArch, MLPArch, MultiInputArch, SimBaArch
+    from agile_rl.nn.arch import CNNArch, CnnLstmArch, MLPArch, MultiInputArch, SimBaArch
     from agile_rl.nn.recurrent_arch import LSTMArch
 
     if isinstance(encoder, MultiInputArch):
         return _multi_input(encoder, space, latent)
     if isinstance(encoder, CNNArch):
         return _cnn(encoder, tuple(space.shape), latent)
+    if isinstance(encoder, CnnLstmArch):
+        convolutions, features = _convolutions(encoder.cnn, tuple(space.shape))
+        return convolutions + _lstm(encoder.lstm, features, latent)
     n_in = _flat_size(space)
     if isinstance(encoder, MLPArch):
         return _mlp(n_in, encoder.hidden_size, latent, encoder.layer_norm)
@@ -220,13 +223,25 @@ def _encoder_parameters(encoder: Any, space: Any, latent: int) -> int:
         block = 2 * width + (width * inner + inner) + (inner * width + width)
         return (n_in + 1) * width + encoder.num_blocks * block + 2 * width + (width + 1) * latent
     if isinstance(encoder, LSTMArch):
-        size = encoder.hidden_state_size
-        first, deeper = 4 * size * (n_in + size + 2), 4 * size * (2 * size + 2)
-        return first + (encoder.num_layers - 1) * deeper + (size + 1) * latent
+        return _lstm(encoder, n_in, latent)
     return 0
 
 
+def _lstm(encoder: Any, n_in: int, latent: int) -> int:
+    """An LSTM encoder's parameters: its layers reading ``n_in`` features, and ``out``."""
+    size = encoder.hidden_state_size
+    first, deeper = 4 * size * (n_in + size + 2), 4 * size * (2 * size + 2)
+    return first + (encoder.num_layers - 1) * deeper + (size + 1) * latent
+
+
 def _cnn(encoder: Any, shape: tuple[int, ...], latent: int) -> int:
+    convolutions, features = _convolutions(encoder, shape)
+    return convolutions + (features + 1) * latent
+
+
+def _convolutions(encoder: Any, shape: tuple[int, ...]) -> tuple[int, int]:
+    """A CNN's convolutions (and norms) on images of ``shape``: their parameters, and how many
+    features they flatten to."""
     from agile_rl.nn.modules import channels_last
 
     channels, height, width = (shape[2], *shape[:2]) if channels_last(shape) else shape[-3:]
@@ -238,8 +253,7 @@ def _cnn(encoder: Any, shape: tuple[int, ...], latent: int) -> int:
         kernel = max(1, min(kernel, height, width))
         total += n_in * n_out * kernel * kernel + n_out + (2 * n_out if encoder.layer_norm else 0)
         height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    flat = sizes[-1] * max(height, 1) * max(width, 1)
-    return total + (flat + 1) * latent
+    return total, sizes[-1] * max(height, 1) * max(width, 1)
 
 
 def _multi_input(encoder: Any, space: Any, latent: int) -> int:
