@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from functools import partial
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import gymnasium
 import numpy as np
@@ -41,11 +41,9 @@ from agile_rl.nn.arch import (
 )
 from agile_rl.nn.eager import uninitialised
 from agile_rl.nn.noisy import NoisyLinear
+from agile_rl.nn.recurrent import LSTMEncoder
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.transfer import transfer_weights
-
-if TYPE_CHECKING:
-    from agile_rl.nn.recurrent import LSTMEncoder
 
 Observation = torch.Tensor | dict[str, torch.Tensor]
 
@@ -186,7 +184,7 @@ def _conv_gain(arch: CNNArch) -> float | None:
 class ConvFeatures(nn.Module):
     """Convolutions (padding 0) each followed by a norm and the activation: the features of
     each image, flattened to ``n_features``. What a :class:`CNN` reads its latent from, and
-    what a CNN-LSTM (:class:`~agile_rl.nn.recurrent.CnnLstmEncoder`) reads every frame with.
+    what a CNN-LSTM (:class:`CnnLstmEncoder`) reads every frame with.
 
     With ``layer_norm`` the norm is ``GroupNorm(1, C)``: a layer norm over each sample's whole
     feature map, with one scale and shift per channel. Channels-last images (see
@@ -254,6 +252,36 @@ class CNN(ConvFeatures):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out_act(self.out(self.features(x)))
+
+
+class CnnLstmEncoder(LSTMEncoder):
+    """A recurrent encoder for images: the convolutions of a CNN (``cnn``,
+    :class:`ConvFeatures`) read every frame, and :class:`LSTMEncoder`
+    reads their flattened features (its state, resets and dropout as there), then ``out`` and
+    the latent's activation.
+
+    :param shape: the image shape of one observation (channels-first or channels-last).
+    :param arch: the encoder's architecture.
+    :param n_out: width of the latent.
+    :param generator: source of the initial weights (the convolutions', then the LSTM's and
+        ``out``'s) and of the dropout masks.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        arch: CnnLstmArch,
+        n_out: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        cnn = ConvFeatures(shape, arch.cnn, generator)
+        super().__init__(cnn.n_features, arch.lstm, n_out, generator)
+        self.cnn = cnn
+
+    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """The features of every frame of ``x`` ``[T, B, *shape]``: ``[T, B, n_features]``."""
+        steps, batch = x.shape[:2]
+        return self.cnn(x.flatten(0, 1)).reshape(steps, batch, -1)
 
 
 class SimBaBlock(nn.Module):
@@ -375,12 +403,8 @@ def _encoder(
     if isinstance(encoder, SimBaArch) and not is_dict and not is_image_space(space):
         return SimBa(spaces.flatdim(space), encoder, arch.latent_dim, generator)
     if isinstance(encoder, LSTMArch) and not is_dict and not is_image_space(space):
-        from agile_rl.nn.recurrent import LSTMEncoder  # it builds on this module
-
         return LSTMEncoder(spaces.flatdim(space), encoder, arch.latent_dim, generator)
     if isinstance(encoder, CnnLstmArch) and is_image_space(space):
-        from agile_rl.nn.recurrent import CnnLstmEncoder
-
         return CnnLstmEncoder(space.shape, encoder, arch.latent_dim, generator)
     raise ValueError(f"a {encoder.kind} encoder cannot read the observation space {space}")
 

@@ -1,6 +1,6 @@
-"""The torch modules of the recurrent encoders: :class:`LSTMEncoder`, built from
-:class:`LSTMArch`, and :class:`CnnLstmEncoder`, which reads images, built from
-:class:`~agile_rl.nn.arch.CnnLstmArch`.
+"""The torch module of the recurrent encoders: :class:`LSTMEncoder`, built from
+:class:`LSTMArch`, and the base of :class:`~agile_rl.nn.modules.CnnLstmEncoder`, which reads
+images.
 
 Their parameters are ``lstm.*`` (``nn.LSTM``'s own names, ``lstm.weight_ih_l0`` and so on, whose
 rows stack the input, forget, cell and output gates: :func:`agile_rl.nn.transfer.gate_blocks`
@@ -26,9 +26,7 @@ import torch
 from torch import nn
 
 from agile_rl.nn.activations import make_activation
-from agile_rl.nn.arch import CnnLstmArch
 from agile_rl.nn.eager import uninitialised
-from agile_rl.nn.modules import ConvFeatures
 from agile_rl.nn.recurrent_arch import LSTMArch
 from agile_rl.nn.sampling import uniform
 
@@ -147,33 +145,3 @@ class LSTMEncoder(nn.Module):
             return torch.zeros_like(x)
         keep = uniform(x.shape, self.generator, x.device) >= self.dropout
         return x * keep.to(x.dtype) / (1.0 - self.dropout)
-
-
-class CnnLstmEncoder(LSTMEncoder):
-    """A recurrent encoder for images: the convolutions of a CNN (``cnn``,
-    :class:`~agile_rl.nn.modules.ConvFeatures`) read every frame, and :class:`LSTMEncoder`
-    reads their flattened features (its state, resets and dropout as there), then ``out`` and
-    the latent's activation.
-
-    :param shape: the image shape of one observation (channels-first or channels-last).
-    :param arch: the encoder's architecture.
-    :param n_out: width of the latent.
-    :param generator: source of the initial weights (the convolutions', then the LSTM's and
-        ``out``'s) and of the dropout masks.
-    """
-
-    def __init__(
-        self,
-        shape: tuple[int, ...],
-        arch: CnnLstmArch,
-        n_out: int,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        cnn = ConvFeatures(shape, arch.cnn, generator)
-        super().__init__(cnn.n_features, arch.lstm, n_out, generator)
-        self.cnn = cnn
-
-    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
-        """The features of every frame of ``x`` ``[T, B, *shape]``: ``[T, B, n_features]``."""
-        steps, batch = x.shape[:2]
-        return self.cnn(x.flatten(0, 1)).reshape(steps, batch, -1)
