@@ -9,7 +9,9 @@ reports for each run:
   CPU seconds (user + system, with the child processes it reaped: environment workers);
 * peak MiB: the peak resident memory (``os.wait4``'s ``ru_maxrss``: the largest of the process
   and its reaped children, not their sum, so async environment workers are not added in);
-* best: the best member's fitness in the last evaluation;
+* best: the best member's fitness in the last evaluation, and (ever) the best fitness any
+  member reached in any evaluation (the reference's; agile's runs show it in their
+  ``metrics.jsonl``);
 * load before: the 1-minute load average when the run started. The runs need the machine to
   themselves; a load well above what the previous run of this script leaves (it decays over a
   minute) means something else was using the CPUs, and the figures are not to be trusted.
@@ -173,6 +175,7 @@ def main():
         "train_seconds": seconds,
         "steps_per_second": steps / seconds,
         "best_fitness": max(float(f) for f in fitnesses),
+        "best_ever": max(float(f) for agent in population for f in agent.fitness),
         "torch_threads": torch.get_num_threads(),
         "dropped": dropped,
         "workaround": workaround,
@@ -289,7 +292,8 @@ def print_run(row: dict[str, Any]) -> None:
     print(f"  {row['tool']:<9} seed {row['seed']}: {row['steps_per_second']:>8,.0f} steps/s  "
           f"{row['global_steps']:>9,} steps in {row['train_seconds']:6.1f} s  "
           f"process {row['process_seconds']:6.1f} s (cpu {row['cpu_seconds']:6.1f} s)  "
-          f"peak {row['peak_mib']:6.0f} MiB  best {fmt(row['best_fitness'], '.1f')}  "
+          f"peak {row['peak_mib']:6.0f} MiB  best {fmt(row['best_fitness'], '.1f')} "
+          f"(ever {fmt(row.get('best_ever'), '.1f')})  "
           f"load before {row['load_before']:.1f}")  # fmt: skip
     if row.get("dropped"):
         print(f"            dropped for the reference: {row['dropped']}")
