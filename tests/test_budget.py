@@ -130,6 +130,11 @@ def test_space_and_transition_bytes() -> None:
         [spaces.Box(-1, 1, (2,)), spaces.Box(-1, 1, (3,))], [spaces.Discrete(2)] * 2
     )
     assert team == 2 * (8 + 12) + 2 * 8 + 2 * 8 + 4
+    # a row that keeps its n-step transition's first step: one more observation, reward and
+    # termination (RainbowDQN's combined_reward)
+    vector, actions = [spaces.Box(-1, 1, (3,))], [spaces.Discrete(2)]
+    plain = budget.transition_bytes(vector, actions)
+    assert budget.transition_bytes(vector, actions, first_steps=True) == plain + 12 + 8
 
 
 def test_an_on_policy_rollout_is_counted(memory) -> None:

@@ -164,6 +164,11 @@ def test_scores_travel_with_a_member_through_its_state() -> None:
     del state["neuron_scores"]  # a checkpoint written before the resets
     second.load_state_dict(state)
     assert second.neuron_scores == {}
+    state["neuron_scores"] = {"q": {"encoder.out": [1.0], "encoder.layers.0": torch.ones(64)},
+                              "target": "not scores"}  # fmt: skip
+    second.load_state_dict(state)  # what is not a score is left out, not a traceback
+    assert list(second.neuron_scores) == ["q"]
+    assert list(second.neuron_scores["q"]) == ["encoder.layers.0"]
 
 
 def test_only_members_whose_parameters_may_mutate_measure_their_neurons() -> None:

@@ -139,6 +139,10 @@ class RainbowDQNSpec(RLOptions, AlgorithmSpec):
             ]
         return []
 
+    def learns_from_first_steps(self) -> bool:
+        """With ``combined_reward``, the one-step return too."""
+        return self.combined_reward
+
     def manifest_warnings(self, manifest: TrainingManifest) -> list[str]:
         """``n_step`` and ``combined_reward`` without an n-step buffer are ignored (the
         reference format writes them so, and its trainer ignores them too)."""

@@ -68,8 +68,11 @@ def replay_buffer(
 def keeps_first_steps(manifest: TrainingManifest) -> bool:
     """Whether the replay buffer keeps the one-step transition each n-step row starts with:
     for an algorithm that learns from both returns (RainbowDQN's ``combined_reward``)."""
-    combined = bool(getattr(manifest.algorithm, "combined_reward", False))
-    return combined and replay_spec(manifest).n_step_buffer
+    from agile_rl.spec import RLOptions
+
+    algorithm = manifest.algorithm
+    wanted = isinstance(algorithm, RLOptions) and algorithm.learns_from_first_steps()
+    return wanted and replay_spec(manifest).n_step_buffer
 
 
 def team_replay_buffer(

@@ -22,6 +22,11 @@ class RLOptions:
     #: MLP encoders with layer norm also normalise their latent (no learned scale or shift).
     normalised_latent: ClassVar[bool] = False
 
+    def learns_from_first_steps(self) -> bool:
+        """Whether it learns from the one-step transition each n-step row starts with too
+        (the replay buffer then keeps it); no by default."""
+        return False
+
     @staticmethod
     def has(spec: type[Any], flag: str) -> bool:
         """Whether the algorithm spec class ``spec`` sets ``flag`` (one of the above)."""

@@ -56,6 +56,23 @@ class _OptimizerPlan:
     parameters: tuple[str, ...] = ()
 
 
+def _saved_scores(saved: Any) -> dict[str, dict[str, torch.Tensor]]:
+    """The neuron scores a member's state holds: by network and producing layer, 1-D tensors;
+    what is not so (or nothing: checkpoints written before the dormant-neuron resets) is
+    left out, and those units are not reset."""
+    if not isinstance(saved, dict):
+        return {}
+    return {
+        str(network): {
+            str(layer): score.detach().clone()
+            for layer, score in layers.items()
+            if isinstance(score, torch.Tensor) and score.dim() == 1
+        }
+        for network, layers in saved.items()
+        if isinstance(layers, dict)
+    }
+
+
 class Algorithm(MemberBasics, abc.ABC):
     """One population member of some algorithm.
 
@@ -455,8 +472,7 @@ class Algorithm(MemberBasics, abc.ABC):
         self.generator.set_state(state["torch_rng"])
         self.rng.bit_generator.state = state["numpy_rng"]
         self.load_extra_state(state["extra"])
-        # Checkpoints written before the dormant-neuron resets have no scores.
-        self.neuron_scores = copy.deepcopy(state.get("neuron_scores", {}))
+        self.neuron_scores = _saved_scores(state.get("neuron_scores"))
 
     def extra_state(self) -> dict[str, Any]:
         """Algorithm-specific state to checkpoint (e.g. DQN's epsilon)."""

@@ -66,10 +66,9 @@ def _replay_buffer(manifest: TrainingManifest, env: Any) -> list[Need]:
     if manifest.replay_buffer is None:
         return []
     spec = experience.replay_spec(manifest)
-    observations, actions = _team_spaces(manifest, env)
-    row = transition_bytes(observations, actions)
-    if experience.keeps_first_steps(manifest):  # a next observation, reward and termination
-        row += sum(space_bytes(space) for space in observations) + 8
+    row = transition_bytes(
+        *_team_spaces(manifest, env), first_steps=experience.keeps_first_steps(manifest)
+    )
     detail = f"{spec.max_size:,} transitions of {row:,} B"
     hint = "lower replay_buffer.max_size"
     needs = [Need("replay_buffer.max_size", "the replay buffer", detail, spec.max_size * row,
@@ -112,13 +111,17 @@ def _team_spaces(manifest: TrainingManifest, env: Any) -> tuple[list[Any], list[
 # -- sizes of spaces and networks ----------------------------------------------------------------
 
 
-def transition_bytes(observations: list[Any], actions: list[Any]) -> int:
+def transition_bytes(
+    observations: list[Any], actions: list[Any], *, first_steps: bool = False
+) -> int:
     """Bytes of one replay-buffer row for a team of agents (a team of one: single-agent):
     observation and next observation, action, then float32 reward and termination per agent
-    and one discount."""
-    stored = sum(2 * space_bytes(space) for space in observations)
+    and one discount; with ``first_steps``, the first step's next observation, reward and
+    termination too."""
+    copies = 3 if first_steps else 2
+    stored = sum(copies * space_bytes(space) for space in observations)
     stored += sum(space_bytes(space) for space in actions)
-    return stored + 8 * len(observations) + 4
+    return stored + (16 if first_steps else 8) * len(observations) + 4
 
 
 def space_bytes(space: Any) -> int:
