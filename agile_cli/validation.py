@@ -27,6 +27,7 @@ from agile_cli.models.selection import SelectionSpec
 from agile_cli.models.training import TrainingSpec
 
 M = TypeVar("M", bound=BaseModel)
+_S = TypeVar("_S", bound=Spec)
 
 SECTIONS = (
     "algorithm",
@@ -184,10 +185,9 @@ def validate_mapping(
         evo_steps = min(entry.spec.default_evo_steps, training.max_steps)
         training = training.model_copy(update={"evo_steps": evo_steps})
     paradigm = registry.paradigm(entry.family)
-    if network is not None:
-        network = algorithm.resolve_section("network", network)
-    if replay is not None:
-        replay = algorithm.resolve_section("replay_buffer", replay)
+    network = _resolved(algorithm, "network", network)
+    mutation = _resolved(algorithm, "mutation", mutation)
+    replay = _resolved(algorithm, "replay_buffer", replay)
     sections = dict(zip(SECTIONS, (algorithm, environment, training, network, mutation,
                                    selection, replay, recipe), strict=True))  # fmt: skip
     resolution = Resolution(
@@ -205,6 +205,16 @@ def validate_mapping(
         error.resolution = None if check.incomplete(data, sections) else resolution
         raise error
     return resolution
+
+
+def _resolved(algorithm: AlgorithmSpec, name: str, section: _S | None) -> _S | None:
+    """``section`` with what follows from ``algorithm`` filled in (see
+    :meth:`~agile_cli.AlgorithmSpec.resolve_section`)."""
+    if section is None:
+        return None
+    resolved = algorithm.resolve_section(name, section)
+    assert isinstance(resolved, type(section)), f"{name} resolves to a section of its own type"
+    return resolved
 
 
 def _check_top_level(data: Mapping[str, Any], check: _Collector) -> None:

@@ -181,3 +181,14 @@ def test_only_members_whose_parameters_may_mutate_measure_their_neurons() -> Non
     ):
         member = tiny_population(tiny_manifest("DQN", mutation=mutation), size=1)[0]
         assert member.measures_neurons is measures
+
+
+def test_rainbow_resets_no_neurons_unless_its_manifest_asks() -> None:
+    left_out = tiny_manifest("RainbowDQN", mutation=ONLY_PARAMETERS)
+    assert left_out.mutation.dormant_threshold is None
+    assert not tiny_population(left_out, size=1)[0].measures_neurons
+    asked = tiny_manifest("RainbowDQN", mutation={"dormant_threshold": 0.02, **ONLY_PARAMETERS})
+    assert asked.mutation.dormant_threshold == 0.02
+    assert tiny_population(asked, size=1)[0].measures_neurons
+    # the other algorithms keep the reference's default
+    assert tiny_manifest("DQN", mutation=ONLY_PARAMETERS).mutation.dormant_threshold == 0.01

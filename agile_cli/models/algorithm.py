@@ -94,9 +94,9 @@ class AlgorithmSpec(Spec):
         return None
 
     def resolve_section(self, name: str, section: Spec) -> Spec:
-        """The section ``name`` (``network``, ``replay_buffer``) with what follows from this
-        algorithm filled in where the manifest leaves it out (``section.model_fields_set``
-        says what was written); unchanged by default."""
+        """The section ``name`` (``network``, ``replay_buffer``, ``mutation``) with what
+        follows from this algorithm filled in where the manifest leaves it out
+        (``section.model_fields_set`` says what was written); unchanged by default."""
         return section
 
     def manifest_warnings(self, manifest: Any) -> list[str]:

@@ -105,7 +105,8 @@ class MutationSpec(Spec):
         description=(
             "A parameter mutation first re-initialises the member's dormant neurons: those "
             "whose mean gradient magnitude in the last generation, relative to their layer's "
-            "mean, is at most this (ReGraMa, as the reference). null: no resets."
+            "mean, is at most this (ReGraMa, as the reference). null: no resets. An algorithm "
+            "may leave them off when the field is not written (RainbowDQN does)."
         ),
     )
     preserve_function: bool = Field(

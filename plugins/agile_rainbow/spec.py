@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from agile_cli import AlgorithmSpec, FieldError, Spec, limits
+from agile_cli import AlgorithmSpec, FieldError, MutationSpec, Spec, limits
 from agile_rl import NStepBufferArgs, ReplayBufferSpec, RLOptions
 
 if TYPE_CHECKING:
@@ -111,7 +111,14 @@ class RainbowDQNSpec(RLOptions, AlgorithmSpec):
 
     def resolve_section(self, name: str, section: Spec) -> Spec:
         """An n-step buffer whose length the manifest leaves out takes ``algorithm.n_step``
-        (what the reference's own manifests write, with the buffer's flag left out)."""
+        (what the reference's own manifests write, with the buffer's flag left out); a
+        mutation section that leaves out ``dormant_threshold`` resets no neurons, where
+        AgileRL 2.58 resets at 0.01: RainbowDQN learnt CartPole worse with the resets
+        (docs/performance.md, "The neuron-level mutation operators, on and off")."""
+        if name == "mutation" and isinstance(section, MutationSpec):
+            if "dormant_threshold" in section.model_fields_set:
+                return section
+            return section.model_copy(update={"dormant_threshold": None})
         if name != "replay_buffer" or not isinstance(section, ReplayBufferSpec):
             return section
         replay = section
