@@ -278,10 +278,7 @@ def test_async_a_slowed_worker_holds_no_one_up_and_the_run_resumes(
     asynchronously as the run started."""
     monkeypatch.setenv("AGILE_RAY_SLOW_SLOT", "0:2")
     run_dir = tmp_path / "run"
-    # Without the dormant-neuron resets: with them, slot 1 never got ahead when this ran beside
-    # another slow test (-n 2), though it did alone; the cause is not found yet (issue #50).
-    no_resets = {"dormant_threshold": None}
-    manifest = _manifest(tmp_path, max_steps=2_000, evolving=True, mutation=no_resets)
+    manifest = _manifest(tmp_path, max_steps=2_000, evolving=True)
     slowed = _agile("train", manifest, "--backend", "ray", "--address", cluster, "--run-dir",
                     run_dir, "--members-per-worker", "2", "--async", "--max-staleness", "0",
                     "--worker-timeout", "1", "--quiet")  # fmt: skip
