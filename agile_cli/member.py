@@ -168,9 +168,13 @@ class Rebuildable(Protocol):
         """The networks' architecture as JSON-able data."""
         ...
 
-    def adopt_architecture(self, architecture: dict[str, Any]) -> None:
+    def adopt_architecture(
+        self, architecture: dict[str, Any], *, keep_function: bool = False
+    ) -> None:
         """Rebuild the networks for ``architecture`` (what :meth:`architecture` returned),
-        keeping the weights that fit, as an architecture mutation does.
+        keeping the weights that fit, as an architecture mutation does; ``keep_function``:
+        what it adds starts so that the networks compute what they did, where they can (a
+        recipe replays a mutation whose label said ``same function``).
 
         :raises ValueError: ``architecture`` does not describe this member's networks.
         """

@@ -192,3 +192,19 @@ def test_rainbow_resets_no_neurons_unless_its_manifest_asks() -> None:
     assert tiny_population(asked, size=1)[0].measures_neurons
     # the other algorithms keep the reference's default
     assert tiny_manifest("DQN", mutation=ONLY_PARAMETERS).mutation.dormant_threshold == 0.01
+
+
+def test_a_recipe_replays_an_addition_that_kept_the_function_as_it_was_kept() -> None:
+    from agile_cli.models.recipe import RecipeStep
+
+    step = RecipeStep(generation=2, mutation="encoder.add_node(layer=0,nodes=8), same function")
+    assert step.kept_function
+    assert not RecipeStep(generation=2, mutation="encoder.add_node(layer=0,nodes=8)").kept_function
+    obs = torch.randn(64, 4)
+    for keep in (True, False):
+        member = tiny_population(tiny_manifest("DQN", network=NO_NORMS), size=1)[0]
+        wider = member.arch.apply("encoder.add_node", np.random.default_rng(1))[0]
+        before = _q(member, obs)
+        member.adopt_architecture(wider.to_dict(), keep_function=keep)
+        assert member.arch == wider
+        assert torch.allclose(_q(member, obs), before, atol=1e-6) is keep

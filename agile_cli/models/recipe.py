@@ -38,8 +38,15 @@ class RecipeStep(Spec):
         default=None, description="The lineage's fitness in the original run (for comparison)."
     )
     mutation: str | None = Field(
-        default=None, description="What evolution changed before this generation (a note)."
+        default=None,
+        description="What evolution changed before this generation (a note; where it ends in "
+        "'same function', the replayed architecture keeps the network's function as it did).",
     )
+
+    @property
+    def kept_function(self) -> bool:
+        """Whether the original run's architecture change kept the network's function."""
+        return self.mutation is not None and self.mutation.endswith("same function")
 
 
 class RecipeSpec(Spec):

@@ -366,7 +366,7 @@ class EvolutionLoop:
                     "remove the architecture entries to replay the hyperparameters alone",
                 )
             try:
-                member.adopt_architecture(step.architecture)
+                member.adopt_architecture(step.architecture, keep_function=step.kept_function)
             except ValueError as exc:
                 raise TrainingError(
                     f"recipe.schedule[{step.generation - 1}].architecture: {exc}",

@@ -36,7 +36,7 @@ from agile_cli.helpers import network_size
 #: A change replayed on a member before it trains: ``("index", i)`` (a copy under index ``i``,
 #: :meth:`~agile_cli.Member.clone`), ``("set", name, value)`` (a hyperparameter),
 #: ``("mutate", kind, seed)`` (a network mutation drawn from ``default_rng(seed)``),
-#: ``("adopt", architecture)`` (a recipe's architecture).
+#: ``("adopt", architecture, keep_function)`` (a recipe's architecture).
 Op = tuple[Any, ...]
 
 
@@ -113,7 +113,7 @@ def replay(
             label = str(member.mutate_network(op[1], spec, np.random.default_rng(op[2])))
         elif op[0] == "adopt":
             assert isinstance(member, Rebuildable), "a recipe's architectures reach such members"
-            member.adopt_architecture(op[1])
+            member.adopt_architecture(op[1], keep_function=op[2])
     return member, label
 
 
@@ -252,8 +252,10 @@ class RebuildableStandin(Standin):
         assert self.summary.architecture is not None
         return self.summary.architecture
 
-    def adopt_architecture(self, architecture: dict[str, Any]) -> None:
-        self._change(("adopt", architecture))
+    def adopt_architecture(
+        self, architecture: dict[str, Any], *, keep_function: bool = False
+    ) -> None:
+        self._change(("adopt", architecture, keep_function))
         self.summary.architecture = architecture
 
 

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from agile_cli import MutationSpec
-from agile_rl.nn.modules import EvolvableNetwork
-from agile_rl.nn.neurons import keep_function
+from agile_rl.nn.neurons import keep_functions
 
 #: The activations an ``activation`` mutation chooses among.
 ACTIVATIONS = ("ReLU", "ELU", "GELU")
@@ -75,15 +74,8 @@ def _architecture(member: Mutable, spec: MutationSpec, rng: np.random.Generator)
     name = _performed(method.name, before, arch)
     described = ",".join(f"{k}={v}" for k, v in args.items())
     label = f"{name}({described})" if described else name
-    if spec.preserve_function:
-        outcomes = [
-            keep_function(old, member.networks[key])
-            for key, old in old_networks.items()
-            if isinstance(old, EvolvableNetwork)
-        ]
-        kept = [outcome for outcome in outcomes if outcome is not None]
-        if kept:  # every network of a member changes alike: one says for all
-            label = f"{label}, {kept[0]}"
+    if spec.preserve_function and (kept := keep_functions(old_networks, member.networks)):
+        label = f"{label}, {kept}"
     return label
 
 

@@ -28,8 +28,9 @@ norm is 2% of the median outgoing norm of the layer's live units.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -148,6 +149,17 @@ def keep_function(old: EvolvableNetwork, new: EvolvableNetwork) -> str | None:
         return None
     refused = [outcome for outcome in outcomes if outcome is not None]
     return refused[0] if refused else "same function"
+
+
+def keep_functions(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """:func:`keep_function` for every network of a member (``old``'s by name, ``new`` the
+    rebuilt ones); what the first network with additions says (they all change alike)."""
+    outcomes = [
+        keep_function(network, new[name])
+        for name, network in old.items()
+        if isinstance(network, EvolvableNetwork)
+    ]
+    return next((outcome for outcome in outcomes if outcome is not None), None)
 
 
 def _silence(network: nn.Module, units: Units, before: int, after: int) -> str | None:

@@ -37,7 +37,7 @@ from agile_rl.nn import sampling
 from agile_rl.nn.arch import NetworkArch
 from agile_rl.nn.eager import eager_optimizers
 from agile_rl.nn.modules import EvolvableNetwork, preprocess
-from agile_rl.nn.neurons import GradientSums, reset_dormant, watch_units
+from agile_rl.nn.neurons import GradientSums, keep_functions, reset_dormant, watch_units
 from agile_rl.nn.transfer import transfer_optimizer_state
 from agile_rl.runtime.on_policy_group import OnPolicyGroupLearner
 from agile_rl.runtime.rollout import PolicyRecord
@@ -339,9 +339,12 @@ class Algorithm(MemberBasics, abc.ABC):
         """The networks' architecture as JSON-able data (:class:`~agile_cli.Rebuildable`)."""
         return self.arch.to_dict()
 
-    def adopt_architecture(self, architecture: dict[str, Any]) -> None:
+    def adopt_architecture(
+        self, architecture: dict[str, Any], *, keep_function: bool = False
+    ) -> None:
         """Rebuild the networks for ``architecture`` unless they have it already, keeping the
-        weights that fit (:class:`~agile_cli.Rebuildable`).
+        weights that fit, and with ``keep_function`` what they compute where the additions
+        allow it (:class:`~agile_cli.Rebuildable`, :func:`~agile_rl.nn.neurons.keep_functions`).
 
         :raises ValueError: ``architecture`` does not describe a network architecture.
         """
@@ -349,8 +352,12 @@ class Algorithm(MemberBasics, abc.ABC):
             arch = NetworkArch.from_dict(architecture)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not an architecture of {type(self).__name__}: {exc}") from None
-        if arch != self.arch:
-            self.set_architecture(arch)
+        if arch == self.arch:
+            return
+        old = dict(self.networks)
+        self.set_architecture(arch)
+        if keep_function:
+            keep_functions(old, self.networks)
 
     def mutate_network(self, kind: str, spec: MutationSpec, rng: np.random.Generator) -> str:
         """Apply the evolution loop's network mutation ``kind`` (``architecture``,
