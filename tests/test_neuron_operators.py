@@ -208,3 +208,15 @@ def test_a_recipe_replays_an_addition_that_kept_the_function_as_it_was_kept() ->
         member.adopt_architecture(wider.to_dict(), keep_function=keep)
         assert member.arch == wider
         assert torch.allclose(_q(member, obs), before, atol=1e-6) is keep
+
+
+def test_a_ray_worker_replays_a_recipes_architecture_as_the_driver_recorded_it() -> None:
+    from agile_ray.resident import replay
+
+    member = tiny_population(tiny_manifest("DQN", network=NO_NORMS), size=1)[0]
+    wider = member.arch.apply("encoder.add_node", np.random.default_rng(1))[0]
+    obs = torch.randn(64, 4)
+    before = _q(member, obs)
+    replayed, _ = replay(member, (("adopt", wider.to_dict(), True),), None)
+    assert replayed.arch == wider
+    torch.testing.assert_close(_q(replayed, obs), before, rtol=0, atol=1e-6)
