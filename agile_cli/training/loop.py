@@ -366,7 +366,9 @@ class EvolutionLoop:
                     "remove the architecture entries to replay the hyperparameters alone",
                 )
             try:
-                member.adopt_architecture(step.architecture, keep_function=step.kept_function)
+                # asked only where it applies: a Rebuildable written before it still replays
+                kept = {"keep_function": True} if step.kept_function else {}
+                member.adopt_architecture(step.architecture, **kept)
             except ValueError as exc:
                 raise TrainingError(
                     f"recipe.schedule[{step.generation - 1}].architecture: {exc}",

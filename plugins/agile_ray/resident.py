@@ -113,7 +113,7 @@ def replay(
             label = str(member.mutate_network(op[1], spec, np.random.default_rng(op[2])))
         elif op[0] == "adopt":
             assert isinstance(member, Rebuildable), "a recipe's architectures reach such members"
-            member.adopt_architecture(op[1], keep_function=op[2])
+            member.adopt_architecture(op[1], **({"keep_function": True} if op[2] else {}))
     return member, label
 
 
