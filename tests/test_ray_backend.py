@@ -77,15 +77,10 @@ def cluster(nodes: Any) -> str:
     return str(nodes.address)
 
 
-def _manifest(
-    tmp_path: Path, *, evolving: bool = False, mutation: dict[str, Any] | None = None,
-    **training: Any,
-) -> Path:  # fmt: skip
-    """:data:`MANIFEST` with ``training`` and ``mutation`` changed; ``evolving``: with
-    tournament selection."""
+def _manifest(tmp_path: Path, *, evolving: bool = False, **training: Any) -> Path:
+    """:data:`MANIFEST` with ``training`` changed; ``evolving``: with tournament selection."""
     data = json.loads(json.dumps(MANIFEST))
     data["training"].update(training)
-    data["mutation"].update(mutation or {})
     if evolving:
         data["tournament_selection"] = {"tournament_size": 2, "elitism": True}
     path = tmp_path / "manifest.yaml"
