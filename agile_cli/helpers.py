@@ -18,7 +18,7 @@ from agile_cli.host.plugins import installed_registry
 from agile_cli.host.registry import Registry
 from agile_cli.memory import Estimate
 from agile_cli.models.algorithm import check_entrypoint
-from agile_cli.models.base import AGILE_ONLY, located_error
+from agile_cli.models.base import AGILE_ONLY, located_error, reject_both_spellings
 from agile_cli.run_files import HINT, Fields, RunFileError, metrics_lines, read_json, read_manifest
 from agile_cli.runner import reset_seed
 from agile_cli.signals import interrupt_held
@@ -88,6 +88,7 @@ __all__ = [
     "printable",
     "read_json",
     "read_manifest",
+    "reject_both_spellings",
     "reset_seed",
     "resolve_reference",
     "resolve_wrapper",

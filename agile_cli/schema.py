@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import BaseModel, Field, create_model
 from pydantic.json_schema import models_json_schema
 
 from agile_cli.errors import UsageError
 from agile_cli.host.registry import AlgorithmEntry, EnvironmentEntry, Registry
-from agile_cli.models.base import suggest
+from agile_cli.models.base import alias_names, suggest
 from agile_cli.models.mutation import MutationSpec
 from agile_cli.models.recipe import RecipeSpec
 from agile_cli.validation import training_spec_for
@@ -51,6 +51,8 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
     def ref(model: type) -> dict[str, Any]:
         return refs[(model, "validation")]
 
+    _add_spellings(models, ref, definitions.get("$defs", {}))
+
     def one_of(items: list[dict[str, Any]]) -> dict[str, Any]:
         return items[0] if len(items) == 1 else {"oneOf": items}
 
@@ -78,6 +80,19 @@ def manifest_schema(registry: Registry, algorithm: str | None = None) -> dict[st
         ],
         "$defs": definitions.get("$defs", {}),
     }
+
+
+def _add_spellings(models: list[type[BaseModel]], ref: Any, definitions: dict[str, Any]) -> None:
+    """Each field's other spellings (``env_config`` for ``config``, say) as properties of the
+    same schema, since validation accepts them."""
+    for model in models:
+        name = ref(model)["$ref"].rsplit("/", 1)[-1]
+        properties = definitions.get(name, {}).get("properties", {})
+        for field_name, field in model.model_fields.items():
+            spellings = alias_names(field.validation_alias)
+            shown = next((key for key in [*spellings, field_name] if key in properties), None)
+            for spelling in spellings if shown is not None else []:
+                properties.setdefault(spelling, properties[shown])
 
 
 def _any_of(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from agile_cli.host.registry import (
     usable,
 )
 from agile_cli.models.algorithm import AlgorithmSpec, EnvironmentSpec
-from agile_cli.models.base import Spec, field_errors, suggest
+from agile_cli.models.base import Spec, alias_names, field_errors, suggest
 from agile_cli.models.mutation import KIND_FIELDS, MutationSpec
 from agile_cli.models.recipe import RecipeSpec
 from agile_cli.models.selection import SelectionSpec
@@ -173,6 +173,7 @@ def validate_mapping(
     selection = _selection(data, registry, check)
     replay = _paradigm_section("replay_buffer", data, entry, registry, check)
     if entry is not None and mutation is not None:
+        mutation = _canonical_hp_names(mutation, entry.spec, check)
         _check_hp_selection(mutation, entry, algorithm, check)
         mutation = _check_mutation_kinds(mutation, entry, check)
     if selection is not None and training is not None:
@@ -356,11 +357,20 @@ def _environment(raw: Any, entry: AlgorithmEntry, registry: Registry, check: _Co
     except UnloadableError as error:
         check.unloadable("environment" if name is None else "environment.builder", error)
         return None
-    spec = check.section("environment", builder_spec, raw)
+    spec = check.section("environment", builder_spec, _tagged(raw, entry.spec.environment_tags))
     if spec is not None:
         check.builder = builder.name
         check.warnings.extend(spec.manifest_warnings())
     return spec
+
+
+def _tagged(raw: dict[str, Any], tags: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with what the algorithm fills into an environment section that names no other
+    kind (:attr:`~agile_cli.AlgorithmSpec.environment_tags`), as the reference does."""
+    kind = tags.get("env_type")
+    if kind is None or raw.get("env_type", kind) != kind:
+        return raw
+    return {**tags, **{key: value for key, value in raw.items() if value is not None}}
 
 
 def training_spec_for(entry: AlgorithmEntry | None, registry: Registry) -> type[TrainingSpec]:
@@ -659,6 +669,24 @@ def _check_selection(
     errors = selection.check_training(training, key)
     check.errors.extend(errors)
     return selection if errors else selection.resolved(training)
+
+
+def _canonical_hp_names(
+    mutation: MutationSpec, spec: type[AlgorithmSpec], check: _Collector
+) -> MutationSpec:
+    """``rl_hp_selection`` with a key that is another spelling of a mutable field (LLMPPO's
+    ``lr`` for ``lr_actor``, as 2.58 reads it) renamed to the field."""
+    spellings = {alias: name for name in spec.mutable_hyperparameters
+                 for alias in alias_names(spec.model_fields[name].validation_alias)
+                 if alias != name}  # fmt: skip
+    renamed = {spellings.get(key, key): bounds for key, bounds in mutation.rl_hp_selection.items()}
+    if len(renamed) < len(mutation.rl_hp_selection):
+        both = sorted(key for key in mutation.rl_hp_selection if key in spellings)
+        check.add(f"mutation.rl_hp_selection.{both[0]}", "given together with "
+                  f"'{spellings[both[0]]}', its other spelling", "keep only one")  # fmt: skip
+    if renamed == mutation.rl_hp_selection:
+        return mutation
+    return mutation.model_copy(update={"rl_hp_selection": renamed})
 
 
 def _check_hp_selection(

@@ -33,19 +33,20 @@ def env_spec(**fields: Any) -> SimpleNamespace:
     """An ``environment`` section with the LLMEnvSpec attributes the builder reads."""
     defaults: dict[str, Any] = {
         "name": "prompts",
-        "env_type": None,
+        "regime": None,
         "dataset": None,
         "columns": None,
         "prompt_template": None,
         "max_reward": None,
         "train_test_split": 0.8,
-        "reward_file_path": None,
-        "reward_fn_name": None,
+        "rubric_file_path": None,
+        "rubric_name": None,
         "response_column": "response",
         "apply_chat_template": None,
         "reward_timeout": 30.0,
     }
-    return SimpleNamespace(**{**defaults, **fields})
+    merged = {**defaults, **fields}
+    return SimpleNamespace(**merged, named_dataset=merged["dataset"])
 
 
 def manifest(spec: SimpleNamespace, env_type: str = "reasoning") -> SimpleNamespace:
@@ -311,7 +312,7 @@ def test_sft_and_preference_rows_read_their_targets(tmp_path: Path) -> None:
 
 def reasoning_env(tmp_path: Path, rows: list[dict[str, Any]], source: str) -> PromptData:
     write_reward(tmp_path, source)
-    fields: dict[str, Any] = {"reward_file_path": "reward.py", "reward_fn_name": "exact"}
+    fields: dict[str, Any] = {"rubric_file_path": "reward.py", "rubric_name": "exact"}
     env = built(
         tmp_path, rows, prompt_template={"user_0": "Q: {question}"}, max_reward=1.0, **fields
     )
@@ -338,7 +339,7 @@ def test_the_reward_gets_the_question_column_else_the_rendered_prompt(
     assert env.reward(["0+1", "rendered"], ROWS[:2], ["rendered"] * 2).tolist() == [1.0, 0.0]
     rows = [{"problem": "x", "answer": "1"}] * 2
     env = built(tmp_path, rows, prompt_template={"user_0": "{problem}"}, train_test_split=0.5,
-                reward_file_path="reward.py", reward_fn_name="exact")  # fmt: skip
+                rubric_file_path="reward.py", rubric_name="exact")  # fmt: skip
     env = prepare(env, manifest(env_spec()))
     assert env.reward(["x", "rendered"], rows, ["rendered"] * 2).tolist() == [0.0, 1.0]
 

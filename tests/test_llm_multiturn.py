@@ -296,7 +296,7 @@ def test_a_gem_game_is_made_by_gem_and_a_missing_gem_says_how_to_install_it(
 
     spec = LLMEnvSpec(env_type="multiturn", env_name="game:GuessTheNumber-v0-easy")
     monkeypatch.setitem(sys.modules, "gem", None)
-    with pytest.raises(UsageError, match="gem-llm package is not installed") as caught:
+    with pytest.raises(UsageError, match="needs the gem-llm package") as caught:
         multiturn.build(spec, 0, game)
     assert "pip install 'agile-cli[gem]'" in str(caught.value.hint)
     made: list[str] = []
@@ -338,7 +338,7 @@ def test_grpo_trains_on_episodes_and_scores_greedy_play(
     members, env = _population(tiny, 1, advantage_granularity="turn")
     sampled = _replies(["0", "1", "2"], vary=True)
     greedy = text.generate
-    monkeypatch.setattr(text, "generate", lambda *a, **k: (sampled if k.get("temperature")
+    monkeypatch.setattr(text, "generate", lambda *a, **k: (sampled if k.get("sampling")
                                                             else greedy)(*a, **k))  # fmt: skip
     member = members[0]
     before = copy.deepcopy(member.shared.adapters.weights(member.adapter))

@@ -42,8 +42,8 @@ def lowercase_share(completion: str, answer: Any, question: str) -> float:
 
 def prompt_data(rows: int = 16) -> PromptData:
     spec = SimpleNamespace(
-        name="prompts", env_type="reasoning", prompt_template=None, response_column="response",
-        max_reward=1.0, reward_file_path=None, reward_fn_name=None, apply_chat_template=None,
+        name="prompts", regime="reasoning", prompt_template=None, response_column="response",
+        max_reward=1.0, rubric_file_path=None, rubric_name=None, apply_chat_template=None,
         reward_timeout=30.0,
     )  # fmt: skip
     table = [{"prompt": PROMPTS[i % len(PROMPTS)], "answer": "-"} for i in range(rows)]

@@ -210,34 +210,43 @@ def test_validate_imports_no_llm_library(write) -> None:
                 "max_grad_norm": 0.1,
                 "group_size": 8,
                 "temperature": 0.9,
-                "max_output_tokens": 1024,
+                "top_k": 50,
+                "max_output_tokens": None,
+                "adv_norm": "mean_only",
+                "loss_norm": "accumulation_window",
+                "kl_clamp": 10.0,
             },
         ),
         ("GSPO", {"beta": 0.001, "lr": 5e-6, "max_grad_norm": 0.1, "group_size": 8}),
         ("CISPO", {"beta": 0.001, "lr": 5e-6, "clip_coef": 0.2, "group_size": 8}),
-        ("LLMREINFORCE", {"beta": 0.01, "lr": 5e-6, "max_grad_norm": 1.0, "temperature": 0.9}),
+        (
+            "LLMREINFORCE",
+            {"beta": 0.001, "lr": 5e-6, "max_grad_norm": 1.0, "temperature": 1.0, "gamma": 1.0},
+        ),
         (
             "LLMPPO",
             {
-                "beta": 0.01,
+                "beta": 0.001,
+                "temperature": 1.0,
                 "lr_actor": 5e-6,
                 "lr_critic": 5e-5,
                 "max_grad_norm": 1.0,
                 "vf_coef": 0.5,
             },
         ),
-        ("DPO", {"beta": 0.1, "lr": 5e-6, "max_grad_norm": 0.1, "nll_alpha": 0.0}),
+        ("DPO", {"beta": 0.1, "lr": 5e-6, "max_grad_norm": 0.1, "nll_alpha": 1.0}),
         ("SFT", {"lr": 5e-5, "max_grad_norm": 0.1, "batch_size": 16}),
     ],
 )
 def test_defaults(name: str, expected: dict[str, Any]) -> None:
     made = load_object(ALGORITHMS[name][0])()
     for field, value in expected.items():
-        assert getattr(made, field) == pytest.approx(value), field
+        assert getattr(made, field) == (value if value is None or isinstance(value, str)
+                                        else pytest.approx(value)), field  # fmt: skip
     assert made.seed == 42
     assert made.gradient_checkpointing is True
     assert made.update_epochs == 1
-    assert type(made).default_evo_steps == 5
+    assert type(made).default_evo_steps == 20  # agilerl 2.58's
     assert type(made).mutation_kinds == frozenset({"rl_hp"})
     assert set(type(made).default_mutable) <= set(type(made).mutable_hyperparameters)
     assert set(type(made).mutable_hyperparameters) <= set(type(made).model_fields)
@@ -250,14 +259,14 @@ def test_env_types_and_default_mutables() -> None:
     assert spec.GRPOSpec.default_mutable == ("lr", "beta")
     assert spec.SFTSpec.default_mutable == ("lr",)
     assert spec.LLMPPOSpec.default_mutable == ("lr_actor", "beta")
-    assert "clip_coef" not in spec.CISPOSpec.mutable_hyperparameters
+    assert "clip_coef" in spec.CISPOSpec.mutable_hyperparameters  # a number in 2.58's form
     assert "nll_alpha" in spec.DPOSpec.mutable_hyperparameters
 
 
 def test_resolved_evo_steps_and_training_defaults() -> None:
     data = _manifest({"name": "GRPO"}, training={"max_steps": 1000})
     manifest = TrainingManifest.get_validated(data)
-    assert manifest.training.evo_steps == 5
+    assert manifest.training.evo_steps == 20
     assert manifest.training.evaluation_interval == 10
     assert manifest.training.num_epochs is None
     assert manifest.algorithm.context_length(manifest) == 384
@@ -277,19 +286,19 @@ def _here(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_use_vllm_is_valid_and_refused_here_naming_what_is_missing(monkeypatch) -> None:
-    monkeypatch.setattr(spec, "_installed", lambda module: False)
-    monkeypatch.setattr(spec, "_gpu_present", lambda: False)
+    monkeypatch.setattr(spec, "installed", lambda module: False)
+    monkeypatch.setattr(spec, "gpu_present", lambda: False)
     error = _here(_manifest({"name": "GSPO", "use_vllm": True}))["algorithm.use_vllm"]
     assert "vLLM generation needs the vllm package and a CUDA GPU" in error.message
     assert "vllm (not installed)" in error.message and "CUDA GPU (none found)" in error.message
-    assert "--set algorithm.use_vllm=false" in error.hint and "--backend arena" in error.hint
+    assert "--set algorithm.use_vllm=null" in error.hint and "--backend arena" in error.hint
 
 
 def test_use_vllm_trains_here_where_vllm_and_a_gpu_are(monkeypatch) -> None:
-    monkeypatch.setattr(spec, "_installed", lambda module: True)
-    monkeypatch.setattr(spec, "_gpu_present", lambda: True)
+    monkeypatch.setattr(spec, "installed", lambda module: True)
+    monkeypatch.setattr(spec, "gpu_present", lambda: True)
     assert _here(_manifest({"name": "GRPO", "use_vllm": True})) == {}
-    monkeypatch.setattr(spec, "_gpu_present", lambda: False)
+    monkeypatch.setattr(spec, "gpu_present", lambda: False)
     error = _here(_manifest({"name": "GRPO", "use_vllm": True}))["algorithm.use_vllm"]
     assert "lacks a CUDA GPU (none found)" in error.message
 
@@ -303,8 +312,8 @@ def test_vllm_config_without_use_vllm_is_a_warning() -> None:
 def test_quantization_presets_are_valid_and_refused_without_bitsandbytes_and_a_gpu(
     monkeypatch,
 ) -> None:
-    monkeypatch.setattr(spec, "_installed", lambda module: False)
-    monkeypatch.setattr(spec, "_gpu_present", lambda: False)
+    monkeypatch.setattr(spec, "installed", lambda module: False)
+    monkeypatch.setattr(spec, "gpu_present", lambda: False)
     for preset in ("nf4", "INT8", "4 bit", "bnb-4bit", {"load_in_4bit": True}):
         error = _here(_manifest({"name": "CISPO", "quantization": preset}))
         assert "bitsandbytes (not installed)" in error["algorithm.quantization"].message
@@ -312,8 +321,8 @@ def test_quantization_presets_are_valid_and_refused_without_bitsandbytes_and_a_g
         assert _here(_manifest({"name": "GRPO", "quantization": off})) == {}
     error = _error(_manifest({"name": "GRPO", "quantization": "3bit"}), "algorithm.quantization")
     assert error.message == "unknown preset '3bit'" and "nf4" in error.hint
-    monkeypatch.setattr(spec, "_installed", lambda module: True)
-    monkeypatch.setattr(spec, "_gpu_present", lambda: True)
+    monkeypatch.setattr(spec, "installed", lambda module: True)
+    monkeypatch.setattr(spec, "gpu_present", lambda: True)
     assert _here(_manifest({"name": "CISPO", "quantization": "nf4"})) == {}  # trained here
 
 
@@ -328,20 +337,20 @@ def test_a_multiturn_environment_follows_agilerls_rules() -> None:
     error = _error(_manifest({"name": "GRPO"}, both), "environment.env_name")
     assert "one of env_name and entrypoint, not both" in error.message
     neither = {"env_type": "multiturn"}
-    assert (
-        "has neither"
-        in _error(_manifest({"name": "GRPO"}, neither), "environment.env_name").message
-    )
-    configured = {**game, "env_config": {"level": 2}}
-    assert _error(_manifest({"name": "GRPO"}, configured), "environment.env_config")
+    error = _error(_manifest({"name": "GRPO"}, neither), "environment.dataset")
+    assert "exactly one source, got none" in error.message
+    configured = {**game, "env_config": {"level": 2}}  # gem.make's keyword arguments
+    made = TrainingManifest.get_validated(_manifest({"name": "GRPO"}, configured)).environment
+    assert (made.entrypoint, made.factory, made.env_config) == (
+        "game:GuessTheNumber-v0", "gem:make", {"level": 2})  # fmt: skip
     error = _error(_manifest({"name": "DPO"}, game), "environment.env_type")
-    assert "not from a multi-turn environment" in error.message
+    assert "DPO learns from preference rows" in error.message
 
 
 def test_validate_says_what_this_machine_will_not_train_and_train_refuses_at_once(
     run, tmp_path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(spec, "_gpu_present", lambda: False)
+    monkeypatch.setattr(spec, "gpu_present", lambda: False)
     data = _manifest({"name": "GRPO", "use_vllm": True})
     path = tmp_path / "vllm.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -350,7 +359,7 @@ def test_validate_says_what_this_machine_will_not_train_and_train_refuses_at_onc
     assert "not on this machine: algorithm.use_vllm: vLLM generation needs" in checked.output
     trained = run("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert trained.exit_code == 2 and "training on this machine: 1 error" in trained.output
-    assert "--set algorithm.use_vllm=false" in trained.output and "Traceback" not in trained.output
+    assert "--set algorithm.use_vllm=null" in trained.output and "Traceback" not in trained.output
     assert not (tmp_path / "run").exists()  # refused before anything was made or loaded
     deep = run("validate", str(path), "--check-env")
     assert deep.exit_code == 2 and "algorithm.use_vllm" in deep.output
@@ -373,29 +382,35 @@ def test_unknown_environment_key_suggests_the_right_one() -> None:
 
 def test_dpo_on_reasoning_data_is_refused() -> None:
     error = _error(_manifest({"name": "DPO"}), "environment.env_type")
-    assert "preference" in error.message and "env_type: preference" in error.hint
+    assert "preference" in error.message and "objective: preference" in error.hint
 
 
 def test_reasoning_without_reward_function_warns_that_local_training_needs_it() -> None:
     # An Arena job may leave the reward to --reward-file and the template to the registered
     # dataset; training locally refuses to start without them (tests/test_llm_training.py).
-    environment = {k: v for k, v in REASONING_ENV.items() if k != "reward_fn_name"}
+    environment = {k: v for k, v in REASONING_ENV.items() if k != "reward_file_path"}
     manifest = TrainingManifest.get_validated(_manifest({"name": "GRPO"}, environment))
-    assert any(w.startswith("environment.reward_fn_name: not given; training locally needs it")
+    assert any(w.startswith("environment.rubric_file_path: not given; training locally needs")
                for w in manifest.warnings)  # fmt: skip
+    unnamed = {k: v for k, v in REASONING_ENV.items() if k != "reward_fn_name"}
+    manifest = TrainingManifest.get_validated(_manifest({"name": "GRPO"}, unnamed))
+    assert manifest.environment.rubric_name == "reward_fn"  # 2.58's default
 
 
 def test_preference_data_takes_no_reward_file() -> None:
     environment = {"dataset": "pairs/x", "reward_file_path": "reward.py"}
-    error = _error(_manifest({"name": "DPO"}, environment), "environment.reward_file_path")
-    assert "remove reward_file_path" in error.hint
+    error = _error(_manifest({"name": "DPO"}, environment), "environment.rubric_file_path")
+    assert "remove rubric_file_path" in error.hint
 
 
-def test_sft_has_no_beta_and_dpo_no_sampling_fields() -> None:
+def test_sft_ignores_beta_and_dpo_takes_no_sampling_fields() -> None:
     sft = _manifest({"name": "SFT", "beta": 0.1}, {"dataset": "data/x.jsonl"})
-    assert "unknown field" in _error(sft, "algorithm.beta").message
+    warnings = TrainingManifest.get_validated(sft).warnings
+    assert "algorithm.beta: ignored, SFT has no reference policy to stay near" in warnings
     dpo = _manifest({"name": "DPO", "use_sequence_packing": True}, {"dataset": "pairs/x"})
-    assert "unknown field" in _error(dpo, "algorithm.use_sequence_packing").message
+    assert "DPO pads its rows" in _error(dpo, "algorithm.use_sequence_packing").message
+    dpo = _manifest({"name": "DPO", "temperature": 0.5}, {"dataset": "pairs/x"})
+    assert "unknown field" in _error(dpo, "algorithm.temperature").message
 
 
 def test_a_model_is_required() -> None:
@@ -406,21 +421,40 @@ def test_a_model_is_required() -> None:
 
 @pytest.mark.parametrize("clip", [[0.2], [0.1, 0.2, 0.3], [-0.1, 0.2], [2.0, 0.8]])
 def test_cispo_clip_coef_shape(clip: list[float]) -> None:
-    _error(_manifest({"name": "CISPO", "clip_coef": clip}), "algorithm.clip_coef")
+    errors = _errors(_manifest({"name": "CISPO", "clip_coef": clip}))
+    assert [e.path for e in errors if e.path.startswith("algorithm.clip_bounds")], errors
+
+
+def test_cispo_august_bounds_are_clip_bounds_and_not_mutated() -> None:
+    manifest = TrainingManifest.get_validated(_manifest({"name": "CISPO", "clip_coef": [0.8, 2]}))
+    assert (manifest.algorithm.clip_bounds, manifest.algorithm.clip_coef) == ((0.8, 2.0), 0.2)
+    data = _manifest({"name": "CISPO", "clip_coef": [0.8, 2]})
+    data["mutation"]["rl_hp_selection"] = {"clip_coef": {"min": 0.1, "max": 0.3}}
+    assert "clip_bounds" in _error(data, "mutation.rl_hp_selection.clip_coef").message
 
 
 def test_grpo_clip_coef_is_a_number() -> None:
     _error(_manifest({"name": "GRPO", "clip_coef": [0.2, 0.3]}), "algorithm.clip_coef")
 
 
-@pytest.mark.parametrize("bad", ["./notes/data.txt", "has spaces/in it", "/abs/file.tsv", "a/b/c"])
+@pytest.mark.parametrize("bad", ["./notes/data.txt", "has spaces/in it", "/abs/file.tsv", "a b"])
 def test_dataset_shape_is_checked(bad: str) -> None:
     environment = dict(REASONING_ENV, dataset=bad)
     _error(_manifest({"name": "GRPO"}, environment), "environment.dataset")
 
 
 @pytest.mark.parametrize(
-    "good", ["gsm8k", "owner/name", "owner/name-2.1", "./local/data.parquet", "/x/y.csv", "a.pq"]
+    "good",
+    [
+        "gsm8k",
+        "owner/name",
+        "owner/name-2.1",
+        "./local/data.parquet",
+        "/x/y.csv",
+        "a.pq",
+        "data/rows/digits",
+        "./rows",
+    ],  # the last two: folders of data files
 )
 def test_dataset_files_and_hub_ids_are_accepted(good: str) -> None:
     environment = dict(REASONING_ENV, dataset=good)
@@ -517,15 +551,13 @@ def test_network_model_overrides_the_algorithm_one() -> None:
 def test_ignored_fields_are_reported() -> None:
     algorithm = {
         "name": "GRPO",
-        "use_liger_loss": True,
+        "use_liger_loss": False,
         "activation_offload": True,
         "chunk_rows": 64,
-        "use_separate_reference_adapter": True,
         "calc_position_embeddings": False,
         "advantage_granularity": "turn",
-        "cosine_lr_schedule_config": {"num_epochs": 1},
     }
-    environment = dict(REASONING_ENV, max_turns=3, strict_chat_template_boundary=False)
+    environment = dict(REASONING_ENV, strict_chat_template_boundary=False)
     training = dict(TRAINING, evaluation_interval=7, max_wall_seconds=100.0, eval_loop=2)
     manifest = TrainingManifest.get_validated(_manifest(algorithm, environment, training=training))
     warned = {w.split(":")[0] for w in manifest.warnings}
@@ -533,11 +565,8 @@ def test_ignored_fields_are_reported() -> None:
         "algorithm.use_liger_loss",
         "algorithm.activation_offload",
         "algorithm.chunk_rows",
-        "algorithm.use_separate_reference_adapter",
         "algorithm.calc_position_embeddings",
         "algorithm.advantage_granularity",
-        "algorithm.cosine_lr_schedule_config",
-        "environment.max_turns",
         "environment.strict_chat_template_boundary",
         "training.evaluation_interval",
         "training.max_wall_seconds",
@@ -587,8 +616,12 @@ def test_rl_hp_selection_names() -> None:
     data = _manifest({"name": "LLMPPO"})
     data["mutation"]["rl_hp_selection"] = {"lr_actor": {"min": 1e-7, "max": 1e-4}}
     TrainingManifest.get_validated(data)
-    data["mutation"]["rl_hp_selection"] = {"lr": {"min": 1e-7, "max": 1e-4}}
-    _errors(data)
+    data["mutation"]["rl_hp_selection"] = {"lr": {"min": 1e-7, "max": 1e-4}}  # 2.58's alias
+    assert set(TrainingManifest.get_validated(data).mutation.rl_hp_selection) == {"lr_actor"}
+    data["mutation"]["rl_hp_selection"]["lr_actor"] = {"min": 1e-7, "max": 1e-4}
+    assert "its other spelling" in _error(data, "mutation.rl_hp_selection.lr").message
+    data["mutation"]["rl_hp_selection"] = {"lr_critc": {"min": 1e-7, "max": 1e-4}}
+    _error(data, "mutation.rl_hp_selection.lr_critc")
 
 
 # -- benchmarks/reference_manifests.py -------------------------------------------------------

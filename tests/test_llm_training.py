@@ -204,11 +204,17 @@ def test_local_reasoning_training_needs_the_reward_function(
     run, tiny: Path, data: Path, tmp_path: Path
 ) -> None:
     content = manifest("GRPO", tiny, data)
-    del content["environment"]["reward_fn_name"]
+    del content["environment"]["reward_file_path"]
     path = write_manifest(tmp_path / "m.yaml", content)
     result = run("train", str(path), "--run-dir", str(tmp_path / "run"))
     assert result.exit_code == 2
-    assert "reward_file_path and reward_fn_name" in result.output
+    assert "environment.rubric_file_path: training a rollout over dataset rows" in result.output
+    content = manifest("GRPO", tiny, data)
+    del content["environment"]["reward_fn_name"]  # 2.58 then looks for reward_fn
+    path = write_manifest(tmp_path / "m.yaml", content)
+    result = run("train", str(path), "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 2
+    assert "environment.rubric_name: reward.py defines no 'reward_fn'" in result.output
 
 
 CACHED_RUN = """

@@ -164,8 +164,8 @@ def test_train_with_vllm_from_the_command_line(
     vllm: type[Engine], run, tiny: Path, data: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(spec_module, "_installed", lambda module: True)
-    monkeypatch.setattr(spec_module, "_gpu_present", lambda: True)
+    monkeypatch.setattr(spec_module, "installed", lambda module: True)
+    monkeypatch.setattr(spec_module, "gpu_present", lambda: True)
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(_content(tiny, data)), encoding="utf-8")
     checked = run("validate", str(path))

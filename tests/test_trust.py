@@ -255,15 +255,15 @@ def sealed_reasoning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 def test_an_llm_reward_file_is_found_where_the_run_was_trained(sealed_reasoning, tmp_path):
     manifest = TrainingManifest.get_validated(sealed_reasoning["manifest"])
     checked = trust.checked(sealed_reasoning, manifest, Path("elite.pt"), trusted=False)
-    assert checked.environment.reward_file_path == str(tmp_path / "project" / "reward.py")
+    assert checked.environment.rubric_file_path == str(tmp_path / "project" / "reward.py")
     (tmp_path / "project" / "reward.py").write_text("def score(c, a, q):\n    return 3.0\n")
-    changed = re.escape("reward.py (environment.reward_file_path) changed since the run was sealed")
+    changed = re.escape("reward.py (environment.rubric_file_path) changed since the run was sealed")
     with pytest.raises(UsageError, match=changed):
         trust.checked(sealed_reasoning, manifest, Path("elite.pt"), trusted=False)
 
 
 def test_an_llm_reward_file_edited_in_a_checkpoint_is_refused(sealed_reasoning, tmp_path):
-    sealed_reasoning["manifest"]["environment"]["reward_file_path"] = str(
+    sealed_reasoning["manifest"]["environment"]["rubric_file_path"] = str(
         tmp_path / "elsewhere" / "reward.py"
     )
     manifest = TrainingManifest.get_validated(sealed_reasoning["manifest"])
@@ -297,3 +297,19 @@ def test_a_multi_agent_run_finds_its_entrypoint_where_it_was_trained(run, tmp_pa
     evaluated = run("evaluate", str(project / "run"), "--episodes", "1")
     assert evaluated.exit_code == 0, evaluated.output
     assert not marker.exists()
+
+
+def test_the_code_a_258_llm_environment_names_is_sealed(tmp_path):
+    """2.58's spellings: a factory is code and the entrypoint it makes an id; a rubric file in
+    either spelling; processors are code."""
+    (tmp_path / "rubric.py").write_text("def reward_fn(c, a, q):\n    return 1.0\n")
+    environment = {"entrypoint": "game:GuessTheNumber-v0", "factory": "json:loads",
+                   "observation_processor": "json:dumps", "rubric_file_path": "rubric.py",
+                   "rubric_name": "reward_fn"}  # fmt: skip
+    found = {item.field: item for item in trust.code({"environment": environment}, tmp_path)}
+    assert set(found) == {"environment.factory", "environment.observation_processor",
+                          "environment.rubric_file_path"}  # fmt: skip
+    assert found["environment.rubric_file_path"].reference == "rubric.py:reward_fn"
+    august = {"reward_file_path": "rubric.py", "reward_fn_name": "reward_fn"}
+    (code,) = trust.code({"environment": august}, tmp_path)
+    assert code.field == "environment.reward_file_path" and code.sha256 is not None

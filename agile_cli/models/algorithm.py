@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import (
@@ -62,6 +63,9 @@ class AlgorithmSpec(Spec):
     #: The environment ``agile init ALGORITHM`` writes when none is given; None: the
     #: paradigm's usual one (CartPole-v1 for single-agent Gymnasium algorithms).
     starter_environment: ClassVar[str | None] = None
+    #: What the reference fills into an environment section that names no other kind (an
+    #: LLM algorithm's ``env_type``, say), before the section is validated; none by default.
+    environment_tags: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     def starter_sections(cls) -> dict[str, dict[str, StarterValue]]:

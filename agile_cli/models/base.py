@@ -94,7 +94,7 @@ class Spec(BaseModel):
         keys: list[str] = []
         for name, field in cls.model_fields.items():
             keys.append(name)
-            keys.extend(_alias_names(field.validation_alias))
+            keys.extend(alias_names(field.validation_alias))
         return keys
 
 
@@ -179,7 +179,7 @@ def _as_float(value: Any) -> Any:
     return value
 
 
-def _alias_names(alias: Any) -> list[str]:
+def alias_names(alias: Any) -> list[str]:
     if alias is None:
         return []
     if isinstance(alias, str):

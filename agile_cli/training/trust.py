@@ -1,11 +1,13 @@
 """Code a saved run names, and when agile may import it.
 
 A manifest can name code: an environment's ``entrypoint`` (a ``module:callable`` or a
-``file.py:callable``), its ``wrappers`` and an LLM environment's ``reward_file_path`` are
-imported and called when the environment is built. ``agile train m.yaml`` runs what the
-user's own manifest names. A checkpoint read back (``agile evaluate``, ``agile export``,
-``agile dataset collect``, ``agile train --resume``) may come from someone else, so the code it
-names is imported only when this user's agile sealed it, or when the user says ``--trust-code``.
+``file.py:callable``; with a ``factory``, the id the factory makes), its ``factory``, its
+``wrappers``, and an LLM environment's rubric file (``rubric_file_path``, August's
+``reward_file_path``) and processors are imported and called when the environment is built.
+``agile train m.yaml`` runs what the user's own manifest names. A checkpoint read back
+(``agile evaluate``, ``agile export``, ``agile dataset collect``, ``agile train --resume``) may
+come from someone else, so the code it names is imported only when this user's agile sealed
+it, or when the user says ``--trust-code``.
 
 The seal, in every checkpoint, records what the run imports: each file by its resolved path
 and the sha256 of its content, each installed module by its name, and the *origin* (the
@@ -47,8 +49,23 @@ if TYPE_CHECKING:
 #: Manifest fields that decide which code is imported: a resume refuses any edit of them.
 CODE_FIELDS = frozenset(
     f"environment.{name}"
-    for name in ("entrypoint", "path", "wrappers", "reward_file_path", "reward_fn_name")
+    for name in (
+        "entrypoint",
+        "factory",
+        "path",
+        "wrappers",
+        "rubric_file_path",
+        "rubric_name",
+        "reward_file_path",
+        "reward_fn_name",
+        "observation_processor",
+        "action_processor",
+    )
 )
+#: An LLM environment's rubric file and the name in it, in each spelling (2.58's, August's).
+RUBRIC_SPELLINGS = (("rubric_file_path", "rubric_name"), ("reward_file_path", "reward_fn_name"))
+#: Fields naming a ``module:callable`` that is imported and called (besides ``entrypoint``).
+CALLABLE_FIELDS = ("factory", "observation_processor", "action_processor")
 _SEAL_VERSION = 2
 _CHUNK = 1 << 20
 
@@ -81,17 +98,21 @@ def code(manifest: Mapping[str, Any], origin: Path) -> list[Code]:
         return []
     base = origin / _text(environment.get("path"))
     found = []
-    if environment.get("entrypoint"):
+    if environment.get("entrypoint") and not environment.get("factory"):  # else an id
         reference = _text(environment["entrypoint"])
         found.append(_resolved("environment.entrypoint", reference, base))
+    for name in CALLABLE_FIELDS:
+        if environment.get(name):
+            found.append(_resolved(f"environment.{name}", _text(environment[name]), base))
     wrappers = environment.get("wrappers") or []
     for index, item in enumerate(wrappers if isinstance(wrappers, list) else [wrappers]):
         target = _text(item[0] if isinstance(item, list | tuple) and item else item)
         found.append(_resolved(f"environment.wrappers[{index}]", wrapper_reference(target), base))
-    if environment.get("reward_file_path"):
-        file = origin / _text(environment["reward_file_path"])
-        named = f"{file.name}:{_text(environment.get('reward_fn_name'))}"
-        found.append(_file_code("environment.reward_file_path", named, file))
+    for path_key, name_key in RUBRIC_SPELLINGS:
+        if environment.get(path_key):
+            file = origin / _text(environment[path_key])
+            named = f"{file.name}:{_text(environment.get(name_key))}"
+            found.append(_file_code(f"environment.{path_key}", named, file))
     return found
 
 
@@ -99,8 +120,8 @@ def located(
     manifest: Mapping[str, Any], origin: Path, like: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """``manifest`` (plain data) with the places its code is found made absolute:
-    ``environment.path`` (when the environment names an entrypoint or wrappers) and
-    ``environment.reward_file_path``, against ``origin``.
+    ``environment.path`` (when the environment names an entrypoint or wrappers) and an LLM
+    environment's rubric file, against ``origin``.
 
     :param like: the checkpoint's manifest, located: a relative place of ``manifest`` that this
         one already holds made absolute (a run resumed before) is taken as it holds it.
@@ -214,9 +235,9 @@ def _locations(
     updates = {}
     if "path" in environment and (environment.get("entrypoint") or environment.get("wrappers")):
         updates["path"] = _absolute(environment.get("path"), origin, previous.get("path"))
-    if environment.get("reward_file_path"):
-        given, held = environment["reward_file_path"], previous.get("reward_file_path")
-        updates["reward_file_path"] = _absolute(given, origin, held)
+    for key, _ in RUBRIC_SPELLINGS:
+        if environment.get(key):
+            updates[key] = _absolute(environment[key], origin, previous.get(key))
     return updates
 
 

@@ -106,7 +106,7 @@ def arena_manifest(manifest: TrainingManifest) -> dict[str, Any]:
             "tournament_selection": data.get("tournament_selection") or {},
         }
     )
-    if "replay_buffer" in data:
+    if "replay_buffer" in data and not llm.is_llm(manifest):  # an LLM job's is agile's queue
         payload["replay_buffer"] = _without_none(data["replay_buffer"])
     return payload
 
@@ -162,7 +162,7 @@ def submit(
     ``agile arena experiments submit`` do).
 
     :param reward_file: the reward module of a reasoning job, instead of
-        ``environment.reward_file_path``.
+        ``environment.rubric_file_path``.
     :param completion: a completion Arena checks the reward function against.
     """
     check_eligible(manifest)

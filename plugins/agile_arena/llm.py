@@ -3,10 +3,14 @@
 Arena's LLM job (``arena-api.md`` §6) names a dataset registered on Arena in
 ``environment.name``, a Hugging Face model in the network section (a finetuning spec whose
 model name and context length Arena copies into the algorithm section), and sends the
-reasoning reward function as a file part of the submission. Arena drops algorithm and
-training fields it does not know (with a warning); agile leaves them out itself and says
-which written ones were left out. Reads the manifest only through its validated specs, so
-importing this module imports no LLM library and not the LLM plugin.
+reasoning reward function as a file part of the submission. Its environment section keeps
+the August form: ``env_type`` is ``reasoning``, ``preference`` or ``sft`` (the LLM
+environment's ``regime``) and the rubric is ``reward_fn_name`` in ``reward_file_path``; an
+environment the model acts in (``entrypoint``, ``env_url``, ``env_image``) has no place in
+it. Arena drops algorithm and training fields it does not know (with a warning); agile
+leaves them out itself and says which written ones were left out. Reads the manifest only
+through its validated specs, so importing this module imports no LLM library and not the
+LLM plugin.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agile_cli import FieldError, TrainingManifest, UsageError
+from agile_cli import FieldError, Spec, TrainingManifest, UsageError
 
 #: The ``llm`` environment builder's name.
 BUILDER = "llm"
@@ -57,16 +61,40 @@ TRAINING_FIELDS = (
     "evaluation_interval", "num_epochs", "episode_steps", "sum_scores", "reporting_interval",
     "experience_sharing",
 )  # fmt: skip
-#: What an LLM job's environment section tells Arena (the reference's LLMEnvSpec fields).
-ENVIRONMENT_FIELDS = (
-    "env_type", "columns", "prompt_template", "max_reward", "train_test_split",
-    "reward_fn_name", "response_column",
-)  # fmt: skip
+#: Arena's ``vllm_config`` and ``cosine_lr_schedule_config`` fields (§6.2).
+NESTED_FIELDS: dict[str, tuple[str, ...]] = {
+    "vllm_config": (
+        "tensor_parallel_size", "gpu_memory_utilization", "max_num_seqs", "enforce_eager",
+        "sleep_mode", "dtype", "quantization", "stop_sequences", "presence_penalty",
+        "frequency_penalty", "kv_cache_memory_bytes",
+    ),
+    "cosine_lr_schedule_config": ("num_epochs", "warmup_proportion"),
+}  # fmt: skip
+#: What an LLM job's environment section tells Arena (the reference's August LLMEnvSpec
+#: fields), each with the LLM environment's field it is read from.
+ENVIRONMENT_FIELDS = {
+    "columns": "columns", "prompt_template": "prompt_template", "max_reward": "max_reward",
+    "train_test_split": "train_test_split", "reward_fn_name": "rubric_name",
+    "response_column": "response_column",
+}  # fmt: skip
+#: Environment fields the payload reads otherwise (the dataset's name, the kind, the rubric's
+#: file), or that say nothing to a dataset job on Arena (its one environment and one turn).
+_READ_ENVIRONMENT = frozenset({
+    *ENVIRONMENT_FIELDS.values(), "name", "version", "env_type", "objective", "dataset",
+    "dataset_path", "hf_dataset_id", "rubric_file_path", "num_envs", "max_turns",
+    "strict_chat_template_boundary",
+})  # fmt: skip
 #: Environment fields agile reads that Arena's LLM environment lacks, with what Arena does.
 AGILE_ENVIRONMENT_FIELDS = {
     "apply_chat_template": "Arena renders reasoning prompts by the chat template and reads sft "
     "and preference prompts as written",
     "reward_timeout": "Arena's environment has no such field",
+}
+#: What to do instead of an environment the model acts in, by its source.
+_SOURCE_HINTS = {
+    "entrypoint": "train it with --backend local, or name a dataset registered on Arena (with "
+    "a prompt template and a rubric)",
+    "env_url": "name a dataset registered on Arena (with a prompt template and a rubric)",
 }
 _LORA_FIELDS = ("lora_r", "lora_alpha", "target_modules", "task_type", "lora_dropout")
 _MODEL_COPIES = ("pretrained_model_name_or_path", "max_model_len", "lora_config")
@@ -87,17 +115,13 @@ def is_llm(manifest: TrainingManifest) -> bool:
 
 def eligibility_errors(manifest: TrainingManifest) -> list[FieldError]:
     """What Arena cannot take from an LLM manifest (no request is needed to tell)."""
-    errors = [*_builder_errors(manifest), *_dataset_errors(manifest), *_network_errors(manifest)]
-    clip = getattr(manifest.algorithm, "clip_coef", None)
-    if isinstance(clip, list):
-        errors.append(
-            FieldError(
-                "algorithm.clip_coef",
-                f"{clip}: Arena takes one clip coefficient between 0 and 1, not [low, high]",
-                "write one number, e.g. clip_coef: 0.2, or train it with --backend local",
-            )
-        )
-    return errors
+    return [
+        *_builder_errors(manifest),
+        *_environment_errors(manifest),
+        *_dataset_errors(manifest),
+        *_network_errors(manifest),
+        *_algorithm_errors(manifest),
+    ]
 
 
 def _builder_errors(manifest: TrainingManifest) -> list[FieldError]:
@@ -108,6 +132,22 @@ def _builder_errors(manifest: TrainingManifest) -> list[FieldError]:
             "environment.builder",
             f"Arena trains {manifest.algorithm_name} only on the '{BUILDER}' environment",
             f"use builder: {BUILDER} (a dataset, a prompt template and a reward function)",
+        )
+    ]
+
+
+def _environment_errors(manifest: TrainingManifest) -> list[FieldError]:
+    """An environment the model acts in: Arena's LLM jobs train on registered datasets."""
+    if environment_type(manifest) != "multiturn":
+        return []
+    source = getattr(manifest.environment, "source", None) or "entrypoint"
+    value = getattr(manifest.environment, source, None)
+    return [
+        FieldError(
+            f"environment.{source}",
+            f"{value!r} is an environment the model acts in; Arena's LLM jobs train on a "
+            "dataset registered on Arena (reasoning, preference or sft), not on an environment",
+            _SOURCE_HINTS.get(source, _SOURCE_HINTS["env_url"]),
         )
     ]
 
@@ -166,10 +206,55 @@ def _model(manifest: TrainingManifest) -> str | None:
     return network or getattr(manifest.algorithm, "pretrained_model_name_or_path", None)
 
 
+def _algorithm_errors(manifest: TrainingManifest) -> list[FieldError]:
+    """Algorithm settings Arena's specs (§6) cannot express or refuse."""
+    algorithm = manifest.algorithm
+    errors = []
+    bounds = getattr(algorithm, "clip_bounds", None)
+    if bounds is not None:
+        errors.append(
+            FieldError(
+                "algorithm.clip_bounds",
+                f"{list(bounds)}: Arena takes one clip coefficient between 0 and 1, not "
+                "[low, high]",
+                "write one number, e.g. clip_coef: 0.2, or train it with --backend local",
+            )
+        )
+    schedule = getattr(algorithm, "cosine_lr_schedule_config", None)
+    steps = getattr(schedule, "num_steps", None)
+    if steps is not None:
+        errors.append(
+            FieldError(
+                "algorithm.cosine_lr_schedule_config.num_steps",
+                f"{steps}: Arena's cosine schedule lasts num_epochs passes over the training "
+                "split; it counts no updates",
+                "write num_epochs: N instead, or train it with --backend local",
+            )
+        )
+    return errors + _vllm_errors(algorithm)
+
+
+def _vllm_errors(algorithm: Spec) -> list[FieldError]:
+    """Arena's rule: ``use_vllm: true`` needs ``vllm_config`` (§6.1)."""
+    if getattr(algorithm, "use_vllm", None) is not True:
+        return []
+    if getattr(algorithm, "vllm_config", None) is not None:
+        return []
+    return [
+        FieldError(
+            "algorithm.vllm_config",
+            "is missing: Arena generates with vLLM (use_vllm: true) only given vllm_config",
+            "write vllm_config: {} for Arena's engine defaults, or remove use_vllm",
+        )
+    ]
+
+
 def environment_type(manifest: TrainingManifest) -> str:
-    """``reasoning``, ``preference`` or ``sft``: the one written, else the algorithm's."""
-    written = getattr(manifest.environment, "env_type", None)
-    return str(written or getattr(manifest.algorithm, "env_type", "reasoning"))
+    """Arena's ``env_type`` of the job: the environment's regime (``reasoning``,
+    ``preference``, ``sft``, or ``multiturn``, which Arena cannot take), else the
+    algorithm's."""
+    regime = getattr(manifest.environment, "regime", None)
+    return str(regime or getattr(manifest.algorithm, "env_type", "reasoning"))
 
 
 def is_reasoning(manifest: TrainingManifest) -> bool:
@@ -182,11 +267,8 @@ def is_reasoning(manifest: TrainingManifest) -> bool:
 
 def llm_payload(data: dict[str, Any], manifest: TrainingManifest) -> dict[str, Any]:
     """The sections of an LLM job, from the manifest's plain data (``to_dict``)."""
-    algorithm = _known(data["algorithm"], ALGORITHM_FIELDS[manifest.algorithm_name])
-    algorithm["pretrained_model_name_or_path"] = _model(manifest)
-    algorithm["max_model_len"] = _context_length(manifest)
     return {
-        "algorithm": {"name": manifest.algorithm_name, **algorithm},
+        "algorithm": _algorithm(data["algorithm"], manifest),
         "environment": _environment(data["environment"], manifest),
         "training": _known(data["training"], TRAINING_FIELDS),
         "network": _network(manifest),
@@ -197,6 +279,26 @@ def _known(section: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     return {key: section[key] for key in fields if section.get(key) is not None}
 
 
+def _algorithm(section: dict[str, Any], manifest: TrainingManifest) -> dict[str, Any]:
+    """Arena's fields of the algorithm, its vLLM and schedule settings as Arena's models."""
+    if "lr_critic" in section and section["lr_critic"] is None:  # null: the actor's rate
+        section = {**section, "lr_critic": section.get("lr_actor")}
+    algorithm = _known(section, ALGORITHM_FIELDS[manifest.algorithm_name])
+    for key, fields in NESTED_FIELDS.items():
+        settings = getattr(manifest.algorithm, key, None)
+        if key in algorithm and isinstance(settings, Spec):
+            algorithm[key] = _written(settings, fields)
+    algorithm["pretrained_model_name_or_path"] = _model(manifest)
+    algorithm["max_model_len"] = _context_length(manifest)
+    return {"name": manifest.algorithm_name, **algorithm}
+
+
+def _written(settings: Spec, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The settings written in ``fields`` (Arena fills in its own defaults for the rest)."""
+    written = settings.model_dump(mode="json", exclude_unset=True, exclude_none=True)
+    return {key: written[key] for key in fields if key in written}
+
+
 def _context_length(manifest: TrainingManifest) -> int:
     written = getattr(manifest.network, "max_context_length", None)
     value: int = written or getattr(manifest.algorithm, "max_model_len", None) or 1024
@@ -204,15 +306,24 @@ def _context_length(manifest: TrainingManifest) -> int:
 
 
 def _environment(section: dict[str, Any], manifest: TrainingManifest) -> dict[str, Any]:
-    environment = {"name": section.get("dataset") or section["name"]}
+    """The August form Arena reads: the dataset's name, the regime, the rubric's spellings."""
+    environment: dict[str, Any] = {"name": _dataset_name(manifest)}
     if section.get("version") is not None:  # Arena's environment model has it
         environment["version"] = section["version"]
-    environment.update(_known(section, ENVIRONMENT_FIELDS))
     environment["env_type"] = environment_type(manifest)
-    path = section.get("reward_file_path")
+    for arena, agile in ENVIRONMENT_FIELDS.items():
+        if section.get(agile) is not None:
+            environment[arena] = section[agile]
+    path = getattr(manifest.environment, "rubric_file_path", None)
     if path and is_reasoning(manifest):  # the file itself travels as the reward_file part
         environment["reward_file_path"] = Path(path).name
     return environment
+
+
+def _dataset_name(manifest: TrainingManifest) -> str:
+    """The registered dataset the job names: the environment's dataset, else its name."""
+    environment = manifest.environment
+    return str(getattr(environment, "named_dataset", None) or environment.name)
 
 
 def _network(manifest: TrainingManifest) -> dict[str, Any]:
@@ -233,8 +344,21 @@ def _lora(manifest: TrainingManifest) -> dict[str, Any]:
     return lora.model_dump(mode="json") if lora is not None else {}
 
 
+# -- what is left out -------------------------------------------------------------------------
+
+
 def left_out(manifest: TrainingManifest) -> list[str]:
     """A warning for each written field the payload leaves out (Arena would drop it)."""
+    training = manifest.training.model_fields_set - set(TRAINING_FIELDS)
+    return [
+        *_algorithm_left_out(manifest),
+        *[f"training.{key}: agile only, not sent to Arena" for key in sorted(training)],
+        *_environment_left_out(manifest),
+        *_other_left_out(manifest),
+    ]
+
+
+def _algorithm_left_out(manifest: TrainingManifest) -> list[str]:
     known = {*ALGORITHM_FIELDS[manifest.algorithm_name], *_MODEL_COPIES}
     written = manifest.algorithm.model_fields_set
     warnings = [
@@ -243,16 +367,36 @@ def left_out(manifest: TrainingManifest) -> list[str]:
     ]
     if "max_output_tokens" in written:
         warnings.append("algorithm.max_output_tokens: never sent; Arena sets completion lengths")
-    training = manifest.training.model_fields_set - set(TRAINING_FIELDS)
-    warnings += [f"training.{key}: agile only, not sent to Arena" for key in sorted(training)]
-    environment = manifest.environment.model_fields_set
-    warnings += [
-        f"environment.{key}: agile only, not sent to Arena ({why})"
-        for key, why in AGILE_ENVIRONMENT_FIELDS.items()
-        if key in environment
+    for key, fields in NESTED_FIELDS.items():
+        settings = getattr(manifest.algorithm, key, None)
+        unknown = settings.model_fields_set - {*fields, "num_steps"} if settings else set()
+        warnings += [
+            f"algorithm.{key}.{name}: Arena's {key} has no such field; not sent"
+            for name in sorted(unknown)
+        ]
+    return warnings
+
+
+def _environment_left_out(manifest: TrainingManifest) -> list[str]:
+    written = manifest.environment.model_fields_set - _READ_ENVIRONMENT
+    return [
+        f"environment.{key}: agile only, not sent to Arena ({AGILE_ENVIRONMENT_FIELDS[key]})"
+        if key in AGILE_ENVIRONMENT_FIELDS
+        else f"environment.{key}: not sent to Arena, whose LLM environment has no such field"
+        for key in sorted(written)
     ]
+
+
+def _other_left_out(manifest: TrainingManifest) -> list[str]:
+    """The LoRA settings and the replay buffer (``kind: llm``) Arena's job lacks."""
+    warnings = []
     if _lora(manifest).get("target_parameters"):
         warnings.append("network.lora_config.target_parameters: Arena's LoRA has none; not sent")
+    buffer = manifest.replay_buffer
+    if buffer is not None and buffer.model_fields_set:
+        warnings.append(
+            "replay_buffer: not sent to Arena, whose LLM jobs have no queue of generated groups"
+        )
     return warnings
 
 
@@ -261,10 +405,10 @@ def left_out(manifest: TrainingManifest) -> list[str]:
 
 def reward_file(manifest: TrainingManifest) -> Path | None:
     """The reward file a reasoning job sends (relative paths: from the working directory)."""
-    path = getattr(manifest.environment, "reward_file_path", None)
+    path = getattr(manifest.environment, "rubric_file_path", None)
     if not path or not is_reasoning(manifest):
         return None
-    return checked_reward_file(Path(path), "environment.reward_file_path")
+    return checked_reward_file(Path(path), "environment.rubric_file_path")
 
 
 def checked_reward_file(path: Path, where: str = "--reward-file") -> Path:

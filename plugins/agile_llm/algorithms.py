@@ -18,7 +18,7 @@ group's passes (:mod:`.groups`); a member alone is a group of one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -211,28 +211,52 @@ class GRPO(LLMMember):
     """Group-relative policy optimisation: ``group_size`` sampled completions per prompt, each
     with its reward standardised within the group as its advantage."""
 
-    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
-                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        """The loss of ``[N, T]`` log-probabilities now, at sampling and under the reference,
-        per-token advantages and the counted tokens: PPO's clip per token, or per completion
-        with ``importance_sampling_level: sequence``."""
-        level = getattr(self.spec, "importance_sampling_level", None)
-        loss = objectives.gspo_loss if level in SEQUENCE_LEVELS else objectives.clipped_token_loss
-        if level in SEQUENCE_LEVELS:
-            advantage = advantage[:, 0]
-        return loss(current, old, reference, advantage, counted, **self._bounds())
+    #: How the importance ratio is taken: per token (``token``), per completion
+    #: (``sequence``) or as CISPO's clipped, detached weights (``cispo``).
+    ratio: ClassVar[str] = "token"
 
-    def _bounds(self) -> dict[str, float]:
+    def policy_terms(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                     advantage: torch.Tensor, counted: torch.Tensor,
+                     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Each token's loss and whether it counts (:func:`objectives.policy_loss`), for
+        ``[N, T]`` log-probabilities now, at sampling and under the reference, per-token
+        advantages and the counted tokens; the ratio per completion with
+        ``importance_sampling_level`` sequence or trajectory."""
+        spec = self.spec
+        level = getattr(spec, "importance_sampling_level", None)
+        ratio = "sequence" if level in SEQUENCE_LEVELS and self.ratio == "token" else self.ratio
+        bounds = getattr(spec, "off_policy_token_mask_bounds", None)
+        masks = objectives.OffPolicyMasks(
+            tuple(bounds) if bounds is not None else None,
+            getattr(spec, "off_policy_sequence_mask_threshold", None),
+        )  # fmt: skip
+        penalty = objectives.Penalty(
+            self.kl_weight(),
+            getattr(spec, "kl_clamp", None),
+            bool(getattr(spec, "use_bias_correction_kl", False)),
+        )
         low, high = self.clip_range()
-        return {"clip_low": low, "clip_high": high, "beta": float(getattr(self.spec, "beta", 0.0))}
+        return objectives.policy_loss(current, old, reference, advantage, counted,
+                                      ratio=ratio, clip_low=low, clip_high=high,  # type: ignore[arg-type]
+                                      penalty=penalty, masks=masks)  # fmt: skip
+
+    def kl_weight(self) -> float:
+        """The KL penalty's weight in the loss."""
+        return float(getattr(self.spec, "beta", 0.0) or 0.0)
+
+    def loss_norm(self) -> objectives.LossNorm:
+        """What the loss averages over (``algorithm.loss_norm``; each completion's tokens,
+        then completions, for an algorithm without the field)."""
+        norm: objectives.LossNorm = getattr(self.spec, "loss_norm", "episode")
+        return norm
 
     def clip_range(self) -> tuple[float, float]:
-        """The importance ratio's bounds: ``1 -/+ clip_coef``, or ``clip_coef`` as
-        ``[low, high]``."""
-        clip = self.spec.clip_coef
-        if isinstance(clip, list | tuple):
-            return float(clip[0]), float(clip[1])
-        return 1.0 - float(clip), 1.0 + float(clip)
+        """The importance ratio's bounds: ``1 -/+ clip_coef``, or CISPO's ``clip_bounds``."""
+        bounds = getattr(self.spec, "clip_bounds", None)
+        if bounds is not None:
+            return float(bounds[0]), float(bounds[1])
+        clip = float(self.spec.clip_coef)
+        return 1.0 - clip, 1.0 + clip
 
     def group(self) -> int:
         """How many completions (episodes) are sampled of each prompt (seed)."""
@@ -336,8 +360,11 @@ class GRPO(LLMMember):
             advantage = rollout["token_advantage"][part]
         else:
             advantage = self.token_advantages(rollout["advantage"][part], counted)
-        return self.policy_loss(current, rollout["old"][part], rollout["reference"][part],
-                                advantage, counted)  # fmt: skip
+        loss, kept = self.policy_terms(current, rollout["old"][part], rollout["reference"][part],
+                                       advantage, counted)  # fmt: skip
+        share = (part.stop - part.start) / int(rollout["ids"].shape[0])
+        return objectives.reduce_loss(loss, kept, counted, self.loss_norm(),
+                                      float(rollout["counted"].sum()), share)  # fmt: skip
 
     # -- multi-turn environments -----------------------------------------------------------
 
@@ -437,19 +464,13 @@ def _at_sampling(members: Sequence[GRPO], rollouts: list[Rollout | None]) -> Non
 class GSPO(GRPO):
     """GRPO with the importance ratio and its clip taken per completion (sequence level)."""
 
-    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
-                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        return objectives.gspo_loss(current, old, reference, advantage[:, 0], counted,
-                                    **self._bounds())  # fmt: skip
+    ratio: ClassVar[str] = "sequence"
 
 
 class CISPO(GRPO):
     """GRPO's sampling and advantages with CISPO's clipped importance-sampling weights."""
 
-    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
-                    advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        return objectives.cispo_loss(current, old, reference, advantage[:, 0], counted,
-                                     **self._bounds())  # fmt: skip
+    ratio: ClassVar[str] = "cispo"
 
 
 class LLMREINFORCE(GRPO):

@@ -49,12 +49,31 @@ def load_rows(dataset: str) -> list[Row]:
         dataset is not cached.
     """
     path = Path(dataset)
-    if path.suffix.lower() in FILE_SUFFIXES or path.exists() or not _HUB_ID.match(dataset):
+    if path.is_dir():
+        rows = read_folder(path)
+    elif path.suffix.lower() in FILE_SUFFIXES or path.exists() or not _HUB_ID.match(dataset):
         rows = read_file(path)
     else:
         rows = read_hub(dataset)
     check_rows(rows, dataset)
     return rows
+
+
+def read_folder(path: Path) -> list[Row]:
+    """The rows of every data file directly in ``path`` (of one kind), in name order, as
+    ``datasets.load_dataset`` reads a local folder."""
+    files = sorted(child for child in path.iterdir()
+                   if child.is_file() and child.suffix.lower() in FILE_SUFFIXES)  # fmt: skip
+    kinds = {file.suffix.lower().replace(".pq", ".parquet") for file in files}
+    if not files or len(kinds) > 1:
+        found = "none" if not files else ", ".join(sorted(kinds))
+        raise UsageError(
+            f"{_WHERE}: the folder {path.absolute()} must hold data files of one kind "
+            f"({', '.join(FILE_SUFFIXES)}); found {found}",
+            "keep one kind of data file in it, or name the file itself",
+        )
+    check_fits(sum(file.stat().st_size for file in files), path.absolute())
+    return [row for file in files for row in read_file(file)]
 
 
 def read_file(path: Path) -> list[Row]:

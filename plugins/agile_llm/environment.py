@@ -2,7 +2,7 @@
 
 :class:`LLMBuilder` reads and splits the rows (numpy only; no torch, no transformers);
 :func:`prepare`, the paradigm's wrapper, settles the environment type, checks that the rows
-have the columns that type needs and, for ``reasoning``, imports the user's reward function.
+have the columns that type needs and, for ``reasoning``, imports the user's rubric.
 
 The training rows are visited as a stream: sample position ``p`` is row ``perm(epoch)[p % n]``
 of the training split, where ``epoch = p // n`` and each epoch's permutation is drawn from
@@ -50,14 +50,14 @@ class PromptData:
 
     def __init__(self, spec: LLMEnvSpec, train: list[Row], test: list[Row], seed: int) -> None:
         self.name = spec.name
-        self.declared_env_type: str | None = spec.env_type
+        self.declared_env_type: str | None = spec.regime
         self.env_type: str | None = None  # set by prepare()
         self.train, self.test, self.seed = train, test, seed
         self.turns = template_turns(spec.prompt_template)
         self.declared_chat: bool | None = spec.apply_chat_template
         self.response_column = spec.response_column
         self.max_reward = spec.max_reward
-        self.reward_file_path, self.reward_fn_name = spec.reward_file_path, spec.reward_fn_name
+        self.rubric_file_path, self.rubric_name = spec.rubric_file_path, spec.rubric_name
         self.reward_timeout: float = spec.reward_timeout
         self.reward_function: RewardFunction | None = None
         self.single_observation_space = gym.spaces.Text(TEXT_SPACE_LENGTH, min_length=0)
@@ -214,11 +214,11 @@ class LLMBuilder(EnvironmentBuilder[LLMEnvSpec]):
         """Read, rename and split the rows; the split's shuffle mixes ``seed`` with the
         training fraction (so changing one changes the split). A multi-turn environment is
         made by its factory instead (:mod:`agile_llm.multiturn`)."""
-        if spec.env_type == "multiturn":
+        if spec.regime == "multiturn":
             return multiturn.build(spec, seed, Path.cwd())
-        if not spec.dataset:
+        if not spec.named_dataset:
             raise UsageError("environment.dataset: required", "name a data file or a hub id")
-        rows = data.rename(data.load_rows(spec.dataset), spec.columns)
+        rows = data.rename(data.load_rows(spec.named_dataset), spec.columns)
         base = 0 if seed is None else seed
         mixed = [base, round(spec.train_test_split * 1_000_000)]
         split_seed = int(np.random.SeedSequence(mixed).generate_state(1)[0])
@@ -235,13 +235,14 @@ def prepare(env: PromptData | MultiTurnData, manifest: Any) -> PromptData | Mult
     env_type = env.declared_env_type or manifest.algorithm.env_type
     env.check_columns(env_type)
     if env_type == "reasoning":
-        if not (env.reward_file_path and env.reward_fn_name):
+        if not (env.rubric_file_path and env.rubric_name):
             raise UsageError(
-                "environment: training reasoning data locally needs reward_file_path and "
-                "reward_fn_name",
-                "name the Python file and the function that scores a completion",
+                "environment.rubric_file_path: training a rollout over dataset rows locally "
+                "needs the rubric that scores its completions",
+                "name the Python file (rubric_file_path) and its rubric or reward function "
+                "(rubric_name)",
             )
-        path = str(Path.cwd() / env.reward_file_path)
-        env.reward_function = load_reward_function(path, env.reward_fn_name, env.reward_timeout)
+        path = str(Path.cwd() / env.rubric_file_path)
+        env.reward_function = load_reward_function(path, env.rubric_name, env.reward_timeout)
     env.env_type = env_type
     return env

@@ -61,7 +61,8 @@ Forward = Callable[[Any, text.Sequences], Any]
 Take = Callable[[int, text.Sequences, Any, slice], T]
 
 #: Settings every member of a group must share to sample together.
-_SAMPLING = ("temperature", "max_output_tokens", "min_output_tokens")
+_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "vllm_config",
+             "max_output_tokens", "min_output_tokens")  # fmt: skip
 
 
 def compatible(members: Sequence[LLMMember]) -> list[list[int]]:
@@ -229,16 +230,16 @@ def generate(
     assert shared.adapters is not None
     room = min(first.output_tokens(), shared.context_length - max(map(len, prompts)))
     least = getattr(first.spec, "min_output_tokens", None)
-    temperature = getattr(first.spec, "temperature", 1.0) if explore else None
+    sampling = text.Sampling.of(first.spec) if explore else None
     engine = shared.engine()
     if engine is not None:
         return engine.generate(shared.tokenizer, prompts, [members[o] for o in owners],
                                device=first.device, max_new_tokens=room, min_new_tokens=least,
-                               temperature=temperature, seed=seed)  # fmt: skip
+                               sampling=sampling, seed=seed)  # fmt: skip
     batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
     with shared.adapters.routed([members[o].adapter for o in owners]):
         return text.generate(shared.model.eval(), shared.tokenizer, batch, max_new_tokens=room,
-                             min_new_tokens=least, temperature=temperature, seed=seed)  # fmt: skip
+                             min_new_tokens=least, sampling=sampling, seed=seed)  # fmt: skip
 
 
 def sample(

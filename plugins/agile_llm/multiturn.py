@@ -10,9 +10,10 @@ An environment is any object with AgileRL's (and GEM's) text protocol:
   ``system_prompt``; ``info`` may hold a ``prefix`` and a ``suffix`` to frame the next
   observation, as GEM's games do.
 
-``environment.env_name`` names a GEM game (``gem.make``, from the ``gem-llm`` package);
-``environment.entrypoint`` names your own factory (``FILE.py:NAME`` or ``module:NAME``), called
-with ``environment.env_config`` as keyword arguments.
+``environment.entrypoint`` names the environment: with ``environment.factory`` the id it is
+made from (``factory: gem:make`` on ``entrypoint: game:GuessTheNumber-v0-easy``, a GEM game from
+the ``gem-llm`` package; the August form's ``env_name``), else your own callable (``FILE.py:NAME``
+or ``module:NAME``); either is called with ``environment.env_config`` as keyword arguments.
 
 A *transcript* is the token ids of the whole conversation: the opening prompt, then each turn's
 generated tokens (the only ones trained) followed by the boundary the chat template writes
@@ -23,6 +24,7 @@ between the model's turn and the environment's next message. Without a chat temp
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import warnings
 from collections.abc import Callable
@@ -134,22 +136,55 @@ def build(spec: LLMEnvSpec, seed: int | None, base: Path) -> MultiTurnData:
 
 
 def _factory(spec: LLMEnvSpec, base: Path) -> tuple[Callable[[], Any], str]:
-    if spec.env_name is not None:
-        try:
-            import gem
-        except ImportError:
-            raise UsageError(
-                f"environment.env_name: {spec.env_name} is a GEM environment, and the gem-llm "
-                "package is not installed",
-                "pip install 'agile-cli[gem]' (or pip install gem-llm), or name your own "
-                "environment with environment.entrypoint",
-            ) from None
-        name = spec.env_name
-        return (lambda: gem.make(name)), f"environment.env_name ({name})"
-    assert spec.entrypoint is not None  # the spec requires one of the two
-    target = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
+    """What makes one episode's environment: ``factory(entrypoint, **env_config)`` (e.g.
+    ``gem:make`` on a GEM game's id), else the ``entrypoint`` callable with ``env_config``."""
+    assert spec.entrypoint is not None  # a multi-turn source here is an entrypoint
     options = dict(spec.env_config or {})
-    return (lambda: target(**options)), f"environment.entrypoint ({spec.entrypoint})"
+    prompt = options.pop("system_prompt", None)  # set on the environment made, as 2.58 does
+    entrypoint = spec.entrypoint
+    if spec.factory is None:
+        target = resolve_reference(entrypoint, base, "environment.entrypoint")
+        make, label = (lambda: target(**options)), f"environment.entrypoint ({entrypoint})"
+    else:
+        maker = _maker(spec, base)
+        make = lambda: maker(entrypoint, **options)  # noqa: E731
+        label = f"environment.factory ({spec.factory} of {entrypoint})"
+    if prompt is None:
+        return make, label
+
+    def prompted() -> Any:
+        env = make()
+        with contextlib.suppress(AttributeError):  # an object that refuses it keeps its own
+            env.system_prompt = prompt
+        return env
+
+    return prompted, label
+
+
+def _maker(spec: LLMEnvSpec, base: Path) -> Callable[..., Any]:
+    """The ``factory`` callable, or an error naming the package to install for it."""
+    assert spec.factory is not None
+    module = spec.factory.partition(":")[0]
+    if not module.endswith(".py") and not _importable(module.split(".")[0]):
+        packages = (spec.env_packages or {}).get("pip") or (spec.env_packages or {}).get("uv")
+        wanted = "gem-llm" if module == "gem" else " ".join(map(str, packages or [module]))
+        raise UsageError(
+            f"environment.factory: {spec.factory} needs the {wanted} package, which is not "
+            "installed",
+            f"pip install {wanted}" + (" (or pip install 'agile-cli[gem]')" if module == "gem"
+                                       else ""),
+        )  # fmt: skip
+    return resolve_reference(spec.factory, base, "environment.factory")
+
+
+def _importable(top: str) -> bool:
+    """Whether the package ``top`` imports (an error inside it is its own to report)."""
+    try:
+        importlib.import_module(top)
+    except ImportError as error:
+        if error.name == top:
+            return False
+    return True
 
 
 def _made(factory: Callable[[], Any], label: str) -> Any:

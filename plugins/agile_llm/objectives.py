@@ -4,16 +4,17 @@
 - DPO (Rafailov et al., 2023, "Direct Preference Optimization", arXiv:2305.18290):
   ``-log sigmoid(beta * ((log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l))))``.
 - GRPO (Shao et al., 2024, "DeepSeekMath", arXiv:2402.03300): each completion's advantage is
-  its reward standardised within its prompt's group; PPO's clipped surrogate per token
-  (Schulman et al., 2017, arXiv:1707.06347), plus ``beta`` times the per-token KL estimate
-  ``exp(ref - logp) - (ref - logp) - 1`` against the frozen reference (Schulman, 2020,
-  "Approximating KL divergence"), averaged over each completion's tokens, then over
-  completions.
+  its reward against its prompt's group; PPO's clipped surrogate per token (Schulman et al.,
+  2017, arXiv:1707.06347), or GSPO's per sequence, or CISPO's clipped weights, plus ``beta``
+  times the per-token KL estimate ``exp(ref - logp) - (ref - logp) - 1`` against the frozen
+  reference (Schulman, 2020, "Approximating KL divergence"); tokens far off the sampling
+  policy are masked, and the loss is averaged over the batch's tokens, a micro-batch's or
+  each completion's (:func:`reduce_loss`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -93,27 +94,6 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     return (rewards - mean) / (std + eps)
 
 
-def grpo_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    reference_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_coef: float,
-    beta: float,
-) -> torch.Tensor:
-    """GRPO's loss for ``[N, T]`` per-token log-probabilities of ``N`` completions under the
-    policy being updated, the policy that sampled them and the reference, their ``[N]``
-    advantages and the ``[N, T]`` mask of completion tokens: :func:`clipped_token_loss` with
-    each completion's advantage on every one of its tokens and the ratio clipped to
-    ``1 -/+ clip_coef``."""
-    return clipped_token_loss(
-        log_probs, old_log_probs, reference_log_probs, advantages.unsqueeze(1).expand_as(mask),
-        mask, clip_low=1 - clip_coef, clip_high=1 + clip_coef, beta=beta,
-    )  # fmt: skip
-
-
 def kl_penalty(log_probs: torch.Tensor, reference_log_probs: torch.Tensor) -> torch.Tensor:
     """The per-token estimate ``exp(ref - logp) - (ref - logp) - 1`` of KL(policy || ref),
     non-negative and unbiased (Schulman, 2020, "Approximating KL divergence")."""
@@ -121,70 +101,114 @@ def kl_penalty(log_probs: torch.Tensor, reference_log_probs: torch.Tensor) -> to
     return torch.exp(log_ratio) - log_ratio - 1
 
 
-def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over each row's counted tokens, then over rows."""
-    return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
+class Penalty(NamedTuple):
+    """The KL penalty towards the reference: its weight ``beta``, each token's estimate clamped
+    to ``clamp`` (None: not), and weighted by its importance ratio to the sampling policy
+    (``ratio_weighted``, DeepSeek-V3.2's bias correction off-policy)."""
+
+    beta: float
+    clamp: float | None = None
+    ratio_weighted: bool = False
 
 
-def gspo_loss(
+class OffPolicyMasks(NamedTuple):
+    """Tokens kept out of the loss when the policy has moved from the one that sampled them:
+    those whose ratio leaves ``token_bounds`` (IcePop), and every token of a completion of
+    negative advantage whose mean ``log(sampling / current)`` exceeds ``sequence_threshold``
+    (DeepSeek-V3.2's off-policy sequence masking). None: no such mask."""
+
+    token_bounds: tuple[float, float] | None = None
+    sequence_threshold: float | None = None
+
+
+NO_MASKS = OffPolicyMasks()
+
+
+def policy_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     reference_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    ratio: Literal["token", "sequence", "cispo"],
     clip_low: float,
     clip_high: float,
-    beta: float,
-) -> torch.Tensor:
-    """GSPO (Zheng et al., 2025, "Group Sequence Policy Optimization", arXiv:2507.18071): the
-    clipped surrogate on each completion's length-normalised sequence ratio
-    ``exp(mean_t(logp - old))`` instead of per-token ratios, plus the KL penalty."""
-    tokens = mask.sum(dim=1).clamp(min=1)
-    ratio = torch.exp(((log_probs - old_log_probs) * mask).sum(dim=1) / tokens)
-    surrogate = torch.min(ratio * advantages, ratio.clamp(clip_low, clip_high) * advantages)
-    kl = _token_mean(kl_penalty(log_probs, reference_log_probs), mask)
-    return -surrogate.mean() + beta * kl
+    penalty: Penalty,
+    masks: OffPolicyMasks = NO_MASKS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, kept)``, both ``[N, T]``: each token's policy loss plus its KL penalty, and the
+    tokens that count (``mask`` less the off-policy masks), for ``[N, T]`` log-probabilities
+    now, at sampling and under the reference and ``[N, T]`` advantages.
 
-
-def cispo_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    reference_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    beta: float,
-) -> torch.Tensor:
-    """CISPO (MiniMax, 2025, "MiniMax-M1", arXiv:2506.13585): REINFORCE on every token, each
-    weighted by its importance ratio clipped to ``[clip_low, clip_high]`` and detached, so no
-    token's gradient is dropped the way PPO's clip drops it; averaged over all the batch's
-    tokens, plus the KL penalty."""
-    weight = torch.exp(log_probs - old_log_probs).clamp(clip_low, clip_high).detach()
-    objective = weight * advantages.unsqueeze(1) * log_probs
+    ``ratio`` is PPO's clipped surrogate per token (GRPO; Schulman et al., 2017), on each
+    completion's length-normalised sequence ratio ``exp(mean_t(logp - old))`` with its first
+    token's advantage (GSPO; Zheng et al., 2025, arXiv:2507.18071), or REINFORCE on every token
+    weighted by its ratio clipped to ``[clip_low, clip_high]`` and detached (CISPO; MiniMax,
+    2025, arXiv:2506.13585), which drops no token's gradient the way the clip does.
+    """
+    log_ratio = log_probs - old_log_probs
+    token_ratio = torch.exp(log_ratio)
+    if ratio == "cispo":
+        weight = token_ratio.clamp(clip_low, clip_high).detach()
+        policy = -weight * advantages * log_probs
+    else:
+        if ratio == "sequence":
+            count = mask.sum(dim=1, keepdim=True).clamp(min=1)
+            rate = torch.exp((log_ratio * mask).sum(dim=1, keepdim=True) / count)
+            advantages = advantages[:, :1].expand_as(mask)
+        else:
+            rate = token_ratio
+        policy = -torch.min(rate * advantages, rate.clamp(clip_low, clip_high) * advantages)
     kl = kl_penalty(log_probs, reference_log_probs)
-    per_token = (-objective + beta * kl) * mask
-    return per_token.sum() / mask.sum().clamp(min=1)
+    if penalty.clamp is not None:
+        kl = kl.clamp(max=penalty.clamp)
+    if penalty.ratio_weighted:
+        kl = kl * token_ratio.detach()
+    kept = mask * _on_policy(log_ratio.detach(), advantages, mask, masks)
+    return policy + penalty.beta * kl, kept
 
 
-def clipped_token_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    reference_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    beta: float,
+def _on_policy(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, masks: OffPolicyMasks
 ) -> torch.Tensor:
-    """PPO's clipped surrogate on ``[N, T]`` per-token advantages (REINFORCE and PPO for
-    language models), plus the KL penalty, averaged per completion then over completions."""
-    ratio = torch.exp(log_probs - old_log_probs)
-    surrogate = torch.min(ratio * advantages, ratio.clamp(clip_low, clip_high) * advantages)
-    return _token_mean(-surrogate + beta * kl_penalty(log_probs, reference_log_probs), mask)
+    """1 for the tokens the off-policy masks keep, 0 for the others (``[N, T]``)."""
+    keep = torch.ones_like(mask)
+    if masks.token_bounds is not None:
+        low, high = masks.token_bounds
+        ratio = torch.exp(log_ratio)
+        keep = keep * ((ratio >= low) & (ratio <= high)).to(mask.dtype)
+    if masks.sequence_threshold is not None:
+        count = mask.sum(dim=1).clamp(min=1)
+        gap = (-log_ratio * mask).sum(dim=1) / count  # mean log(sampling / current)
+        negative = (advantages * mask).sum(dim=1) < 0
+        dropped = negative & (gap > masks.sequence_threshold)
+        keep = keep * (~dropped).unsqueeze(1).to(mask.dtype)
+    return keep
+
+
+#: What a loss averages over: ``accumulation_window``, every counted token of the member's
+#: batch; ``micro_batch``, each micro-batch's tokens; ``episode``, each completion's tokens,
+#: then completions, so that long completions weigh no more than short ones.
+LossNorm = Literal["accumulation_window", "micro_batch", "episode"]
+
+
+def reduce_loss(
+    loss: torch.Tensor, kept: torch.Tensor, counted: torch.Tensor, norm: LossNorm,
+    window_tokens: float, share: float,
+) -> torch.Tensor:  # fmt: skip
+    """``[N, T]`` per-token ``loss`` over the ``kept`` tokens of a part of a batch, averaged as
+    ``norm`` says: by the part's ``counted`` tokens (micro_batch), its completions' (episode),
+    or the ``window_tokens`` counted in the member's whole batch (accumulation_window).
+    ``share`` is the part's share of the batch's rows: a part's loss is weighed by it when the
+    parts' gradients are added, so the window's mean is returned as the part's share of it."""
+    total = (loss * kept).sum()
+    if norm == "micro_batch":
+        return total / counted.sum().clamp(min=1)
+    if norm == "episode":
+        per_row = (loss * kept).sum(dim=1) / counted.sum(dim=1).clamp(min=1)
+        return per_row.mean()
+    return total / max(window_tokens, 1.0) / share
 
 
 def generalised_advantages(

@@ -34,6 +34,7 @@ def agile_register_paradigms(register: RegisterParadigm) -> None:
         implementation="agile_llm.runner:LanguageModels",
         training=f"{_SPECS}:LLMTraining",
         network=f"{_SPECS}:FinetuningNetworkSpec",
+        replay_buffer=f"{_SPECS}:LLMReplayBufferSpec",
         description="fine-tune LoRA adapters of one frozen language model on prompts",
         step_unit="prompts",
     )

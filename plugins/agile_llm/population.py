@@ -10,6 +10,7 @@ alive, an adapter, its gradients and its optimizer's two moments.
 from __future__ import annotations
 
 import copy
+import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class SharedModel:
         #: Prompts are read as written (the tokenizer adds its own special tokens), not
         #: rendered by the chat template: set from the environment by :func:`build_population`.
         self.prompts_as_written = False
-        self._vllm = bool(getattr(spec, "use_vllm", False))
+        self._vllm = _generates_with_vllm(getattr(spec, "use_vllm", False))
         self._vllm_options: dict[str, Any] = {
             "config": getattr(spec, "vllm_config", None),
             "adapters": int(getattr(getattr(manifest, "training", None), "pop_size", 1)),
@@ -179,6 +180,7 @@ class LLMMember(MemberBasics):
         weakref.finalize(self, shared.release, self.adapter)
         self._seed_generators()
         self.optimizers: dict[str, torch.optim.Optimizer] = {"adapter": self._adapter_optimizer()}
+        self.updates = 0  # optimizer steps taken: where the learning-rate schedule is
         self.build()
 
     # -- what subclasses implement -----------------------------------------------------------
@@ -229,16 +231,18 @@ class LLMMember(MemberBasics):
     def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]:
         """Prompt texts as token ids, each cut to ``limit`` (by default, to leave room for a
         completion), keeping its end."""
-        room = max(self.shared.context_length - self.output_tokens(), 1) if limit is None else limit
+        reserved = min(self.output_tokens(), self.shared.context_length // 2)
+        room = max(self.shared.context_length - reserved, 1) if limit is None else limit
         special = self.shared.prompts_as_written
         encoded = text.encode_all(self.tokenizer, prompts, room, keep_end=True, special=special)
         # An empty prompt starts from the start token: generation needs a position to go on from.
         return [ids or text.start_ids(self.tokenizer) for ids in encoded]
 
     def output_tokens(self) -> int:
-        """The most tokens a completion may have."""
-        wanted = getattr(self.spec, "max_output_tokens", None) or 64
-        return int(min(wanted, max(self.shared.context_length // 2, 1)))
+        """The most tokens a completion may have (``max_output_tokens``; null: as many as the
+        context leaves). A prompt keeps at least half the context, whatever it reserves."""
+        wanted = getattr(self.spec, "max_output_tokens", None)
+        return int(wanted or self.shared.context_length)
 
     def complete(self, prompts: list[list[int]], *, explore: bool) -> text.Completions:
         """Completions of token-id prompts through this member's adapter (by vLLM with
@@ -258,13 +262,24 @@ class LLMMember(MemberBasics):
         return torch.optim.AdamW(self.trained_parameters(), lr=lr, weight_decay=0.0, foreach=True)
 
     def step(self) -> None:
-        """Clip the gradients already accumulated and take one optimizer step."""
+        """Clip the gradients already accumulated and take one optimizer step, at the learning
+        rates the cosine schedule gives this update (``cosine_lr_schedule_config``)."""
         parameters = self.trained_parameters()
         if self.spec.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(parameters, self.spec.max_grad_norm)
-        for optimizer in self.optimizers.values():
+        factor = schedule_factor(getattr(self.spec, "cosine_lr_schedule_config", None),
+                                 self.updates)  # fmt: skip
+        for name, optimizer in self.optimizers.items():
+            for group in optimizer.param_groups:
+                group["lr"] = self.base_rate(name) * factor
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+
+    def base_rate(self, optimizer: str) -> float:
+        """The learning rate of optimizer ``optimizer`` before any schedule: the adapter's is
+        :attr:`lr_field`'s."""
+        return float(getattr(self.spec, self.lr_field))
 
     def micro_batches(self, size: int) -> list[slice]:
         """Slices of a batch of ``size`` rows, ``micro_batch_size_per_gpu`` at a time."""
@@ -312,6 +327,7 @@ class LLMMember(MemberBasics):
             "adapter": self.shared.adapters.weights(self.adapter) if weights else None,
             # Not copied: load_state_dict copies, and checkpoints are written at once.
             "optimizers": {name: o.state_dict() for name, o in self.optimizers.items()},
+            "updates": self.updates,
             "record": copy.deepcopy(self.record.__dict__),
             "torch_rng": self.generator.get_state(),
             "numpy_rng": copy.deepcopy(self.rng.bit_generator.state),
@@ -328,6 +344,7 @@ class LLMMember(MemberBasics):
             self.shared.adapters.load_weights(self.adapter, state["adapter"])
         for name, optimizer_state in state["optimizers"].items():
             self.optimizers[name].load_state_dict(copy.deepcopy(optimizer_state))
+        self.updates = int(state.get("updates", 0))  # checkpoints before schedules had none
         self.record = MemberRecord(**copy.deepcopy(state["record"]))
         self.generator.set_state(state["torch_rng"])
         self.rng.bit_generator.state = copy.deepcopy(state["numpy_rng"])
@@ -458,3 +475,30 @@ def _linear_layers(model: Any) -> str:
     names = sorted({key.rsplit(".", 1)[-1] for key, module in model.named_modules()
                     if isinstance(module, torch.nn.Linear)})  # fmt: skip
     return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") or "none"
+
+
+def _generates_with_vllm(use_vllm: bool | None) -> bool:
+    """``use_vllm`` as written, else (null, 2.58's form) whether this machine has vLLM and a
+    CUDA GPU: 2.58 always generates with vLLM, and transformers samples the same distribution
+    where it cannot."""
+    if use_vllm is not None:
+        return use_vllm
+    from agile_llm.spec import gpu_present, installed
+
+    return installed("vllm") and gpu_present()
+
+
+def schedule_factor(schedule: Any, update: int) -> float:
+    """The share of the learning rate update ``update`` (from 0) takes under the cosine
+    ``schedule`` (None: 1): a linear warm-up over ``warmup_proportion`` of ``num_steps``
+    updates, then a cosine down to ``min_lr_ratio``, held after ``num_steps``."""
+    if schedule is None:
+        return 1.0
+    steps, floor = int(schedule.num_steps), float(schedule.min_lr_ratio)
+    warm = int(schedule.warmup_proportion * steps)
+    if update < warm:
+        return (update + 1) / warm
+    if update >= steps:
+        return floor
+    progress = (update - warm) / max(steps - warm, 1)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -42,9 +42,17 @@ class LLMPPO(GRPO):
         with torch.no_grad():  # V = 0 at first: no dependence on the global RNG
             self.value_head.weight.zero_()
             self.value_head.bias.zero_()
+        rate = self.spec.lr_critic if self.spec.lr_critic is not None else self.spec.lr_actor
         self.optimizers["critic"] = torch.optim.AdamW(
-            self.value_head.parameters(), lr=float(self.spec.lr_critic), weight_decay=0.0
+            self.value_head.parameters(), lr=float(rate), weight_decay=0.0
         )
+
+    def base_rate(self, optimizer: str) -> float:
+        """The critic's rate is ``lr_critic`` (``lr_actor``'s when null)."""
+        if optimizer != "critic":
+            return super().base_rate(optimizer)
+        critic = self.spec.lr_critic
+        return float(critic if critic is not None else self.spec.lr_actor)
 
     def values(self, hidden: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
         """``[N, T - 1]`` values by this member's head of the last hidden states ``hidden``
@@ -116,7 +124,10 @@ class LLMPPO(GRPO):
                       counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """``[N, T]`` rewards: ``-beta * KL`` on every counted token, plus each completion's
         reward on its last counted token."""
-        kl = objectives.kl_penalty(old, reference) * counted
+        kl = objectives.kl_penalty(old, reference)
+        if self.spec.kl_clamp is not None:
+            kl = kl.clamp(max=float(self.spec.kl_clamp))
+        kl = kl * counted
         last = counted * (counted.cumsum(dim=1) == counted.sum(dim=1, keepdim=True))
         return -float(self.spec.beta) * kl + last * rewards.unsqueeze(1)
 
@@ -135,23 +146,25 @@ class LLMPPO(GRPO):
         current, hidden = output[0][:, :width], output[2][:, :width]
         counted = rollout["counted"][part]
         old = rollout["old"][part]
-        policy = self.policy_loss(current, old, old, rollout["advantage"][part], counted)
+        policy = self.policy_loss(current, old, rollout["advantage"][part], counted)
         value = self.value_loss(self.values(hidden, counted), rollout["values"][part],
                                 rollout["returns"][part], counted)  # fmt: skip
         return policy + float(self.spec.vf_coef) * value
 
-    def policy_loss(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+    def kl_weight(self) -> float:
+        """None in the loss: the KL is in the reward (:meth:`token_rewards`)."""
+        return 0.0
+
+    def policy_loss(self, current: torch.Tensor, old: torch.Tensor,
                     advantage: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """PPO's clipped surrogate on per-token advantages (per completion, with the mean
-        advantage of its tokens, at ``importance_sampling_level: sequence``); no KL term, the
-        KL is in the reward."""
-        low, high = self.clip_range()
-        bounds = {"clip_low": low, "clip_high": high, "beta": 0.0}
+        advantage of its tokens, at ``importance_sampling_level: sequence``), averaged over
+        each completion's tokens, then completions."""
         if getattr(self.spec, "importance_sampling_level", None) in SEQUENCE_LEVELS:
             pooled = (advantage * counted).sum(dim=1) / counted.sum(dim=1).clamp(min=1)
-            return objectives.gspo_loss(current, old, reference, pooled, counted, **bounds)
-        return objectives.clipped_token_loss(current, old, reference, advantage, counted,
-                                             **bounds)  # fmt: skip
+            advantage = pooled.unsqueeze(1).expand_as(counted)
+        loss, kept = self.policy_terms(current, old, old, advantage, counted)
+        return objectives.reduce_loss(loss, kept, counted, "episode", 0.0, 1.0)
 
     def value_loss(self, values: torch.Tensor, old: torch.Tensor, returns: torch.Tensor,
                    counted: torch.Tensor) -> torch.Tensor:  # fmt: skip

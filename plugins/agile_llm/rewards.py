@@ -1,12 +1,15 @@
-"""Loading the user's reward function for a ``reasoning`` environment, and calling it.
+"""Loading the user's rubric for a rollout over dataset rows, and calling it.
 
-The reward file is the user's own Python: importing it runs their code, which is what a reward
+The rubric file is the user's own Python: importing it runs their code, which is what a rubric
 file is for. It is imported when training starts (never by ``agile validate``).
 
-The function is called as AgileRL calls it (``agilerl/llm_envs/reasoning.py``,
-``ReasoningGym._decode_and_evaluate``): once per completion, positionally, as
-``fn(completion, answer, question)`` -> a number, where ``completion`` is the decoded text the
-model generated, ``answer`` the row's ``answer`` value and ``question`` the row's question.
+``environment.rubric_name`` names, in that file, either a function called once per completion,
+positionally, as ``fn(completion, answer, question)`` -> a number (the reference's reward
+function, ``reward_fn_name`` in its August form), or a rubric in OpenEnv's style: a class
+(made once, with no arguments) or an object, called as ``rubric(action, observation)`` where
+``action.message`` is the completion and ``observation.answer`` and ``observation.question``
+are the row's (``observation.metadata`` is a dict it may write into). agile does not import
+OpenEnv: a rubric file that subclasses its ``Rubric`` needs it installed.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import printable
 from agile_llm.messages import error_detail
 
-_WHERE = "environment.reward_file_path"
+_WHERE = "environment.rubric_file_path"
+_NAME = "environment.rubric_name"
 #: Characters of a value the function returned shown in a message.
 _SHOWN = 200
 #: Seconds one call may take by default (``environment.reward_timeout``).
@@ -205,13 +209,14 @@ def as_number(value: Any) -> float | None:
 
 
 def load_reward_function(path: str, name: str, timeout: float = REWARD_TIMEOUT) -> RewardFunction:
-    """The function ``name`` of the Python file at ``path``, ready to score completions.
+    """The rubric ``name`` of the Python file at ``path``, ready to score completions.
 
-    :param path: the reward file, relative to the working directory.
-    :param name: the function's name in that file.
+    :param path: the rubric file, relative to the working directory.
+    :param name: the function, rubric class or rubric object's name in that file.
     :param timeout: seconds one call may take.
     :raises UsageError: the file is missing or no ``.py`` file, raises when imported, has no
-        callable ``name``, or that callable cannot take ``(completion, answer, question)``.
+        ``name``, or ``name`` is neither a rubric nor a function of ``(completion, answer,
+        question)``.
     """
     file = Path(path).absolute()
     if not file.is_file():
@@ -219,20 +224,70 @@ def load_reward_function(path: str, name: str, timeout: float = REWARD_TIMEOUT) 
     if file.suffix != ".py":
         raise UsageError(f"{_WHERE}: {file} is not a .py file", "give a Python file")
     module = _import(file)
-    function = getattr(module, name, None)
-    if function is None:
+    found = getattr(module, name, None)
+    label = f"{file.name}:{name}"
+    if found is None:
         raise UsageError(
-            f"environment.reward_fn_name: {file.name} defines no {name!r}; "
+            f"{_NAME}: {file.name} defines no {name!r}; "
             f"it defines {_defined_callables(module) or 'no functions'}",
-            "set reward_fn_name to one of them",
+            "set rubric_name to one of them",
         )
-    if not callable(function):
+    if _is_rubric(found):
+        return RewardFunction(_rubric_scorer(_made(found, label)), label, timeout)
+    if not callable(found):
         raise UsageError(
-            f"environment.reward_fn_name: {name!r} in {file.name} holds "
-            f"{_article(type(function).__name__)}, not a function"
+            f"{_NAME}: {name!r} in {file.name} holds "
+            f"{_article(type(found).__name__)}, not a function or a rubric"
         )
-    _check_signature(function, f"{file.name}:{name}")
-    return RewardFunction(function, f"{file.name}:{name}", timeout)
+    _check_signature(found, label)
+    return RewardFunction(found, label, timeout)
+
+
+class _Action:
+    """What a rubric is given as the model's action: its text, as ``message``."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class _Observation:
+    """What a rubric is given as the observation: the row's answer and question."""
+
+    def __init__(self, answer: Any, question: str) -> None:
+        self.answer, self.question = answer, question
+        self.metadata: dict[str, Any] = {}
+        self.done, self.reward = True, None
+
+
+def _is_rubric(found: Any) -> bool:
+    """A class, or an object with ``forward`` (OpenEnv's rubrics are both)."""
+    return isinstance(found, type) or (
+        not inspect.isroutine(found) and callable(getattr(found, "forward", None))
+    )
+
+
+def _made(found: Any, label: str) -> Any:
+    """The rubric object: ``found``, or an instance of the class ``found``."""
+    if not isinstance(found, type):
+        return found
+    try:
+        return found()
+    except (Exception, SystemExit) as error:
+        raise UsageError(
+            f"{_NAME}: making the rubric {label}() raised {type(error).__name__}: "
+            f"{error_detail(error)}{_user_line(error, None)}",
+            "a rubric class is made with no arguments; give it defaults",
+        ) from None
+
+
+def _rubric_scorer(rubric: Any) -> Callable[[str, Any, str], Any]:
+    """``fn(completion, answer, question)`` asking ``rubric`` (its call, else its forward)."""
+    call = rubric if callable(rubric) else rubric.forward
+
+    def score(completion: str, answer: Any, question: str) -> Any:
+        return call(_Action(completion), _Observation(answer, question))
+
+    return score
 
 
 def _import(file: Path) -> ModuleType:
@@ -250,7 +305,7 @@ def _import(file: Path) -> ModuleType:
         raise UsageError(
             f"{_WHERE}: importing {file} raised {type(error).__name__}: {error_detail(error)}"
             f"{_user_line(error, file)}",
-            "fix the reward file; agile imports it as a module when training starts",
+            "fix the rubric file; agile imports it as a module when training starts",
         ) from None
     return module
 
@@ -298,7 +353,6 @@ def _check_signature(function: Callable[..., Any], label: str) -> None:
         signature.bind("completion", "answer", "question")
     except TypeError as error:
         raise UsageError(
-            f"environment.reward_fn_name: {label}{signature} cannot be called with three "
-            f"arguments ({error})",
+            f"{_NAME}: {label}{signature} cannot be called with three arguments ({error})",
             "agile calls it as fn(completion, answer, question) and expects a number",
         ) from None

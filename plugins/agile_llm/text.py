@@ -264,6 +264,38 @@ class Completions:
         return Completions(self.ids[rows], self.mask[rows], self.completion[rows], self.texts[rows])
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are sampled: the algorithm's sampling fields (``top_k`` 0: every
+    token; ``stop``: strings that end a completion, the last of them kept)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, spec: Any) -> Sampling:
+        """The sampling fields of an algorithm section."""
+        config = getattr(spec, "vllm_config", None)
+        stop = getattr(config, "stop_sequences", None) or ()
+        return cls(float(spec.temperature), float(getattr(spec, "top_p", 1.0)),
+                   int(getattr(spec, "top_k", 0)), float(getattr(spec, "min_p", 0.0)),
+                   float(getattr(spec, "repetition_penalty", 1.0)), tuple(stop))  # fmt: skip
+
+    def options(self) -> dict[str, Any]:
+        """transformers' ``generate`` arguments for it."""
+        options: dict[str, Any] = {"do_sample": True, "temperature": self.temperature,
+                                   "top_p": self.top_p, "top_k": self.top_k}  # fmt: skip
+        if self.min_p:
+            options["min_p"] = self.min_p
+        if self.repetition_penalty != 1.0:
+            options["repetition_penalty"] = self.repetition_penalty
+        return options
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -271,17 +303,18 @@ def generate(
     *,
     max_new_tokens: int,
     min_new_tokens: int | None = None,
-    temperature: float | None = None,
+    sampling: Sampling | None = None,
     seed: int | None = None,
 ) -> Completions:
-    """Continue every prompt: sampled at ``temperature`` (seeded by ``seed``), or greedily
-    when ``temperature`` is None or 0."""
-    sample = bool(temperature)
-    options: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max(1, max_new_tokens)}
-    if sample:
-        options.update(temperature=float(temperature or 1.0), top_k=0, top_p=1.0)
+    """Continue every prompt: sampled as ``sampling`` says (seeded by ``seed``), or greedily
+    when it is None. A completion ends at the end token or after a stop string."""
+    options: dict[str, Any] = {"do_sample": False, "max_new_tokens": max(1, max_new_tokens)}
+    if sampling is not None:
+        options.update(sampling.options())
         if seed is not None:
             torch.manual_seed(seed)  # transformers samples from torch's global generator
+    if sampling is not None and sampling.stop:
+        options.update(stop_strings=list(sampling.stop), tokenizer=tokenizer)
     if min_new_tokens:
         options["min_new_tokens"] = min(min_new_tokens, options["max_new_tokens"])
     with torch.no_grad():
@@ -296,8 +329,12 @@ def _completions(tokenizer: Any, prompts: Prompts, ids: torch.Tensor) -> Complet
     width = prompts.ids.shape[1]
     generated = ids[:, width:]
     ended = generated == tokenizer.eos_token_id
-    # A token counts until (and including) the first end token.
+    # A token counts until (and including) the first end token, and not in the padding that
+    # follows a completion stopped by a stop string (when padding is not the end token).
     before_end = (ended.long().cumsum(dim=1) - ended.long()) == 0
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id:
+        padding = (generated == tokenizer.pad_token_id).long().flip(1).cumprod(1).flip(1)
+        before_end &= padding == 0
     completion = torch.zeros_like(ids, dtype=torch.bool)
     completion[:, width:] = before_end
     mask = torch.cat([prompts.mask, before_end.long()], dim=1)

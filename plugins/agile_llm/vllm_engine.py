@@ -27,6 +27,7 @@ import torch
 from agile_cli import TrainingError
 from agile_llm import text
 from agile_llm.messages import error_detail
+from agile_llm.options import VLLMConfigSpec
 from agile_llm.spec import VLLM_ENGINE_OPTIONS
 
 #: The ``max_lora_rank`` values vLLM's LoRA configuration accepts; the adapters' rank is
@@ -46,7 +47,7 @@ class VLLMGenerator:
     """
 
     def __init__(
-        self, path: str, *, rank: int, adapters: int, context: int, config: dict[str, Any] | None,
+        self, path: str, *, rank: int, adapters: int, context: int, config: VLLMConfigSpec | None,
         seed: int,
     ) -> None:  # fmt: skip
         try:
@@ -54,9 +55,11 @@ class VLLMGenerator:
         except ImportError:
             raise TrainingError(
                 "algorithm.use_vllm: the vllm package is not installed",
-                "pip install vllm, or train with --set algorithm.use_vllm=false",
+                "pip install vllm, or train with --set algorithm.use_vllm=false (transformers "
+                "generates)",
             ) from None
-        settings = {**VLLM_ENGINE_OPTIONS, **(config or {})}
+        written = config.model_dump(exclude_unset=True) if config is not None else {}
+        settings = {**VLLM_ENGINE_OPTIONS, **written}
         options = {key: settings[key] for key in VLLM_ENGINE_OPTIONS if settings[key] is not None}
         try:
             self.engine = LLM(
@@ -79,24 +82,30 @@ class VLLMGenerator:
 
     def generate(
         self, tokenizer: Any, prompts: list[list[int]], owners: list[Any], *, device: Any,
-        max_new_tokens: int, min_new_tokens: int | None, temperature: float | None,
+        max_new_tokens: int, min_new_tokens: int | None, sampling: text.Sampling | None,
         seed: int | None,
     ) -> text.Completions:  # fmt: skip
-        """Continue every prompt, row ``i`` through member ``owners[i]``'s adapter: sampled at
-        ``temperature`` (row ``i`` seeded ``seed + i``) or greedy when it is None or 0; the
+        """Continue every prompt, row ``i`` through member ``owners[i]``'s adapter: sampled as
+        ``sampling`` says (row ``i`` seeded ``seed + i``) or greedy when it is None; the
         completions on ``device``."""
         from vllm import SamplingParams
 
         requests = self._requests(owners)
-        sample = bool(temperature)
         most = max(1, max_new_tokens)
+        options: dict[str, Any] = {"temperature": 0.0}
+        if sampling is not None:
+            options = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                       "top_k": sampling.top_k or -1, "min_p": sampling.min_p,
+                       "repetition_penalty": sampling.repetition_penalty,
+                       "stop": list(sampling.stop) or None,
+                       "include_stop_str_in_output": True}  # fmt: skip
         params = [
             SamplingParams(
-                temperature=float(temperature or 0.0),
                 max_tokens=most,
                 min_tokens=min(min_new_tokens or 0, most),
-                seed=(seed + row) if sample and seed is not None else None,
+                seed=(seed + row) if sampling is not None and seed is not None else None,
                 stop_token_ids=[int(tokenizer.eos_token_id)],
+                **options,
             )
             for row in range(len(prompts))
         ]

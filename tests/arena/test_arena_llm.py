@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from agile_arena.client import ArenaClient
 
@@ -336,3 +338,161 @@ def test_an_environment_version_is_sent_with_the_dataset() -> None:
     assert (sent["name"], sent["version"]) == (DATASET, "v3")
     del data["environment"]["version"]
     assert "version" not in arena_manifest(TrainingManifest.get_validated(data))["environment"]
+
+
+# -- agilerl 2.58's form, read into the August form Arena takes ---------------------------------
+
+
+def _payload(data: dict[str, Any]) -> dict[str, Any]:
+    from agile_arena.backend import arena_manifest
+    from agile_cli import TrainingManifest
+
+    return arena_manifest(TrainingManifest.get_validated(data))
+
+
+def _left_out(data: dict[str, Any]) -> list[str]:
+    from agile_arena import llm
+    from agile_cli import TrainingManifest
+
+    return llm.left_out(TrainingManifest.get_validated(data))
+
+
+def _grpo(**algorithm: Any) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(GRPO)
+    data["algorithm"].update(algorithm)
+    return data
+
+
+def test_the_2_58_form_sends_what_the_august_form_sends() -> None:
+    current = GRPO.replace("env_type: reasoning", "env_type: rollout")
+    current = current.replace("reward_file_path:", "rubric_file_path:")
+    current = current.replace("reward_fn_name:", "rubric_name:")
+    sent = _payload(yaml.safe_load(current))
+    assert sent == _payload(yaml.safe_load(GRPO))
+    environment = sent["environment"]
+    assert (environment["env_type"], environment["reward_fn_name"]) == ("reasoning", "score")
+    assert environment["reward_file_path"] == "reward.py"
+    assert not {"rubric_name", "rubric_file_path", "objective", "max_turns"} & set(environment)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "objective", "dataset"),
+    [("DPO", "preference", "my-preferences"), ("SFT", "sft", "my-demonstrations")],
+)
+def test_a_2_58_dataset_environment_is_sent_as_its_objective(
+    algorithm: str, objective: str, dataset: str
+) -> None:
+    data = {
+        "algorithm": {"name": algorithm},
+        "environment": {"env_type": "dataset", "objective": objective, "dataset": dataset},
+        "network": {"pretrained_model_name_or_path": MODEL},
+    }
+    environment = _payload(data)["environment"]
+    assert (environment["name"], environment["env_type"]) == (dataset, objective)
+    assert "reward_fn_name" not in environment and "objective" not in environment
+
+
+def test_a_rollout_without_a_rubric_name_sends_the_default_one() -> None:
+    data = yaml.safe_load(GRPO)
+    del data["environment"]["reward_fn_name"]
+    assert _payload(data)["environment"]["reward_fn_name"] == "reward_fn"
+
+
+@pytest.mark.parametrize(
+    ("environment", "field"),
+    [
+        ({"env_type": "multiturn", "env_name": "game:GuessTheNumber-v0-easy"}, "entrypoint"),
+        ({"env_type": "rollout", "env_url": "http://127.0.0.1:8000"}, "env_url"),
+        ({"env_image": "ghcr.io/acme/env:1"}, "env_image"),
+    ],
+)
+def test_an_environment_the_model_acts_in_is_refused_before_any_request(
+    run, keyed, write, environment: dict[str, Any], field: str
+) -> None:
+    data = {
+        "algorithm": {"name": "GRPO", "group_size": 2},
+        "environment": {**environment, "max_turns": 3},
+        "network": {"pretrained_model_name_or_path": MODEL},
+    }
+    result = _train(run, write("m.yaml", yaml.safe_dump(data)), "--project", "llm")
+    assert result.exit_code == 2, result.output
+    assert f"environment.{field}: " in result.output
+    assert "Arena's LLM jobs train on a dataset registered on Arena" in result.output
+    assert "Traceback" not in result.output
+    _no_request_sent(keyed)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "path", "message"),
+    [
+        ({"name": "CISPO", "clip_coef": [0.8, 2.0]}, "algorithm.clip_bounds", "[0.8, 2.0]: Arena"),
+        (
+            {"cosine_lr_schedule_config": {"num_steps": 100}},
+            "algorithm.cosine_lr_schedule_config.num_steps",
+            "100: Arena's cosine schedule lasts num_epochs",
+        ),
+        ({"use_vllm": True}, "algorithm.vllm_config", "is missing: Arena generates with vLLM"),
+    ],
+)
+def test_algorithm_settings_arena_cannot_express_are_refused_before_any_request(
+    run, keyed, grpo, algorithm: dict[str, Any], path: str, message: str
+) -> None:
+    grpo.write_text(yaml.safe_dump(_grpo(**algorithm)))
+    result = _train(run, grpo, "--project", "llm")
+    assert result.exit_code == 2, result.output
+    assert f"{path}: {message}" in result.output
+    _no_request_sent(keyed)
+
+
+def test_vllm_and_schedule_settings_send_only_what_is_written_and_arena_reads() -> None:
+    data = _grpo(
+        use_vllm=True,
+        vllm_config={"gpu_memory_utilization": 0.5, "max_num_seqs": 4, "max_lora_rank": 32},
+        cosine_lr_schedule_config={"num_epochs": 10, "min_lr_ratio": 0.0},
+    )
+    algorithm = _payload(data)["algorithm"]
+    assert algorithm["use_vllm"] is True
+    assert algorithm["vllm_config"] == {"gpu_memory_utilization": 0.5, "max_num_seqs": 4}
+    assert algorithm["cosine_lr_schedule_config"] == {"num_epochs": 10}
+    warnings = _left_out(data)
+    assert "algorithm.vllm_config.max_lora_rank: Arena's vllm_config has no such field" in (
+        " ".join(warnings)
+    )
+    assert any(w.startswith("algorithm.cosine_lr_schedule_config.min_lr_ratio:") for w in warnings)
+
+
+def test_unset_2_58_switches_are_left_to_arena() -> None:
+    algorithm = _payload(yaml.safe_load(GRPO))["algorithm"]
+    for unset in ("use_vllm", "vllm_config", "cosine_lr_schedule_config", "clip_bounds"):
+        assert unset not in algorithm
+    assert "use_separate_reference_adapter" not in algorithm
+
+
+def test_a_null_critic_rate_is_sent_as_the_actors() -> None:
+    data = yaml.safe_load(GRPO)
+    data["algorithm"] = {"name": "LLMPPO", "lr_actor": 1e-6, "lr_critic": None}
+    algorithm = _payload(data)["algorithm"]
+    assert (algorithm["lr_actor"], algorithm["lr_critic"]) == (1e-6, 1e-6)
+
+
+def test_the_llm_replay_buffer_is_not_sent(run, keyed, grpo) -> None:
+    assert "replay_buffer" not in _payload(yaml.safe_load(GRPO))
+    grpo.write_text(GRPO + "replay_buffer: {max_size: 500}\n")
+    result = _train(run, grpo, "--project", "llm")
+    assert result.exit_code == 0, result.output
+    assert "replay_buffer: not sent to Arena" in result.output
+    (request,) = keyed.requests_to("POST", SUBMIT)
+    assert "replay_buffer" not in json.loads(request.form["manifest"])
+
+
+def test_written_2_58_environment_fields_arena_lacks_are_warned_about() -> None:
+    data = yaml.safe_load(GRPO)
+    data["environment"].update(min_reward=-1.0, chat_template_kwargs={"enable_thinking": False})
+    sent = _payload(data)["environment"]
+    assert "min_reward" not in sent and "chat_template_kwargs" not in sent
+    warnings = _left_out(data)
+    for field in ("chat_template_kwargs", "min_reward"):
+        assert f"environment.{field}: not sent to Arena, whose LLM environment has no such " in (
+            " ".join(warnings)
+        )
+    assert not [w for w in warnings if "max_turns" in w or "rubric" in w or "name" in w]
