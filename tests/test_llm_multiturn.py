@@ -67,7 +67,9 @@ def game(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def manifest(tiny: Path, name: str = "GRPO", **extra: Any) -> dict[str, Any]:
+def manifest(
+    tiny: Path, name: str = "GRPO", environment: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     algorithm: dict[str, Any] = {
         "name": name, "batch_size": 2, "lr": 0.01, "temperature": 1.0, "max_output_tokens": 2,
         "gradient_checkpointing": False,
@@ -77,7 +79,7 @@ def manifest(tiny: Path, name: str = "GRPO", **extra: Any) -> dict[str, Any]:
     if name == "LLMPPO":
         algorithm["lr_actor"] = algorithm.pop("lr")
     environment = {"env_type": "multiturn", "entrypoint": "guess.py:make", "max_reward": 1.0,
-                   "env_config": {"max_turns": 3}}  # fmt: skip
+                   "env_config": {"max_turns": 3}, **(environment or {})}  # fmt: skip
     content = {
         "algorithm": {**algorithm, **extra},
         "environment": environment,
@@ -91,12 +93,16 @@ def manifest(tiny: Path, name: str = "GRPO", **extra: Any) -> dict[str, Any]:
     return content
 
 
-def _population(tiny: Path, size: int, name: str = "GRPO", **extra: Any) -> tuple[list[Any], Any]:
+def _population(
+    tiny: Path, size: int, name: str = "GRPO", environment: dict[str, Any] | None = None,
+    **extra: Any,
+) -> tuple[list[Any], Any]:  # fmt: skip
     from agile_cli.training import setup
     from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
-    parsed = TrainingManifest.get_validated(manifest(tiny, name, **extra), registry=registry)
+    content = manifest(tiny, name, environment, **extra)
+    parsed = TrainingManifest.get_validated(content, registry=registry)
     env = setup.build_environment(parsed, registry, seed=0)
     env.hold_out(4)
     context = AgentContext(torch.device("cpu"), 1, parsed.training)
@@ -394,3 +400,29 @@ def test_train_then_evaluate(run, tiny: Path, game: Path) -> None:
     shown = run("evaluate", str(game / "run"))
     assert shown.exit_code == 0, shown.output
     assert "success rate:" in shown.output and "held-out" in shown.output
+
+
+PROCESSORS = """
+def observe(payload):
+    return f"[{payload['reward']}] {payload['prompt']}"
+
+
+def act(text):
+    return "x" + text
+"""
+
+
+def test_processors_render_observations_and_rewrite_actions(
+    tiny: Path, game: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agile_llm.algorithms import play_episodes
+
+    (game / "procs.py").write_text(PROCESSORS, encoding="utf-8")
+    processors = {"observation_processor": "procs.py:observe", "action_processor": "procs.py:act"}
+    members, env = _population(tiny, 1, environment=processors)
+    monkeypatch.setattr(text, "generate", _replies(["0", "1", "2"]))
+    (episode,) = play_episodes(members, [env.rows_at(0, 1)], env, explore=False)[0]
+    users = [m["content"] for m in episode.messages if m["role"] == "user"]
+    assert users[0].startswith("[None] guess") and "go" not in users[0]  # no info suffix
+    assert users[1:] == ["[-0.25] lower"] * (len(users) - 1)  # "x0" is no digit: never right
+    assert episode.rewards == [-0.25] * 3

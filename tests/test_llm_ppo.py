@@ -261,3 +261,32 @@ def test_a_few_iterations_raise_the_mean_sampled_reward(tiny: Path) -> None:
         means.append(float(member.last_rewards.mean()))
     first, last = sum(means[:8]) / 8, sum(means[-8:]) / 8
     assert last > first + 0.05, (first, last)
+
+
+def test_critic_warmup_trains_the_value_head_alone_then_the_policy(tiny: Path) -> None:
+    member, data = make_member(tiny, critic_warmup_steps=1), prompt_data()
+    adapter_before, head_before = adapter(member), head(member)
+    member.train_step(data.rows_at(0, 16), data)
+    assert same(adapter(member), adapter_before) and not same(head(member), head_before)
+    member.train_step(data.rows_at(16, 16), data)  # the warm-up is over
+    assert not same(adapter(member), adapter_before)
+    assert member.updates == 2
+
+
+def test_a_shared_clip_bounds_the_joint_gradient_norm(tiny: Path) -> None:
+    member, data = make_member(tiny, share_grad_clip=True, max_grad_norm=1e-3), prompt_data()
+    norms: list[float] = []
+    original = torch.nn.utils.clip_grad_norm_
+
+    def watched(parameters: Any, max_norm: float) -> torch.Tensor:
+        listed = list(parameters)
+        norms.append(len(listed))
+        return original(listed, max_norm)
+
+    torch.nn.utils.clip_grad_norm_ = watched  # type: ignore[assignment]
+    try:
+        member.train_step(data.rows_at(0, 16), data)
+    finally:
+        torch.nn.utils.clip_grad_norm_ = original
+    joint = len(member.trained_parameters()) + len(list(member.value_head.parameters()))
+    assert norms[0] == joint  # adapter and head clipped as one vector first

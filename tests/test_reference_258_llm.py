@@ -31,11 +31,10 @@ REFUSED = {
     "grpo_digits_aliases.yaml": "algorithm.constrain_answer_pattern",
     "grpo_env_image.yaml": "environment.env_image",
     "grpo_fsdp.yaml": "algorithm.fsdp",
-    "grpo_guess_digit_processors.yaml": "environment.observation_processor",
     "grpo_remote_env.yaml": "environment.env_url",
     "grpo_replica_tools.yaml": "environment.env_url",
     "grpo_sampling.yaml": "algorithm.thinking_token_budget",
-    "llmppo_guess_digit.yaml": "algorithm.critic_warmup_steps",
+    "llmppo_guess_digit.yaml": "environment.env_type",  # LLMPPO over episodes
 }
 
 

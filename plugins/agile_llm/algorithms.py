@@ -102,7 +102,7 @@ class SFT(LLMMember):
 
         chunks = groups.chunks(members, len(rows))
         losses = groups.measure(members, chunks, sequences, _logits, loss)
-        outputs = groups.greedy(members, rows, data)
+        outputs = groups.held_out(members, rows, data)
         return [m.loss_scores(own, out, rows, data)
                 for m, own, out in zip(members, losses, outputs, strict=True)]  # fmt: skip
 
@@ -186,7 +186,7 @@ class DPO(SFT):
             return members[i].pair_loss(policy, own, chosen), chunk.stop - chunk.start
 
         results = groups.measure(members, chunks, pairs, _summed, result)
-        outputs = groups.greedy(members, rows[:SAMPLES], data)
+        outputs = groups.held_out(members, rows[:SAMPLES], data)
         return [m.preference_scores(own, out, rows, data)
                 for m, own, out in zip(members, results, outputs, strict=True)]  # fmt: skip
 
@@ -230,8 +230,9 @@ class GRPO(LLMMember):
             tuple(bounds) if bounds is not None else None,
             getattr(spec, "off_policy_sequence_mask_threshold", None),
         )  # fmt: skip
+        shaped = getattr(spec, "use_kl_advantage_shaping", False)  # the KL is in the advantage
         penalty = objectives.Penalty(
-            self.kl_weight(),
+            0.0 if shaped else self.kl_weight(),
             getattr(spec, "kl_clamp", None),
             bool(getattr(spec, "use_bias_correction_kl", False)),
         )
@@ -240,8 +241,14 @@ class GRPO(LLMMember):
                                       ratio=ratio, clip_low=low, clip_high=high,  # type: ignore[arg-type]
                                       penalty=penalty, masks=masks)  # fmt: skip
 
+    def token_kl(self, old: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+        """Each sampled token's KL estimate to the reference (clamped to ``kl_clamp``)."""
+        kl = objectives.kl_penalty(old, reference)
+        clamp = getattr(self.spec, "kl_clamp", None)
+        return kl if clamp is None else kl.clamp(max=float(clamp))
+
     def kl_weight(self) -> float:
-        """The KL penalty's weight in the loss."""
+        """The KL penalty's weight."""
         return float(getattr(self.spec, "beta", 0.0) or 0.0)
 
     def loss_norm(self) -> objectives.LossNorm:
@@ -360,8 +367,10 @@ class GRPO(LLMMember):
             advantage = rollout["token_advantage"][part]
         else:
             advantage = self.token_advantages(rollout["advantage"][part], counted)
-        loss, kept = self.policy_terms(current, rollout["old"][part], rollout["reference"][part],
-                                       advantage, counted)  # fmt: skip
+        old, reference = rollout["old"][part], rollout["reference"][part]
+        if getattr(self.spec, "use_kl_advantage_shaping", False):
+            advantage = advantage - self.kl_weight() * self.token_kl(old, reference)
+        loss, kept = self.policy_terms(current, old, reference, advantage, counted)
         share = (part.stop - part.start) / int(rollout["ids"].shape[0])
         return objectives.reduce_loss(loss, kept, counted, self.loss_norm(),
                                       float(rollout["counted"].sum()), share)  # fmt: skip
@@ -399,11 +408,28 @@ class GRPO(LLMMember):
         """Each member's mean reward of greedy completions of the held-out prompts (of a
         multi-turn environment, the summary of its greedy episodes of the held-out seeds),
         ``batch_size`` at a time."""
+        samples = int(getattr(data, "eval_samples", 0))
+        greedy = cls.scores(members, rows, data, 0) if not samples or data.eval_greedy else None
+        if not samples:
+            assert greedy is not None
+            return greedy
+        sampled = cls.scores(members, rows, data, samples)
+        if greedy is None:
+            return sampled
+        return [_with_greedy(s, g) for s, g in zip(sampled, greedy, strict=True)]
+
+    @classmethod
+    def scores(cls, members: list[Self], rows: list[Row], data: Any, samples: int) -> list[Scores]:
+        """Each member's scores of greedy completions (episodes) of ``rows``, or of
+        ``samples`` sampled ones of each (``training.eval_samples_per_task``)."""
         if data.env_type == "multiturn":
-            played = greedy_play(members, rows, data)
+            played = held_out_play(members, rows, data, samples)
             return [m.episode_scores(own, data) for m, own in zip(members, played, strict=True)]
         rendered = members[0].render_prompts(rows, data)
-        outputs = groups.greedy(members, rows, data, rendered)
+        outputs = groups.held_out(members, rows, data, rendered, samples=samples)
+        copies = max(samples, 1)
+        rows = [row for row in rows for _ in range(copies)]
+        rendered = [prompt for prompt in rendered for _ in range(copies)]
         return [m.reward_scores(out, rows, rendered, data)
                 for m, out in zip(members, outputs, strict=True)]  # fmt: skip
 
@@ -424,6 +450,12 @@ class GRPO(LLMMember):
             metrics["accuracy"] = float(accuracy)
         targets = [str(data.answer(r)) for r in rows]
         return Scores(metrics["mean reward"], metrics, _samples(rows, data, outputs, targets))
+
+
+def _with_greedy(sampled: Scores, greedy: Scores) -> Scores:
+    """Sampled scores (the fitness) with the greedy ones beside them, as ``greedy ...``."""
+    metrics = {**sampled.metrics, **{f"greedy {k}": v for k, v in greedy.metrics.items()}}
+    return Scores(sampled.fitness, metrics, sampled.samples)
 
 
 def _rows_of(rollouts: list[Rollout | None]) -> groups.Rows:
@@ -498,17 +530,19 @@ def _samples(
 
 
 def play_episodes(
-    members: Sequence[GRPO], rows: list[list[Row]], data: Any, *, explore: bool
-) -> list[list[multiturn.Episode]]:
-    """Each member's episodes of a multi-turn environment (one per seed of its ``rows``,
-    ``group_size`` each when exploring), played in step: each turn is one generation call for
-    every member's running episodes, each row through its member's adapter."""
+    members: Sequence[GRPO], rows: list[list[Row]], data: Any, *, explore: bool,
+    copies: int | None = None,
+) -> list[list[multiturn.Episode]]:  # fmt: skip
+    """Each member's episodes of a multi-turn environment (``copies`` per seed of its
+    ``rows``: by default ``group_size`` each when exploring, else one), played in step: each
+    turn is one generation call for every member's running episodes, each row through its
+    member's adapter."""
     first = members[0]
     seeds = [
         (int(row["seed"]), i)
         for i, (member, own) in enumerate(zip(members, rows, strict=True))
         for row in own
-        for _ in range(member.group() if explore else 1)
+        for _ in range(copies or (member.group() if explore else 1))
     ]
 
     def turn(prompts: list[list[int]], owners: list[int]) -> text.Completions:
@@ -516,20 +550,22 @@ def play_episodes(
         return groups.generate(members, prompts, owners, explore=explore, seed=seed)
 
     played = multiturn.play(data, seeds, first.conversation(data), turn,
-                            context=first.shared.context_length,
+                            context=first.row_tokens(),
                             reply_room=first.output_tokens())  # fmt: skip
     return [[e for e in played if e.owner == i] for i in range(len(members))]
 
 
-def greedy_play(
-    members: Sequence[GRPO], rows: list[Row], data: Any
+def held_out_play(
+    members: Sequence[GRPO], rows: list[Row], data: Any, samples: int = 0
 ) -> list[list[multiturn.Episode]]:
-    """Each member's greedy episode of each seed of ``rows``, ``batch_size`` at a time: one
-    :func:`play_episodes` per chunk position for every member."""
+    """Each member's greedy episode of each seed of ``rows`` (or ``samples`` sampled ones),
+    ``batch_size`` seeds at a time: one :func:`play_episodes` per chunk position for every
+    member."""
     played: list[list[multiturn.Episode]] = [[] for _ in members]
     for position in groups.positions(groups.chunks(members, len(rows))):
         taking = [members[i] for i, _ in position]
-        new = play_episodes(taking, [rows[c] for _, c in position], data, explore=False)
+        new = play_episodes(taking, [rows[c] for _, c in position], data, explore=bool(samples),
+                            copies=max(samples, 1))  # fmt: skip
         for (i, _), episodes in zip(position, new, strict=True):
             played[i] += episodes
     return played

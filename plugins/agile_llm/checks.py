@@ -39,19 +39,11 @@ NOT_TRAINED_YET = (
     ("algorithm", "lora_target_scope", "adapters on part of the model's blocks"),
     ("algorithm", "thinking_token_budget", "a reasoning budget within each turn"),
     ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
-    ("algorithm", "max_row_tokens", "a bound on one training row apart from the context"),
-    ("algorithm", "critic_warmup_steps", "value-only updates first"),
-    ("algorithm", "share_grad_clip", "one clip coefficient for actor and critic"),
-    ("algorithm", "use_kl_advantage_shaping", "the KL penalty folded into advantages"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),
     ("environment", "env_url", "an OpenEnv server's environment"),
     ("environment", "answer_tool", "tool calls"),
-    ("environment", "observation_processor", "observation processors"),
-    ("environment", "action_processor", "action processors"),
-    ("environment", "chat_template_path", "a chat template from a file"),
     ("training", "rollout_mode", "asynchronous rollouts"),
     ("training", "evo_epochs", "generations counted in epochs"),
-    ("training", "eval_samples_per_task", "sampled held-out scoring"),
     ("training", "checkpoint_export", "merged-model exports during training"),
 )
 #: Values of those fields that say what agile does anyway.
@@ -515,6 +507,12 @@ def _model_warnings(spec: specs.LLMSpec, manifest: Any) -> list[str]:
 
 def _training_warnings(manifest: Any) -> list[str]:
     training, warnings = manifest.training, []
+    teacher_forced = getattr(manifest.environment, "env_type", None) == "dataset"
+    if teacher_forced and getattr(training, "eval_samples_per_task", 0):
+        warnings.append(
+            "training.eval_samples_per_task: ignored, a dataset environment is "
+            "scored by its loss or preference accuracy, not by samples"
+        )
     interval = getattr(training, "evaluation_interval", None)
     if "evaluation_interval" in training.model_fields_set and interval != training.evo_steps:
         warnings.append(

@@ -53,6 +53,9 @@ class PromptData:
         self.declared_env_type: str | None = spec.regime
         self.env_type: str | None = None  # set by prepare()
         self.train, self.test, self.seed = train, test, seed
+        #: Held-out scoring (the runner sets them from training): sampled completions per
+        #: row (0: one greedy each), and whether greedy scores are reported beside them.
+        self.eval_samples, self.eval_greedy = 0, True
         self.turns = template_turns(spec.prompt_template)
         self.declared_chat: bool | None = spec.apply_chat_template
         self.response_column = spec.response_column

@@ -45,6 +45,8 @@ class LLMMember(Protocol):
 
     def output_tokens(self) -> int: ...
 
+    def row_tokens(self) -> int: ...
+
     def render_prompts(self, rows: list[Row], data: Any) -> list[str]: ...
 
     def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]: ...
@@ -228,7 +230,7 @@ def generate(
     greedy."""
     shared, first = members[0].shared, members[0]
     assert shared.adapters is not None
-    room = min(first.output_tokens(), shared.context_length - max(map(len, prompts)))
+    room = min(first.output_tokens(), first.row_tokens() - max(map(len, prompts)))
     least = getattr(first.spec, "min_output_tokens", None)
     sampling = text.Sampling.of(first.spec) if explore else None
     engine = shared.engine()
@@ -260,24 +262,28 @@ def sample(
     return [done.take(span) for span in spans]
 
 
-def greedy(
-    members: Sequence[LLMMember], rows: list[Row], data: Any, rendered: list[str] | None = None
-) -> list[list[str]]:
+def held_out(
+    members: Sequence[LLMMember], rows: list[Row], data: Any, rendered: list[str] | None = None,
+    *, samples: int = 0,
+) -> list[list[str]]:  # fmt: skip
     """Each member's greedy completion of each of ``rows`` (whose prompt texts are
-    ``rendered``, when the caller has them), ``batch_size`` rows at a time: one generation
-    call per chunk position for every member. The members share the tokenizer and the data,
-    so the prompts are rendered and tokenised once."""
+    ``rendered``, when the caller has them), or ``samples`` sampled ones in a row, as it
+    samples in training; ``batch_size`` rows at a time: one generation call per chunk
+    position for every member. The members share the tokenizer and the data, so the prompts
+    are rendered and tokenised once."""
     first = members[0]
     texts = first.render_prompts(rows, data) if rendered is None else rendered
     prompts = first.prompt_ids(texts)
+    copies = max(samples, 1)
     outputs: list[list[str]] = [[] for _ in members]
     for position in positions(chunks(members, len(rows))):
-        owners = [i for i, c in position for _ in range(c.stop - c.start)]
-        done = generate(members, [p for _, c in position for p in prompts[c]], owners,
-                        explore=False)  # fmt: skip
+        owners = [i for i, c in position for _ in range((c.stop - c.start) * copies)]
+        asked = [p for _, c in position for p in prompts[c] for _ in range(copies)]
+        seed = draw([members[i] for i, _ in position]) if samples else None
+        done = generate(members, asked, owners, explore=bool(samples), seed=seed)
         at = 0
         for i, chunk in position:
-            size = chunk.stop - chunk.start
+            size = (chunk.stop - chunk.start) * copies
             outputs[i] += done.texts[at : at + size]
             at += size
     return outputs

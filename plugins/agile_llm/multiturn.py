@@ -80,7 +80,13 @@ class MultiTurnData:
         self.declared_chat: bool | None = spec.apply_chat_template
         self.strict_boundary = spec.strict_chat_template_boundary
         self.timeout: float = spec.reward_timeout
+        #: ``observation_processor`` and ``action_processor``, resolved (None: not given).
+        self.observe: Callable[[dict[str, Any]], Any] | None = None
+        self.act: Callable[[str], Any] | None = None
         self.train: list[Row] = []  # no data: the stream of seeds never ends
+        #: Held-out scoring (the runner sets them from training): sampled completions per
+        #: row (0: one greedy each), and whether greedy scores are reported beside them.
+        self.eval_samples, self.eval_greedy = 0, True
         self.noted: set[str] = set()  # the kinds of text the environment gave that were mended
         self.test: list[Row] = []
         self.single_observation_space = gym.spaces.Text(1 << 20, min_length=0)
@@ -132,7 +138,12 @@ def build(spec: LLMEnvSpec, seed: int | None, base: Path) -> MultiTurnData:
                 f"(it has {printable(repr(max_turns))})",
                 "set environment.max_turns, the turns an episode may take",
             )
-    return MultiTurnData(spec, factory, label, 0 if seed is None else seed, max_turns)
+    data = MultiTurnData(spec, factory, label, 0 if seed is None else seed, max_turns)
+    for key, name in (("observation_processor", "observe"), ("action_processor", "act")):
+        reference = getattr(spec, key)
+        if reference is not None:
+            setattr(data, name, resolve_reference(reference, base, f"environment.{key}"))
+    return data
 
 
 def _factory(spec: LLMEnvSpec, base: Path) -> tuple[Callable[[], Any], str]:
@@ -408,7 +419,7 @@ def _open(episode: Episode, game: _Game) -> None:
     if isinstance(system, str) and system.strip():
         system = game.mended(episode, "system_prompt", system, keep_end=False)
         messages.append({"role": "system", "content": system})
-    said = _observation(data, episode, "reset", observation, info)
+    said = _observation(game, episode, "reset", observation, info)
     said = game.mended(episode, "reset()", said, keep_end=True)
     messages.append({"role": "user", "content": said})
     episode.messages = messages
@@ -424,7 +435,8 @@ def _take_turn(episode: Episode, reply: list[int], said: str, turn: int, game: _
     episode.ids += reply
     episode.turn_of += [turn] * len(reply)
     episode.messages.append({"role": "assistant", "content": said})
-    returned = _call(game.bound, data, episode, "step", lambda: episode.env.step(said))
+    action = _action(game, episode, said)
+    returned = _call(game.bound, data, episode, "step", lambda: episode.env.step(action))
     if not (isinstance(returned, tuple) and len(returned) == 5):
         raise _bad_return(data, episode, "step", returned,
                           "(observation, reward, terminated, truncated, info)")  # fmt: skip
@@ -436,7 +448,7 @@ def _take_turn(episode: Episode, reply: list[int], said: str, turn: int, game: _
     if terminated or truncated or turn + 1 >= data.max_turns:
         episode.done = True
         return
-    message = _observation(data, episode, "step", observation, info)
+    message = _observation(game, episode, "step", observation, info, number)
     message = game.mended(episode, "step()", message, keep_end=False)
     room = max(game.context - len(episode.ids), 0)  # what follows is never trained: the rest
     episode.ids += game.conversation.boundary(history, reply, message)[:room]
@@ -445,8 +457,20 @@ def _take_turn(episode: Episode, reply: list[int], said: str, turn: int, game: _
 
 
 def _observation(
-    data: MultiTurnData, episode: Episode, method: str, observation: Any, info: Any
-) -> str:
+    game: _Game, episode: Episode, method: str, observation: Any, info: Any,
+    reward: float | None = None,
+) -> str:  # fmt: skip
+    """The text of an observation: the observation processor's rendering of it, or the text
+    itself framed by the info's ``prefix`` and ``suffix``."""
+    data = game.data
+    if data.observe is not None:
+        payload = {"prompt": observation, "reward": reward, "done": False, "metadata": info}
+        observe = data.observe
+        observation = _call(game.bound, data, episode, "observation_processor",
+                            lambda: observe(payload))  # fmt: skip
+        if not isinstance(observation, str):
+            raise _bad_return(data, episode, "observation_processor", observation, "text")
+        return observation
     if not isinstance(observation, str):
         raise _bad_return(data, episode, method, observation, "text (a str) as the observation")
     if isinstance(info, dict):
@@ -461,6 +485,19 @@ def _observation(
 def _where(data: MultiTurnData, episode: Episode, what: str) -> str:
     """Where the environment gave ``what`` (``reset()``, ``system_prompt``), for a message."""
     return f"{data.label}: {what} of the episode seeded {episode.seed}, turn {episode.turns}"
+
+
+def _action(game: _Game, episode: Episode, said: str) -> str:
+    """What the environment is sent for the reply ``said``: itself, or the action processor's
+    rewriting of its text after any ``</think>``."""
+    act = game.data.act
+    if act is None:
+        return said
+    answer = said.rpartition("</think>")[2]
+    action = _call(game.bound, game.data, episode, "action_processor", lambda: act(answer))
+    if not isinstance(action, str):
+        raise _bad_return(game.data, episode, "action_processor", action, "text")
+    return action
 
 
 def _call(bound: Bound, data: MultiTurnData, episode: Episode, method: str, call: Any) -> Any:

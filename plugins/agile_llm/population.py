@@ -29,7 +29,7 @@ from agile_cli import (
     UsageError,
 )
 from agile_cli.helpers import printable
-from agile_llm import groups, text
+from agile_llm import groups, templates, text
 from agile_llm.adapters import AdapterPopulation
 from agile_llm.environment import PromptData
 from agile_llm.messages import error_detail
@@ -50,6 +50,7 @@ class SharedModel:
         assert isinstance(spec, LLMSpec)
         self.path = spec.model_path(manifest)
         self.tokenizer = load_tokenizer(self.path)
+        _chat_settings(self.tokenizer, getattr(manifest, "environment", None))
         attention = getattr(spec, "attn_implementation", None)
         self.base = load_model(self.path, device=device, attn_implementation=attention,
                                quantization=spec.quantization)  # fmt: skip
@@ -231,8 +232,9 @@ class LLMMember(MemberBasics):
     def prompt_ids(self, prompts: list[str], limit: int | None = None) -> list[list[int]]:
         """Prompt texts as token ids, each cut to ``limit`` (by default, to leave room for a
         completion), keeping its end."""
-        reserved = min(self.output_tokens(), self.shared.context_length // 2)
-        room = max(self.shared.context_length - reserved, 1) if limit is None else limit
+        row = self.row_tokens()
+        reserved = min(self.output_tokens(), row // 2)
+        room = max(row - reserved, 1) if limit is None else limit
         special = self.shared.prompts_as_written
         encoded = text.encode_all(self.tokenizer, prompts, room, keep_end=True, special=special)
         # An empty prompt starts from the start token: generation needs a position to go on from.
@@ -242,7 +244,13 @@ class LLMMember(MemberBasics):
         """The most tokens a completion may have (``max_output_tokens``; null: as many as the
         context leaves). A prompt keeps at least half the context, whatever it reserves."""
         wanted = getattr(self.spec, "max_output_tokens", None)
-        return int(wanted or self.shared.context_length)
+        return int(wanted or self.row_tokens())
+
+    def row_tokens(self) -> int:
+        """Tokens one sampled row (a prompt and its completion, an episode's transcript) may
+        hold: the context, or ``max_row_tokens`` when it is smaller."""
+        bound = getattr(self.spec, "max_row_tokens", None)
+        return int(min(self.shared.context_length, bound or self.shared.context_length))
 
     def complete(self, prompts: list[list[int]], *, explore: bool) -> text.Completions:
         """Completions of token-id prompts through this member's adapter (by vLLM with
@@ -502,3 +510,31 @@ def schedule_factor(schedule: Any, update: int) -> float:
         return floor
     progress = (update - warm) / max(steps - warm, 1)
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+#: The largest chat template file read (``environment.chat_template_path``).
+TEMPLATE_FILE_LIMIT = 1 << 20
+
+
+def _chat_settings(tokenizer: Any, environment: Any) -> None:
+    """The environment's chat template file and template variables, on ``tokenizer``."""
+    path = getattr(environment, "chat_template_path", None)
+    variables = dict(getattr(environment, "chat_template_kwargs", None) or {})
+    template = None if path is None else _template_file(Path(path))
+    if template is not None or variables:
+        templates.configure(tokenizer, template, variables)
+
+
+def _template_file(path: Path) -> str:
+    """The Jinja text of a chat template file, bounded (it renders in agile's sandbox)."""
+    where = "environment.chat_template_path"
+    if not path.is_file():
+        raise UsageError(f"{where}: no file {path.absolute()}",
+                         "paths are relative to the working directory")  # fmt: skip
+    if path.stat().st_size > TEMPLATE_FILE_LIMIT:
+        raise UsageError(f"{where}: {path} is larger than {TEMPLATE_FILE_LIMIT:,} bytes",
+                         "a chat template is a short Jinja file")  # fmt: skip
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: {path} is not UTF-8 text") from None

@@ -124,10 +124,7 @@ class LLMPPO(GRPO):
                       counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """``[N, T]`` rewards: ``-beta * KL`` on every counted token, plus each completion's
         reward on its last counted token."""
-        kl = objectives.kl_penalty(old, reference)
-        if self.spec.kl_clamp is not None:
-            kl = kl.clamp(max=float(self.spec.kl_clamp))
-        kl = kl * counted
+        kl = self.token_kl(old, reference) * counted
         last = counted * (counted.cumsum(dim=1) == counted.sum(dim=1, keepdim=True))
         return -float(self.spec.beta) * kl + last * rewards.unsqueeze(1)
 
@@ -141,11 +138,18 @@ class LLMPPO(GRPO):
 
     def rollout_loss(self, rollout: Rollout, output: Any, part: slice) -> torch.Tensor:
         """The loss of the rollout's rows ``part`` given a :meth:`training_pass`'s output for
-        them: the clipped surrogate plus ``vf_coef`` times the value loss."""
+        them: the clipped surrogate plus ``vf_coef`` times the value loss; in the first
+        ``critic_warmup_steps`` updates, the value loss alone, on states the adapter does not
+        learn from (the policy stays the initial one)."""
         width = rollout["ids"].shape[1] - 1
         current, hidden = output[0][:, :width], output[2][:, :width]
         counted = rollout["counted"][part]
         old = rollout["old"][part]
+        if self.updates < self.spec.critic_warmup_steps:  # the value head alone learns
+            alone = self.values(hidden.detach(), counted)
+            value = self.value_loss(alone, rollout["values"][part], rollout["returns"][part],
+                                    counted)  # fmt: skip
+            return float(self.spec.vf_coef) * value
         policy = self.policy_loss(current, old, rollout["advantage"][part], counted)
         value = self.value_loss(self.values(hidden, counted), rollout["values"][part],
                                 rollout["returns"][part], counted)  # fmt: skip
@@ -179,9 +183,12 @@ class LLMPPO(GRPO):
     # -- optimisers, hyperparameters, checkpoints ----------------------------------------------
 
     def step(self) -> None:
-        """Clip the value head's gradient too (on its own), then step both optimizers."""
+        """Clip the value head's gradient too, on its own or (``share_grad_clip``) with the
+        adapter's by one coefficient of their joint norm, then step both optimizers."""
+        head = list(self.value_head.parameters())
         if self.spec.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), self.spec.max_grad_norm)
+            joint = [*self.trained_parameters(), *head] if self.spec.share_grad_clip else head
+            torch.nn.utils.clip_grad_norm_(joint, self.spec.max_grad_norm)
         super().step()
 
     def set_hyperparameter(self, name: str, value: float | int) -> None:

@@ -167,6 +167,8 @@ def llm_runner(manifest: TrainingManifest, env: Any) -> LLMRunner:
     training = manifest.training
     eval_rows = getattr(training, "eval_rows", None)
     epochs = getattr(training, "num_epochs", None)
+    env.eval_samples = int(getattr(training, "eval_samples_per_task", 0))
+    env.eval_greedy = bool(getattr(training, "eval_greedy", True))
     if isinstance(env, MultiTurnData):  # no data to pass over; held-out episodes, not rows
         written = "eval_rows" in training.model_fields_set
         env.hold_out(int(eval_rows) if written and eval_rows is not None else EVAL_EPISODES)

@@ -223,8 +223,8 @@ class LLMTraining(TrainingSpec):
         "instead of evo_steps (needs num_epochs).",
     )  # fmt: skip
     eval_samples_per_task: int = Field(
-        default=0, ge=0, description="Completions sampled per held-out task when scoring; 0: "
-        "one greedy completion each.",
+        default=0, ge=0, description="Completions (episodes) sampled per held-out task when "
+        "scoring, as in training: their mean reward is the fitness; 0: one greedy each.",
     )  # fmt: skip
     eval_greedy: bool = Field(
         default=True, description="Score held-out tasks with greedy completions (false needs "

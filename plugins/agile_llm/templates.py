@@ -26,6 +26,7 @@ import json
 import math
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -538,6 +539,19 @@ def compiled(source: str) -> Any:
     return sandbox().from_string(source)
 
 
+#: Variables each tokenizer's template is rendered with besides the turns
+#: (``environment.chat_template_kwargs``), by tokenizer.
+_VARIABLES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def configure(tokenizer: Any, template: str | None, variables: dict[str, Any]) -> None:
+    """Render ``tokenizer``'s turns with ``template`` (when given, in place of its own) and
+    with ``variables`` (``enable_thinking: false``, say) beside the turns."""
+    if template is not None:
+        tokenizer.chat_template = template
+    _VARIABLES[tokenizer] = dict(variables)
+
+
 def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """``messages`` as the tokenizer's chat template writes them, bounded: continuing a
     final assistant turn (the text ends where the model goes on with its content), else
@@ -555,7 +569,8 @@ def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     turns = [{key: value for key, value in m.items() if value is not None} for m in messages]
     if prefilled:
         turns[-1] = {**turns[-1], "content": str(turns[-1].get("content", "")) + CONTINUE_MARK}
-    variables = {**dict(getattr(tokenizer, "special_tokens_map", None) or {}), "messages": turns}
+    variables = {**dict(getattr(tokenizer, "special_tokens_map", None) or {}),
+                 **_VARIABLES.get(tokenizer, {}), "messages": turns}  # fmt: skip
     variables.update(tools=None, documents=None, add_generation_prompt=not prefilled)
     text = _render_bounded(template, variables, _Budget.start(_characters(turns)))
     if not prefilled:
