@@ -95,13 +95,14 @@ def manifest(
 
 def _population(
     tiny: Path, size: int, name: str = "GRPO", environment: dict[str, Any] | None = None,
-    **extra: Any,
+    context: int = 48, **extra: Any,
 ) -> tuple[list[Any], Any]:  # fmt: skip
     from agile_cli.training import setup
     from agile_rl.runtime.agent import AgentContext
 
     registry = installed_registry()
     content = manifest(tiny, name, environment, **extra)
+    content["network"]["max_context_length"] = context
     parsed = TrainingManifest.get_validated(content, registry=registry)
     env = setup.build_environment(parsed, registry, seed=0)
     env.hold_out(4)
@@ -426,3 +427,83 @@ def test_processors_render_observations_and_rewrite_actions(
     assert users[0].startswith("[None] guess") and "go" not in users[0]  # no info suffix
     assert users[1:] == ["[-0.25] lower"] * (len(users) - 1)  # "x0" is no digit: never right
     assert episode.rewards == [-0.25] * 3
+
+
+TOOL_ENV = '''
+class Calc:
+    """Make 5 with the tool ``add``, which adds its ``b`` to 3."""
+
+    tools = [{"type": "function", "function": {
+        "name": "add", "description": "3 plus b",
+        "parameters": {"type": "object", "properties": {"b": {"type": "integer"}}}}}]
+
+    def reset(self, seed=None):
+        return "make 5", {}
+
+    def step(self, text):
+        raise AssertionError("an environment of tools is run by call_tool")
+
+    def call_tool(self, name, arguments):
+        total = 3 + int(arguments["b"])
+        return f"={total}", float(total == 5), total == 5, False, {}
+
+
+def make():
+    return Calc()
+'''
+CALL = '<tool_call>{"name": "add", "arguments": {"b": %d}}</tool_call>'
+
+
+def _scripted(script: list[str]) -> Any:
+    """A stand-in for generation whose ``k``-th call replies ``script[k]`` to every prompt."""
+    calls = iter(script)
+
+    def generate(model: Any, tokenizer: Any, prompts: Any, **options: Any) -> Any:
+        reply = tokenizer(next(calls), add_special_tokens=False).input_ids
+        row = torch.tensor([*reply, tokenizer.eos_token_id])
+        rows = torch.stack([row] * prompts.ids.shape[0])
+        return text._completions(tokenizer, prompts, torch.cat([prompts.ids, rows], 1))
+
+    return generate
+
+
+def _tool_episode(tiny: Path, game: Path, script: list[str], **environment: Any) -> Any:
+    from agile_llm.algorithms import play_episodes
+
+    (game / "calc.py").write_text(TOOL_ENV, encoding="utf-8")
+    environment = {"entrypoint": "calc.py:make", "env_config": None, "max_turns": 3,
+                   **environment}  # fmt: skip
+    members, env = _population(tiny, 1, environment=environment, context=128,
+                               max_output_tokens=56)  # fmt: skip
+    generate = _scripted(script)
+    original = text.generate
+    text.generate = generate  # type: ignore[assignment]
+    try:
+        (episode,) = play_episodes(members, [env.rows_at(0, 1)], env, explore=False)[0]
+    finally:
+        text.generate = original
+    return episode
+
+
+def test_an_environment_of_tools_runs_the_calls_a_turn_makes(tiny: Path, game: Path) -> None:
+    """Calls in the Qwen format (the tiny model is a Qwen2), run by call_tool, their results
+    fed back as tool messages."""
+    episode = _tool_episode(tiny, game, [CALL % 1, CALL % 2])
+    assert episode.rewards == [0.0, 1.0] and episode.done
+    assert [(m["role"], m.get("name"), m["content"]) for m in episode.messages[2:3]] == [
+        ("tool", "add", "=4")
+    ]
+
+
+def test_a_turn_without_a_call_scores_min_reward_and_is_told_why(tiny: Path, game: Path) -> None:
+    episode = _tool_episode(tiny, game, ["no call", CALL % 2], min_reward=-1.0)
+    assert episode.rewards == [-1.0, 1.0]
+    feedback = episode.messages[2]
+    assert feedback["role"] == "tool" and feedback["name"] == "unknown"
+    assert feedback["content"].startswith("Error: No tool call")
+
+
+def test_answer_tool_takes_the_prose_of_a_turn_without_a_call(tiny: Path, game: Path) -> None:
+    """With answer_tool, prose goes to that tool as its action_field argument."""
+    episode = _tool_episode(tiny, game, ["2"], answer_tool="add", action_field="b")
+    assert episode.rewards == [1.0] and episode.done  # add(b="2")

@@ -31,8 +31,7 @@ REFUSED = {
     "grpo_digits_aliases.yaml": "algorithm.constrain_answer_pattern",
     "grpo_env_image.yaml": "environment.env_image",
     "grpo_fsdp.yaml": "algorithm.fsdp",
-    "grpo_remote_env.yaml": "environment.env_url",
-    "grpo_replica_tools.yaml": "environment.env_url",
+    "grpo_replica_tools.yaml": "environment.answer_tool",  # an OpenEnv server's tools (MCP)
     "grpo_sampling.yaml": "algorithm.thinking_token_budget",
     "llmppo_guess_digit.yaml": "environment.env_type",  # LLMPPO over episodes
 }
@@ -103,11 +102,19 @@ def _one_step(data: dict[str, Any], tiny: Path) -> list[str]:
 def test_those_that_run_here_train_one_step(
     path: Path, run: Any, tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Remote ones against the loopback OpenEnv server the tests start."""
+    from .llm_openenv_server import GameServer
+
     monkeypatch.chdir(ROOT)
     made = _fake_gem(monkeypatch)
     data = _load(path)
     folder = tmp_path / "run"
-    result = run("train", str(path), "--quiet", "--run-dir", str(folder), *_one_step(data, tiny))
+    options = _one_step(data, tiny)
+    field = data["environment"].get("action_field", "message")
+    with GameServer(action_field=field) as server:
+        if "env_url" in data["environment"]:
+            options += ["--set", f"environment.env_url={server.url}"]
+        result = run("train", str(path), "--quiet", "--run-dir", str(folder), *options)
     assert result.exit_code == 0, result.output
     lines = (folder / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["generation"] for line in lines] == [1]

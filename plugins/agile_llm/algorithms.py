@@ -379,8 +379,10 @@ class GRPO(LLMMember):
 
     def conversation(self, data: Any) -> multiturn.Conversation:
         """How this member's episodes are written as tokens."""
+        model_type = getattr(getattr(self.shared.base, "config", None), "model_type", None)
         return multiturn.Conversation(self.tokenizer, data.chat_prompts, data.strict_boundary,
-                                      lambda prompt: self.prompt_ids([prompt])[0])  # fmt: skip
+                                      lambda prompt: self.prompt_ids([prompt])[0],
+                                      model_type)  # fmt: skip
 
     def episodes_rollout(self, episodes: list[multiturn.Episode]) -> Rollout | None:
         """Played episodes (``group_size`` consecutive ones per seed) as a rollout: each

@@ -40,8 +40,6 @@ NOT_TRAINED_YET = (
     ("algorithm", "thinking_token_budget", "a reasoning budget within each turn"),
     ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),
-    ("environment", "env_url", "an OpenEnv server's environment"),
-    ("environment", "answer_tool", "tool calls"),
     ("training", "rollout_mode", "asynchronous rollouts"),
     ("training", "evo_epochs", "generations counted in epochs"),
     ("training", "checkpoint_export", "merged-model exports during training"),
@@ -282,6 +280,17 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
                 "serve the image "
                 "yourself (e.g. docker run -p 8000:8000 IMAGE) and write "
                 "env_url: http://127.0.0.1:8000 instead of env_image",
+            )
+        )
+    if environment.env_url is not None and environment.answer_tool is not None:
+        errors.append(
+            FieldError(
+                "environment.answer_tool",
+                "agile does not call an OpenEnv "
+                "server's tools (MCP) yet; it sends a server text actions",
+                "remove answer_tool to send each reply's text as "
+                f"{environment.action_field or 'message'}, or serve the "
+                "environment through an entrypoint that offers tools",
             )
         )
     for key in ("segment_prompt_tokens", "segment_max_images"):

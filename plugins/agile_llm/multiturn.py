@@ -37,7 +37,7 @@ import numpy as np
 
 from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import printable, resolve_reference
-from agile_llm import templates, text
+from agile_llm import templates, text, tools
 from agile_llm.messages import error_detail
 from agile_llm.rewards import Bound, RewardTimeout, as_number
 
@@ -80,6 +80,10 @@ class MultiTurnData:
         self.declared_chat: bool | None = spec.apply_chat_template
         self.strict_boundary = spec.strict_chat_template_boundary
         self.timeout: float = spec.reward_timeout
+        #: Tool calls: the tool a turn's prose goes to without a call, the argument it is in,
+        #: and the reward of a turn that runs nothing.
+        self.answer_tool, self.action_field = spec.answer_tool, spec.action_field or "message"
+        self.min_reward = float(spec.min_reward or 0.0)
         #: ``observation_processor`` and ``action_processor``, resolved (None: not given).
         self.observe: Callable[[dict[str, Any]], Any] | None = None
         self.act: Callable[[str], Any] | None = None
@@ -139,6 +143,8 @@ def build(spec: LLMEnvSpec, seed: int | None, base: Path) -> MultiTurnData:
                 "set environment.max_turns, the turns an episode may take",
             )
     data = MultiTurnData(spec, factory, label, 0 if seed is None else seed, max_turns)
+    if spec.env_url is not None:
+        data.timeout = remote_bound(spec)
     for key, name in (("observation_processor", "observe"), ("action_processor", "act")):
         reference = getattr(spec, key)
         if reference is not None:
@@ -147,9 +153,12 @@ def build(spec: LLMEnvSpec, seed: int | None, base: Path) -> MultiTurnData:
 
 
 def _factory(spec: LLMEnvSpec, base: Path) -> tuple[Callable[[], Any], str]:
-    """What makes one episode's environment: ``factory(entrypoint, **env_config)`` (e.g.
+    """What makes one episode's environment: a session with an OpenEnv server of
+    ``env_url`` (its replicas in turn), ``factory(entrypoint, **env_config)`` (e.g.
     ``gem:make`` on a GEM game's id), else the ``entrypoint`` callable with ``env_config``."""
-    assert spec.entrypoint is not None  # a multi-turn source here is an entrypoint
+    if spec.env_url is not None:
+        return _remote(spec)
+    assert spec.entrypoint is not None  # the other source trained here
     options = dict(spec.env_config or {})
     prompt = options.pop("system_prompt", None)  # set on the environment made, as 2.58 does
     entrypoint = spec.entrypoint
@@ -170,6 +179,30 @@ def _factory(spec: LLMEnvSpec, base: Path) -> tuple[Callable[[], Any], str]:
         return env
 
     return prompted, label
+
+
+def _remote(spec: LLMEnvSpec) -> tuple[Callable[[], Any], str]:
+    """Sessions with the OpenEnv server(s) of ``env_url`` (:mod:`agile_llm.remote`)."""
+    from agile_llm.remote import replica_factory, shown_url
+
+    urls = [spec.env_url] if isinstance(spec.env_url, str) else list(spec.env_url or [])
+    make = replica_factory(urls, max_turns=spec.max_turns,
+                           request_timeout_s=spec.request_timeout_s,
+                           action_field=spec.action_field,
+                           observation_field=spec.observation_field)  # fmt: skip
+    shown = ", ".join(shown_url(url) for url in urls)
+    return make, f"environment.env_url ({shown})"
+
+
+def remote_bound(spec: LLMEnvSpec) -> float:
+    """Seconds one call of a remote environment may take in all: its reset's tries at
+    ``request_timeout_s`` each (300 when null; a day when 0, no bound), at least
+    ``reward_timeout``."""
+    from agile_llm.remote import RESET_ATTEMPTS
+
+    request = spec.request_timeout_s
+    each = 300.0 if request is None else (86_400.0 if request == 0 else request)
+    return max(spec.reward_timeout, each * RESET_ATTEMPTS + 10.0)
 
 
 def _maker(spec: LLMEnvSpec, base: Path) -> Callable[..., Any]:
@@ -238,6 +271,7 @@ class Episode:
     turn_of: list[int] = field(default_factory=list)  # per token: its turn, -1 if not generated
     rewards: list[float] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    tools: list[Any] | None = None  # the schemas of the tools offered; None: a text episode
     done: bool = False
     cut: bool = False  # ended because the context could not hold another turn
 
@@ -258,44 +292,65 @@ class Conversation:
     the model's turns, the boundary and the environment's next message.
 
     :param encode: text -> token ids of a prompt (as the member tokenises its prompts).
+    :param model_type: the model's ``config.model_type``, which names its tool-call format.
     """
 
     def __init__(
-        self, tokenizer: Any, chat: bool, strict: bool, encode: Callable[[str], list[int]]
-    ) -> None:
+        self, tokenizer: Any, chat: bool, strict: bool, encode: Callable[[str], list[int]],
+        model_type: str | None = None,
+    ) -> None:  # fmt: skip
         self.tokenizer = tokenizer
         self.chat = chat and bool(getattr(tokenizer, "chat_template", None))
         self.strict = strict
         self.encode = encode
         self.joined = False  # the template could not mark a turn: turns are joined by newlines
         self.special = set(getattr(tokenizer, "all_special_ids", None) or [])
+        template = getattr(tokenizer, "chat_template", None)
+        found = tools.detect(template if isinstance(template, str) else None, model_type)
+        #: How this model writes tool calls (None: no format 2.58 knows).
+        self.parser = tools.parser_for(found) if found is not None else None
 
-    def opening(self, messages: list[Message]) -> list[int]:
-        """The ids of the opening prompt; an empty one is the tokenizer's start token, so that
-        the model has a position to reply from."""
-        ids = self.encode(text.render(self.tokenizer, messages, chat=self.chat))
+    def written(self, reply: list[int]) -> str:
+        """A reply as the model wrote it, its special tokens (a tool call's delimiters) kept
+        but for the end token that closed it."""
+        end = getattr(self.tokenizer, "eos_token_id", None)
+        ids = reply[:-1] if reply and reply[-1] == end else reply
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def opening(self, messages: list[Message], schemas: list[Any] | None = None) -> list[int]:
+        """The ids of the opening prompt (offering the tools ``schemas``); an empty one is the
+        tokenizer's start token, so that the model has a position to reply from."""
+        ids = self.encode(text.render(self.tokenizer, messages, chat=self.chat, tools=schemas))
         return ids or text.start_ids(self.tokenizer)
 
-    def boundary(self, history: list[Message], reply: list[int], message: str) -> list[int]:
+    def boundary(
+        self, history: list[Message], reply: list[int], following: list[Message],
+        schemas: list[Any] | None = None,
+    ) -> list[int]:  # fmt: skip
         """The ids that follow the model's ``reply`` (its generated ids) before its next turn:
-        the end of its turn, ``message`` as the user's turn and the opening of its own."""
-        written = None if self.joined or not self.chat else self._chat_boundary(history, message)
+        the end of its turn, the ``following`` messages (the user's turn, or tools' results)
+        and the opening of its own."""
+        written = None
+        if self.chat and not self.joined:
+            written = self._chat_boundary(history, following, schemas)
         if written is None:
-            ids = self.tokenizer("\n" + message, add_special_tokens=False).input_ids
-            return list(ids)
+            joined = "\n" + "\n".join(message["content"] for message in following)
+            return list(self.tokenizer(joined, add_special_tokens=False).input_ids)
         ids = list(self.tokenizer(written, add_special_tokens=False).input_ids)
         # The model's own end-of-turn token is in its reply (and trained): not twice.
         if reply and ids and ids[0] == reply[-1] and ids[0] in self.special:
             ids = ids[1:]
         return ids
 
-    def _chat_boundary(self, history: list[Message], message: str) -> str | None:
+    def _chat_boundary(
+        self, history: list[Message], following: list[Message], schemas: list[Any] | None
+    ) -> str | None:
         """What the chat template writes from the end of an assistant turn's content to the
         start of the next one's, found by rendering the turn with a sentinel content."""
         probe = [*history, {"role": "assistant", "content": _SENTINEL}]
         try:
-            open_ = templates.render(self.tokenizer, probe)  # continues the sentinel turn
-            after = templates.render(self.tokenizer, [*probe, {"role": "user", "content": message}])
+            open_ = templates.render(self.tokenizer, probe, schemas)  # continues the sentinel
+            after = templates.render(self.tokenizer, [*probe, *following], schemas)
         except templates.OverBound as bound:
             raise text.over_bound(self.tokenizer, bound) from None
         except Exception as error:  # the template is the model folder's code
@@ -423,37 +478,104 @@ def _open(episode: Episode, game: _Game) -> None:
     said = game.mended(episode, "reset()", said, keep_end=True)
     messages.append({"role": "user", "content": said})
     episode.messages = messages
-    episode.ids = game.conversation.opening(messages)
+    episode.tools = _offered_tools(episode, game)
+    episode.ids = game.conversation.opening(messages, episode.tools)
     episode.turn_of = [-1] * len(episode.ids)
 
 
+def _offered_tools(episode: Episode, game: _Game) -> list[Any] | None:
+    """The tool schemas an environment offers (its ``tools``, with a ``call_tool`` method to
+    run them), or None for an environment of text."""
+    schemas = getattr(episode.env, "tools", None)
+    if not (isinstance(schemas, list) and schemas and callable(getattr(episode.env, "call_tool",
+                                                                       None))):  # fmt: skip
+        return None
+    if game.conversation.parser is None:
+        raise TrainingError(
+            f"{game.data.label} offers tools, and the model's chat template writes tool calls "
+            "in no format agile reads (tool_call, granite3, gemma4, harmony)",
+            "fine-tune a model of a family that calls tools (Qwen, Granite, Gemma 4, gpt-oss), "
+            "or give the environment no tools",
+        )
+    return list(schemas)
+
+
 def _take_turn(episode: Episode, reply: list[int], said: str, turn: int, game: _Game) -> None:
-    """Record the model's reply, step the environment with it and, unless the episode ends,
-    append the boundary and the environment's answer (as much of it as the context holds)."""
-    data = game.data
+    """Record the model's reply, step the environment with it (its text, or the tool calls it
+    makes) and, unless the episode ends, append the boundary and what the environment answers
+    (as much of it as the context holds)."""
     history = list(episode.messages)
     episode.ids += reply
     episode.turn_of += [turn] * len(reply)
     episode.messages.append({"role": "assistant", "content": said})
+    last = turn + 1 >= game.data.max_turns
+    if episode.tools is None:
+        reward, following = _text_turn(episode, said, game, last)
+    else:
+        reward, following = _tool_turn(episode, game.conversation.written(reply), game, last)
+    episode.rewards.append(reward)
+    if not following:
+        episode.done = True
+        return
+    room = max(game.context - len(episode.ids), 0)  # what follows is never trained: the rest
+    episode.ids += game.conversation.boundary(history, reply, following, episode.tools)[:room]
+    episode.turn_of += [-1] * (len(episode.ids) - len(episode.turn_of))
+    episode.messages += following
+
+
+def _text_turn(episode: Episode, said: str, game: _Game, last: bool) -> tuple[float, list[Message]]:
+    """The reward of stepping the environment with the reply's text, and its answer as the
+    user's next turn (none when the episode ends)."""
     action = _action(game, episode, said)
-    returned = _call(game.bound, data, episode, "step", lambda: episode.env.step(action))
+    returned = _call(game.bound, game.data, episode, "step", lambda: episode.env.step(action))
+    observation, reward, ended, info = _stepped(game, episode, "step", returned)
+    if ended or last:
+        return reward, []
+    message = _observation(game, episode, "step", observation, info, reward)
+    return reward, [{"role": "user", "content": game.mended(episode, "step()", message,
+                                                            keep_end=False)}]  # fmt: skip
+
+
+def _tool_turn(
+    episode: Episode, written: str, game: _Game, last: bool
+) -> tuple[float, list[Message]]:
+    """The reward of the reply's tool calls (each run by the environment's ``call_tool``, in
+    order), and their results as tool messages; a turn that calls nothing runnable (a
+    malformed call, or none without ``answer_tool``) runs nothing, scores ``min_reward`` and
+    is told why, as 2.58 does."""
+    data = game.data
+    assert game.conversation.parser is not None and episode.tools is not None
+    turn = game.conversation.parser.parse(written, episode.tools)
+    routed = tools.route(turn, data.answer_tool, data.action_field)
+    if isinstance(routed, tools.Feedback):
+        return data.min_reward, [] if last else [routed.as_message()]
+    total, results, run = 0.0, [], episode.env.call_tool
+    for call in routed:
+        returned = _call(game.bound, data, episode, "call_tool",
+                         lambda c=call: run(c.name, dict(c.arguments)))  # fmt: skip
+        observation, reward, ended, info = _stepped(game, episode, "call_tool", returned)
+        total += reward
+        if ended:
+            return total, []
+        said = _observation(game, episode, "call_tool", observation, info, reward)
+        results.append(tools.tool_message(call.name, game.mended(episode, "call_tool()", said,
+                                                                   keep_end=False)))  # fmt: skip
+    return total, [] if last else results
+
+
+def _stepped(
+    game: _Game, episode: Episode, method: str, returned: Any
+) -> tuple[Any, float, bool, Any]:
+    """``(observation, reward, ended, info)`` of what a step (or a tool call) returned,
+    checked to be the protocol's five-tuple with a finite reward."""
     if not (isinstance(returned, tuple) and len(returned) == 5):
-        raise _bad_return(data, episode, "step", returned,
+        raise _bad_return(game.data, episode, method, returned,
                           "(observation, reward, terminated, truncated, info)")  # fmt: skip
     observation, reward, terminated, truncated, info = returned
     number = as_number(reward)
     if number is None:
-        raise _bad_return(data, episode, "step", reward, "a finite number as the reward")
-    episode.rewards.append(number)
-    if terminated or truncated or turn + 1 >= data.max_turns:
-        episode.done = True
-        return
-    message = _observation(game, episode, "step", observation, info, number)
-    message = game.mended(episode, "step()", message, keep_end=False)
-    room = max(game.context - len(episode.ids), 0)  # what follows is never trained: the rest
-    episode.ids += game.conversation.boundary(history, reply, message)[:room]
-    episode.turn_of += [-1] * (len(episode.ids) - len(episode.turn_of))
-    episode.messages.append({"role": "user", "content": message})
+        raise _bad_return(game.data, episode, method, reward, "a finite number as the reward")
+    return observation, number, bool(terminated or truncated), info
 
 
 def _observation(

@@ -278,12 +278,15 @@ class _Session:
         except (httpcore.NetworkError, OSError) as error:
             raise _Failure(f"the connection broke ({_cut(str(error))})", retry=True) from None
 
-    def close(self) -> None:
-        """End the session as OpenEnv's clients do (a ``close`` message, then a close frame),
-        without waiting long on a server that does not read."""
+    def close(self, polite: bool = True) -> None:
+        """End the session: ``polite``, as OpenEnv's clients do (a ``close`` message, then a
+        close frame, without waiting long on a server that does not read), else at once (as
+        after an exchange stopped half way, when the connection is in no state to say more)."""
         deadline = time.monotonic() + 1.0
         try:
             with contextlib.suppress(_Failure):
+                if not polite:
+                    return
                 self.send({"type": "close"}, deadline)
                 self._write(client_frame(_CLOSE, struct.pack("!H", 1000)), deadline)
         finally:
@@ -597,7 +600,7 @@ class RemoteEnvironment:
             session.send(message, deadline)
             return _reply(session.receive(deadline))
         except BaseException:
-            self._drop()
+            self._drop(polite=False)
             raise
 
     def _text(self, observation: dict[str, Any] | str, *, done: bool) -> str:
@@ -621,11 +624,11 @@ class RemoteEnvironment:
             reason = reason.replace(secret, "***")
         return TrainingError(f"{self.url}: {method}() failed{tries}: {reason}", failure.hint)
 
-    def _drop(self) -> None:
+    def _drop(self, polite: bool = True) -> None:
         """Close the session, if one is open."""
         session, self._session = self._session, None
         if session is not None:
-            session.close()
+            session.close(polite)
 
 
 def replica_factory(urls: str | Sequence[str], **options: Any) -> Callable[[], RemoteEnvironment]:

@@ -552,14 +552,15 @@ def configure(tokenizer: Any, template: str | None, variables: dict[str, Any]) -
     _VARIABLES[tokenizer] = dict(variables)
 
 
-def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def render(tokenizer: Any, messages: list[dict[str, str]], tools: list[Any] | None = None) -> str:
     """``messages`` as the tokenizer's chat template writes them, bounded: continuing a
     final assistant turn (the text ends where the model goes on with its content), else
     opening the assistant's turn (``add_generation_prompt``).
 
     :param tokenizer: a transformers tokenizer with a chat template; the template sees its
         special tokens (``bos_token``...) as transformers passes them.
-    :param messages: the turns, ``{"role", "content"}``.
+    :param messages: the turns, ``{"role", "content"}`` (a tool's result: role ``tool``).
+    :param tools: the tools the model may call, as the template's ``tools`` (JSON schemas).
     :raises OverBound: the render broke a bound.
     :raises Exception: whatever the template raises (a syntax error, ``raise_exception``, an
         error of the sandbox, a final turn it does not write).
@@ -571,7 +572,7 @@ def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
         turns[-1] = {**turns[-1], "content": str(turns[-1].get("content", "")) + CONTINUE_MARK}
     variables = {**dict(getattr(tokenizer, "special_tokens_map", None) or {}),
                  **_VARIABLES.get(tokenizer, {}), "messages": turns}  # fmt: skip
-    variables.update(tools=None, documents=None, add_generation_prompt=not prefilled)
+    variables.update(tools=tools or None, documents=None, add_generation_prompt=not prefilled)
     text = _render_bounded(template, variables, _Budget.start(_characters(turns)))
     if not prefilled:
         return text

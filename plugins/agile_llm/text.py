@@ -59,7 +59,10 @@ def start_ids(tokenizer: Any) -> list[int]:
     return []
 
 
-def render(tokenizer: Any, messages: list[dict[str, str]], *, chat: bool = True) -> str:
+def render(
+    tokenizer: Any, messages: list[dict[str, str]], *, chat: bool = True,
+    tools: list[Any] | None = None,
+) -> str:  # fmt: skip
     """Chat turns as the prompt text the model continues.
 
     With a chat template (and ``chat``), the template renders them (continuing a final
@@ -74,7 +77,7 @@ def render(tokenizer: Any, messages: list[dict[str, str]], *, chat: bool = True)
     if not chat or not getattr(tokenizer, "chat_template", None):
         return "\n".join(message["content"] for message in messages)
     try:
-        return templates.render(tokenizer, messages)
+        return templates.render(tokenizer, messages, tools)
     except templates.OverBound as bound:
         raise over_bound(tokenizer, bound) from None
     except Exception as error:  # the template is the model folder's code: all it raises is its own
