@@ -86,9 +86,12 @@ def variant(name: str, out: Path, **changes: Any) -> Path:
     return path
 
 
-def train_and_score(path: Path, run_dir: Path) -> dict[str, Any]:
+def train_and_score(path: Path, run_dir: Path, *options: str) -> dict[str, Any]:
+    """Held-out scores before and after ``agile train`` (with ``options``), its time and
+    memory."""
     before = fresh_scores(path)
-    seconds, mib = measured(agile("train", str(path), "--run-dir", str(run_dir), "--overwrite"))
+    command = agile("train", str(path), "--run-dir", str(run_dir), "--overwrite", *options)
+    seconds, mib = measured(command)
     summary = json.loads((run_dir / "summary.json").read_text())
     return {"before": before, "after": evaluated(run_dir), "process_seconds": round(seconds, 1),
             "training_seconds": summary["wall_seconds"], "peak_mib": round(mib),

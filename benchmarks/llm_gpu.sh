@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# agile's LLM side on a CUDA machine, in one command: train SFT, GRPO, DPO and multi-turn GRPO
-# populations of the tiny model on --device cuda, evaluate a GPU-trained run on the CPU, train
+# agile's LLM side on a CUDA machine, in one command: train SFT, GRPO (colocated and
+# asynchronous rollouts), DPO and multi-turn GRPO populations of the tiny model on --device
+# cuda, evaluate a GPU-trained run on the CPU, train
 # SFT over a quantised base (nf4, int8), time populations at Qwen2.5-0.5B's shape (random
 # weights, bf16) together vs one by one, measure adapter memory on the GPU, and train a LoRA
 # over a 4- and an 8-bit bitsandbytes base. From the repo root, with agile installed
@@ -78,8 +79,10 @@ r 60 4 python3 -c "import torch, transformers, peft, accelerate, tokenizers as t
 
 step "SFT digits on cuda (1,600 prompts per member, 2 generations)"
 r 100 6 $A train configs/training/sft/digits.yaml --device cuda --quiet --run-dir $W/sft --overwrite --set training.max_steps=1600
-step "GRPO digits on cuda (400 prompts per member, 2 generations)"
+step "GRPO digits on cuda, colocated rollouts (400 prompts per member, 2 generations)"
 r 100 6 $A train configs/training/grpo/digits.yaml --device cuda --quiet --run-dir $W/grpo --overwrite --set training.max_steps=400
+step "GRPO digits on cuda, asynchronous rollouts (the same budget; lag 1)"
+r 100 6 $A train configs/training/grpo/digits.yaml --device cuda --quiet --run-dir $W/grpo-async --overwrite --set training.max_steps=400 --set training.rollout_mode=async --set training.rollout_engines_per_agent=1 --set replay_buffer.max_rollout_version_lag=1
 step "DPO digits on cuda (800 prompts per member, 2 generations)"
 r 100 6 $A train configs/training/dpo/digits.yaml --device cuda --quiet --run-dir $W/dpo --overwrite --set training.max_steps=800
 step "the GPU-trained GRPO run read back on the CPU"

@@ -234,7 +234,7 @@ def test_validate_imports_no_llm_library(write) -> None:
                 "vf_coef": 0.5,
             },
         ),
-        ("DPO", {"beta": 0.1, "lr": 5e-6, "max_grad_norm": 0.1, "nll_alpha": 1.0}),
+        ("DPO", {"beta": 0.1, "lr": 5e-6, "max_grad_norm": 0.1, "nll_alpha": 0.0}),
         ("SFT", {"lr": 5e-5, "max_grad_norm": 0.1, "batch_size": 16}),
     ],
 )

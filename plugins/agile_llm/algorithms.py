@@ -18,6 +18,7 @@ group's passes (:mod:`.groups`); a member alone is a group of one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -289,11 +290,14 @@ class GRPO(LLMMember):
     # -- one step ----------------------------------------------------------------------------
 
     @classmethod
-    def train_group(cls, members: list[Self], rows: list[list[Row]], data: Any) -> list[float]:
-        """Each member's :meth:`rollouts` of its rows, then ``update_epochs`` passes of its
-        loss (:meth:`rollout_loss`) over them; a member whose rollout is empty (every
-        advantage zero, with ``filter_zero_adv``) does not step."""
-        rollouts = cls.rollouts(members, rows, data)
+    def train_group(
+        cls, members: list[Self], rows: list[list[Row]], data: Any, ahead: Sampled | None = None
+    ) -> list[float]:
+        """Each member's :meth:`rollouts` of its rows (sampled ``ahead`` by asynchronous
+        rollouts, when given), then ``update_epochs`` passes of its loss
+        (:meth:`rollout_loss`) over them; a member whose rollout is empty (every advantage
+        zero, with ``filter_zero_adv``) does not step."""
+        rollouts = cls.rollouts(members, rows, data, ahead)
         sizes = [0 if r is None else int(r["ids"].shape[0]) for r in rollouts]
 
         def loss(i: int, batch: text.Sequences, output: Any, part: slice) -> torch.Tensor:
@@ -310,31 +314,48 @@ class GRPO(LLMMember):
 
     @classmethod
     def rollouts(
-        cls, members: list[Self], rows: list[list[Row]], data: Any
+        cls, members: list[Self], rows: list[list[Row]], data: Any, ahead: Sampled | None = None
     ) -> list[Rollout | None]:
         """Each member's rollout: ``group_size`` completions of each of its prompts, sampled
-        in one generation call (episodes of each seed of a multi-turn environment, played in
-        step), scored, with their advantages and log-probabilities at sampling and under the
-        reference; None for a member whose ``filter_zero_adv`` kept no row."""
+        in one generation call (or ``ahead``; episodes of each seed of a multi-turn
+        environment, played in step), scored, with their advantages and log-probabilities at
+        sampling and under the reference; None for a member whose ``filter_zero_adv`` kept
+        no row."""
         rollouts: list[Rollout | None]
         if data.env_type == "multiturn":
             played = play_episodes(members, rows, data, explore=True)
             rollouts = [m.episodes_rollout(own) for m, own in zip(members, played, strict=True)]
         else:
-            rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
-            prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
-            done = groups.sample(members, prompts, [m.group() for m in members])
-            sampled = zip(members, done, rows, rendered, strict=True)
-            rollouts = [m.rollout_of(d, r, t, data) for m, d, r, t in sampled]
+            sampled = ahead or cls.sample(members, rows, data)
+            none: list[torch.Tensor | None] = [None] * len(members)
+            olds = none if sampled.old is None else list(sampled.old)
+            pieces = zip(members, sampled.done, rows, sampled.rendered, olds, strict=True)
+            rollouts = [m.rollout_of(d, r, t, data, old) for m, d, r, t, old in pieces]
         _at_sampling(members, rollouts)
         return rollouts
 
+    @classmethod
+    def sample(
+        cls, members: list[Self], rows: list[list[Row]], data: Any, engine: Any = None
+    ) -> Sampled:
+        """Each member's ``group_size`` completions of each of its rows' prompts, in one
+        generation call (by ``engine``, when given: asynchronous rollouts' copy of the model,
+        which also gives their log-probabilities at sampling)."""
+        rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
+        prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
+        done = groups.sample(members, prompts, [m.group() for m in members], engine)
+        old = None if engine is None else engine.sampling_log_probs(members, done)
+        return Sampled(rendered, done, old)
+
     def rollout_of(
-        self, done: text.Completions, rows: list[Row], rendered: list[str], data: Any
-    ) -> Rollout | None:
+        self, done: text.Completions, rows: list[Row], rendered: list[str], data: Any,
+        old: torch.Tensor | None = None,
+    ) -> Rollout | None:  # fmt: skip
         """The sampled completions of ``rows`` (``group_size`` each, in order) scored, with
-        their advantages: a rollout without its log-probabilities yet; None when every
-        advantage is zero and ``filter_zero_adv`` drops them all."""
+        their advantages (and ``old``, their log-probabilities at sampling, when another copy
+        of the model sampled them); None when every advantage is zero and
+        ``filter_zero_adv`` drops them all, or every group ties and the replay buffer's
+        ``drop_uninformative_groups`` drops them."""
         group = self.group()
         repeated = [r for r in rows for _ in range(group)]
         prompt_texts = [p for p in rendered for _ in range(group)]
@@ -342,9 +363,13 @@ class GRPO(LLMMember):
                                   dtype=torch.float32, device=self.device)  # fmt: skip
         self.last_rewards = rewards
         labels = done.ids.masked_fill(~done.completion, IGNORE)
-        rollout = {"ids": done.ids, "mask": done.mask, "labels": labels,
-                   "advantage": self.advantages(rewards)}  # fmt: skip
-        return self._kept(rollout)
+        rollout: Rollout | None = {"ids": done.ids, "mask": done.mask, "labels": labels,
+                                   "advantage": self.advantages(rewards)}  # fmt: skip
+        if old is not None:
+            rollout["old"] = old  # type: ignore[index]  # just made
+        if getattr(data, "drop_uninformative", False):
+            rollout = _informative(rollout, rewards, self.group())  # type: ignore[arg-type]
+        return self._kept(rollout) if rollout is not None else None
 
     def _kept(self, rollout: Rollout) -> Rollout | None:
         """``rollout`` with its counted tokens, less the rows of zero advantage when
@@ -471,9 +496,29 @@ def _rows_of(rollouts: list[Rollout | None]) -> groups.Rows:
     return rows
 
 
+@dataclass
+class Sampled:
+    """Completions sampled for each member of a group: its rows' prompt texts, its
+    completions, and (sampled by another copy of the model) their log-probabilities then."""
+
+    rendered: list[list[str]]
+    done: list[text.Completions]
+    old: list[torch.Tensor] | None = None
+
+
+def _informative(rollout: Rollout, rewards: torch.Tensor, group: int) -> Rollout | None:
+    """``rollout`` less its groups whose completions all got the same reward (None: all)."""
+    grouped = rewards.view(-1, group)
+    keep = (grouped.max(dim=1).values > grouped.min(dim=1).values).repeat_interleave(group)
+    if not bool(keep.any()):
+        return None
+    return {name: value[keep] for name, value in rollout.items()}
+
+
 def _at_sampling(members: Sequence[GRPO], rollouts: list[Rollout | None]) -> None:
-    """Fill each rollout's log-probabilities at sampling (its adapter) and under the reference
-    (every adapter off, for a member with a KL penalty), each a pass for every member."""
+    """Fill each rollout's log-probabilities at sampling (its adapter; unless another copy of
+    the model sampled it and gave them) and under the reference (every adapter off, for a
+    member with a KL penalty), each a pass for every member."""
     parts = [[] if r is None else m.micro_batches(int(r["ids"].shape[0]))
              for m, r in zip(members, rollouts, strict=True)]  # fmt: skip
     penalised = [own if float(getattr(m.spec, "beta", 0.0)) > 0 else []
@@ -485,13 +530,16 @@ def _at_sampling(members: Sequence[GRPO], rollouts: list[Rollout | None]) -> Non
         assert rollout is not None
         return output[:, : rollout["ids"].shape[1] - 1]
 
-    old = groups.measure(members, parts, rows, text.labelled_log_probs, own_width)
+    unsampled = [[] if r is None or "old" in r else own
+                 for r, own in zip(rollouts, parts, strict=True)]  # fmt: skip
+    old = groups.measure(members, unsampled, rows, text.labelled_log_probs, own_width)
     reference = groups.measure(
         members, penalised, rows, text.labelled_log_probs, own_width, adapters=False
     )
     for rollout, at_sampling, base in zip(rollouts, old, reference, strict=True):
         if rollout is not None:
-            rollout["old"] = torch.cat(at_sampling)
+            if "old" not in rollout:
+                rollout["old"] = torch.cat(at_sampling)
             rollout["reference"] = torch.cat(base) if base else rollout["old"]
 
 

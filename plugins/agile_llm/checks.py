@@ -40,12 +40,11 @@ NOT_TRAINED_YET = (
     ("algorithm", "thinking_token_budget", "a reasoning budget within each turn"),
     ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),
-    ("training", "rollout_mode", "asynchronous rollouts"),
     ("training", "evo_epochs", "generations counted in epochs"),
     ("training", "checkpoint_export", "merged-model exports during training"),
 )
 #: Values of those fields that say what agile does anyway.
-AGILE_WAYS = {"old_logprobs_source": "trainer"}
+AGILE_WAYS: dict[str, tuple[Any, ...]] = {"old_logprobs_source": ("trainer",)}
 _NOT_YET_HINT = (
     "remove it (or write its default) to train here; `agile validate` accepts it, and "
     "--backend arena runs it on the reference's runtime"
@@ -212,6 +211,7 @@ def local_training_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError
         *_runtime_errors(manifest),
         *_not_yet_errors(spec, manifest),
         *_schedule_errors(spec),
+        *_asynchronous_errors(spec, manifest),
         *_multiturn_errors(spec, manifest),
     ]
 
@@ -305,6 +305,41 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
     return errors
 
 
+def _asynchronous_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+    """What asynchronous rollouts do not take yet: episodes of an environment, LLMPPO (its
+    values are measured when it samples), group replay."""
+    training, errors = manifest.training, []
+    replay = getattr(manifest.replay_buffer, "group_replay_max_age", 0)
+    if replay:
+        errors.append(
+            FieldError(
+                "replay_buffer.group_replay_max_age",
+                "agile does not replay stored completions into tied groups yet",
+                "write 0 (drop_uninformative_groups leaves tied groups out)",
+            )
+        )
+    if getattr(training, "rollout_mode", "colocated") != "async":
+        return errors
+    if spec.environment_type(manifest) == "multiturn":
+        errors.append(
+            FieldError(
+                "training.rollout_mode",
+                "agile samples asynchronously over "
+                "dataset rows only, not episodes of an environment yet",
+                "write rollout_mode: colocated",
+            )
+        )
+    if isinstance(spec, specs.LLMPPOSpec):
+        errors.append(
+            FieldError(
+                "training.rollout_mode",
+                "agile does not sample LLMPPO's completions asynchronously yet",
+                "write rollout_mode: colocated, or use GRPO, GSPO, CISPO or LLMREINFORCE",
+            )
+        )
+    return errors
+
+
 def _schedule_errors(spec: specs.LLMSpec) -> list[FieldError]:
     schedule = getattr(spec, "cosine_lr_schedule_config", None)
     if schedule is None or schedule.num_epochs is None:
@@ -319,6 +354,15 @@ def _schedule_errors(spec: specs.LLMSpec) -> list[FieldError]:
     ]
 
 
+def _agile_ways(field: str, declared: Any, manifest: Any) -> tuple[Any, ...]:
+    """The values of a field agile trains: its default, and those that say what agile does
+    anyway (the sampling copy's log-probabilities, with asynchronous rollouts)."""
+    ways = (declared.get_default(call_default_factory=True), *AGILE_WAYS.get(field, ()))
+    if field == "old_logprobs_source" and manifest.training.rollout_mode == "async":
+        ways = (*ways, "rollout")
+    return ways
+
+
 def _not_yet_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     sections = {
         "algorithm": spec,
@@ -329,11 +373,7 @@ def _not_yet_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     for section, field, what in NOT_TRAINED_YET:
         owner = sections[section]
         declared = type(owner).model_fields.get(field)
-        value = None if declared is None else getattr(owner, field)
-        if declared is None or value in (
-            declared.get_default(call_default_factory=True),
-            AGILE_WAYS.get(field),
-        ):
+        if declared is None or getattr(owner, field) in _agile_ways(field, declared, manifest):
             continue
         errors.append(
             FieldError(f"{section}.{field}", f"agile does not train {what} yet", _NOT_YET_HINT)
@@ -521,6 +561,11 @@ def _training_warnings(manifest: Any) -> list[str]:
         warnings.append(
             "training.eval_samples_per_task: ignored, a dataset environment is "
             "scored by its loss or preference accuracy, not by samples"
+        )
+    if teacher_forced and getattr(training, "rollout_mode", "colocated") == "async":
+        warnings.append(
+            "training.rollout_mode: ignored, a dataset environment samples "
+            "nothing to overlap with learning"
         )
     interval = getattr(training, "evaluation_interval", None)
     if "evaluation_interval" in training.model_fields_set and interval != training.evo_steps:

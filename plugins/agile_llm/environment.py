@@ -56,6 +56,7 @@ class PromptData:
         #: Held-out scoring (the runner sets them from training): sampled completions per
         #: row (0: one greedy each), and whether greedy scores are reported beside them.
         self.eval_samples, self.eval_greedy = 0, True
+        self.drop_uninformative = False  # the replay buffer's drop_uninformative_groups
         self.turns = template_turns(spec.prompt_template)
         self.declared_chat: bool | None = spec.apply_chat_template
         self.response_column = spec.response_column

@@ -222,18 +222,18 @@ def draw(members: Sequence[LLMMember]) -> int:
 
 def generate(
     members: Sequence[LLMMember], prompts: list[list[int]], owners: list[int], *,
-    explore: bool, seed: int | None = None,
+    explore: bool, seed: int | None = None, engine: Any = None,
 ) -> text.Completions:  # fmt: skip
     """One generation call for every row of ``prompts``, row ``i`` continued through member
-    ``members[owners[i]]``'s adapter: by the shared vLLM engine (``use_vllm``), else by the
-    training model. Sampled with the first member's settings and ``seed`` when exploring, else
-    greedy."""
+    ``members[owners[i]]``'s adapter: by ``engine`` when given (asynchronous rollouts' copy of
+    the model), else the shared vLLM engine (``use_vllm``), else the training model. Sampled
+    with the first member's settings and ``seed`` when exploring, else greedy."""
     shared, first = members[0].shared, members[0]
     assert shared.adapters is not None
     room = min(first.output_tokens(), first.row_tokens() - max(map(len, prompts)))
     least = getattr(first.spec, "min_output_tokens", None)
     sampling = text.Sampling.of(first.spec) if explore else None
-    engine = shared.engine()
+    engine = engine or shared.engine()
     if engine is not None:
         return engine.generate(shared.tokenizer, prompts, [members[o] for o in owners],
                                device=first.device, max_new_tokens=room, min_new_tokens=least,
@@ -245,16 +245,17 @@ def generate(
 
 
 def sample(
-    members: Sequence[LLMMember], prompts: list[list[list[int]]], copies: list[int]
-) -> list[text.Completions]:
+    members: Sequence[LLMMember], prompts: list[list[list[int]]], copies: list[int],
+    engine: Any = None,
+) -> list[text.Completions]:  # fmt: skip
     """Each member's completions of its ``prompts[i]``, each prompt ``copies[i]`` times in a
-    row, sampled in one generation call."""
+    row, sampled in one generation call (by ``engine``, when given)."""
     rows, owners = [], []
     for i, (own, times) in enumerate(zip(prompts, copies, strict=True)):
         for ids in own:
             rows += [ids] * times
             owners += [i] * times
-    done = generate(members, rows, owners, explore=True, seed=draw(members))
+    done = generate(members, rows, owners, explore=True, seed=draw(members), engine=engine)
     spans, at = [], 0
     for own, times in zip(prompts, copies, strict=True):
         spans.append(slice(at, at + len(own) * times))

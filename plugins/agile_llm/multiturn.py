@@ -91,6 +91,7 @@ class MultiTurnData:
         #: Held-out scoring (the runner sets them from training): sampled completions per
         #: row (0: one greedy each), and whether greedy scores are reported beside them.
         self.eval_samples, self.eval_greedy = 0, True
+        self.drop_uninformative = False  # the replay buffer's drop_uninformative_groups
         self.noted: set[str] = set()  # the kinds of text the environment gave that were mended
         self.test: list[Row] = []
         self.single_observation_space = gym.spaces.Text(1 << 20, min_length=0)

@@ -63,7 +63,7 @@ class LLMPPO(GRPO):
 
     @classmethod
     def rollouts(
-        cls, members: list[Self], rows: list[list[Row]], data: Any
+        cls, members: list[Self], rows: list[list[Row]], data: Any, ahead: Any = None
     ) -> list[Rollout | None]:
         """Each member's rollout: one completion of each of its prompts, sampled in one
         generation call; a pass at sampling for their log-probabilities and each row's values

@@ -44,7 +44,7 @@ import httpcore
 import httpx
 
 from agile_cli import TrainingError
-from agile_cli.errors import printable
+from agile_cli.helpers import printable
 
 #: Seconds one message may take when ``environment.request_timeout_s`` is not given.
 DEFAULT_REQUEST_TIMEOUT_S = 300.0

@@ -21,13 +21,14 @@ Defaults
 --------
 Agile keeps one set of defaults, agilerl 2.58's (the release its users run), for manifests of
 both forms, except the learning rates: ``lr`` 5e-6 for GRPO, GSPO, CISPO, LLMREINFORCE and
-DPO, and LLMPPO's ``lr_actor`` (2.58's constructors' 5e-7 barely moves a LoRA adapter; the
-reference's own shipped manifests use 5e-6), SFT 5e-5, LLMPPO's ``lr_critic`` 5e-5. So:
+DPO, and LLMPPO's ``lr_actor`` (2.58's default is 5e-7; the reference's own shipped manifests
+use 5e-6), SFT 5e-5, LLMPPO's ``lr_critic`` 5e-5. So:
 ``batch_size`` 16; ``beta`` 0.001 (DPO 0.1; SFT has no reference and ignores one);
 ``max_grad_norm`` 0.1 (LLMPPO, LLMREINFORCE 1.0); ``group_size`` 8; ``temperature`` 0.9
 (LLMPPO, LLMREINFORCE 1.0), ``top_k`` 50, no output cap but the context; GRPO's ``adv_norm``
 ``mean_only`` and ``loss_norm`` ``accumulation_window``, its off-policy masks and KL clamp;
-DPO's ``nll_alpha`` 1.0; ``gradient_checkpointing`` on, ``seed`` 42.
+``gradient_checkpointing`` on, ``seed`` 42. DPO's ``nll_alpha`` is 0 (2.58: 1.0), measured
+better on the digits example (docs/differences.md).
 """
 
 from __future__ import annotations
@@ -391,8 +392,7 @@ class LLMSpec(AlgorithmSpec):
     optimiser. Subclasses set ``env_type``, the environment regime they train on."""
 
     reference_gap: ClassVar[str | None] = (
-        "agile writes language-model manifests in the reference's August 2026 form only; 2.58's "
-        "is another one"
+        "agile reads language-model manifests in 2.58's form, and does not write them in it yet"
     )
 
     batch_size: int = Field(
@@ -893,8 +893,9 @@ class DPOSpec(LLMSpec):
         description="Temperature of the implicit reward (how far from the base model to move).",
     )  # fmt: skip
     nll_alpha: float = Field(
-        default=1.0, ge=0, description="Weight of a negative log-likelihood term on the chosen "
-        "responses, which keeps the model fluent (DPO + NLL); 0: plain DPO.",
+        default=0.0, ge=0, description="Weight of a negative log-likelihood term on the chosen "
+        "responses (DPO + NLL); 0: plain DPO (2.58: 1.0, which learnt less on the digits "
+        "example: docs/differences.md).",
     )  # fmt: skip
 
     env_type: ClassVar[str] = "preference"

@@ -284,7 +284,7 @@ class Sampling:
         """The sampling fields of an algorithm section."""
         config = getattr(spec, "vllm_config", None)
         stop = getattr(config, "stop_sequences", None) or ()
-        return cls(float(spec.temperature), float(getattr(spec, "top_p", 1.0)),
+        return cls(float(getattr(spec, "temperature", 1.0)), float(getattr(spec, "top_p", 1.0)),
                    int(getattr(spec, "top_k", 0)), float(getattr(spec, "min_p", 0.0)),
                    float(getattr(spec, "repetition_penalty", 1.0)), tuple(stop))  # fmt: skip
 
