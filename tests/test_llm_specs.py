@@ -15,7 +15,7 @@ import yaml
 
 from agile_cli import ManifestError, TrainingManifest
 from agile_cli.host.registry import load_object
-from agile_llm import spec
+from agile_llm import options, spec
 from agile_llm.plugin import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,8 +286,8 @@ def _here(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_use_vllm_is_valid_and_refused_here_naming_what_is_missing(monkeypatch) -> None:
-    monkeypatch.setattr(spec, "installed", lambda module: False)
-    monkeypatch.setattr(spec, "gpu_present", lambda: False)
+    monkeypatch.setattr(options, "installed", lambda module: False)
+    monkeypatch.setattr(options, "gpu_present", lambda: False)
     error = _here(_manifest({"name": "GSPO", "use_vllm": True}))["algorithm.use_vllm"]
     assert "vLLM generation needs the vllm package and a CUDA GPU" in error.message
     assert "vllm (not installed)" in error.message and "CUDA GPU (none found)" in error.message
@@ -295,10 +295,10 @@ def test_use_vllm_is_valid_and_refused_here_naming_what_is_missing(monkeypatch) 
 
 
 def test_use_vllm_trains_here_where_vllm_and_a_gpu_are(monkeypatch) -> None:
-    monkeypatch.setattr(spec, "installed", lambda module: True)
-    monkeypatch.setattr(spec, "gpu_present", lambda: True)
+    monkeypatch.setattr(options, "installed", lambda module: True)
+    monkeypatch.setattr(options, "gpu_present", lambda: True)
     assert _here(_manifest({"name": "GRPO", "use_vllm": True})) == {}
-    monkeypatch.setattr(spec, "gpu_present", lambda: False)
+    monkeypatch.setattr(options, "gpu_present", lambda: False)
     error = _here(_manifest({"name": "GRPO", "use_vllm": True}))["algorithm.use_vllm"]
     assert "lacks a CUDA GPU (none found)" in error.message
 
@@ -312,8 +312,8 @@ def test_vllm_config_without_use_vllm_is_a_warning() -> None:
 def test_quantization_presets_are_valid_and_refused_without_bitsandbytes_and_a_gpu(
     monkeypatch,
 ) -> None:
-    monkeypatch.setattr(spec, "installed", lambda module: False)
-    monkeypatch.setattr(spec, "gpu_present", lambda: False)
+    monkeypatch.setattr(options, "installed", lambda module: False)
+    monkeypatch.setattr(options, "gpu_present", lambda: False)
     for preset in ("nf4", "INT8", "4 bit", "bnb-4bit", {"load_in_4bit": True}):
         error = _here(_manifest({"name": "CISPO", "quantization": preset}))
         assert "bitsandbytes (not installed)" in error["algorithm.quantization"].message
@@ -321,8 +321,8 @@ def test_quantization_presets_are_valid_and_refused_without_bitsandbytes_and_a_g
         assert _here(_manifest({"name": "GRPO", "quantization": off})) == {}
     error = _error(_manifest({"name": "GRPO", "quantization": "3bit"}), "algorithm.quantization")
     assert error.message == "unknown preset '3bit'" and "nf4" in error.hint
-    monkeypatch.setattr(spec, "installed", lambda module: True)
-    monkeypatch.setattr(spec, "gpu_present", lambda: True)
+    monkeypatch.setattr(options, "installed", lambda module: True)
+    monkeypatch.setattr(options, "gpu_present", lambda: True)
     assert _here(_manifest({"name": "CISPO", "quantization": "nf4"})) == {}  # trained here
 
 
@@ -350,7 +350,7 @@ def test_a_multiturn_environment_follows_agilerls_rules() -> None:
 def test_validate_says_what_this_machine_will_not_train_and_train_refuses_at_once(
     run, tmp_path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(spec, "gpu_present", lambda: False)
+    monkeypatch.setattr(options, "gpu_present", lambda: False)
     data = _manifest({"name": "GRPO", "use_vllm": True})
     path = tmp_path / "vllm.yaml"
     path.write_text(yaml.safe_dump(data))

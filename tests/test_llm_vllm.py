@@ -21,7 +21,7 @@ import yaml
 
 from agile_cli import TrainingError, TrainingManifest
 from agile_cli.helpers import installed_registry
-from agile_llm import spec as spec_module
+from agile_llm import options
 
 from .test_llm_training import manifest
 
@@ -164,8 +164,8 @@ def test_train_with_vllm_from_the_command_line(
     vllm: type[Engine], run, tiny: Path, data: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(spec_module, "installed", lambda module: True)
-    monkeypatch.setattr(spec_module, "gpu_present", lambda: True)
+    monkeypatch.setattr(options, "installed", lambda module: True)
+    monkeypatch.setattr(options, "gpu_present", lambda: True)
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(_content(tiny, data)), encoding="utf-8")
     checked = run("validate", str(path))

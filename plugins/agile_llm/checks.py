@@ -1,6 +1,6 @@
 """The rules of LLM manifests across fields and sections, what this machine cannot train, and
 what is valid but probably not meant (the warnings). Read by the algorithm specs of
-:mod:`agile_llm.spec`; light, as they are.
+:mod:`agile_llm.spec` (each function takes one of them), light, as they are.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from agile_cli import FieldError
 from agile_cli.helpers import located_error
-from agile_llm import spec as specs
+from agile_llm import options
 
 #: Algorithm fields that change how fast a run goes (kernels, memory, the vLLM engine), not
 #: what it learns: accepted, and named once when written at another value than the default.
@@ -54,7 +54,7 @@ _NOT_YET_HINT = (
 # -- one algorithm section --------------------------------------------------------------------
 
 
-def algorithm_rules(spec: specs.LLMSpec) -> None:
+def algorithm_rules(spec: Any) -> None:
     """The algorithm section's own rules (raised as the first error found)."""
     if spec.answer_continuation and not spec.constrain_answer_pattern:
         raise located_error(
@@ -69,13 +69,13 @@ def algorithm_rules(spec: specs.LLMSpec) -> None:
             f"it (got {cap}) so that a turn can still answer",
         )
     packing = spec.use_sequence_packing
-    if packing and isinstance(spec, specs.DPOSpec | specs.SFTSpec):
+    if packing and spec.env_type in ("preference", "sft"):
         raise located_error("use_sequence_packing", f"{type(spec).__name__[:-4]} pads its rows")
     if packing and spec.attn_implementation not in ("flash_attention_2", "flex_attention"):
         raise located_error(
             "use_sequence_packing", "needs attn_implementation flash_attention_2 or flex_attention"
         )
-    if isinstance(spec, specs.SFTSpec) and spec.activation_offload:
+    if spec.env_type == "sft" and spec.activation_offload:
         raise located_error("activation_offload", "SFT does not offload activations")
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
     if micro is not None and mini is not None and mini % micro:
@@ -87,7 +87,7 @@ def algorithm_rules(spec: specs.LLMSpec) -> None:
 # -- the manifest -----------------------------------------------------------------------------
 
 
-def manifest_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def manifest_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """Rules across sections; paths from the manifest's root."""
     return [
         *_model_errors(spec, manifest),
@@ -98,7 +98,7 @@ def manifest_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     ]
 
 
-def _model_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _model_errors(spec: Any, manifest: Any) -> list[FieldError]:
     if getattr(manifest.network, "pretrained_model_name_or_path", None) or (
         spec.pretrained_model_name_or_path
     ):
@@ -113,7 +113,7 @@ def _model_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     ]
 
 
-def _environment_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _environment_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """The environment's kind suits the algorithm: a rollout for those that generate, a
     dataset of the algorithm's objective for SFT and DPO."""
     environment, name = manifest.environment, manifest.algorithm_name
@@ -143,12 +143,12 @@ def _environment_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     ]
 
 
-def _quantization_errors(spec: specs.LLMSpec) -> list[FieldError]:
+def _quantization_errors(spec: Any) -> list[FieldError]:
     value = spec.quantization
     if (
         value is None
         or isinstance(value, dict)
-        or specs.preset(value) in specs.QUANTIZATION_PRESETS
+        or options.preset(value) in options.QUANTIZATION_PRESETS
     ):
         return []
     return [
@@ -161,7 +161,7 @@ def _quantization_errors(spec: specs.LLMSpec) -> list[FieldError]:
     ]
 
 
-def _mutation_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _mutation_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """A hyperparameter mutated where it does nothing (CISPO's clip_coef beside its bounds)."""
     mutation = manifest.mutation
     chosen = getattr(mutation, "rl_hp_selection", None) or {}
@@ -176,7 +176,7 @@ def _mutation_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     return []
 
 
-def _buffer_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _buffer_errors(spec: Any, manifest: Any) -> list[FieldError]:
     buffer, training = manifest.replay_buffer, manifest.training
     errors = []
     replay = getattr(buffer, "group_replay_max_age", 0)
@@ -203,7 +203,7 @@ def _buffer_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
 # -- what this machine cannot train -----------------------------------------------------------
 
 
-def local_training_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def local_training_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """What agile does not train on this machine though the format allows it, each with the
     nearest thing that runs here."""
     return [
@@ -218,13 +218,13 @@ def local_training_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError
 
 def _lacking(*modules: str) -> str:
     """``'; this machine lacks vllm (not installed) and a CUDA GPU (none found)'``, or ''."""
-    absent = [f"{module} (not installed)" for module in modules if not specs.installed(module)]
-    if not specs.gpu_present():
+    absent = [f"{module} (not installed)" for module in modules if not options.installed(module)]
+    if not options.gpu_present():
         absent.append("a CUDA GPU (none found)")
     return f"; this machine lacks {' and '.join(absent)}" if absent else ""
 
 
-def _hardware_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _hardware_errors(spec: Any, manifest: Any) -> list[FieldError]:
     errors = []
     if getattr(spec, "use_vllm", None) and (lacking := _lacking("vllm")):
         errors.append(
@@ -236,7 +236,7 @@ def _hardware_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
                 "Arena with --backend arena",
             )
         )
-    quantised = spec.quantization is not None and specs.preset(spec.quantization) != "none"
+    quantised = spec.quantization is not None and options.preset(spec.quantization) != "none"
     if quantised and (lacking := _lacking("bitsandbytes")):
         errors.append(
             FieldError(
@@ -305,7 +305,7 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
     return errors
 
 
-def _asynchronous_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _asynchronous_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """What asynchronous rollouts do not take yet: episodes of an environment, LLMPPO (its
     values are measured when it samples), group replay."""
     training, errors = manifest.training, []
@@ -329,7 +329,7 @@ def _asynchronous_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]
                 "write rollout_mode: colocated",
             )
         )
-    if isinstance(spec, specs.LLMPPOSpec):
+    if not spec.samples_ahead:
         errors.append(
             FieldError(
                 "training.rollout_mode",
@@ -340,7 +340,7 @@ def _asynchronous_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]
     return errors
 
 
-def _schedule_errors(spec: specs.LLMSpec) -> list[FieldError]:
+def _schedule_errors(spec: Any) -> list[FieldError]:
     schedule = getattr(spec, "cosine_lr_schedule_config", None)
     if schedule is None or schedule.num_epochs is None:
         return []
@@ -363,7 +363,7 @@ def _agile_ways(field: str, declared: Any, manifest: Any) -> tuple[Any, ...]:
     return ways
 
 
-def _not_yet_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _not_yet_errors(spec: Any, manifest: Any) -> list[FieldError]:
     sections = {
         "algorithm": spec,
         "environment": manifest.environment,
@@ -381,7 +381,7 @@ def _not_yet_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
     return errors
 
 
-def _multiturn_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
+def _multiturn_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """The settings agile's trainer refuses in an environment the model acts in: LLMPPO (its
     critic learns from single completions here), a ratio per turn, and turn-level advantages
     where the loss takes one advantage per episode."""
@@ -430,7 +430,7 @@ def _multiturn_errors(spec: specs.LLMSpec, manifest: Any) -> list[FieldError]:
 # -- warnings ---------------------------------------------------------------------------------
 
 
-def manifest_warnings(spec: specs.LLMSpec, manifest: Any) -> list[str]:
+def manifest_warnings(spec: Any, manifest: Any) -> list[str]:
     """What is valid but probably not what the author meant."""
     return [
         *_rubric_warnings(spec, manifest),
@@ -450,7 +450,7 @@ _REQUIRED_HINTS = {
 }
 
 
-def _rubric_warnings(spec: specs.LLMSpec, manifest: Any) -> list[str]:
+def _rubric_warnings(spec: Any, manifest: Any) -> list[str]:
     """A rollout over dataset rows without its rubric or template: an Arena job may leave them
     to the registered dataset and ``--reward-file``; local training refuses to start."""
     if spec.environment_type(manifest) != "reasoning":
@@ -478,7 +478,7 @@ MULTITURN_FIELDS = (
 )
 
 
-def _multiturn_warnings(spec: specs.LLMSpec, manifest: Any) -> list[str]:
+def _multiturn_warnings(spec: Any, manifest: Any) -> list[str]:
     """Multi-turn settings written for an environment of single completions."""
     if spec.environment_type(manifest) == "multiturn":
         return []
@@ -494,7 +494,7 @@ def _multiturn_warnings(spec: specs.LLMSpec, manifest: Any) -> list[str]:
     ]
 
 
-def _engine_warnings(spec: specs.LLMSpec) -> list[str]:
+def _engine_warnings(spec: Any) -> list[str]:
     """vLLM settings where vLLM was switched off, or that agile's engine does not use."""
     config, use_vllm = getattr(spec, "vllm_config", None), getattr(spec, "use_vllm", None)
     if config is None:
@@ -504,7 +504,7 @@ def _engine_warnings(spec: specs.LLMSpec) -> list[str]:
             "algorithm.vllm_config: ignored, use_vllm is false (transformers generates; "
             "its stop_sequences still apply)"
         ]
-    used = {*specs.VLLM_ENGINE_OPTIONS, "stop_sequences"}
+    used = {*options.VLLM_ENGINE_OPTIONS, "stop_sequences"}
     unused = sorted(set(config.model_fields_set) - used) if use_vllm else []
     return [
         f"algorithm.vllm_config.{key}: ignored, agile's vLLM engine does not use it"
@@ -512,7 +512,7 @@ def _engine_warnings(spec: specs.LLMSpec) -> list[str]:
     ]
 
 
-def _speed_warnings(spec: specs.LLMSpec) -> list[str]:
+def _speed_warnings(spec: Any) -> list[str]:
     fields = type(spec).model_fields
     changed = [
         name
@@ -524,12 +524,12 @@ def _speed_warnings(spec: specs.LLMSpec) -> list[str]:
         "agile trains the same loss without it"
         for name in changed
     ]
-    if isinstance(spec, specs.SFTSpec) and spec.beta is not None:
+    if spec.env_type == "sft" and spec.beta is not None:
         warnings.append("algorithm.beta: ignored, SFT has no reference policy to stay near")
     return warnings
 
 
-def _model_warnings(spec: specs.LLMSpec, manifest: Any) -> list[str]:
+def _model_warnings(spec: Any, manifest: Any) -> list[str]:
     network, warnings = manifest.network, []
     if spec.lora_config is not None and spec.lora_config != getattr(network, "lora_config", None):
         if getattr(network, "lora_config", None) is not None:

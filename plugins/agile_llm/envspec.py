@@ -679,50 +679,35 @@ def _rubric_place(env: LLMEnvSpec) -> None:
         )
 
 
+#: Fields that only a source of some kind reads: (broken, field, what is wrong, how to fix it).
+_FIELD_RULES: tuple[tuple[Callable[[LLMEnvSpec], bool], str, str, str], ...] = (
+    (lambda env: env.env_config is not None and "env_id" in env.env_config, "env_config.env_id",
+     "the environment's id is entrypoint's", "write it as entrypoint, and its maker as factory"),
+    (lambda env: env.factory is not None and env.entrypoint is None, "factory",
+     "is the callable; entrypoint, the environment it makes, is missing",
+     "write entrypoint: too"),
+    (lambda env: env.env_packages is not None and env.entrypoint is None, "env_packages",
+     "installs what an entrypoint needs; there is none", "remove env_packages"),
+    (lambda env: env.env_hosts is not None and env.source not in ("entrypoint", "env_image"),
+     "env_hosts", "serves an environment built here (entrypoint or env_image)",
+     "remove env_hosts"),
+    (lambda env: env.observation_field is not None and env.observation_processor is not None,
+     "observation_processor", "replaces the reading of observation_field: give one of them",
+     "remove one"),
+    (lambda env: env.env_url is not None and env.max_turns is None, "max_turns",
+     "is required with env_url: a remote environment's turn budget cannot be probed",
+     "write max_turns (1 for one turn)"),
+    (lambda env: env.task_family_field is not None and not env.adaptive_task_sampling,
+     "task_family_field", "weighs rows under adaptive_task_sampling",
+     "set adaptive_task_sampling: true or remove it"),
+)  # fmt: skip
+
+
 def _environment_fields(env: LLMEnvSpec) -> None:
-    """Fields that only a source of some kind reads."""
-    if env.env_config is not None and "env_id" in env.env_config:
-        raise located_error(
-            "env_config.env_id",
-            "the environment's id is entrypoint's",
-            "write it as entrypoint, and its maker as factory",
-        )
-    if env.factory is not None and env.entrypoint is None:
-        raise located_error(
-            "factory",
-            "is the callable; entrypoint, the environment it makes, is missing",
-            "write entrypoint: too",
-        )
-    if env.env_packages is not None and env.entrypoint is None:
-        raise located_error(
-            "env_packages",
-            "installs what an entrypoint needs; there is none",
-            "remove env_packages",
-        )
-    if env.env_hosts is not None and env.source not in ("entrypoint", "env_image"):
-        raise located_error(
-            "env_hosts",
-            "serves an environment built here (entrypoint or env_image)",
-            "remove env_hosts",
-        )
-    if env.observation_field is not None and env.observation_processor is not None:
-        raise located_error(
-            "observation_processor",
-            "replaces the reading of observation_field: give one of them",
-            "remove one",
-        )
-    if env.env_url is not None and env.max_turns is None:
-        raise located_error(
-            "max_turns",
-            "is required with env_url: a remote environment's turn budget cannot be probed",
-            "write max_turns (1 for one turn)",
-        )
-    if env.task_family_field is not None and not env.adaptive_task_sampling:
-        raise located_error(
-            "task_family_field",
-            "weighs rows under adaptive_task_sampling",
-            "set adaptive_task_sampling: true or remove it",
-        )
+    """Fields that only a source of some kind reads (:data:`_FIELD_RULES`)."""
+    for broken, field, message, hint in _FIELD_RULES:
+        if broken(env):
+            raise located_error(field, message, hint)
 
 
 def _image_fields(env: LLMEnvSpec) -> None:

@@ -6,6 +6,9 @@ Light: pydantic and agile_cli only.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -127,3 +130,32 @@ def check_keys(value: Any, known: frozenset[str], what: str) -> Any:
         if unknown:
             raise ValueError(f"unknown {what} keys {unknown}; valid: {', '.join(sorted(known))}")
     return value
+
+
+def gpu_present() -> bool:
+    """Whether this machine has an NVIDIA GPU and driver (without importing torch)."""
+    return os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi") is not None
+
+
+def installed(module: str) -> bool:
+    """Whether a top-level module can be imported (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+#: ``vllm_config`` settings agile's vLLM engine takes, and their values when not given.
+VLLM_ENGINE_OPTIONS: dict[str, Any] = {
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.3,
+    "max_num_seqs": None,
+    "enforce_eager": None,
+}
+#: AgileRL's quantisation presets, as :func:`preset` spells them.
+QUANTIZATION_PRESETS = frozenset({"none", "int8", "nf4", "4bit", "4-bit", "bnb-4bit", "bnb_4bit"})
+
+
+def preset(value: str | dict[str, Any]) -> str | None:
+    """A quantisation preset without case or spaces; None for a mapping of settings."""
+    return None if isinstance(value, dict) else "".join(value.split()).lower()

@@ -491,7 +491,7 @@ def _generates_with_vllm(use_vllm: bool | None) -> bool:
     where it cannot."""
     if use_vllm is not None:
         return use_vllm
-    from agile_llm.spec import gpu_present, installed
+    from agile_llm.options import gpu_present, installed
 
     return installed("vllm") and gpu_present()
 

@@ -33,10 +33,7 @@ better on the digits example (docs/differences.md).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import shutil
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -55,12 +52,19 @@ from agile_llm.envspec import LLMEnvSpec
 from agile_llm.options import (
     FSDP_KEYS,
     PROFILING_KEYS,
+    QUANTIZATION_PRESETS,
+    VLLM_ENGINE_OPTIONS,
     CosineScheduleSpec,
     VLLMConfigSpec,
     check_keys,
+    gpu_present,
+    installed,
+    preset,
 )
 
-__all__ = ["LLMEnvSpec"]  # registered as agile_llm.spec:LLMEnvSpec, defined in envspec
+# Registered as agile_llm.spec:LLMEnvSpec (defined in envspec); the helpers, in options.
+__all__ = ["QUANTIZATION_PRESETS", "VLLM_ENGINE_OPTIONS", "LLMEnvSpec", "gpu_present",
+           "installed", "preset"]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,35 +352,6 @@ class LLMReplayBufferSpec(Spec):
 # algorithms
 
 
-def gpu_present() -> bool:
-    """Whether this machine has an NVIDIA GPU and driver (without importing torch)."""
-    return os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi") is not None
-
-
-def installed(module: str) -> bool:
-    """Whether a top-level module can be imported (found, not imported)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-#: ``vllm_config`` settings agile's vLLM engine takes, and their values when not given.
-VLLM_ENGINE_OPTIONS: dict[str, Any] = {
-    "tensor_parallel_size": 1,
-    "gpu_memory_utilization": 0.3,
-    "max_num_seqs": None,
-    "enforce_eager": None,
-}
-#: AgileRL's quantisation presets, as :func:`preset` spells them.
-QUANTIZATION_PRESETS = frozenset({"none", "int8", "nf4", "4bit", "4-bit", "bnb-4bit", "bnb_4bit"})
-
-
-def preset(value: str | dict[str, Any]) -> str | None:
-    """A quantisation preset without case or spaces; None for a mapping of settings."""
-    return None if isinstance(value, dict) else "".join(value.split()).lower()
-
-
 #: What ``agile init`` writes for a reasoning algorithm's environment.
 _REASONING_STARTER = {
     "prompt_template": StarterValue(
@@ -498,6 +473,8 @@ class LLMSpec(AlgorithmSpec):
     trains_multiturn: ClassVar[bool] = True
     #: Whether its loss weighs each completion (each episode) by one advantage.
     one_advantage_per_episode: ClassVar[bool] = False
+    #: Whether asynchronous rollouts can sample its completions ahead.
+    samples_ahead: ClassVar[bool] = True
 
     @model_validator(mode="before")
     @classmethod
@@ -826,6 +803,7 @@ class LLMPPOSpec(_GenerationSpec):
     penalty towards the base model."""
 
     trains_multiturn: ClassVar[bool] = False  # its value head learns from single completions
+    samples_ahead: ClassVar[bool] = False  # its values are measured as it samples
 
     lr_actor: float = Field(
         default=5e-6, ge=0, validation_alias=AliasChoices("lr_actor", "lr"),

@@ -27,8 +27,7 @@ import torch
 from agile_cli import TrainingError
 from agile_llm import text
 from agile_llm.messages import error_detail
-from agile_llm.options import VLLMConfigSpec
-from agile_llm.spec import VLLM_ENGINE_OPTIONS
+from agile_llm.options import VLLM_ENGINE_OPTIONS, VLLMConfigSpec
 
 #: The ``max_lora_rank`` values vLLM's LoRA configuration accepts; the adapters' rank is
 #: rounded up to one of them (a bound, not the rank served).
