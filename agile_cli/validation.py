@@ -368,9 +368,9 @@ def _tagged(raw: dict[str, Any], tags: Mapping[str, Any]) -> dict[str, Any]:
     """``raw`` with what the algorithm fills into an environment section that names no other
     kind (:attr:`~agile_cli.AlgorithmSpec.environment_tags`), as the reference does."""
     kind = tags.get("env_type")
-    if kind is None or raw.get("env_type", kind) != kind:
+    if kind is None or raw.get("env_type") not in (None, kind):
         return raw
-    return {**tags, **{key: value for key, value in raw.items() if value is not None}}
+    return {**raw, **{key: value for key, value in tags.items() if raw.get(key) is None}}
 
 
 def training_spec_for(entry: AlgorithmEntry | None, registry: Registry) -> type[TrainingSpec]:
