@@ -5,7 +5,7 @@ against one by one (``--per-member``).
     python benchmarks/llm_population.py MODEL_DIR [--algorithm SFT|DPO|GRPO|LLMPPO] [--sizes 1 4 8]
                                         [--iterations 20] [--batch 16] [--repeats 3]
                                         [--device cpu|cuda] [--shape model|0.5b]
-                                        [--shape-dir DIR]
+                                        [--shape-dir DIR] [--rollouts colocated|async]
 
 MODEL_DIR is a local causal LM (``agile llm tiny-model models/tiny-llm`` makes one). Each
 measurement runs in a fresh process: the population is built as ``agile train`` builds it on
@@ -13,6 +13,9 @@ measurement runs in a fresh process: the population is built as ``agile train`` 
 iterations of ``--batch`` prompts per member are timed; the line gives prompts per second
 (the whole population's; GRPO samples 4 completions of each), the median of ``--repeats``
 processes, and the peak resident memory.
+
+``--rollouts async`` trains GRPO with asynchronous rollouts (a copy of the model samples the
+next iteration in a thread; staleness 1).
 
 ``--device cuda`` puts the model on the GPU (torch keeps its own thread count there; on the
 CPU the process uses one thread), waits for the GPU before reading each timer, and reports
@@ -46,6 +49,7 @@ from agile_cli.training import setup
 model, together, name = sys.argv[1], sys.argv[5] == "1", sys.argv[6]
 size, iterations, batch = (int(value) for value in sys.argv[2:5])
 device = setup.resolve_device(sys.argv[7])
+asynchronous = sys.argv[8] == "async"
 cuda = device.type == "cuda"
 if not cuda:
     torch.set_num_threads(1)
@@ -60,16 +64,19 @@ if name in ("GRPO", "LLMPPO"):
     else:
         algorithm["lr_actor"] = algorithm.pop("lr")
     environment.update(prompt_template={"user_0": "{question}="}, max_reward=1.0,
-                       reward_file_path="configs/training/llm/digits_reward.py",
-                       reward_fn_name="digits_reward")
+                       rubric_file_path="configs/training/llm/digits_reward.py",
+                       rubric_name="digits_reward")
 content = {
     "algorithm": algorithm,
     "environment": environment,
     "training": {"max_steps": 10**6, "evo_steps": 10, "pop_size": size},
+    "replay_buffer": {"kind": "llm", "max_rollout_version_lag": 1},
     "network": {"pretrained_model_name_or_path": model, "max_context_length": 32,
                 "lora_config": {"lora_r": 8, "lora_alpha": 16, "target_modules": "all-linear",
                                 "lora_dropout": 0.0}},
 }
+if asynchronous:
+    content["training"].update(rollout_mode="async", rollout_engines_per_agent=1)
 def clock():
     if cuda:
         torch.cuda.synchronize(device)
@@ -137,10 +144,11 @@ def save_random_05b(model: str, folder: Path, device: str) -> str:
 
 
 def measure(
-    model: str, name: str, size: int, iterations: int, batch: int, together: bool, device: str
+    model: str, name: str, size: int, iterations: int, batch: int, together: bool, device: str,
+    rollouts: str = "colocated",
 ) -> dict:
     args = [sys.executable, "-c", CHILD, model, str(size), str(iterations), str(batch),
-            "1" if together else "0", name, device]  # fmt: skip
+            "1" if together else "0", name, device, rollouts]  # fmt: skip
     return json.loads(run_child(args))
 
 
@@ -153,7 +161,7 @@ def table(args: argparse.Namespace, model: str) -> None:
         row = {}
         for together in (False, True):
             runs = [measure(model, args.algorithm, size, args.iterations, args.batch, together,
-                            args.device) for _ in range(args.repeats)]  # fmt: skip
+                            args.device, args.rollouts) for _ in range(args.repeats)]  # fmt: skip
             row[together] = (statistics.median(r["prompts_per_second"] for r in runs),
                              max(r[memory] for r in runs))  # fmt: skip
         (alone, alone_mib), (joint, joint_mib) = row[False], row[True]
@@ -171,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--rollouts", choices=["colocated", "async"], default="colocated",
+                        help="GRPO: training.rollout_mode")  # fmt: skip
     parser.add_argument("--shape", choices=["model", "0.5b"], default="model")
     parser.add_argument("--shape-dir", type=Path, help="where --shape 0.5b keeps its model")
     args = parser.parse_args(argv)
