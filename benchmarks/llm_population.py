@@ -144,7 +144,13 @@ def save_random_05b(model: str, folder: Path, device: str) -> str:
 
 
 def measure(
-    model: str, name: str, size: int, iterations: int, batch: int, together: bool, device: str,
+    model: str,
+    name: str,
+    size: int,
+    iterations: int,
+    batch: int,
+    together: bool,
+    device: str,
     rollouts: str = "colocated",
 ) -> dict:
     args = [sys.executable, "-c", CHILD, model, str(size), str(iterations), str(batch),

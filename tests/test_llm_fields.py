@@ -202,3 +202,17 @@ def test_max_row_tokens_bounds_a_prompt_and_its_completion(tiny: Path, data: Pat
     prompts = member.prompt_ids(member.render_prompts(env.train[:2], env))
     done = member.complete(prompts, explore=True)
     assert max(int(row.sum()) for row in done.mask) <= 10
+
+
+def test_mini_batches_take_an_optimiser_step_each(tiny: Path, data: Path) -> None:
+    """Two prompts of two completions are four rows: mini-batches of two take two steps,
+    micro-batches of one inside them accumulate."""
+    (data.parent / "reward.py").write_text(VARIED)
+    whole, env = _member(tiny, data)
+    whole.train_step(env.rows_at(0, 2), env)
+    assert whole.updates == 1
+    split, env = _member(tiny, data, {"mini_batch_size": 2, "micro_batch_size_per_gpu": 1})
+    assert split.micro_batches(4) == [slice(0, 1), slice(1, 2), slice(2, 3), slice(3, 4)]
+    assert split.mini_batch_of(slice(3, 4), 4) == slice(2, 4)
+    split.train_step(env.rows_at(0, 2), env)
+    assert split.updates == 2

@@ -396,9 +396,10 @@ class GRPO(LLMMember):
         if getattr(self.spec, "use_kl_advantage_shaping", False):
             advantage = advantage - self.kl_weight() * self.token_kl(old, reference)
         loss, kept = self.policy_terms(current, old, reference, advantage, counted)
-        share = (part.stop - part.start) / int(rollout["ids"].shape[0])
-        return objectives.reduce_loss(loss, kept, counted, self.loss_norm(),
-                                      float(rollout["counted"].sum()), share)  # fmt: skip
+        mini = self.mini_batch_of(part, int(rollout["ids"].shape[0]))
+        share = (part.stop - part.start) / (mini.stop - mini.start)
+        window = float(rollout["counted"][mini].sum())  # the tokens of one optimiser step
+        return objectives.reduce_loss(loss, kept, counted, self.loss_norm(), window, share)
 
     # -- multi-turn environments -----------------------------------------------------------
 

@@ -41,6 +41,10 @@ class LLMMember(Protocol):
 
     def micro_batches(self, size: int) -> list[slice]: ...
 
+    def mini_batches(self, size: int) -> list[slice]: ...
+
+    def mini_batch_of(self, part: slice, size: int) -> slice: ...
+
     def step(self) -> None: ...
 
     def output_tokens(self) -> int: ...
@@ -136,11 +140,12 @@ def learn(
 ) -> list[float]:  # fmt: skip
     """``update_epochs`` epochs of each member over its batch of ``sizes[i]`` rows (none for
     0), each epoch cut into the member's micro-batches: one training pass of the base per
-    micro-batch position for every member with a part there, then each member that took the
-    epoch clips and steps its optimizers. A member's loss of a part is scaled by the part's
-    share of its batch, so its micro-batches' gradients add up to its whole batch's.
+    micro-batch position for every member with a part there; a member clips and steps its
+    optimizers at the end of each of its mini-batches (``mini_batch_size``; by default the
+    batch). A member's loss of a part is scaled by the part's share of its mini-batch, so its
+    micro-batches' gradients add up to the mini-batch's.
 
-    :returns: each member's loss of its last epoch (0 for none).
+    :returns: each member's mean loss of its mini-batches in its last epoch (0 for none).
     """
     shared = members[0].shared
     assert shared.adapters is not None
@@ -148,24 +153,27 @@ def learn(
     epochs = [int(m.spec.update_epochs) if size else 0
               for m, size in zip(members, sizes, strict=True)]  # fmt: skip
     for epoch in range(max(epochs, default=0)):
-        taking = [i for i, count in enumerate(epochs) if count > epoch]
         parts = [m.micro_batches(size) if count > epoch else []
                  for m, size, count in zip(members, sizes, epochs, strict=True)]  # fmt: skip
         totals = [0.0] * len(members)
         for position in positions(parts):
             batch, spans, names = _joined(members, position, rows)
+            minis = [members[i].mini_batch_of(part, sizes[i]) for i, part in position]
             with shared.adapters.routed(names):
                 output = forward(shared.model.train(), batch)
                 total = torch.zeros((), device=batch.ids.device)
-                for (i, part), span in zip(position, spans, strict=True):
+                for (i, part), span, mini in zip(position, spans, minis, strict=True):
                     own = loss(i, batch.take(span), _share(output, span), part)
-                    own = own * ((part.stop - part.start) / sizes[i])
+                    own = own * ((part.stop - part.start) / (mini.stop - mini.start))
                     totals[i] += float(own.detach())
                     total = total + own
                 total.backward()  # inside: a checkpointed pass recomputes with the same routing
-        for i in taking:
-            members[i].step()
-            losses[i] = totals[i]
+            for (i, part), mini in zip(position, minis, strict=True):
+                if part.stop == mini.stop:  # the end of its mini-batch: one optimiser step
+                    members[i].step()
+        for i, taken in enumerate(parts):
+            if taken:
+                losses[i] = totals[i] / len(members[i].mini_batches(sizes[i]))
     return losses
 
 

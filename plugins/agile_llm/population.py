@@ -290,8 +290,23 @@ class LLMMember(MemberBasics):
         return float(getattr(self.spec, self.lr_field))
 
     def micro_batches(self, size: int) -> list[slice]:
-        """Slices of a batch of ``size`` rows, ``micro_batch_size_per_gpu`` at a time."""
-        return groups.slices(size, getattr(self.spec, "micro_batch_size_per_gpu", None) or size)
+        """Slices of a batch of ``size`` rows, ``micro_batch_size_per_gpu`` at a time within
+        each of its mini-batches."""
+        micro = getattr(self.spec, "micro_batch_size_per_gpu", None)
+        return [slice(mini.start + part.start, mini.start + part.stop)
+                for mini in self.mini_batches(size)
+                for part in groups.slices(mini.stop - mini.start, micro or size)]  # fmt: skip
+
+    def mini_batches(self, size: int) -> list[slice]:
+        """Slices of a batch of ``size`` rows, one optimiser step each: ``mini_batch_size``
+        rows at a time (the whole batch by default)."""
+        return groups.slices(size, getattr(self.spec, "mini_batch_size", None) or size)
+
+    def mini_batch_of(self, part: slice, size: int) -> slice:
+        """The mini-batch of a batch of ``size`` rows that holds ``part`` of it."""
+        return next(
+            mini for mini in self.mini_batches(size) if mini.start <= part.start < mini.stop
+        )
 
     # -- evolution and checkpoints ---------------------------------------------------------------
 
