@@ -582,7 +582,12 @@ def _check_turn(key: str, text: str) -> None:
             )
 
 
-def _check_packages(value: dict[str, Any]) -> None:
+def listed_packages(value: Mapping[str, Any]) -> list[Any]:
+    """The packages ``env_packages`` names, under ``uv`` and ``pip`` (a list, or
+    ``{packages: [...]}``).
+
+    :raises ValueError: one of them is neither.
+    """
     packages: list[Any] = []
     for tool in ("uv", "pip"):
         listed = value.get(tool)
@@ -591,7 +596,11 @@ def _check_packages(value: dict[str, Any]) -> None:
         if listed is not None and not isinstance(listed, list):
             raise ValueError(f"{tool} must be a list of packages or {{packages: [...]}}")
         packages += listed or []
-    if not packages or set(value) - {"uv", "pip"}:
+    return packages
+
+
+def _check_packages(value: dict[str, Any]) -> None:
+    if not listed_packages(value) or set(value) - {"uv", "pip"}:
         raise ValueError("must name packages to install under pip or uv, e.g. {pip: [gem-llm]}")
 
 

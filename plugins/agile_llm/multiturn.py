@@ -38,6 +38,7 @@ import numpy as np
 from agile_cli import TrainingError, UsageError
 from agile_cli.helpers import printable, resolve_reference
 from agile_llm import templates, text, tools
+from agile_llm.envspec import listed_packages
 from agile_llm.messages import error_detail
 from agile_llm.rewards import Bound, RewardTimeout, as_number
 
@@ -196,13 +197,11 @@ def _remote(spec: LLMEnvSpec) -> tuple[Callable[[], Any], str]:
 
 
 def remote_bound(spec: LLMEnvSpec) -> float:
-    """Seconds one call of a remote environment may take in all: its reset's tries at
-    ``request_timeout_s`` each (300 when null; a day when 0, no bound), at least
-    ``reward_timeout``."""
-    from agile_llm.remote import RESET_ATTEMPTS
+    """Seconds one call of a remote environment may take in all: its reset's tries at the
+    client's bound on a message each (a day where it has none), at least ``reward_timeout``."""
+    from agile_llm.remote import RESET_ATTEMPTS, message_timeout
 
-    request = spec.request_timeout_s
-    each = 300.0 if request is None else (86_400.0 if request == 0 else request)
+    each = message_timeout(spec.request_timeout_s) or 86_400.0
     return max(spec.reward_timeout, each * RESET_ATTEMPTS + 10.0)
 
 
@@ -211,7 +210,7 @@ def _maker(spec: LLMEnvSpec, base: Path) -> Callable[..., Any]:
     assert spec.factory is not None
     module = spec.factory.partition(":")[0]
     if not module.endswith(".py") and not _importable(module.split(".")[0]):
-        packages = (spec.env_packages or {}).get("pip") or (spec.env_packages or {}).get("uv")
+        packages = listed_packages(spec.env_packages or {})
         wanted = "gem-llm" if module == "gem" else " ".join(map(str, packages or [module]))
         raise UsageError(
             f"environment.factory: {spec.factory} needs the {wanted} package, which is not "

@@ -275,14 +275,20 @@ class LLMMember(MemberBasics):
         parameters = self.trained_parameters()
         if self.spec.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(parameters, self.spec.max_grad_norm)
+        self._apply_rates()
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+
+    def _apply_rates(self) -> None:
+        """Every optimizer at its rate for the next update: :meth:`base_rate` times the
+        cosine schedule's share for it."""
         factor = schedule_factor(getattr(self.spec, "cosine_lr_schedule_config", None),
                                  self.updates)  # fmt: skip
         for name, optimizer in self.optimizers.items():
             for group in optimizer.param_groups:
                 group["lr"] = self.base_rate(name) * factor
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        self.updates += 1
 
     def base_rate(self, optimizer: str) -> float:
         """The learning rate of optimizer ``optimizer`` before any schedule: the adapter's is
@@ -316,12 +322,10 @@ class LLMMember(MemberBasics):
         return f"LoRA r={self.shared.rank} ({count:,} weights)"
 
     def set_hyperparameter(self, name: str, value: float | int) -> None:
-        """Replace the spec by a copy with the new value; the adapter's optimizer follows
-        :attr:`lr_field`."""
+        """Replace the spec by a copy with the new value; the optimizers follow their rates
+        (:meth:`base_rate`)."""
         self.spec = self.spec.model_copy(update={name: value})
-        if name == self.lr_field:
-            for group in self.optimizers["adapter"].param_groups:
-                group["lr"] = value
+        self._apply_rates()
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         """Every weight this member trains: its adapter's."""

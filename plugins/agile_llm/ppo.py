@@ -191,12 +191,6 @@ class LLMPPO(GRPO):
             torch.nn.utils.clip_grad_norm_(joint, self.spec.max_grad_norm)
         super().step()
 
-    def set_hyperparameter(self, name: str, value: float | int) -> None:
-        super().set_hyperparameter(name, value)
-        if name == "lr_critic" and "critic" in self.optimizers:
-            for group in self.optimizers["critic"].param_groups:
-                group["lr"] = value
-
     def parameters(self) -> Any:
         yield from super().parameters()
         yield from self.value_head.parameters()

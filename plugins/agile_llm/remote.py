@@ -124,7 +124,7 @@ def _secrets(url: str) -> list[str]:
     return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)
 
 
-def _message_timeout(request_timeout_s: float | None) -> float | None:
+def message_timeout(request_timeout_s: float | None) -> float | None:
     """Seconds a message may take: ``None`` is the default bound, ``0`` is no bound."""
     if request_timeout_s is None:
         return DEFAULT_REQUEST_TIMEOUT_S
@@ -498,7 +498,7 @@ class RemoteEnvironment:
         self.system_prompt: str | None = None
         self.action_field = action_field or "message"
         self.observation_field = observation_field
-        self.message_timeout_s = _message_timeout(request_timeout_s)
+        self.message_timeout_s = message_timeout(request_timeout_s)
         self._connect_timeout = connect_timeout_s
         self._limit = max_reply_bytes
         self._attempts = max(1, reset_attempts)

@@ -81,8 +81,6 @@ class LLMRunner(Runner[LLMMember]):
         self.eval_rows = eval_rows
         self.rollouts = rollouts or Rollouts()
         self._generator: Any = None  # asynchronous rollouts' copy of the model, once made
-        #: The staleness (updates) of each iteration's completions in the last generation.
-        self.lags: list[int] = []
         self.last: dict[int, Scores] = {}
 
     def train_population(
@@ -168,7 +166,6 @@ class LLMRunner(Runner[LLMMember]):
             pipeline.run(members, plans, sample, learn)
         finally:
             pipeline.close()
-        self.lags = pipeline.lags
 
     def _batch(self, member: LLMMember, at: int, stats: GenerationStats) -> int:
         """How many prompts ``member`` takes next, at position ``at`` of the data (0: the

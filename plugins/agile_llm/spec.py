@@ -546,10 +546,6 @@ class LLMSpec(AlgorithmSpec):
         """The regime: reasoning, multiturn, sft or preference."""
         return getattr(manifest.environment, "regime", None) or self.env_type
 
-    def kl_weight(self) -> float:
-        """The KL penalty's weight (DPO: the implicit reward's temperature)."""
-        return float(self.beta if self.beta is not None else 0.0)
-
     # -- validation ---------------------------------------------------------------------------
 
     def check_manifest(self, manifest: Any) -> list[FieldError]:
