@@ -41,6 +41,7 @@ from agile_cli.host.registry import (
 from agile_cli.manifest import TrainingManifest
 from agile_cli.member import (
     AgentContext,
+    ExportsAtEnd,
     Member,
     MemberBasics,
     MemberRecord,
@@ -94,6 +95,7 @@ __all__ = [
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
     "EpisodeProgress",
+    "ExportsAtEnd",
     "FieldError",
     "GenerationStats",
     "LocalRunOptions",

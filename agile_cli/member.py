@@ -181,6 +181,16 @@ class Rebuildable(Protocol):
         ...
 
 
+@runtime_checkable
+class ExportsAtEnd(Protocol):
+    """A member that writes more than its portable form when it ends a run as the elite (an
+    LLM's adapter merged into its base model, say)."""
+
+    def export_at_end(self, run_folder: Path) -> list[Path]:
+        """Write what the run's end calls for into ``run_folder``; returns what it wrote."""
+        ...
+
+
 def missing_methods(cls: type) -> list[str]:
     """The methods of :class:`Member` that ``cls`` lacks (its attributes are set by its
     constructor, so a class cannot be checked for them)."""

@@ -122,6 +122,37 @@ def test_kl_advantage_shaping_moves_the_kl_from_the_loss_into_the_advantage(
     assert not torch.allclose(weights[0], weights[1])
 
 
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 1.5])
+def test_log_probabilities_are_those_of_the_distribution_sampled(
+    temperature: float, tiny: Path, data: Path
+) -> None:
+    """As 2.58 scores its samples: the logits divided by the sampling temperature, at
+    sampling, under the reference and as the policy learns."""
+    member, env = _member(tiny, data, {"temperature": temperature, "beta": 0.1})
+    (rollout,) = type(member).rollouts([member], [env.rows_at(0, 2)], env)
+    assert rollout is not None
+    ids, mask, labels = rollout["ids"], rollout["mask"], rollout["labels"]
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    model = member.shared.model
+    with torch.no_grad(), member.shared.adapters.routed([member.adapter] * len(ids)):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    with torch.no_grad(), model.disable_adapter():
+        base = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    counted = rollout["counted"].bool()
+    for found, raw in ((rollout["old"], logits), (rollout["reference"], base)):
+        by_hand = torch.log_softmax(raw[:, :-1].float() / temperature, dim=-1)
+        by_hand = by_hand.gather(-1, labels[:, 1:].clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        torch.testing.assert_close(found[counted], by_hand[counted], rtol=1e-4, atol=1e-5)
+    forward = type(member).training_pass(model, _sequences(rollout), member.sampled_at())
+    torch.testing.assert_close(forward[counted], rollout["old"][counted], rtol=1e-4, atol=1e-5)
+
+
+def _sequences(rollout: Any) -> Any:
+    from agile_llm.text import Sequences
+
+    return Sequences(rollout["ids"], rollout["mask"], rollout["labels"])
+
+
 @pytest.mark.parametrize("norm", ["accumulation_window", "micro_batch", "episode"])
 def test_the_loss_is_averaged_as_loss_norm_says(
     tiny: Path, data: Path, norm: str, monkeypatch: pytest.MonkeyPatch

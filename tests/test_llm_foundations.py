@@ -35,6 +35,24 @@ def test_the_character_tokenizer_round_trips_text() -> None:
     assert tokenizer.decode(ids) == "12+3=15"
 
 
+def test_the_tiny_tokenizer_keeps_spaces_and_reads_a_newline_as_one() -> None:
+    tokenizer = character_tokenizer()
+    ids = tokenizer("a b\nc", add_special_tokens=False).input_ids
+    assert tokenizer.decode(ids) == "a b c" and tokenizer.unk_token_id not in ids
+
+
+def test_agile_reads_the_tiny_tokenizer_as_its_folder_writes_it(tiny: Path) -> None:
+    """transformers 5 builds a Qwen2 folder's tokenizer with Qwen2's byte-level pipeline,
+    which drops the character vocabulary's spaces; agile reads the folder's own."""
+    from agile_llm.model import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny))
+    text = "above 2: (x) 'y'"
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    assert len(ids) == len(text) and tokenizer.decode(ids) == text
+    assert ids == character_tokenizer()(text, add_special_tokens=False).input_ids
+
+
 def test_the_tiny_model_loads_with_transformers_from_its_folder(tiny: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny)
     tokenizer = AutoTokenizer.from_pretrained(tiny)

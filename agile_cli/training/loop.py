@@ -23,7 +23,7 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.member import AgentContext, Member, Rebuildable
+from agile_cli.member import AgentContext, ExportsAtEnd, Member, Rebuildable
 from agile_cli.models.recipe import RecipeStep
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runner import AsynchronousRunner
@@ -594,6 +594,11 @@ class EvolutionLoop:
         if elite is not None and not (interrupted and self.folder.elite.exists()):
             self.save_member(elite, self.folder.elite)
         summary = self._summary(best, interrupted)
+        if elite is not None and not interrupted and isinstance(elite, ExportsAtEnd):
+            self.reporter.phase("writing the elite's exports")
+            written = elite.export_at_end(self.folder.path)
+            if written:
+                summary["exports"] = [str(path) for path in written]
         if scored:
             summary["elite"] = {
                 **scored[0].to_dict(),

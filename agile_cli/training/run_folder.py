@@ -42,7 +42,7 @@ from agile_cli.training import files, run_lock
 RUN_FILES = (
     "manifest.yaml", "command.txt", "provenance.json", "metrics.jsonl", "summary.json", "elite.pt",
 )  # fmt: skip
-RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb", "elite")
+RUN_FOLDERS = ("checkpoints", "tensorboard", "wandb", "elite", "merged")
 #: agile's mark on a folder it made, or took empty, for a run: only such a folder's
 #: ``RUN_FOLDERS`` are ever deleted (``--overwrite``, or a run that never started).
 MARK = ".agile-run"
@@ -170,7 +170,7 @@ class RunFolder:
         """
         names = (*RUN_FILES, *RUN_FOLDERS, MARK, run_lock.LOCK_NAME, "recipe.yaml")
         places = [self.path / name for name in names]
-        for folder in (self.checkpoints, self.portable_elite):
+        for folder in (self.checkpoints, self.portable_elite, self.path / "merged"):
             if folder.is_dir() and not folder.is_symlink():
                 places += sorted(folder.iterdir())
         for place in places:

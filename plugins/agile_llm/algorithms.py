@@ -17,6 +17,7 @@ group's passes (:mod:`.groups`); a member alone is a group of one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -305,12 +306,20 @@ class GRPO(LLMMember):
             assert rollout is not None  # a member without one has no part
             return members[i].rollout_loss(rollout, output, part)
 
-        return groups.learn(members, sizes, _rows_of(rollouts), cls.training_pass, loss)
+        forward = functools.partial(cls.training_pass, temperature=members[0].sampled_at())
+        return groups.learn(members, sizes, _rows_of(rollouts), forward, loss)
 
     @staticmethod
-    def training_pass(model: Any, batch: text.Sequences) -> Any:
-        """The pass :meth:`rollout_loss` learns from: each labelled token's log-probability."""
-        return text.labelled_log_probs(model, batch)
+    def training_pass(model: Any, batch: text.Sequences, temperature: float = 1.0) -> Any:
+        """The pass :meth:`rollout_loss` learns from: each labelled token's log-probability
+        at the sampling ``temperature``."""
+        return text.labelled_log_probs(model, batch, temperature)
+
+    def sampled_at(self) -> float:
+        """The temperature completions are sampled at; their log-probabilities, at sampling,
+        under the reference and as the policy learns, are those of that distribution (the
+        logits divided by it), as 2.58 computes them. A group shares it."""
+        return float(getattr(self.spec, "temperature", 1.0) or 1.0)
 
     @classmethod
     def rollouts(
@@ -533,10 +542,9 @@ def _at_sampling(members: Sequence[GRPO], rollouts: list[Rollout | None]) -> Non
 
     unsampled = [[] if r is None or "old" in r else own
                  for r, own in zip(rollouts, parts, strict=True)]  # fmt: skip
-    old = groups.measure(members, unsampled, rows, text.labelled_log_probs, own_width)
-    reference = groups.measure(
-        members, penalised, rows, text.labelled_log_probs, own_width, adapters=False
-    )
+    scored = functools.partial(text.labelled_log_probs, temperature=members[0].sampled_at())
+    old = groups.measure(members, unsampled, rows, scored, own_width)
+    reference = groups.measure(members, penalised, rows, scored, own_width, adapters=False)
     for rollout, at_sampling, base in zip(rollouts, old, reference, strict=True):
         if rollout is not None:
             if "old" not in rollout:

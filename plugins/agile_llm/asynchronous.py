@@ -75,7 +75,8 @@ class Generator:
                 labels = completions.ids.masked_fill(~completions.completion, -100)
                 batch = text.Sequences(completions.ids, completions.mask, labels)
                 with self.adapters.routed([member.adapter] * int(batch.ids.shape[0])):
-                    found.append(text.labelled_log_probs(self.adapters.model.eval(), batch))
+                    model = self.adapters.model.eval()
+                    found.append(text.labelled_log_probs(model, batch, member.sampled_at()))
         return found
 
 

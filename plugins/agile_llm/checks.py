@@ -40,7 +40,6 @@ NOT_TRAINED_YET = (
     ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),
     ("training", "evo_epochs", "generations counted in epochs"),
-    ("training", "checkpoint_export", "merged-model exports during training"),
 )
 #: Values of those fields that say what agile does anyway.
 AGILE_WAYS: dict[str, tuple[Any, ...]] = {"old_logprobs_source": ("trainer",)}

@@ -42,3 +42,53 @@ def tiny_model(out: Path, steps: int, seed: int, overwrite: bool) -> None:
         f"{report.vocabulary} tokens; copy loss {report.first_loss:.2f} -> "
         f"{report.copy_loss:.2f} after {steps} steps ({report.seconds:.1f} s)"
     )
+
+
+@llm.command(name="merge")
+@click.argument("source", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Write the model folder here (default: merged/ beside the adapter).",
+)
+@click.option(
+    "--base",
+    default=None,
+    help="The base model's folder (default: the one the "
+    "adapter's adapter_config.json names, as training read it).",
+)
+@click.option("--force", is_flag=True, help="Replace the folder if it exists.")
+def merge(source: Path, out: Path | None, base: str | None, force: bool) -> None:
+    """Write a run's elite merged into its base model as a Hugging Face model folder, which
+    transformers or vLLM load without PEFT. SOURCE is a run folder (its elite/) or an adapter
+    folder (what training.checkpoint_export: {format: merged} writes during a run)."""
+    adapter = source / "elite" if (source / "elite").is_dir() else source
+    if not (adapter / "adapter_config.json").is_file():
+        raise UsageError(
+            f"{source} is neither a run folder with an elite/ adapter nor an adapter folder",
+            "give the folder agile train wrote (runs/NAME) or its elite/",
+        )
+    target = out or adapter.parent / "merged"
+    if target.exists() and any(target.iterdir()) and not force:
+        raise UsageError(f"{target} is not empty", "choose another --out or pass --force")
+    from agile_llm.export import write_merged
+
+    written = write_merged(base or _adapter_base(adapter), adapter, target)
+    click.echo(f"merged model in {written}")
+
+
+def _adapter_base(adapter: Path) -> str:
+    """The base model an adapter folder's ``adapter_config.json`` names."""
+    import json
+
+    try:
+        named = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{adapter}/adapter_config.json cannot be read ({error})",
+                         "give the base model with --base") from None  # fmt: skip
+    base = named.get("base_model_name_or_path") if isinstance(named, dict) else None
+    if not isinstance(base, str) or not base:
+        raise UsageError(f"{adapter}/adapter_config.json names no base_model_name_or_path",
+                         "give the base model with --base")  # fmt: skip
+    return base

@@ -53,7 +53,7 @@ def load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = _as_written(AutoTokenizer.from_pretrained(path, local_files_only=True), path)
     except (OSError, ValueError) as exc:
         raise _not_here(path, exc) from None
     if tokenizer.pad_token_id is None:
@@ -62,6 +62,28 @@ def load_tokenizer(path: str) -> Any:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+#: Text every tokenizer of a model folder must give back as it was read.
+_PROBE = "Hello world, 12+3=15 (x) 'y'!"
+
+
+def _round_trips(tokenizer: Any) -> bool:
+    ids = tokenizer(_PROBE, add_special_tokens=False).input_ids
+    return bool(tokenizer.decode(ids, skip_special_tokens=True) == _PROBE)
+
+
+def _as_written(tokenizer: Any, path: str) -> Any:
+    """The folder's tokenizer as its ``tokenizer.json`` writes it, where the one transformers
+    built loses text that one keeps. transformers 5 builds a known family's tokenizer from its
+    own class, by ``config.model_type``, taking only the vocabulary from the file: a character
+    vocabulary under a Qwen2 config (the tiny model's) lost every space that way."""
+    if _round_trips(tokenizer) or not (Path(path) / "tokenizer.json").is_file():
+        return tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    written = PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return written if _round_trips(written) else tokenizer
 
 
 def load_model(

@@ -239,7 +239,11 @@ def _made(factory: Callable[[], Any], label: str) -> Any:
             f"{label} could not make an environment: {type(error).__name__}: {error_detail(error)}",
             "check the factory and environment.env_config",
         ) from None
-    for method in ("reset", "step"):
+    # An environment of tools is stepped by its call_tool; one of text by its step.
+    offered = getattr(env, "tools", None)
+    tooled = isinstance(offered, list) and bool(offered)
+    stepper = "call_tool" if tooled and callable(getattr(env, "call_tool", None)) else "step"
+    for method in ("reset", stepper):
         if not callable(getattr(env, method, None)):
             raise TrainingError(
                 f"{label} made {printable(type(env).__name__)}, which has no {method}() method",
@@ -398,8 +402,10 @@ def play(
 
     :param context: tokens a transcript may hold; it never holds more (the environment's
         texts are cut to :data:`~agile_llm.text.CHARS_PER_TOKEN` characters a token of it).
-    :param reply_room: tokens a reply may take; an episode whose transcript leaves less room
-        ends (``cut``), as does one that reaches ``data.max_turns``.
+    :param reply_room: tokens a reply may take; a reply whose transcript leaves less room may
+        take what is left, as 2.58's engine allows (episodes with less room are generated apart,
+        each batch as far as its room goes). An episode whose transcript fills the context ends
+        (``cut``), as does one that reaches ``data.max_turns``.
     """
     episodes = [Episode(seed=s, owner=o) for s, o in seeds]
     with Bound(data.timeout) as bound:
@@ -409,20 +415,31 @@ def play(
                 _open(episode, game)
             for turn in range(data.max_turns):
                 for episode in episodes:
-                    if not episode.done and len(episode.ids) + reply_room > context:
+                    if not episode.done and len(episode.ids) >= context:
                         episode.done = episode.cut = True
                 running = [e for e in episodes if not e.done]
                 if not running:
                     break
-                done = generate([e.ids for e in running], [e.owner for e in running])
-                for row, episode in enumerate(running):
-                    reply = done.ids[row][done.completion[row]].tolist()
-                    _take_turn(episode, reply, done.texts[row], turn, game)
+                for batch in _by_room(running, context, reply_room):
+                    done = generate([e.ids for e in batch], [e.owner for e in batch])
+                    for row, episode in enumerate(batch):
+                        reply = done.ids[row][done.completion[row]].tolist()
+                        _take_turn(episode, reply, done.texts[row], turn, game)
         finally:
             for episode in episodes:
                 _close(episode.env)
                 episode.env = None
     return episodes
+
+
+def _by_room(running: list[Episode], context: int, reply_room: int) -> list[list[Episode]]:
+    """The running episodes in batches of one generation call each: those with room for a
+    whole reply together, the others by the room they have left, so that no reply is cut to
+    the room of a longer transcript than its own."""
+    rooms: dict[int, list[Episode]] = {}
+    for episode in running:
+        rooms.setdefault(min(reply_room, context - len(episode.ids)), []).append(episode)
+    return [rooms[room] for room in sorted(rooms, reverse=True)]
 
 
 @dataclass

@@ -37,13 +37,16 @@ def response_labels(
 
 
 def token_log_probs(
-    logits: torch.Tensor, labels: torch.Tensor
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log p, mask)``, both ``[B, T - 1]``: the log-probability the model gave each next
-    token (``logits[:, t]`` predicts ``labels[:, t + 1]``) and which of them count."""
+    token (``logits[:, t]`` predicts ``labels[:, t + 1]``) and which of them count, under
+    the distribution sampled at ``temperature`` (the logits divided by it)."""
     targets = labels[:, 1:]
     mask = targets != IGNORE
-    log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    scaled = logits[:, :-1].float()
+    scaled = scaled / temperature if temperature != 1.0 else scaled
+    log_probs = torch.log_softmax(scaled, dim=-1)
     picked = log_probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return picked * mask, mask
 

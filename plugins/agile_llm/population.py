@@ -60,7 +60,7 @@ class SharedModel:
             )
         self.lora: LoraSpec = spec.lora(manifest)
         network = cast(FinetuningNetworkSpec, manifest.network)  # the LLM paradigm's section
-        self.start = _starting_adapter(network.adapter_path)
+        self.start = read_adapter(network.adapter_path)
         limit = getattr(self.base.config, "max_position_embeddings", None) or 10**9
         self.context_length = min(spec.context_length(manifest), int(limit))
         self.device = device
@@ -76,6 +76,18 @@ class SharedModel:
             "seed": int(getattr(spec, "seed", 0) or 0),
         }
         self._engine: VLLMGenerator | None = None
+        #: ``training.checkpoint_export``: when the elite is also written merged into the base.
+        self.export = getattr(getattr(manifest, "training", None), "checkpoint_export", None)
+
+    def merges(self, *, at_end: bool) -> bool:
+        """Whether a save of the elite's adapter also writes it merged into the base:
+        ``checkpoint_export`` asks for ``merged``, at every save (``every``) or at the run's
+        end (``final``; ``best`` too, the elite of agile's last generation being the best
+        member, scored again). ``on_demand`` never does (``agile llm merge`` does)."""
+        export = self.export
+        if export is None or export.format != "merged":
+            return False
+        return export.trigger in ("final", "best") if at_end else export.trigger == "every"
 
     def engine(self) -> VLLMGenerator | None:
         """The vLLM engine that generates for every member (``use_vllm``), started at its
@@ -408,7 +420,23 @@ class LLMMember(MemberBasics):
         weights = get_peft_model_state_dict(model, adapter_name=self.adapter)
         save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()},
                   str(directory / "adapter_model.safetensors"))  # fmt: skip
+        if self.shared.merges(at_end=False):
+            self._merge(directory)
         return True
+
+    def export_at_end(self, run_folder: Path) -> list[Path]:
+        """The elite merged into the base model as ``merged/`` beside its adapter, where
+        ``checkpoint_export`` asks for it at the run's end."""
+        adapter = run_folder / "elite"
+        if not self.shared.merges(at_end=True) or not adapter.is_dir():
+            return []
+        return [self._merge(adapter)]
+
+    def _merge(self, adapter: Path) -> Path:
+        from agile_llm.export import MERGED, write_merged
+
+        target = adapter.parent / MERGED
+        return write_merged(self.shared.path, adapter, target, self.tokenizer)
 
 
 @dataclass
@@ -418,6 +446,7 @@ class StartingAdapter:
     config: Any  # peft.LoraConfig
     weights: dict[str, torch.Tensor]
     folder: Path
+    what: str = "network.adapter_path"  # how messages name where the folder was given
 
     def load_into(self, model: Any, name: str) -> None:
         """Set adapter ``name`` of the PEFT ``model`` to these weights.
@@ -439,14 +468,17 @@ class StartingAdapter:
 
     def unusable(self, why: str) -> TrainingError:
         return TrainingError(
-            f"network.adapter_path: the adapter in {self.folder} does not fit this model: {why}",
+            f"{self.what}: the adapter in {self.folder} does not fit this model: {why}",
             "start from an adapter trained on this base model (its adapter_config.json names "
             "base_model_name_or_path)",
         )
 
 
-def _starting_adapter(path: str | None) -> StartingAdapter | None:
-    """Read an adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
+def read_adapter(
+    path: str | Path | None, what: str = "network.adapter_path"
+) -> StartingAdapter | None:
+    """Read an adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``);
+    ``what`` names where it was given, in messages."""
     if path is None:
         return None
     from peft import LoraConfig
@@ -457,17 +489,16 @@ def _starting_adapter(path: str | None) -> StartingAdapter | None:
     weights = folder / "adapter_model.safetensors"
     if not (folder / "adapter_config.json").is_file() or not weights.is_file():
         raise TrainingError(
-            f"network.adapter_path: {folder.resolve()} holds no adapter_config.json and "
+            f"{what}: {folder.resolve()} holds no adapter_config.json and "
             "adapter_model.safetensors",
             "point it at a PEFT adapter folder, e.g. an earlier run's elite/",
         )
     try:
         config = LoraConfig.from_pretrained(str(folder))
-        return StartingAdapter(config, load_file(str(weights)), folder)  # safetensors: data only
+        return StartingAdapter(config, load_file(str(weights)), folder, what)  # data only
     except (OSError, ValueError, TypeError, SafetensorError) as exc:
         raise TrainingError(
-            f"network.adapter_path: {folder} cannot be read "
-            f"({type(exc).__name__}: {error_detail(exc)})",
+            f"{what}: {folder} cannot be read ({type(exc).__name__}: {error_detail(exc)})",
             "point it at a PEFT adapter folder that save_pretrained wrote whole, e.g. an "
             "earlier run's elite/",
         ) from None

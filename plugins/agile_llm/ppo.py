@@ -10,6 +10,7 @@ the GAE returns with a clipped squared error.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar, Self
 
 import torch
@@ -84,10 +85,11 @@ class LLMPPO(GRPO):
             old, counted, hidden = output
             return old, counted, members[i].values(hidden, counted)
 
-        at_sampling = groups.measure(members, parts, completions, cls.training_pass, valued)
-        reference = groups.measure(
-            members, penalised, completions, text.labelled_log_probs, adapters=False
-        )
+        temperature = members[0].sampled_at()
+        forward = functools.partial(cls.training_pass, temperature=temperature)
+        at_sampling = groups.measure(members, parts, completions, forward, valued)
+        scored = functools.partial(text.labelled_log_probs, temperature=temperature)
+        reference = groups.measure(members, penalised, completions, scored, adapters=False)
         rollouts: list[Rollout | None] = []
         for i, member in enumerate(members):
             old, counted, values = (
@@ -131,10 +133,10 @@ class LLMPPO(GRPO):
     # -- loss ----------------------------------------------------------------------------------
 
     @staticmethod
-    def training_pass(model: Any, batch: text.Sequences) -> Any:
-        """The pass :meth:`rollout_loss` learns from: each labelled token's log-probability,
-        and the last hidden state it is chosen in."""
-        return log_probs_and_states(model, batch.ids, batch.mask, batch.labels)
+    def training_pass(model: Any, batch: text.Sequences, temperature: float = 1.0) -> Any:
+        """The pass :meth:`rollout_loss` learns from: each labelled token's log-probability
+        (at the sampling ``temperature``), and the last hidden state it is chosen in."""
+        return log_probs_and_states(model, batch.ids, batch.mask, batch.labels, temperature)
 
     def rollout_loss(self, rollout: Rollout, output: Any, part: slice) -> torch.Tensor:
         """The loss of the rollout's rows ``part`` given a :meth:`training_pass`'s output for

@@ -180,9 +180,9 @@ class CheckpointExportSpec(Spec):
         "with the elite's adapter merged in, as a Hugging Face model folder.",
     )  # fmt: skip
     trigger: Literal["final", "best", "on_demand", "every"] = Field(
-        default="final", description="final: at the end of the run; best: whenever the best "
-        "elite so far is saved, and at the end; every: at every checkpoint; on_demand: never "
-        "during training (agile export does it).",
+        default="final", description="final: at the end of the run; best: the same in agile "
+        "(its last elite is the best member, scored again); every: at every save of the elite "
+        "(each generation); on_demand: never during training (agile llm merge RUN does it).",
     )  # fmt: skip
 
 

@@ -349,31 +349,34 @@ def _completions(tokenizer: Any, prompts: Prompts, ids: torch.Tensor) -> Complet
 
 
 def log_probs(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log p, counted)``, both ``[N, T - 1]``: each labelled next token's log-probability.
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``(log p, counted)``, both ``[N, T - 1]``: each labelled next token's log-probability
+    (under the distribution sampled at ``temperature``, as 2.58 scores its samples).
 
     Positions follow the attention mask, so a left-padded prompt is read exactly as it was
     during generation.
     """
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    return objectives.token_log_probs(logits, labels)
+    return objectives.token_log_probs(logits, labels, temperature)
 
 
-def labelled_log_probs(model: Any, batch: Sequences) -> torch.Tensor:
+def labelled_log_probs(model: Any, batch: Sequences, temperature: float = 1.0) -> torch.Tensor:
     """Each labelled next token's log-probability in ``batch`` (``[N, T - 1]``, 0 where none
-    is labelled)."""
-    return log_probs(model, batch.ids, batch.mask, batch.labels)[0]
+    is labelled), at ``temperature``."""
+    return log_probs(model, batch.ids, batch.mask, batch.labels, temperature)[0]
 
 
 def log_probs_and_states(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(log p, counted, hidden)``: as :func:`log_probs`, and the last hidden state ``[N,
     T - 1, H]`` of the position each labelled token is chosen in."""
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                 output_hidden_states=True)  # fmt: skip
-    current, counted = objectives.token_log_probs(out.logits, labels)
+    current, counted = objectives.token_log_probs(out.logits, labels, temperature)
     return current, counted, out.hidden_states[-1][:, :-1]

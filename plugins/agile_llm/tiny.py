@@ -33,13 +33,17 @@ class TinyModelReport:
 
 def character_tokenizer() -> Any:
     """A fast tokenizer with one token per printable ASCII character and the special tokens
-    ``<pad>``, ``<unk>``, ``<s>`` and ``</s>``."""
-    from tokenizers import Tokenizer, decoders, models
+    ``<pad>``, ``<unk>``, ``<s>`` and ``</s>``; a newline, tab or carriage return reads as a
+    space."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
     vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     # A BPE model without merges splits text into characters; Fuse joins them back unspaced.
     core = Tokenizer(models.BPE(vocab=vocabulary, merges=[], unk_token="<unk>"))
+    core.normalizer = normalizers.Sequence(
+        [normalizers.Replace(blank, " ") for blank in ("\n", "\t", "\r")]
+    )
     core.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
@@ -47,8 +51,9 @@ def character_tokenizer() -> Any:
     )  # fmt: skip
 
 
-def tiny_config(vocabulary: int, *, hidden: int = 64, layers: int = 2, context: int = 128) -> Any:
-    """A Qwen2 configuration of about 80k parameters for a character vocabulary."""
+def tiny_config(vocabulary: int, *, hidden: int = 64, layers: int = 2, context: int = 256) -> Any:
+    """A Qwen2 configuration of about 80k parameters for a character vocabulary. Its rotary
+    positions have no weights: ``context`` bounds transcripts, not what the model holds."""
     from transformers import Qwen2Config
 
     return Qwen2Config(
