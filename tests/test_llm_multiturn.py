@@ -507,3 +507,12 @@ def test_answer_tool_takes_the_prose_of_a_turn_without_a_call(tiny: Path, game: 
     """With answer_tool, prose goes to that tool as its action_field argument."""
     episode = _tool_episode(tiny, game, ["2"], answer_tool="add", action_field="b")
     assert episode.rewards == [1.0] and episode.done  # add(b="2")
+
+
+def test_the_answer_tool_takes_the_text_without_special_tokens(tiny: Path, game: Path) -> None:
+    """As 2.58 sends it: the reply decoded without its special tokens (a sampled <pad> in the
+    answer is not part of it), after any </think>."""
+    episode = _tool_episode(tiny, game, ["2<pad>"], answer_tool="add", action_field="b")
+    assert episode.rewards == [1.0] and episode.done
+    thought = _tool_episode(tiny, game, ["maybe 1</think>2"], answer_tool="add", action_field="b")
+    assert thought.rewards == [1.0]

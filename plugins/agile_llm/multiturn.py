@@ -529,7 +529,8 @@ def _take_turn(episode: Episode, reply: list[int], said: str, turn: int, game: _
     if episode.tools is None:
         reward, following = _text_turn(episode, said, game, last)
     else:
-        reward, following = _tool_turn(episode, game.conversation.written(reply), game, last)
+        written = game.conversation.written(reply)
+        reward, following = _tool_turn(episode, written, said, game, last)
     episode.rewards.append(reward)
     if not following:
         episode.done = True
@@ -554,16 +555,18 @@ def _text_turn(episode: Episode, said: str, game: _Game, last: bool) -> tuple[fl
 
 
 def _tool_turn(
-    episode: Episode, written: str, game: _Game, last: bool
+    episode: Episode, written: str, said: str, game: _Game, last: bool
 ) -> tuple[float, list[Message]]:
     """The reward of the reply's tool calls (each run by the environment's ``call_tool``, in
-    order), and their results as tool messages; a turn that calls nothing runnable (a
-    malformed call, or none without ``answer_tool``) runs nothing, scores ``min_reward`` and
-    is told why, as 2.58 does."""
+    order; parsed from the reply ``written`` with its special tokens, which may delimit a
+    call), and their results as tool messages; a turn without calls sends its text ``said``
+    (no special tokens) to ``answer_tool``. A turn that calls nothing runnable (a malformed
+    call, or none without ``answer_tool``) runs nothing, scores ``min_reward`` and is told
+    why, as 2.58 does."""
     data = game.data
     assert game.conversation.parser is not None and episode.tools is not None
     turn = game.conversation.parser.parse(written, episode.tools)
-    routed = tools.route(turn, data.answer_tool, data.action_field)
+    routed = tools.route(turn, data.answer_tool, data.action_field, tools.action_text(said))
     if isinstance(routed, tools.Feedback):
         return data.min_reward, [] if last else [routed.as_message()]
     total, results, run = 0.0, [], episode.env.call_tool

@@ -694,6 +694,13 @@ def detect(chat_template: str | None, model_type: str | None) -> str | None:
     )
 
 
+def action_text(said: str) -> str:
+    """The action 2.58 takes from a reply's text (its special tokens left out): what follows
+    the first ``</think>``, stripped, else the whole text as written."""
+    _reasoning, closed, action = said.partition("</think>")
+    return action.strip() if closed else said
+
+
 def tool_message(name: str, content: str) -> dict[str, str]:
     """A tool's result as a chat message for the chat template, as 2.58 feeds results back (for
     Gemma 4 see :meth:`Gemma4Parser.render_results`)."""
@@ -718,14 +725,17 @@ class Feedback:
 
 
 def route(
-    turn: TurnCalls, answer_tool: str | None = None, action_field: str = "message"
-) -> tuple[ToolCall, ...] | Feedback:
+    turn: TurnCalls, answer_tool: str | None = None, action_field: str = "message",
+    text: str | None = None,
+) -> tuple[ToolCall, ...] | Feedback:  # fmt: skip
     """What a tool-calling environment receives for a turn, as 2.58 decides it.
 
     - ``ok``: the calls, one environment step each, in order;
-    - ``none`` with ``answer_tool`` set: one call to that tool with the turn's prose as its
-      ``action_field`` argument, ``{action_field: prose}`` (2.58's ``call_tool(answer_tool,
-      {action_field: text})``, ``action_field`` defaulting to ``"message"``);
+    - ``none`` with ``answer_tool`` set: one call to that tool with the turn's ``text`` (else
+      its prose) as its ``action_field`` argument, ``{action_field: text}`` (2.58's
+      ``call_tool(answer_tool, {action_field: text})``, ``action_field`` defaulting to
+      ``"message"``, the text being the reply without its special tokens, after any
+      ``</think>``: :func:`action_text`);
     - ``none`` without ``answer_tool``: :class:`Feedback` asking for a tool call;
     - ``malformed``: :class:`Feedback` with the reason, whether or not ``answer_tool`` is set.
 
@@ -739,5 +749,5 @@ def route(
             turn.error or "malformed_structure", f"{reason} No call ran; write valid tool calls."
         )
     if answer_tool is not None:
-        return (ToolCall(answer_tool, {action_field: turn.prose}),)
+        return (ToolCall(answer_tool, {action_field: turn.prose if text is None else text}),)
     return Feedback(NO_CALL, "No tool call found. Write a tool call.")
