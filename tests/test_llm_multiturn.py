@@ -516,3 +516,46 @@ def test_the_answer_tool_takes_the_text_without_special_tokens(tiny: Path, game:
     assert episode.rewards == [1.0] and episode.done
     thought = _tool_episode(tiny, game, ["maybe 1</think>2"], answer_tool="add", action_field="b")
     assert thought.rewards == [1.0]
+
+
+def test_the_calculator_example_is_won_through_its_tool_as_its_demonstrations_show(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's tool-calling example: a call copied from the sum, then the tool's result
+    copied as the answer, wins; and the SFT demonstrations are token for token the
+    transcripts agile plays, so what SFT teaches is what the game asks."""
+    import json
+    import sys
+
+    from agile_llm.algorithms import play_episodes
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    monkeypatch.syspath_prepend(str(root / "configs" / "training" / "llm"))
+    calculator = __import__("calculator_env")
+    entrypoint = "configs/training/llm/calculator_env.py:Calculator"
+    environment = {"env_type": "rollout", "entrypoint": entrypoint, "max_turns": 2,
+                   "answer_tool": "answer", "env_config": None}  # fmt: skip
+    members, env = _population(tiny, 1, environment=environment, context=160,
+                               max_output_tokens=72)  # fmt: skip
+    seed = env.rows_at(0, 1)[0]["seed"]
+    game = calculator.Calculator()
+    opening, _ = game.reset(seed)
+    call, result = calculator.call_text(game.a, game.b), calculator.result_text(game.a + game.b)
+    original = text.generate
+    text.generate = _scripted([call, result])  # type: ignore[assignment]
+    try:
+        (episode,) = play_episodes(members, [env.rows_at(0, 1)], env, explore=False)[0]
+    finally:
+        text.generate = original
+    assert episode.rewards == [0.0, 1.0] and episode.messages[2]["content"] == result
+    shipped = root / "configs" / "training" / "llm" / "calculator_sft.jsonl"
+    rows = [json.loads(line) for line in shipped.read_text().splitlines()]
+    assert rows == calculator.demonstrations(len(rows) // 2, seed=7)  # the script's output
+    del sys.modules["calculator_env"]
+    # A turn-two demonstration is the transcript up to the answer; SFT adds the end token.
+    tokenizer = members[0].tokenizer
+    demonstration = {"prompt": f"{opening}{call}</s>\n{result}", "response": result}
+    assert rows[1].keys() == demonstration.keys() and rows[1]["prompt"].count("</s>\n") == 1
+    row = tokenizer(demonstration["prompt"] + demonstration["response"], add_special_tokens=False)
+    assert episode.ids == [*row.input_ids, tokenizer.eos_token_id]
