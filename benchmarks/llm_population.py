@@ -6,6 +6,7 @@ against one by one (``--per-member``).
                                         [--iterations 20] [--batch 16] [--repeats 3]
                                         [--device cpu|cuda] [--shape model|0.5b]
                                         [--shape-dir DIR] [--rollouts colocated|async]
+                                        [--env digits|calculator]
 
 MODEL_DIR is a local causal LM (``agile llm tiny-model models/tiny-llm`` makes one). Each
 measurement runs in a fresh process: the population is built as ``agile train`` builds it on
@@ -15,7 +16,9 @@ iterations of ``--batch`` prompts per member are timed; the line gives prompts p
 processes, and the peak resident memory.
 
 ``--rollouts async`` trains GRPO with asynchronous rollouts (a copy of the model samples the
-next iteration in a thread; staleness 1).
+next iteration in a thread; staleness 1). ``--env calculator`` trains GRPO on the tool-calling
+game's episodes (configs/training/llm/calculator_env.py: a tool call, its result, an answer;
+``--batch`` counts episodes).
 
 ``--device cuda`` puts the model on the GPU (torch keeps its own thread count there; on the
 CPU the process uses one thread), waits for the GPU before reading each timer, and reports
@@ -50,6 +53,7 @@ model, together, name = sys.argv[1], sys.argv[5] == "1", sys.argv[6]
 size, iterations, batch = (int(value) for value in sys.argv[2:5])
 device = setup.resolve_device(sys.argv[7])
 asynchronous = sys.argv[8] == "async"
+calculator = sys.argv[9] == "calculator"
 cuda = device.type == "cuda"
 if not cuda:
     torch.set_num_threads(1)
@@ -66,12 +70,19 @@ if name in ("GRPO", "LLMPPO"):
     environment.update(prompt_template={"user_0": "{question}="}, max_reward=1.0,
                        rubric_file_path="configs/training/llm/digits_reward.py",
                        rubric_name="digits_reward")
+context_length = 32
+if calculator:  # the tool-calling game: episodes of a call, the tool's result, an answer
+    environment = {"env_type": "rollout", "max_turns": 2, "answer_tool": "answer",
+                   "entrypoint": "configs/training/llm/calculator_env.py:Calculator",
+                   "max_reward": 1.0}
+    algorithm.update(max_output_tokens=72, temperature=0.6)
+    context_length = 160
 content = {
     "algorithm": algorithm,
     "environment": environment,
     "training": {"max_steps": 10**6, "evo_steps": 10, "pop_size": size},
     "replay_buffer": {"kind": "llm", "max_rollout_version_lag": 1},
-    "network": {"pretrained_model_name_or_path": model, "max_context_length": 32,
+    "network": {"pretrained_model_name_or_path": model, "max_context_length": context_length,
                 "lora_config": {"lora_r": 8, "lora_alpha": 16, "target_modules": "all-linear",
                                 "lora_dropout": 0.0}},
 }
@@ -152,9 +163,10 @@ def measure(
     together: bool,
     device: str,
     rollouts: str = "colocated",
+    env: str = "digits",
 ) -> dict:
     args = [sys.executable, "-c", CHILD, model, str(size), str(iterations), str(batch),
-            "1" if together else "0", name, device, rollouts]  # fmt: skip
+            "1" if together else "0", name, device, rollouts, env]  # fmt: skip
     return json.loads(run_child(args))
 
 
@@ -167,7 +179,8 @@ def table(args: argparse.Namespace, model: str) -> None:
         row = {}
         for together in (False, True):
             runs = [measure(model, args.algorithm, size, args.iterations, args.batch, together,
-                            args.device, args.rollouts) for _ in range(args.repeats)]  # fmt: skip
+                            args.device, args.rollouts, args.env)
+                    for _ in range(args.repeats)]  # fmt: skip
             row[together] = (statistics.median(r["prompts_per_second"] for r in runs),
                              max(r[memory] for r in runs))  # fmt: skip
         (alone, alone_mib), (joint, joint_mib) = row[False], row[True]
@@ -187,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--rollouts", choices=["colocated", "async"], default="colocated",
                         help="GRPO: training.rollout_mode")  # fmt: skip
+    parser.add_argument("--env", choices=["digits", "calculator"], default="digits",
+                        help="GRPO: the digits rows, or the tool game's episodes")  # fmt: skip
     parser.add_argument("--shape", choices=["model", "0.5b"], default="model")
     parser.add_argument("--shape-dir", type=Path, help="where --shape 0.5b keeps its model")
     args = parser.parse_args(argv)

@@ -161,7 +161,8 @@ def test_uninformative_groups_are_dropped() -> None:
 @pytest.mark.parametrize(
     ("change", "path"),
     [({"algorithm": {"name": "LLMPPO"}}, "training.rollout_mode"),
-     ({"replay_buffer": {"group_replay_max_age": 2}}, "replay_buffer.group_replay_max_age")],
+     ({"replay_buffer": {"group_replay_max_age": 2}, "training": {"rollout_mode": "colocated"}},
+      "replay_buffer.group_replay_max_age")],
 )  # fmt: skip
 def test_what_async_rollouts_do_not_take_yet_is_refused_here(
     tiny: Path, data: Path, change: dict[str, Any], path: str

@@ -28,6 +28,7 @@ import torch
 from agile_llm import groups, multiturn, objectives, text
 from agile_llm.objectives import IGNORE
 from agile_llm.population import LLMMember, Scores
+from agile_llm.replay import GroupReplay
 from agile_llm.text import log_probs
 
 Row = dict[str, Any]
@@ -217,6 +218,12 @@ class GRPO(LLMMember):
     #: (``sequence``) or as CISPO's clipped, detached weights (``cispo``).
     ratio: ClassVar[str] = "token"
 
+    def build(self) -> None:
+        age = self.shared.group_replay_age
+        #: Group replay's store (``replay_buffer.group_replay_max_age``), of asynchronous
+        #: rollouts over rows; None without it.
+        self.group_replay = GroupReplay(age) if age else None
+
     def policy_terms(self, current: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
                      advantage: torch.Tensor, counted: torch.Tensor,
                      ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
@@ -362,7 +369,8 @@ class GRPO(LLMMember):
     ) -> Rollout | None:  # fmt: skip
         """The sampled completions of ``rows`` (``group_size`` each, in order) scored, with
         their advantages (and ``old``, their log-probabilities at sampling, when another copy
-        of the model sampled them); None when every advantage is zero and
+        of the model sampled them; a tied group may take a stored completion, with group
+        replay: :mod:`agile_llm.replay`); None when every advantage is zero and
         ``filter_zero_adv`` drops them all, or every group ties and the replay buffer's
         ``drop_uninformative_groups`` drops them."""
         group = self.group()
@@ -370,6 +378,10 @@ class GRPO(LLMMember):
         prompt_texts = [p for p in rendered for _ in range(group)]
         rewards = torch.as_tensor(data.reward(done.texts, repeated, prompt_texts),
                                   dtype=torch.float32, device=self.device)  # fmt: skip
+        if self.group_replay is not None and old is not None:
+            done, old, rewards = self.group_replay.apply(
+                rendered, group, done, old, rewards, self.updates, int(self.tokenizer.pad_token_id)
+            )
         self.last_rewards = rewards
         labels = done.ids.masked_fill(~done.completion, IGNORE)
         rollout: Rollout | None = {"ids": done.ids, "mask": done.mask, "labels": labels,

@@ -305,18 +305,20 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
 
 def _asynchronous_errors(spec: Any, manifest: Any) -> list[FieldError]:
     """What asynchronous rollouts do not take yet: episodes of an environment, LLMPPO (its
-    values are measured when it samples), group replay."""
+    values are measured when it samples); and group replay, which replays into groups
+    sampled asynchronously, as 2.58's does."""
     training, errors = manifest.training, []
     replay = getattr(manifest.replay_buffer, "group_replay_max_age", 0)
-    if replay:
-        errors.append(
-            FieldError(
-                "replay_buffer.group_replay_max_age",
-                "agile does not replay stored completions into tied groups yet",
-                "write 0 (drop_uninformative_groups leaves tied groups out)",
-            )
-        )
     if getattr(training, "rollout_mode", "colocated") != "async":
+        if replay:
+            errors.append(
+                FieldError(
+                    "replay_buffer.group_replay_max_age",
+                    "replays stored completions into groups sampled asynchronously, and "
+                    "training.rollout_mode is colocated",
+                    "set training.rollout_mode: async, or write 0",
+                )
+            )
         return errors
     if spec.environment_type(manifest) == "multiturn":
         errors.append(

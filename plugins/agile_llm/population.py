@@ -76,6 +76,9 @@ class SharedModel:
             "seed": int(getattr(spec, "seed", 0) or 0),
         }
         self._engine: VLLMGenerator | None = None
+        buffer = getattr(manifest, "replay_buffer", None)
+        #: ``replay_buffer.group_replay_max_age``: updates a stored completion may be replayed.
+        self.group_replay_age = int(getattr(buffer, "group_replay_max_age", 0) or 0)
         #: ``training.checkpoint_export``: when the elite is also written merged into the base.
         self.export = getattr(getattr(manifest, "training", None), "checkpoint_export", None)
 

@@ -38,6 +38,7 @@ class LLMPPO(GRPO):
     value_head: torch.nn.Linear
 
     def build(self) -> None:
+        super().build()
         hidden = int(self.shared.base.config.hidden_size)
         self.value_head = torch.nn.Linear(hidden, 1).to(device=self.device, dtype=torch.float32)
         with torch.no_grad():  # V = 0 at first: no dependence on the global RNG
