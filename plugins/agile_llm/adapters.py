@@ -11,9 +11,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from agile_cli import TrainingError
+from agile_cli.helpers import printable
+from agile_llm.messages import error_detail
 
 LORA_MARKER = "lora_"
 
@@ -232,3 +238,68 @@ def _by_runs(
 
 def _with_adapter_names(rows: list[str], module: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     return args, {**kwargs, "adapter_names": rows}
+
+
+@dataclass
+class StartingAdapter:
+    """A saved adapter every new member starts from, read from ``folder``."""
+
+    config: Any  # peft.LoraConfig
+    weights: dict[str, torch.Tensor]
+    folder: Path
+    what: str = "network.adapter_path"  # how messages name where the folder was given
+
+    def load_into(self, model: Any, name: str) -> None:
+        """Set adapter ``name`` of the PEFT ``model`` to these weights.
+
+        :raises TrainingError: a weight has no layer of that name or shape in the model (an
+            adapter of another base model).
+        """
+        from peft import set_peft_model_state_dict
+
+        try:
+            result = set_peft_model_state_dict(model, self.weights, adapter_name=name)
+        except RuntimeError as exc:  # torch's size mismatch
+            raise self.unusable(error_detail(exc)) from None
+        unknown = list(getattr(result, "unexpected_keys", []))
+        if unknown:
+            raise self.unusable(
+                f"{len(unknown)} of its weights ({printable(unknown[0])}, ...) match no layer"
+            )
+
+    def unusable(self, why: str) -> TrainingError:
+        return TrainingError(
+            f"{self.what}: the adapter in {self.folder} does not fit this model: {why}",
+            "start from an adapter trained on this base model (its adapter_config.json names "
+            "base_model_name_or_path)",
+        )
+
+
+def read_adapter(
+    path: str | Path | None, what: str = "network.adapter_path"
+) -> StartingAdapter | None:
+    """Read an adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``);
+    ``what`` names where it was given, in messages."""
+    if path is None:
+        return None
+    from peft import LoraConfig
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    weights = folder / "adapter_model.safetensors"
+    if not (folder / "adapter_config.json").is_file() or not weights.is_file():
+        raise TrainingError(
+            f"{what}: {folder.resolve()} holds no adapter_config.json and "
+            "adapter_model.safetensors",
+            "point it at a PEFT adapter folder, e.g. an earlier run's elite/",
+        )
+    try:
+        config = LoraConfig.from_pretrained(str(folder))
+        return StartingAdapter(config, load_file(str(weights)), folder, what)  # data only
+    except (OSError, ValueError, TypeError, SafetensorError) as exc:
+        raise TrainingError(
+            f"{what}: {folder} cannot be read ({type(exc).__name__}: {error_detail(exc)})",
+            "point it at a PEFT adapter folder that save_pretrained wrote whole, e.g. an "
+            "earlier run's elite/",
+        ) from None

@@ -27,8 +27,8 @@ def write_merged(base: str, adapter: Path, target: Path, tokenizer: Any = None) 
     import torch
     from peft import get_peft_model
 
+    from agile_llm.adapters import read_adapter
     from agile_llm.model import load_model, load_tokenizer
-    from agile_llm.population import read_adapter
 
     start = read_adapter(adapter, what=f"the adapter {adapter}")
     assert start is not None
