@@ -126,7 +126,11 @@ class TrainingManifest(BaseModel):
         return (
             f"{self.algorithm_name} on {self.environment.name}, pop {self.training.pop_size}, "
             f"{self.training.max_steps:,} {self.step_unit} per member"
-            + (f", evolves every {self.generation_steps:,}" if self.evolves else ", no evolution")
+            + (
+                f", evolves every {self.training.generation_label(self.algorithm)}"
+                if self.evolves
+                else ", no evolution"
+            )
         )
 
     @classmethod

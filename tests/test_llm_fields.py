@@ -202,6 +202,31 @@ def test_the_schedule_sets_the_rate_of_each_update(tiny: Path, data: Path) -> No
 # -- scoring -------------------------------------------------------------------------------------
 
 
+def test_evo_epochs_makes_a_generation_of_passes_over_the_training_rows(
+    run: Any, tiny: Path, data: Path, tmp_path: Path
+) -> None:
+    import json
+
+    import yaml
+
+    _, env = _member(tiny, data)
+    rows = len(env.train)
+    content = _manifest(tiny, data, {})
+    content["training"] = {"max_steps": 10 * rows, "num_epochs": 3, "evo_epochs": 1,
+                           "pop_size": 2, "eval_rows": 2}  # fmt: skip
+    content["mutation"] = {"rand_seed": 1, "probabilities": {"no_mut": 1.0}}
+    content["selection_strategy"] = {"tournament_size": 2, "elitism": True}
+    path = tmp_path / "epochs.yaml"
+    path.write_text(yaml.safe_dump(content))
+    checked = run("validate", str(path))
+    assert "evolves every 1 pass over the training split" in checked.output
+    result = run("train", str(path), "--quiet", "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["steps_per_member"] for line in lines]
+    assert steps == [rows, 2 * rows, 3 * rows]  # three epochs, one a generation, then done
+
+
 def test_sampled_scoring_reports_the_greedy_scores_beside(tiny: Path, data: Path) -> None:
     member, env = _member(tiny, data)
     greedy = member.score(env.test, env)

@@ -171,6 +171,17 @@ def test_settings_agile_cannot_train_are_refused_before_loading(
     assert not (game / "run" / "checkpoints").exists()
 
 
+def test_epochs_of_an_environment_without_rows_are_refused(run, tiny: Path, game: Path) -> None:
+    content = manifest(tiny)
+    content["training"].update(num_epochs=2, evo_epochs=1)
+    path = game / "m.yaml"
+    path.write_text(yaml.safe_dump(content), encoding="utf-8")
+    checked = run("validate", str(path))
+    assert "not on this machine: training.evo_epochs" in checked.output
+    result = run("train", str(path), "--run-dir", str(game / "run"))
+    assert result.exit_code == 2 and "episodes never end" in result.output
+
+
 # -- transcripts ---------------------------------------------------------------------------------
 
 

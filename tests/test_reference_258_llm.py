@@ -25,7 +25,6 @@ FOLDER = ROOT / "tests" / "reference_258" / "llm"
 CORPUS = sorted(FOLDER.glob("*.yaml"))
 #: Files agile does not train on this machine, and the field ``agile train`` names first.
 REFUSED = {
-    "grpo_checkpoint_export.yaml": "training.evo_epochs",
     "grpo_digits_aliases.yaml": "algorithm.constrain_answer_pattern",
     "grpo_env_image.yaml": "environment.env_image",
     "grpo_fsdp.yaml": "algorithm.fsdp",

@@ -120,6 +120,11 @@ class TrainingSpec(Spec):
         assert self.evo_steps is not None, "resolved during validation"
         return self.evo_steps
 
+    def generation_label(self, algorithm: Any) -> str:
+        """How a summary says the length of a generation: its steps, unless a paradigm counts
+        it otherwise."""
+        return f"{self.generation_steps(algorithm):,}"
+
     @property
     def population_size(self) -> int:
         """The population size (the brief's Python spelling)."""

@@ -39,7 +39,6 @@ NOT_TRAINED_YET = (
     ("algorithm", "thinking_token_budget", "a reasoning budget within each turn"),
     ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),
-    ("training", "evo_epochs", "generations counted in epochs"),
 )
 #: Values of those fields that say what agile does anyway.
 AGILE_WAYS: dict[str, tuple[Any, ...]] = {"old_logprobs_source": ("trainer",)}
@@ -211,6 +210,7 @@ def local_training_errors(spec: Any, manifest: Any) -> list[FieldError]:
         *_schedule_errors(spec),
         *_asynchronous_errors(spec, manifest),
         *_multiturn_errors(spec, manifest),
+        *_epoch_errors(spec, manifest),
     ]
 
 
@@ -379,6 +379,21 @@ def _not_yet_errors(spec: Any, manifest: Any) -> list[FieldError]:
             FieldError(f"{section}.{field}", f"agile does not train {what} yet", _NOT_YET_HINT)
         )
     return errors
+
+
+def _epoch_errors(spec: Any, manifest: Any) -> list[FieldError]:
+    """Epochs count passes over dataset rows; an environment's episodes are a stream."""
+    if spec.environment_type(manifest) != "multiturn":
+        return []
+    return [
+        FieldError(
+            f"training.{key}",
+            "counts passes over a dataset's rows, and this environment's episodes never end",
+            "write evo_steps (iterations per generation) and max_steps instead",
+        )
+        for key in ("evo_epochs", "num_epochs")
+        if getattr(manifest.training, key, None) is not None
+    ]
 
 
 def _multiturn_errors(spec: Any, manifest: Any) -> list[FieldError]:
@@ -568,18 +583,18 @@ def _training_warnings(manifest: Any) -> list[str]:
             "nothing to overlap with learning"
         )
     interval = getattr(training, "evaluation_interval", None)
+    every = (f"every {training.evo_epochs} passes over the training split"
+             if getattr(training, "evo_epochs", None) is not None
+             else f"every evo_steps = {training.evo_steps} iterations")  # fmt: skip
     if "evaluation_interval" in training.model_fields_set and interval != training.evo_steps:
         warnings.append(
-            f"training.evaluation_interval: ignored ({interval}), agile scores every "
-            f"member at the end of each generation (every evo_steps = "
-            f"{training.evo_steps} iterations) so that selection ranks fresh "
-            "fitness"
+            f"training.evaluation_interval: ignored ({interval}), agile scores every member at "
+            f"the end of each generation ({every}) so that selection ranks fresh fitness"
         )
     if getattr(training, "max_wall_seconds", None) is not None:
         warnings.append(
-            "training.max_wall_seconds: ignored, agile stops multi-turn training at "
-            "max_steps episodes per member (a stop by the clock could not be "
-            "resumed or repeated exactly)"
+            "training.max_wall_seconds: ignored, agile stops training at max_steps per member "
+            "(a stop by the clock could not be resumed or repeated exactly)"
         )
     if training.eval_steps is not None:
         warnings.append("training.eval_steps: ignored, members are scored on the held-out split")

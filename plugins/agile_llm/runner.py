@@ -74,10 +74,13 @@ class LLMRunner(Runner[LLMMember]):
 
     def __init__(
         self, env: Any, *, epochs: int | None, eval_rows: int | None,
-        rollouts: Rollouts | None = None,
+        rollouts: Rollouts | None = None, evo_epochs: int | None = None,
     ) -> None:  # fmt: skip
         super().__init__(env)
         self.epochs = epochs
+        #: Passes over the training split per generation (``training.evo_epochs``); None:
+        #: the generation is the steps the loop asks for.
+        self.evo_epochs = evo_epochs
         self.eval_rows = eval_rows
         self.rollouts = rollouts or Rollouts()
         self._generator: Any = None  # asynchronous rollouts' copy of the model, once made
@@ -90,6 +93,8 @@ class LLMRunner(Runner[LLMMember]):
         iteration one step of every member, members that can share a pass as one computation.
         Each member reads the data at its own position."""
         stats = [GenerationStats() for _ in members]
+        if self.evo_epochs is not None:
+            steps = min(steps, self.evo_epochs * len(self.env.train))
         plans = self._plans(members, steps, stats)
         if self.rollouts.asynchronous:
             self._asynchronously(members, plans, stats, progress)
@@ -270,4 +275,5 @@ def llm_runner(manifest: TrainingManifest, env: Any) -> LLMRunner:
         written = "eval_rows" in training.model_fields_set
         env.hold_out(int(eval_rows) if written and eval_rows is not None else EVAL_EPISODES)
         return LLMRunner(env, epochs=None, eval_rows=None)
-    return LLMRunner(env, epochs=epochs, eval_rows=eval_rows, rollouts=Rollouts.of(manifest))
+    return LLMRunner(env, epochs=epochs, eval_rows=eval_rows, rollouts=Rollouts.of(manifest),
+                     evo_epochs=getattr(training, "evo_epochs", None))  # fmt: skip

@@ -305,9 +305,19 @@ class LLMTraining(TrainingSpec):
         return self
 
     def generation_steps(self, algorithm: Any) -> int:
-        """``evo_steps`` iterations of the algorithm's ``batch_size`` prompts, in prompts."""
+        """``evo_steps`` iterations of the algorithm's ``batch_size`` prompts, in prompts; with
+        ``evo_epochs``, the whole budget: the runner ends a generation after that many passes
+        over the training split, whose size only the loaded data knows."""
+        if self.evo_epochs is not None:
+            return self.max_steps
         assert self.evo_steps is not None, "resolved during validation"
         return self.evo_steps * int(algorithm.batch_size)
+
+    def generation_label(self, algorithm: Any) -> str:
+        if self.evo_epochs is not None:
+            passes = "pass" if self.evo_epochs == 1 else "passes"
+            return f"{self.evo_epochs} {passes} over the training split"
+        return super().generation_label(algorithm)
 
 
 # --------------------------------------------------------------------------------------------
