@@ -272,3 +272,48 @@ def test_mini_batches_take_an_optimiser_step_each(tiny: Path, data: Path) -> Non
     assert split.mini_batch_of(slice(3, 4), 4) == slice(2, 4)
     split.train_step(env.rows_at(0, 2), env)
     assert split.updates == 2
+
+
+def _adapted(member: Any) -> list[str]:
+    from peft import get_peft_model_state_dict
+
+    weights = get_peft_model_state_dict(member.shared.model, adapter_name=member.adapter)
+    return sorted(weights)
+
+
+def test_lora_target_scope_adapts_only_the_modules_under_it(tiny: Path, data: Path) -> None:
+    everywhere, _ = _member(tiny, data)
+    scoped, _ = _member(tiny, data, {"lora_target_scope": "layers.1"})
+    assert any("layers.0." in key for key in _adapted(everywhere))
+    keys = _adapted(scoped)
+    assert keys and all("layers.1." in key for key in keys)
+    # the same layers as everywhere, under the scope
+    assert keys == [key for key in _adapted(everywhere) if "layers.1." in key]
+
+
+def test_a_scope_that_holds_none_of_the_layers_says_what_the_model_has(
+    tiny: Path, data: Path
+) -> None:
+    from agile_cli import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        _member(tiny, data, {"lora_target_scope": "vision_tower"})
+    message = str(raised.value)
+    assert "algorithm.lora_target_scope: 'vision_tower' holds none of the layers" in message
+    assert "model.layers.0.self_attn" in raised.value.hint
+
+
+def test_a_scope_over_all_linear_layers_leaves_the_output_head_out(tiny: Path) -> None:
+    import re
+
+    from transformers import AutoModelForCausalLM
+
+    from agile_llm.population import scoped_targets
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny))
+    pattern = scoped_targets(base, {"target_modules": "all-linear"}, "layers.1")
+    matched = [key for key, module in base.named_modules()
+               if isinstance(module, torch.nn.Linear) and re.fullmatch(pattern, key)]  # fmt: skip
+    assert {"model.layers.1.mlp.down_proj", "model.layers.1.self_attn.q_proj"} <= set(matched)
+    assert all(key.startswith("model.layers.1.") for key in matched)
+    assert scoped_targets(base, {"target_modules": r".*q_proj"}, "layers.1") == r".*q_proj"

@@ -35,7 +35,6 @@ SPEED_SETTINGS = (
 #: (or, for ``old_logprobs_source``, than agile's own way): (section, field, what it would
 #: need). ``agile train`` refuses them here.
 NOT_TRAINED_YET = (
-    ("algorithm", "lora_target_scope", "adapters on part of the model's blocks"),
     ("algorithm", "thinking_token_budget", "a reasoning budget within each turn"),
     ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),

@@ -28,6 +28,7 @@ from agile_cli import (
     TrainingManifest,
     UsageError,
 )
+from agile_cli.helpers import printable
 from agile_llm import groups, templates, text
 from agile_llm.adapters import AdapterPopulation, read_adapter
 from agile_llm.environment import PromptData
@@ -58,6 +59,8 @@ class SharedModel:
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
         self.lora: LoraSpec = spec.lora(manifest)
+        #: ``lora_target_scope``: the module path the adapted modules are under (None: all).
+        self.scope: str | None = getattr(spec, "lora_target_scope", None)
         network = cast(FinetuningNetworkSpec, manifest.network)  # the LLM paradigm's section
         self.start = read_adapter(network.adapter_path)
         limit = getattr(self.base.config, "max_position_embeddings", None) or 10**9
@@ -125,6 +128,8 @@ class SharedModel:
     def _first_adapter(self, name: str) -> AdapterPopulation:
         """The population, made with its first adapter (which wraps the base model)."""
         lora = self.start.config if self.start else self.lora.peft_kwargs()
+        if self.start is None and self.scope is not None:
+            lora = {**lora, "target_modules": scoped_targets(self.base, lora, self.scope)}
         try:
             return AdapterPopulation(self.base, lora, [name])
         except (ValueError, TypeError) as exc:  # peft refuses the settings
@@ -463,6 +468,43 @@ def build_population(
     if isinstance(env, PromptData) and env.train and env.chat_prompts:
         text.render(shared.tokenizer, env.messages(env.train[0]))
     return [cls(spec, shared=shared, context=context, index=i) for i in range(size)]
+
+
+def scoped_targets(model: Any, lora: dict[str, Any], scope: str) -> Any:
+    """``target_modules`` restricted to the modules under the path ``scope``, as 2.58 does it:
+    a regular expression PEFT matches against whole module paths, ``...SCOPE...NAME``, for
+    each layer name the targets give (every linear layer's but the output head's for
+    ``all-linear``); targets already written as one regular expression are kept.
+
+    :raises UsageError: no linear layer of the model matches.
+    """
+    import re
+
+    targets = lora["target_modules"]
+    if isinstance(targets, str) and targets != "all-linear":
+        return targets
+    linear = [key for key, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    if targets == "all-linear":
+        head = model.get_output_embeddings()
+        names = {key.rsplit(".", 1)[-1] for key in linear
+                 if model.get_submodule(key) is not head}  # fmt: skip
+    else:
+        names = {name.removesuffix(".linear") for name in targets}
+    choices = "|".join(re.escape(name) for name in sorted(names))
+    pattern = rf"(?:.*\.)?{re.escape(scope.strip('.'))}.*\.(?:{choices})(?:\.linear)?$"
+    if not any(re.fullmatch(pattern, key) for key in linear):
+        raise UsageError(
+            f"algorithm.lora_target_scope: {printable(scope)!r} holds none of the layers "
+            f"target_modules names ({', '.join(sorted(names)) or 'none'})",
+            f"name a module path the model has, e.g. {_paths(linear)}",
+        )
+    return pattern
+
+
+def _paths(keys: list[str]) -> str:
+    """A few module paths (the parents of linear layers), for a hint."""
+    parents = sorted({key.rsplit(".", 1)[0] for key in keys if "." in key})
+    return ", ".join(parents[:3]) or "none"
 
 
 def _linear_layers(model: Any) -> str:

@@ -459,7 +459,10 @@ class LLMSpec(AlgorithmSpec):
     activation_offload: bool = Field(default=False, description="Offload activations (GPU).")
     moe_lora_recompute: bool | None = Field(default=None, description="MoE LoRA recompute (GPU).")
     use_sequence_packing: bool = Field(default=False, description="Pack short sequences (GPU).")
-    lora_target_scope: str | None = Field(default=None, description="Restrict adapted blocks.")
+    lora_target_scope: str | None = Field(
+        default=None, description="Adapt only the target modules under this module path (e.g. "
+        "language_model, or layers.11); null: every one target_modules names.",
+    )  # fmt: skip
     chunk_rows: int | None = Field(default=None, ge=1, description="Rows per loss chunk.")
     hf_generate_chunk_size: int | None = Field(
         default=None, ge=1, description="Sequences per transformers generate call."
