@@ -317,3 +317,46 @@ def test_a_scope_over_all_linear_layers_leaves_the_output_head_out(tiny: Path) -
     assert {"model.layers.1.mlp.down_proj", "model.layers.1.self_attn.q_proj"} <= set(matched)
     assert all(key.startswith("model.layers.1.") for key in matched)
     assert scoped_targets(base, {"target_modules": r".*q_proj"}, "layers.1") == r".*q_proj"
+
+
+def _completions(member: Any, env: Any, explore: bool) -> list[str]:
+    rows = env.rows_at(0, 2)
+    prompts = member.prompt_ids(member.render_prompts(rows, env))
+    return list(member.complete(prompts * 4, explore=explore).texts)
+
+
+@pytest.mark.parametrize("explore", [True, False], ids=["sampled", "greedy"])
+def test_an_answer_pattern_holds_every_completion(tiny: Path, data: Path, explore: bool) -> None:
+    import re
+
+    member, env = _member(tiny, data, {"constrain_answer_pattern": "[0-9]{3}x?",
+                                       "max_output_tokens": 8})  # fmt: skip
+    texts = _completions(member, env, explore)
+    assert all(re.fullmatch("[0-9]{3}x?", said) for said in texts), texts
+    free, _ = _member(tiny, data, {"max_output_tokens": 8})
+    assert not all(re.fullmatch("[0-9]{3}x?", said) for said in _completions(free, env, explore))
+
+
+def test_a_thinking_budget_ends_a_turn_that_does_not_close_its_reasoning(
+    tiny: Path, data: Path
+) -> None:
+    member, env = _member(tiny, data, {"thinking_token_budget": 3, "max_output_tokens": 8})
+    rows = env.rows_at(0, 2)
+    prompts = member.prompt_ids(member.render_prompts(rows, env))
+    done = member.complete(prompts * 4, explore=True)
+    lengths = done.completion.sum(dim=1).tolist()
+    assert max(lengths) <= 4  # three tokens of reasoning, then the end token forced
+    assert all(not said.count("</think>") for said in done.texts)
+
+
+def test_answer_continuation_closes_the_reasoning_then_answers_to_the_pattern(
+    tiny: Path, data: Path
+) -> None:
+    import re
+
+    spec = {"thinking_token_budget": 3, "constrain_answer_pattern": "[0-9]{2}",
+            "answer_continuation": True, "max_output_tokens": 16}  # fmt: skip
+    member, env = _member(tiny, data, spec)
+    for said in _completions(member, env, explore=True):
+        thought, closed, answer = said.partition("</think>")
+        assert closed and len(thought) == 3 and re.fullmatch("[0-9]{2}", answer), said

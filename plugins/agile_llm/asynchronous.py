@@ -54,15 +54,15 @@ class Generator:
     def generate(
         self, tokenizer: Any, prompts: list[list[int]], owners: list[Any], *, device: Any,
         max_new_tokens: int, min_new_tokens: int | None, sampling: text.Sampling | None,
-        seed: int | None,
+        seed: int | None, constraint: Any = None,
     ) -> text.Completions:  # fmt: skip
         """Continue every prompt, row ``i`` through member ``owners[i]``'s adapter (as the
-        vLLM engine's ``generate`` does)."""
+        vLLM engine's ``generate`` does), held to ``constraint``."""
         batch = text.prompt_batch(tokenizer, prompts, device)
         with self.adapters.routed([owner.adapter for owner in owners]), torch.no_grad():
             return text.generate(self.adapters.model.eval(), tokenizer, batch,
                                  max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                                 sampling=sampling, seed=seed)  # fmt: skip
+                                 sampling=sampling, seed=seed, constraint=constraint)  # fmt: skip
 
     def sampling_log_probs(
         self, members: Sequence[Any], done: Sequence[text.Completions]

@@ -35,8 +35,6 @@ SPEED_SETTINGS = (
 #: (or, for ``old_logprobs_source``, than agile's own way): (section, field, what it would
 #: need). ``agile train`` refuses them here.
 NOT_TRAINED_YET = (
-    ("algorithm", "thinking_token_budget", "a reasoning budget within each turn"),
-    ("algorithm", "constrain_answer_pattern", "answers constrained to a grammar"),
     ("algorithm", "old_logprobs_source", "the generating engine's log-probabilities"),
 )
 #: Values of those fields that say what agile does anyway.
@@ -210,6 +208,7 @@ def local_training_errors(spec: Any, manifest: Any) -> list[FieldError]:
         *_asynchronous_errors(spec, manifest),
         *_multiturn_errors(spec, manifest),
         *_epoch_errors(spec, manifest),
+        *_constraint_errors(spec),
     ]
 
 
@@ -378,6 +377,23 @@ def _not_yet_errors(spec: Any, manifest: Any) -> list[FieldError]:
             FieldError(f"{section}.{field}", f"agile does not train {what} yet", _NOT_YET_HINT)
         )
     return errors
+
+
+def _constraint_errors(spec: Any) -> list[FieldError]:
+    """A reasoning budget or an answer's pattern holds transformers' generation, not vLLM's."""
+    written = [key for key in ("thinking_token_budget", "constrain_answer_pattern")
+               if getattr(spec, key, None) is not None]  # fmt: skip
+    use = getattr(spec, "use_vllm", None)
+    vllm = use if use is not None else options.installed("vllm") and options.gpu_present()
+    if not written or not vllm:
+        return []
+    return [
+        FieldError(
+            f"algorithm.{written[0]}",
+            "agile holds transformers' generation to it, not vLLM's yet",
+            "train with --set algorithm.use_vllm=false (transformers generates)",
+        )
+    ]
 
 
 def _epoch_errors(spec: Any, manifest: Any) -> list[FieldError]:

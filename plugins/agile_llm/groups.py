@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from agile_llm import text
+from agile_llm.constraints import Constraint
 from agile_llm.objectives import IGNORE
 
 T = TypeVar("T")
@@ -241,15 +242,18 @@ def generate(
     room = min(first.output_tokens(), first.row_tokens() - max(map(len, prompts)))
     least = getattr(first.spec, "min_output_tokens", None)
     sampling = text.Sampling.of(first.spec) if explore else None
+    constraint = Constraint.of(first.spec)
     engine = engine or shared.engine()
     if engine is not None:
+        extra = {} if constraint is None else {"constraint": constraint}  # vLLM's takes none
         return engine.generate(shared.tokenizer, prompts, [members[o] for o in owners],
                                device=first.device, max_new_tokens=room, min_new_tokens=least,
-                               sampling=sampling, seed=seed)  # fmt: skip
+                               sampling=sampling, seed=seed, **extra)  # fmt: skip
     batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
     with shared.adapters.routed([members[o].adapter for o in owners]):
         return text.generate(shared.model.eval(), shared.tokenizer, batch, max_new_tokens=room,
-                             min_new_tokens=least, sampling=sampling, seed=seed)  # fmt: skip
+                             min_new_tokens=least, sampling=sampling, seed=seed,
+                             constraint=constraint)  # fmt: skip
 
 
 def sample(

@@ -11,7 +11,7 @@ import re
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,9 @@ from agile_cli.helpers import printable
 from agile_llm import objectives, templates
 from agile_llm.messages import error_detail
 from agile_llm.objectives import IGNORE
+
+if TYPE_CHECKING:
+    from agile_llm.constraints import Constraint
 
 #: Characters tokenised per token a text may contribute. A text longer than ``limit`` times
 #: this is cut to that many characters at the end the model reads before it is tokenised, so
@@ -308,10 +311,17 @@ def generate(
     min_new_tokens: int | None = None,
     sampling: Sampling | None = None,
     seed: int | None = None,
+    constraint: Constraint | None = None,
 ) -> Completions:
     """Continue every prompt: sampled as ``sampling`` says (seeded by ``seed``), or greedily
-    when it is None. A completion ends at the end token or after a stop string."""
+    when it is None, held to ``constraint`` (a reasoning budget, an answer's pattern). A
+    completion ends at the end token or after a stop string."""
     options: dict[str, Any] = {"do_sample": False, "max_new_tokens": max(1, max_new_tokens)}
+    if constraint is not None:
+        from transformers import LogitsProcessorList
+
+        processor = constraint.processor(tokenizer, int(prompts.ids.shape[1]))
+        options["logits_processor"] = LogitsProcessorList([processor])
     if sampling is not None:
         options.update(sampling.options())
         if seed is not None:
