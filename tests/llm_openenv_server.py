@@ -57,6 +57,10 @@ class Behaviour:
     :param action_field: the action field a guess is read from; a step without it is refused
         with VALIDATION_ERROR.
     :param credentials: ``(user, password)`` a handshake must carry as Basic credentials.
+    :param mcp: an MCP environment: it lists its tools (``answer_tool``, whose
+        ``action_field`` argument is the guess, and ``hint``) and runs them; a text action is
+        refused with VALIDATION_ERROR.
+    :param answer_tool: the name of the tool that takes a guess.
     """
 
     delay_s: float = 0.0
@@ -77,6 +81,8 @@ class Behaviour:
     fields: tuple[str, ...] = ("prompt",)
     action_field: str = "message"
     credentials: tuple[str, str] | None = None
+    mcp: bool = False
+    answer_tool: str = "submit_answer"
 
 
 @dataclass
@@ -255,9 +261,48 @@ class _Session:
             return None
         if self.behaviour.error is not None:
             return error_reply("the environment failed", self.behaviour.error)
+        if self.behaviour.mcp:
+            return self.mcp(data)
         if self.behaviour.action_field not in data:
             return error_reply("Invalid message", "VALIDATION_ERROR")
         return self.observation(*self.game.step(str(data[self.behaviour.action_field])))
+
+    def mcp(self, action: dict[str, Any]) -> str:
+        """An MCP environment's reply: its tools listed, or one of them run."""
+        behaviour = self.behaviour
+        if action.get("type") == "list_tools":
+            data = {"observation": {"tools": self.tools(), "metadata": {}}, "done": False}
+            return json.dumps({"type": "observation", "data": data})
+        if action.get("type") != "call_tool":
+            return error_reply("Invalid message", "VALIDATION_ERROR")
+        name, arguments = action.get("tool_name"), action.get("arguments") or {}
+        reward, done, truncated = None, False, False
+        if name == behaviour.answer_tool:
+            guess = str(arguments.get(behaviour.action_field))
+            text, reward, done, truncated = self.game.step(guess)
+        elif name == "hint":
+            text = "even" if self.game.secret % 2 == 0 else "odd"
+        else:
+            error = {"error_type": "tool_not_found", "message": f"no tool {name}"}
+            data = {"observation": {"tool_name": name, "result": None, "error": error},
+                    "done": False}  # fmt: skip
+            return json.dumps({"type": "observation", "data": data})
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+        observation = {"tool_name": name, "result": result, "error": None, "metadata": {},
+                       "truncated": truncated}  # fmt: skip
+        data = {"observation": observation, "reward": reward, "done": done}
+        return json.dumps({"type": "observation", "data": data})
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The MCP tool specifications the server lists."""
+        field = self.behaviour.action_field
+        guess = {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]}
+        return [
+            {"name": self.behaviour.answer_tool, "description": "Guess the digit.",
+             "input_schema": guess},
+            {"name": "hint", "description": "Whether the digit is even.",
+             "input_schema": {"type": "object", "properties": {}}},
+        ]  # fmt: skip
 
     def observation(self, text: str, reward: float | None, done: bool, truncated: bool) -> str:
         """An observation reply, as the behaviour shapes it."""

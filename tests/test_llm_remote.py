@@ -322,3 +322,45 @@ def test_the_client_imports_neither_torch_nor_transformers() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# -- an MCP environment's tools ------------------------------------------------------------------
+
+
+def test_an_mcp_environment_lists_its_tools_and_runs_them(serve: Serve) -> None:
+    """As 2.58 speaks to one: ListToolsAction and CallToolAction sent as steps over the
+    session, the tools read as function schemas, a tool's result read from its content."""
+    server = serve(mcp=True, action_field="answer")
+    env = remote(server.url, answer_tool="submit_answer", action_field="answer")
+    assert env.tools is None  # no session yet
+    env.reset(seed=5)
+    tools = env.tools
+    assert tools is not None and [t["function"]["name"] for t in tools] == ["submit_answer", "hint"]
+    assert tools[0] == {"type": "function", "function": {
+        "name": "submit_answer", "description": "Guess the digit.",
+        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}},
+                       "required": ["answer"]}}}  # fmt: skip
+    assert env.tools is tools  # listed once a session
+    hint = env.call_tool("hint", {})
+    assert hint[0] in ("even", "odd") and hint[1:4] == (0.0, False, False)
+    secret = next(d for d in range(10) if env.call_tool("submit_answer", {"answer": str(d)})[2])
+    sent = [message["data"] for _, message in server.log.messages if message["type"] == "step"]
+    assert sent[0] == {"type": "list_tools", "metadata": {}}
+    assert sent[1] == {"type": "call_tool", "tool_name": "hint", "arguments": {}, "metadata": {}}
+    assert (hint[0] == "even") == (secret % 2 == 0)
+
+
+def test_a_text_server_refusing_the_listing_keeps_its_session(serve: Serve) -> None:
+    server = serve()
+    env = remote(server.url, answer_tool="guess")
+    env.reset(seed=5)
+    assert env.tools == []  # VALIDATION_ERROR: a text environment
+    assert solve(env)[-1][1:4] == (1.0, True, False)  # played on in the same session
+    assert {number for number, _ in server.log.messages} == {1}
+
+
+def test_an_unknown_tool_is_answered_with_the_servers_error_text(serve: Serve) -> None:
+    env = remote(serve(mcp=True).url, answer_tool="submit_answer")
+    env.reset(seed=1)
+    said, reward, terminated, truncated, _ = env.call_tool("nope", {})
+    assert said == "Error: no tool nope" and (reward, terminated, truncated) == (0.0, False, False)

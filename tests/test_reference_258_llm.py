@@ -27,7 +27,6 @@ CORPUS = sorted(FOLDER.glob("*.yaml"))
 REFUSED = {
     "grpo_env_image.yaml": "environment.env_image",
     "grpo_fsdp.yaml": "algorithm.fsdp",
-    "grpo_replica_tools.yaml": "environment.answer_tool",  # an OpenEnv server's tools (MCP)
     "llmppo_guess_digit.yaml": "environment.env_type",  # LLMPPO over episodes
 }
 
@@ -110,7 +109,9 @@ def test_those_that_run_here_train_one_step(
     folder = tmp_path / "run"
     options = _one_step(data, tiny)
     field = data["environment"].get("action_field", "message")
-    with GameServer(action_field=field) as server:
+    tools = data["environment"].get("answer_tool")  # an MCP server: its tools, run by name
+    with GameServer(action_field=field, mcp=tools is not None,
+                    answer_tool=tools or "submit_answer") as server:  # fmt: skip
         if "env_url" in data["environment"]:
             options += ["--set", f"environment.env_url={server.url}"]
         result = run("train", str(path), "--quiet", "--run-dir", str(folder), *options)
@@ -119,6 +120,9 @@ def test_those_that_run_here_train_one_step(
     assert [json.loads(line)["generation"] for line in lines] == [1]
     if data["environment"].get("factory") == "gem:make":
         assert set(made) == {data["environment"]["entrypoint"]}
+    if tools is not None:  # every episode listed the server's tools and called them by name
+        steps = [m["data"].get("type") for _, m in server.log.messages if m["type"] == "step"]
+        assert "list_tools" in steps and set(steps) == {"list_tools", "call_tool"}
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

@@ -278,17 +278,6 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
                 "env_url: http://127.0.0.1:8000 instead of env_image",
             )
         )
-    if environment.env_url is not None and environment.answer_tool is not None:
-        errors.append(
-            FieldError(
-                "environment.answer_tool",
-                "agile does not call an OpenEnv "
-                "server's tools (MCP) yet; it sends a server text actions",
-                "remove answer_tool to send each reply's text as "
-                f"{environment.action_field or 'message'}, or serve the "
-                "environment through an entrypoint that offers tools",
-            )
-        )
     for key in ("segment_prompt_tokens", "segment_max_images"):
         if getattr(environment, key) is not None:
             errors.append(

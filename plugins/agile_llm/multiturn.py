@@ -191,7 +191,8 @@ def _remote(spec: LLMEnvSpec) -> tuple[Callable[[], Any], str]:
     make = replica_factory(urls, max_turns=spec.max_turns,
                            request_timeout_s=spec.request_timeout_s,
                            action_field=spec.action_field,
-                           observation_field=spec.observation_field)  # fmt: skip
+                           observation_field=spec.observation_field,
+                           answer_tool=spec.answer_tool)  # fmt: skip
     shown = ", ".join(shown_url(url) for url in urls)
     return make, f"environment.env_url ({shown})"
 

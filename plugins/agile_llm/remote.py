@@ -468,6 +468,9 @@ class RemoteEnvironment:
     :param reset_attempts: tries a reset makes when the server cannot be reached, answers
         502, 503 or 504, is full, or drops the session; each waits twice as long as the last.
     :param backoff_s: seconds before the first retry.
+    :param answer_tool: with it, the server may be an MCP environment: its tools are listed
+        once a session (:attr:`tools`) and the model's calls run by :meth:`call_tool`, as
+        2.58 speaks to one (a server that refuses the listing is a text environment).
     :raises TrainingError: ``url`` or ``request_timeout_s`` cannot be used.
     """
 
@@ -483,8 +486,11 @@ class RemoteEnvironment:
         max_reply_bytes: int = MAX_REPLY_BYTES,
         reset_attempts: int = RESET_ATTEMPTS,
         backoff_s: float = RESET_BACKOFF_S,
+        answer_tool: str | None = None,
     ) -> None:
         self.url = shown_url(url)
+        self.answer_tool = answer_tool
+        self._tools: list[dict[str, Any]] | None = None  # listed once a session
         try:
             self._endpoint = _endpoint(url)
         except (ValueError, httpx.InvalidURL) as error:
@@ -524,26 +530,66 @@ class RemoteEnvironment:
         """Play one turn: the environment's answer, the reward, whether the episode ended
         (terminated, truncated), and the info. A failed step is never sent again: its
         environment may have taken it, and a new session would be a new environment."""
+        return self._played({self.action_field: str(action)}, "step")
+
+    def _played(
+        self, action: dict[str, Any], method: str
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Send one action over the open session: the 5-tuple of its observation."""
         if self._session is None:
             raise TrainingError(
-                f"{self.url}: step() has no session to play in",
+                f"{self.url}: {method}() has no session to play in",
                 "call reset() first; after a failure the episode cannot go on, because a new "
                 "session would be a new environment",
             )
         try:
-            observation, reward, done = _outcome(
-                self._exchange({"type": "step", "data": {self.action_field: str(action)}})
-            )
+            observation, reward, done = _outcome(self._exchange({"type": "step", "data": action}))
             text = self._text(observation, done=done)
         except _Failure as failure:
             self._drop()
-            raise self._error("step", failure) from None
+            raise self._error(method, failure) from None
         truncated = isinstance(observation, dict) and observation.get("truncated") is True
         return text, reward, done and not truncated, truncated, _info(observation)
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """An MCP environment's tools as function schemas (listed once a session, after a
+        reset); None without ``answer_tool`` or a session; empty for a text environment."""
+        if self.answer_tool is None or self._session is None:
+            return None
+        if self._tools is None:
+            self._tools = self._listed()
+        return self._tools
+
+    def call_tool(
+        self, name: str, arguments: dict[str, Any]
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Run one tool of an MCP environment: its result's text, the reward, whether the
+        episode ended (terminated, truncated), and the info; never sent twice, as a step."""
+        action = {"type": "call_tool", "tool_name": name, "arguments": arguments, "metadata": {}}
+        return self._played(action, "call_tool")
 
     def close(self) -> None:
         """End the session, which discards the server's environment."""
         self._drop()
+
+    def _listed(self) -> list[dict[str, Any]]:
+        """The session's MCP tools (2.58's ``ListToolsAction`` sent as a step), as OpenAI
+        function schemas; none where the server refuses the action (a text environment)."""
+        try:
+            data = self._exchange({"type": "step", "data": {"type": "list_tools", "metadata": {}}})
+        except _Failure as failure:
+            if "VALIDATION_ERROR" in failure.reason:
+                return []
+            self._drop()
+            raise self._error("list_tools", failure) from None
+        observation = data.get("observation")
+        listed = observation.get("tools") if isinstance(observation, dict) else None
+        return (
+            [_function(tool) for tool in listed if isinstance(tool, dict)]
+            if isinstance(listed, list)
+            else []
+        )
 
     def _at_boundary(self, message: dict[str, Any]) -> dict[str, Any]:
         """``message``'s reply, retried on a fresh session while the server cannot be reached
@@ -591,17 +637,19 @@ class RemoteEnvironment:
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message`` and read its reply's data; the session is dropped if anything
-        (an interrupt included) stops the exchange half way."""
+        (an interrupt included) stops the exchange half way. A reply that is an error, or
+        not an observation, leaves the session to the caller."""
         session = self._session
         assert session is not None
         timeout = self.message_timeout_s
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             session.send(message, deadline)
-            return _reply(session.receive(deadline))
+            said = session.receive(deadline)
         except BaseException:
             self._drop(polite=False)
             raise
+        return _reply(said)
 
     def _text(self, observation: dict[str, Any] | str, *, done: bool) -> str:
         """The observation's text; at the end of an episode, which reads none, it may lack one."""
@@ -625,10 +673,20 @@ class RemoteEnvironment:
         return TrainingError(f"{self.url}: {method}() failed{tries}: {reason}", failure.hint)
 
     def _drop(self, polite: bool = True) -> None:
-        """Close the session, if one is open."""
+        """Close the session, if one is open (its tools are listed again on the next)."""
         session, self._session = self._session, None
+        self._tools = None
         if session is not None:
             session.close(polite)
+
+
+def _function(tool: dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool (``name``, ``description``, ``input_schema``) as an OpenAI function schema,
+    the form chat templates and agile's parsers read."""
+    schema = tool.get("input_schema", tool.get("inputSchema"))
+    function = {"name": str(tool.get("name") or ""), "description": str(tool.get("description")
+                or ""), "parameters": schema if isinstance(schema, dict) else {}}  # fmt: skip
+    return {"type": "function", "function": function}
 
 
 def replica_factory(urls: str | Sequence[str], **options: Any) -> Callable[[], RemoteEnvironment]:
