@@ -151,7 +151,6 @@ def test_multiturn_manifest_validates_and_trains_here(run, tiny: Path, game: Pat
 @pytest.mark.parametrize(
     ("name", "extra", "field", "words"),
     [
-        ("LLMPPO", {}, "environment.env_type", "value head"),
         ("GRPO", {"importance_sampling_level": "turn"}, "algorithm.importance_sampling_level",
          "one importance ratio per token or per episode"),
         ("GSPO", {"advantage_granularity": "turn"}, "algorithm.advantage_granularity",
@@ -368,6 +367,37 @@ def test_grpo_trains_on_episodes_and_scores_greedy_play(
     scores = member.score(env.test, env)
     assert set(scores.metrics) >= {"mean return", "success rate", "mean turns"}
     assert scores.fitness == scores.metrics["mean return"]
+
+
+def test_llmppo_trains_on_episodes_each_turns_reward_on_its_last_token(
+    tiny: Path, game: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With gamma and lambda 1, no KL and values 0, a token's return is the rewards of its
+    turn and the turns after it: each turn's reward sits on its last token, and GAE runs
+    across the environment's answers."""
+    from agile_llm.algorithms import play_episodes
+
+    members, env = _population(tiny, 1, name="LLMPPO", gamma=1.0, gae_lambda=1.0, beta=0.0,
+                               whiten_advantages=False)  # fmt: skip
+    monkeypatch.setattr(text, "generate", _replies(["0", "1", "2"]))
+    member = members[0]
+    episodes = play_episodes(members, [env.rows_at(0, 2)], env, explore=True)[0]
+    batch = multiturn.transcripts(episodes, int(member.tokenizer.pad_token_id), member.device)
+    counted = batch.labels[:, 1:].ne(-100).float()
+    zeros = torch.zeros_like(counted)
+    passes = {"old": zeros, "reference": zeros, "values": zeros, "counted": counted}
+    rollout = member.episodes_scored(episodes, batch, passes)
+    turn = batch.turn[:, 1:]
+    assert max(len(e.rewards) for e in episodes) >= 2  # returns that cross an answer
+    for row, episode in enumerate(episodes):
+        for number in range(len(episode.rewards)):
+            expected = sum(episode.rewards[number:])
+            got = rollout["returns"][row][turn[row] == number]
+            assert torch.allclose(got, torch.full_like(got, expected))
+    before = copy.deepcopy(member.shared.adapters.weights(member.adapter))
+    loss = member.train_step(env.rows_at(0, 2), env)
+    after = member.shared.adapters.weights(member.adapter)
+    assert loss != 0 and any(not torch.equal(before[k], after[k]) for k in before)
 
 
 def test_scores_together_equal_the_scores_one_by_one(tiny: Path, game: Path) -> None:

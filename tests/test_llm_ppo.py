@@ -109,6 +109,20 @@ def test_gae_on_one_row_of_three_tokens_by_hand() -> None:
     assert torch.allclose(returns, expected + values, atol=1e-6)
 
 
+def test_gae_goes_across_an_episodes_environment_turns_by_hand() -> None:
+    """Turn one (two tokens), the environment's answer (not counted), turn two (one token,
+    the reward): the recursion skips the answer, it does not end there."""
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.2, 0.3, 0.0, 0.0, 0.5]])
+    counted = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0]])
+    advantages, returns = objectives.generalised_advantages(rewards, values, counted, 0.9, 0.5)
+    # A_4 = 1.0 - 0.5 = 0.5; delta_1 = 0.9*0.5 - 0.3 = 0.15, A_1 = 0.15 + 0.45*0.5 = 0.375
+    # delta_0 = 0.9*0.3 - 0.2 = 0.07, A_0 = 0.07 + 0.45*0.375 = 0.23875
+    expected = torch.tensor([[0.23875, 0.375, 0.0, 0.0, 0.5]])
+    assert torch.allclose(advantages, expected, atol=1e-6)
+    assert torch.allclose(returns, (expected + values) * counted, atol=1e-6)
+
+
 def test_token_rewards_are_the_kl_penalty_plus_the_reward_on_the_last_token(tiny: Path) -> None:
     member = make_member(tiny, beta=0.5)
     counted = torch.tensor([[0.0, 1.0, 1.0, 1.0, 0.0]])

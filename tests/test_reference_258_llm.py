@@ -27,7 +27,6 @@ CORPUS = sorted(FOLDER.glob("*.yaml"))
 REFUSED = {
     "grpo_env_image.yaml": "environment.env_image",
     "grpo_fsdp.yaml": "algorithm.fsdp",
-    "llmppo_guess_digit.yaml": "environment.env_type",  # LLMPPO over episodes
 }
 
 

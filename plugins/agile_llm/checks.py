@@ -401,23 +401,11 @@ def _epoch_errors(spec: Any, manifest: Any) -> list[FieldError]:
 
 
 def _multiturn_errors(spec: Any, manifest: Any) -> list[FieldError]:
-    """The settings agile's trainer refuses in an environment the model acts in: LLMPPO (its
-    critic learns from single completions here), a ratio per turn, and turn-level advantages
-    where the loss takes one advantage per episode."""
+    """The settings agile's trainer refuses in an environment the model acts in: a ratio per
+    turn, and turn-level advantages where the loss takes one advantage per episode."""
     if spec.environment_type(manifest) != "multiturn":
         return []
     name = manifest.algorithm_name
-    if not spec.trains_multiturn:
-        return [
-            FieldError(
-                "environment.env_type",
-                f"agile trains {name}'s value head on single "
-                "completions, not on multi-turn episodes",
-                "train multi-turn with "
-                "GRPO, GSPO, CISPO or LLMREINFORCE, or run this manifest on Arena "
-                "with --backend arena",
-            )
-        ]
     errors = []
     level = getattr(spec, "importance_sampling_level", None)
     if level == "turn":

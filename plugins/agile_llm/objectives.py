@@ -218,15 +218,18 @@ def generalised_advantages(
     rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE (Schulman et al., 2016, arXiv:1506.02438) over ``[N, T]`` per-token rewards and
-    value estimates of completion tokens (``mask``); returns ``(advantages, returns)``. The
-    episode ends after each row's last counted token."""
+    value estimates of generated tokens (``mask``); returns ``(advantages, returns)``. The
+    tokens of a row that ``mask`` leaves out (an episode's environment turns between the
+    model's) are skipped: the recursion goes from each counted token to the next counted one.
+    The episode ends after each row's last counted token."""
     advantages = torch.zeros_like(rewards)
     running = torch.zeros(rewards.shape[0], device=rewards.device)
     next_value = torch.zeros_like(running)
     for t in reversed(range(rewards.shape[1])):
-        live = mask[:, t].float()
+        live = mask[:, t].bool()
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        running = (delta + gamma * lam * running) * live
-        advantages[:, t] = running
-        next_value = values[:, t] * live
-    return advantages, advantages + values
+        here = delta + gamma * lam * running
+        running = torch.where(live, here, running)
+        advantages[:, t] = torch.where(live, here, torch.zeros_like(here))
+        next_value = torch.where(live, values[:, t], next_value)
+    return advantages, (advantages + values) * mask

@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Self
 
 import torch
 
-from agile_llm import groups, objectives, text
-from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, Rollout, Row
+from agile_llm import groups, multiturn, objectives, text
+from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, Rollout, Row, play_episodes
 from agile_llm.objectives import IGNORE
 from agile_llm.text import log_probs_and_states
 
@@ -68,19 +68,41 @@ class LLMPPO(GRPO):
         cls, members: list[Self], rows: list[list[Row]], data: Any, ahead: Any = None
     ) -> list[Rollout | None]:
         """Each member's rollout: one completion of each of its prompts, sampled in one
-        generation call; a pass at sampling for their log-probabilities and each row's values
-        by its own member's head, one under the reference (members with a KL penalty); then
-        rewards, GAE advantages and returns (:meth:`scored`)."""
+        generation call (an episode of each seed, in a multi-turn environment); a pass at
+        sampling for their log-probabilities and each row's values by its own member's head,
+        one under the reference (members with a KL penalty); then rewards, GAE advantages and
+        returns (:meth:`scored`, :meth:`episodes_scored`)."""
+        if data.env_type == "multiturn":
+            played = play_episodes(members, rows, data, explore=True)
+            batches = [multiturn.transcripts(own, int(m.tokenizer.pad_token_id), m.device)
+                       for m, own in zip(members, played, strict=True)]  # fmt: skip
+            measured = cls.passes(members, [text.Sequences(b.ids, b.mask, b.labels)
+                                            for b in batches])  # fmt: skip
+            sets = zip(members, played, batches, measured, strict=True)
+            return [m.episodes_scored(own, b, p) for m, own, b, p in sets]
         rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
         prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
         done = groups.sample(members, prompts, [1] * len(members))
         labels = [d.ids.masked_fill(~d.completion, IGNORE) for d in done]
-        parts = [m.micro_batches(len(r)) for m, r in zip(members, rows, strict=True)]
+        pairs = zip(done, labels, strict=True)
+        measured = cls.passes(members, [text.Sequences(d.ids, d.mask, own) for d, own in pairs])
+        rowed = zip(members, done, labels, rows, rendered, measured, strict=True)
+        return [m.scored(d, own, r, t, data, p) for m, d, own, r, t, p in rowed]
+
+    @classmethod
+    def passes(
+        cls, members: list[Self], sequences: list[text.Sequences]
+    ) -> list[dict[str, torch.Tensor]]:
+        """Each member's passes over its sampled ``sequences``, every member's in one
+        computation: ``old`` log-probabilities, ``counted`` tokens, the head's ``values``, and
+        the ``reference`` log-probabilities (members with a KL penalty; else ``old``)."""
+        pairs = zip(members, sequences, strict=True)
+        parts = [m.micro_batches(int(q.ids.shape[0])) for m, q in pairs]
         penalised = [own if float(m.spec.beta) > 0 else []
                      for m, own in zip(members, parts, strict=True)]  # fmt: skip
 
         def completions(i: int, part: slice) -> text.Sequences:
-            return text.Sequences(done[i].ids, done[i].mask, labels[i]).take(part)
+            return sequences[i].take(part)
 
         def valued(i: int, batch: text.Sequences, output: Any, part: slice) -> Any:
             old, counted, hidden = output
@@ -91,15 +113,35 @@ class LLMPPO(GRPO):
         at_sampling = groups.measure(members, parts, completions, forward, valued)
         scored = functools.partial(text.labelled_log_probs, temperature=temperature)
         reference = groups.measure(members, penalised, completions, scored, adapters=False)
-        rollouts: list[Rollout | None] = []
-        for i, member in enumerate(members):
+        found = []
+        for i in range(len(members)):
             old, counted, values = (
                 torch.cat(pieces) for pieces in zip(*at_sampling[i], strict=True)
             )
-            passes = {"old": old, "counted": counted, "values": values,
-                      "reference": torch.cat(reference[i]) if reference[i] else old}  # fmt: skip
-            rollouts.append(member.scored(done[i], labels[i], rows[i], rendered[i], data, passes))
-        return rollouts
+            base = torch.cat(reference[i]) if reference[i] else old
+            found.append({"old": old, "counted": counted, "values": values, "reference": base})
+        return found
+
+    def episodes_scored(
+        self, episodes: list[multiturn.Episode], batch: multiturn.Transcripts,
+        passes: dict[str, torch.Tensor],
+    ) -> Rollout:  # fmt: skip
+        """The rollout of played ``episodes`` (their transcripts ``batch``): each turn's
+        reward on its last generated token, the KL penalty on every one, and GAE over the
+        generated tokens across turns (the environment's tokens between them are skipped, not
+        an end), as 2.58 trains LLMPPO over episodes."""
+        placed = torch.zeros_like(passes["old"])
+        turn = batch.turn[:, 1:]  # aligned with the shifted labels
+        for row, episode in enumerate(episodes):
+            for number, reward in enumerate(episode.rewards):
+                positions = (turn[row] == number).nonzero().flatten()
+                if len(positions):
+                    placed[row, positions[-1]] += reward
+        self.last_rewards = torch.tensor([e.total for e in episodes], dtype=torch.float32,
+                                         device=self.device)  # fmt: skip
+        counted = passes["counted"].float()
+        rewards = self.penalised(placed, passes["old"], passes["reference"], counted)
+        return self.advantaged(batch.ids, batch.mask, batch.labels, rewards, passes)
 
     def scored(
         self, done: text.Completions, labels: torch.Tensor, rows: list[Row], rendered: list[str],
@@ -112,24 +154,37 @@ class LLMPPO(GRPO):
         rewards = torch.as_tensor(data.reward(done.texts, rows, rendered),
                                   dtype=torch.float32, device=self.device)  # fmt: skip
         self.last_rewards = rewards
-        old, values, counted = passes["old"], passes["values"], passes["counted"].float()
-        advantage, returns = objectives.generalised_advantages(
-            self.token_rewards(rewards, old, passes["reference"], counted), values, counted,
-            float(self.spec.gamma), float(self.spec.gae_lambda),
-        )  # fmt: skip
-        if self.spec.whiten_advantages:
-            advantage = whiten(advantage, counted)
-        return {"ids": done.ids, "mask": done.mask, "labels": labels, "old": old,
-                "counted": counted, "values": values, "returns": returns,
-                "advantage": advantage}  # fmt: skip
+        counted = passes["counted"].float()
+        token = self.token_rewards(rewards, passes["old"], passes["reference"], counted)
+        return self.advantaged(done.ids, done.mask, labels, token, passes)
 
     def token_rewards(self, rewards: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
                       counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """``[N, T]`` rewards: ``-beta * KL`` on every counted token, plus each completion's
         reward on its last counted token."""
-        kl = self.token_kl(old, reference) * counted
         last = counted * (counted.cumsum(dim=1) == counted.sum(dim=1, keepdim=True))
-        return -float(self.spec.beta) * kl + last * rewards.unsqueeze(1)
+        return self.penalised(last * rewards.unsqueeze(1), old, reference, counted)
+
+    def penalised(self, placed: torch.Tensor, old: torch.Tensor, reference: torch.Tensor,
+                  counted: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """Rewards ``placed`` on tokens, with ``-beta * KL`` on every counted token."""
+        return -float(self.spec.beta) * self.token_kl(old, reference) * counted + placed
+
+    def advantaged(
+        self, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor,
+        token_rewards: torch.Tensor, passes: dict[str, torch.Tensor],
+    ) -> Rollout:  # fmt: skip
+        """The rollout of sampled rows given their per-token rewards ``[N, T - 1]`` and the
+        passes at sampling: GAE advantages (whitened with ``whiten_advantages``) and
+        returns."""
+        old, values, counted = passes["old"], passes["values"], passes["counted"].float()
+        advantage, returns = objectives.generalised_advantages(
+            token_rewards, values, counted, float(self.spec.gamma), float(self.spec.gae_lambda)
+        )
+        if self.spec.whiten_advantages:
+            advantage = whiten(advantage, counted)
+        return {"ids": ids, "mask": mask, "labels": labels, "old": old, "counted": counted,
+                "values": values, "returns": returns, "advantage": advantage}  # fmt: skip
 
     # -- loss ----------------------------------------------------------------------------------
 

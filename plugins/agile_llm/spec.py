@@ -482,8 +482,6 @@ class LLMSpec(AlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ()
     default_evo_steps: ClassVar[int] = 20
     mutation_kinds: ClassVar[frozenset[str]] = frozenset({"rl_hp"})
-    #: Whether agile trains this algorithm on multi-turn episodes.
-    trains_multiturn: ClassVar[bool] = True
     #: Whether its loss weighs each completion (each episode) by one advantage.
     one_advantage_per_episode: ClassVar[bool] = False
     #: Whether asynchronous rollouts can sample its completions ahead.
@@ -811,7 +809,6 @@ class LLMPPOSpec(_GenerationSpec):
     with advantages from a learned value head (GAE over the completion's tokens) and a KL
     penalty towards the base model."""
 
-    trains_multiturn: ClassVar[bool] = False  # its value head learns from single completions
     samples_ahead: ClassVar[bool] = False  # its values are measured as it samples
 
     lr_actor: float = Field(
