@@ -600,3 +600,35 @@ def test_the_calculator_example_is_won_through_its_tool_as_its_demonstrations_sh
     assert rows[1].keys() == demonstration.keys() and rows[1]["prompt"].count("</s>\n") == 1
     row = tokenizer(demonstration["prompt"] + demonstration["response"], add_special_tokens=False)
     assert episode.ids == [*row.input_ids, tokenizer.eos_token_id]
+
+
+def test_asynchronous_rollouts_play_episodes_with_the_copy_ahead(
+    run, tiny: Path, game: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy of the model plays the next iteration's episodes while the population
+    learns; their log-probabilities under the copy are the ratio's denominator."""
+    from agile_llm.algorithms import GRPO, Sampled
+
+    samples: list[Sampled] = []
+    original = GRPO.sample.__func__  # type: ignore[attr-defined]
+
+    def sampled(cls: Any, members: Any, rows: Any, data: Any, engine: Any = None) -> Sampled:
+        samples.append(original(cls, members, rows, data, engine))
+        return samples[-1]
+
+    monkeypatch.setattr(GRPO, "sample", classmethod(sampled))
+    content = manifest(tiny)
+    content["training"].update(max_steps=6, evo_steps=3, rollout_mode="async")
+    content["replay_buffer"] = {"kind": "llm", "max_rollout_version_lag": 1}
+    path = game / "m.yaml"
+    path.write_text(yaml.safe_dump(content), encoding="utf-8")
+    checked = run("validate", str(path))
+    assert "not on this machine" not in checked.output
+    result = run("train", str(path), "--quiet", "--run-dir", str(game / "run"))
+    assert result.exit_code == 0, result.output
+    assert len(samples) == 3  # one per iteration (3 of 2 seeds each, one generation)
+    for ahead in samples:
+        assert ahead.episodes is not None and ahead.old is not None and not ahead.done
+        for own, old in zip(ahead.episodes, ahead.old, strict=True):
+            width = max(len(e.ids) for e in own)
+            assert old.shape == (len(own), width - 1)  # one per transcript token but the first

@@ -338,12 +338,16 @@ class GRPO(LLMMember):
         sampling and under the reference; None for a member whose ``filter_zero_adv`` kept
         no row."""
         rollouts: list[Rollout | None]
+        none: list[torch.Tensor | None] = [None] * len(members)
         if data.env_type == "multiturn":
-            played = play_episodes(members, rows, data, explore=True)
-            rollouts = [m.episodes_rollout(own) for m, own in zip(members, played, strict=True)]
+            if ahead is not None and ahead.episodes is not None:
+                played, olds = ahead.episodes, list(ahead.old) if ahead.old else none
+            else:
+                played, olds = play_episodes(members, rows, data, explore=True), none
+            episodes = zip(members, played, olds, strict=True)
+            rollouts = [m.episodes_rollout(own, old) for m, own, old in episodes]
         else:
             sampled = ahead or cls.sample(members, rows, data)
-            none: list[torch.Tensor | None] = [None] * len(members)
             olds = none if sampled.old is None else list(sampled.old)
             pieces = zip(members, sampled.done, rows, sampled.rendered, olds, strict=True)
             rollouts = [m.rollout_of(d, r, t, data, old) for m, d, r, t, old in pieces]
@@ -357,6 +361,13 @@ class GRPO(LLMMember):
         """Each member's ``group_size`` completions of each of its rows' prompts, in one
         generation call (by ``engine``, when given: asynchronous rollouts' copy of the model,
         which also gives their log-probabilities at sampling)."""
+        if data.env_type == "multiturn":  # episodes, played by the copy's adapters
+            played = play_episodes(members, rows, data, explore=True, engine=engine)
+            pads = [int(m.tokenizer.pad_token_id) for m in members]
+            batches = [multiturn.transcripts(own, pad, m.device).sequences()
+                       for m, own, pad in zip(members, played, pads, strict=True)]  # fmt: skip
+            olds = None if engine is None else engine.log_probs(members, batches)
+            return Sampled([], [], olds, played)
         rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
         prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
         done = groups.sample(members, prompts, [m.group() for m in members], engine)
@@ -431,10 +442,14 @@ class GRPO(LLMMember):
                                       lambda prompt: self.prompt_ids([prompt])[0],
                                       model_type)  # fmt: skip
 
-    def episodes_rollout(self, episodes: list[multiturn.Episode]) -> Rollout | None:
+    def episodes_rollout(
+        self, episodes: list[multiturn.Episode], old: torch.Tensor | None = None
+    ) -> Rollout | None:
         """Played episodes (``group_size`` consecutive ones per seed) as a rollout: each
         transcript's generated tokens trained with its return's group-relative advantage, or,
-        with ``advantage_granularity: turn``, with each turn's return-to-go's."""
+        with ``advantage_granularity: turn``, with each turn's return-to-go's (and ``old``,
+        their log-probabilities under the copy that played them, with asynchronous
+        rollouts)."""
         pad = int(self.tokenizer.pad_token_id)
         batch = multiturn.transcripts(episodes, pad, self.device)
         returns = torch.tensor([e.total for e in episodes], dtype=torch.float32,
@@ -448,6 +463,8 @@ class GRPO(LLMMember):
             turns = multiturn.turn_advantages(episodes, self.group(),
                                               advantage if fallback else None)  # fmt: skip
             rollout["token_advantage"] = multiturn.per_token(batch.turn, turns).to(self.device)
+        if old is not None:
+            rollout["old"] = old.to(self.device)
         return self._kept(rollout)
 
     # -- scoring -----------------------------------------------------------------------------
@@ -526,6 +543,8 @@ class Sampled:
     rendered: list[list[str]]
     done: list[text.Completions]
     old: list[torch.Tensor] | None = None
+    #: The episodes played, in a multi-turn environment (``rendered`` and ``done`` empty).
+    episodes: list[list[multiturn.Episode]] | None = None
 
 
 def _informative(rollout: Rollout, rewards: torch.Tensor, group: int) -> Rollout | None:
@@ -602,12 +621,12 @@ def _samples(
 
 def play_episodes(
     members: Sequence[GRPO], rows: list[list[Row]], data: Any, *, explore: bool,
-    copies: int | None = None,
+    copies: int | None = None, engine: Any = None,
 ) -> list[list[multiturn.Episode]]:  # fmt: skip
     """Each member's episodes of a multi-turn environment (``copies`` per seed of its
     ``rows``: by default ``group_size`` each when exploring, else one), played in step: each
     turn is one generation call for every member's running episodes, each row through its
-    member's adapter."""
+    member's adapter (``engine``'s copy of it, with asynchronous rollouts)."""
     first = members[0]
     seeds = [
         (int(row["seed"]), i)
@@ -618,7 +637,8 @@ def play_episodes(
 
     def turn(prompts: list[list[int]], owners: list[int]) -> text.Completions:
         seed = groups.draw(members) if explore else None
-        return groups.generate(members, prompts, owners, explore=explore, seed=seed)
+        return groups.generate(members, prompts, owners, explore=explore, seed=seed,
+                               engine=engine)  # fmt: skip
 
     played = multiturn.play(data, seeds, first.conversation(data), turn,
                             context=first.row_tokens(),

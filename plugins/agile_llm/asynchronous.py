@@ -69,11 +69,19 @@ class Generator:
     ) -> list[torch.Tensor]:
         """Each member's completions' log-probabilities under the adapter that sampled them,
         ``[N, T - 1]`` as the training pass gives them."""
+        batches = [text.Sequences(d.ids, d.mask, d.ids.masked_fill(~d.completion, -100))
+                   for d in done]  # fmt: skip
+        return self.log_probs(members, batches)
+
+    def log_probs(
+        self, members: Sequence[Any], batches: Sequence[text.Sequences]
+    ) -> list[torch.Tensor]:
+        """Each member's labelled tokens' log-probabilities in its ``batches`` (completions,
+        or episodes' transcripts) under the copy of its adapter, as the training pass gives
+        them."""
         found = []
         with torch.no_grad():
-            for member, completions in zip(members, done, strict=True):
-                labels = completions.ids.masked_fill(~completions.completion, -100)
-                batch = text.Sequences(completions.ids, completions.mask, labels)
+            for member, batch in zip(members, batches, strict=True):
                 with self.adapters.routed([member.adapter] * int(batch.ids.shape[0])):
                     model = self.adapters.model.eval()
                     found.append(text.labelled_log_probs(model, batch, member.sampled_at()))

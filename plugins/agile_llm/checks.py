@@ -291,9 +291,9 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
 
 
 def _asynchronous_errors(spec: Any, manifest: Any) -> list[FieldError]:
-    """What asynchronous rollouts do not take yet: episodes of an environment, LLMPPO (its
-    values are measured when it samples); and group replay, which replays into groups
-    sampled asynchronously, as 2.58's does."""
+    """What asynchronous rollouts do not take yet: LLMPPO (its values are measured when it
+    samples); and group replay, which replays into groups sampled asynchronously, as 2.58's
+    does."""
     training, errors = manifest.training, []
     replay = getattr(manifest.replay_buffer, "group_replay_max_age", 0)
     if getattr(training, "rollout_mode", "colocated") != "async":
@@ -307,15 +307,6 @@ def _asynchronous_errors(spec: Any, manifest: Any) -> list[FieldError]:
                 )
             )
         return errors
-    if spec.environment_type(manifest) == "multiturn":
-        errors.append(
-            FieldError(
-                "training.rollout_mode",
-                "agile samples asynchronously over "
-                "dataset rows only, not episodes of an environment yet",
-                "write rollout_mode: colocated",
-            )
-        )
     if not spec.samples_ahead:
         errors.append(
             FieldError(

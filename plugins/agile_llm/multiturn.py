@@ -685,6 +685,10 @@ class Transcripts:
     labels: torch.Tensor
     turn: torch.Tensor
 
+    def sequences(self) -> text.Sequences:
+        """The transcripts as training rows (ids, mask, labels)."""
+        return text.Sequences(self.ids, self.mask, self.labels)
+
 
 def transcripts(episodes: list[Episode], pad: int, device: Any) -> Transcripts:
     import torch

@@ -274,6 +274,6 @@ def llm_runner(manifest: TrainingManifest, env: Any) -> LLMRunner:
     if isinstance(env, MultiTurnData):  # no data to pass over; held-out episodes, not rows
         written = "eval_rows" in training.model_fields_set
         env.hold_out(int(eval_rows) if written and eval_rows is not None else EVAL_EPISODES)
-        return LLMRunner(env, epochs=None, eval_rows=None)
+        return LLMRunner(env, epochs=None, eval_rows=None, rollouts=Rollouts.of(manifest))
     return LLMRunner(env, epochs=epochs, eval_rows=eval_rows, rollouts=Rollouts.of(manifest),
                      evo_epochs=getattr(training, "evo_epochs", None))  # fmt: skip
