@@ -158,21 +158,37 @@ def test_uninformative_groups_are_dropped() -> None:
     assert _informative(rollout, torch.ones(6), 2) is None
 
 
-@pytest.mark.parametrize(
-    ("change", "path"),
-    [({"algorithm": {"name": "LLMPPO"}}, "training.rollout_mode"),
-     ({"replay_buffer": {"group_replay_max_age": 2}, "training": {"rollout_mode": "colocated"}},
-      "replay_buffer.group_replay_max_age")],
-)  # fmt: skip
-def test_what_async_rollouts_do_not_take_yet_is_refused_here(
-    tiny: Path, data: Path, change: dict[str, Any], path: str
-) -> None:
-    content = _content(tiny, data)
-    for section, fields in change.items():
-        content[section] = {**content[section], **fields}
-    if content["algorithm"]["name"] == "LLMPPO":
-        content["algorithm"].pop("group_size")
-        content["algorithm"]["lr_actor"] = content["algorithm"].pop("lr")
+def test_group_replay_without_asynchronous_rollouts_is_refused_here(tiny: Path, data: Path) -> None:
+    content = _content(tiny, data, rollout_mode="colocated")
+    content["replay_buffer"] = {**content["replay_buffer"], "group_replay_max_age": 2}
     manifest = TrainingManifest.get_validated(content)
     refused = {e.path for e in manifest.algorithm.local_training_errors(manifest)}
-    assert path in refused
+    assert refused == {"replay_buffer.group_replay_max_age"}
+
+
+def test_llmppo_learns_from_completions_the_copy_sampled(
+    run: Any, tiny: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its values are measured as it learns; the log-probabilities at sampling are the
+    copy's."""
+    import yaml
+
+    from agile_llm.ppo import LLMPPO
+
+    given: list[bool] = []
+    original = LLMPPO.passes.__func__  # type: ignore[attr-defined]
+
+    def passes(cls: Any, members: Any, sequences: Any, sampled: Any = None) -> Any:
+        given.append(sampled is not None)
+        return original(cls, members, sequences, sampled)
+
+    monkeypatch.setattr(LLMPPO, "passes", classmethod(passes))
+    content = _content(tiny, data)
+    content["algorithm"].pop("group_size")
+    content["algorithm"]["lr_actor"] = content["algorithm"].pop("lr")
+    content["algorithm"]["name"] = "LLMPPO"
+    path = tmp_path / "ppo.yaml"
+    path.write_text(yaml.safe_dump(content))
+    result = run("train", str(path), "--quiet", "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert given and all(given)  # every iteration's rollout, sampled ahead by the copy

@@ -291,31 +291,18 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
 
 
 def _asynchronous_errors(spec: Any, manifest: Any) -> list[FieldError]:
-    """What asynchronous rollouts do not take yet: LLMPPO (its values are measured when it
-    samples); and group replay, which replays into groups sampled asynchronously, as 2.58's
-    does."""
-    training, errors = manifest.training, []
+    """Group replay replays into groups sampled asynchronously, as 2.58's does."""
     replay = getattr(manifest.replay_buffer, "group_replay_max_age", 0)
-    if getattr(training, "rollout_mode", "colocated") != "async":
-        if replay:
-            errors.append(
-                FieldError(
-                    "replay_buffer.group_replay_max_age",
-                    "replays stored completions into groups sampled asynchronously, and "
-                    "training.rollout_mode is colocated",
-                    "set training.rollout_mode: async, or write 0",
-                )
-            )
-        return errors
-    if not spec.samples_ahead:
-        errors.append(
-            FieldError(
-                "training.rollout_mode",
-                "agile does not sample LLMPPO's completions asynchronously yet",
-                "write rollout_mode: colocated, or use GRPO, GSPO, CISPO or LLMREINFORCE",
-            )
+    if not replay or getattr(manifest.training, "rollout_mode", "colocated") == "async":
+        return []
+    return [
+        FieldError(
+            "replay_buffer.group_replay_max_age",
+            "replays stored completions into groups sampled asynchronously, and "
+            "training.rollout_mode is colocated",
+            "set training.rollout_mode: async, or write 0",
         )
-    return errors
+    ]
 
 
 def _schedule_errors(spec: Any) -> list[FieldError]:

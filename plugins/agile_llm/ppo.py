@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self
 import torch
 
 from agile_llm import groups, multiturn, objectives, text
-from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, Rollout, Row, play_episodes
+from agile_llm.algorithms import GRPO, SEQUENCE_LEVELS, Rollout, Row
 from agile_llm.objectives import IGNORE
 from agile_llm.text import log_probs_and_states
 
@@ -68,34 +68,37 @@ class LLMPPO(GRPO):
         cls, members: list[Self], rows: list[list[Row]], data: Any, ahead: Any = None
     ) -> list[Rollout | None]:
         """Each member's rollout: one completion of each of its prompts, sampled in one
-        generation call (an episode of each seed, in a multi-turn environment); a pass at
-        sampling for their log-probabilities and each row's values by its own member's head,
-        one under the reference (members with a KL penalty); then rewards, GAE advantages and
-        returns (:meth:`scored`, :meth:`episodes_scored`)."""
+        generation call (an episode of each seed, in a multi-turn environment), or ``ahead``
+        by asynchronous rollouts' copy; a pass for their log-probabilities (the copy's, when
+        it sampled them) and each row's values by its own member's head, one under the
+        reference (members with a KL penalty); then rewards, GAE advantages and returns
+        (:meth:`scored`, :meth:`episodes_scored`)."""
+        sampled = ahead or cls.sample(members, rows, data)
         if data.env_type == "multiturn":
-            played = play_episodes(members, rows, data, explore=True)
+            assert sampled.episodes is not None
+            played = sampled.episodes
             batches = [multiturn.transcripts(own, int(m.tokenizer.pad_token_id), m.device)
                        for m, own in zip(members, played, strict=True)]  # fmt: skip
-            measured = cls.passes(members, [text.Sequences(b.ids, b.mask, b.labels)
-                                            for b in batches])  # fmt: skip
+            measured = cls.passes(members, [b.sequences() for b in batches], sampled.old)
             sets = zip(members, played, batches, measured, strict=True)
             return [m.episodes_scored(own, b, p) for m, own, b, p in sets]
-        rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
-        prompts = [m.prompt_ids(t) for m, t in zip(members, rendered, strict=True)]
-        done = groups.sample(members, prompts, [1] * len(members))
+        done, rendered = sampled.done, sampled.rendered
         labels = [d.ids.masked_fill(~d.completion, IGNORE) for d in done]
         pairs = zip(done, labels, strict=True)
-        measured = cls.passes(members, [text.Sequences(d.ids, d.mask, own) for d, own in pairs])
+        sequences = [text.Sequences(d.ids, d.mask, own) for d, own in pairs]
+        measured = cls.passes(members, sequences, sampled.old)
         rowed = zip(members, done, labels, rows, rendered, measured, strict=True)
         return [m.scored(d, own, r, t, data, p) for m, d, own, r, t, p in rowed]
 
     @classmethod
     def passes(
-        cls, members: list[Self], sequences: list[text.Sequences]
-    ) -> list[dict[str, torch.Tensor]]:
+        cls, members: list[Self], sequences: list[text.Sequences],
+        sampled: list[torch.Tensor] | None = None,
+    ) -> list[dict[str, torch.Tensor]]:  # fmt: skip
         """Each member's passes over its sampled ``sequences``, every member's in one
-        computation: ``old`` log-probabilities, ``counted`` tokens, the head's ``values``, and
-        the ``reference`` log-probabilities (members with a KL penalty; else ``old``)."""
+        computation: ``old`` log-probabilities (``sampled``'s, where a copy of the model gave
+        them), ``counted`` tokens, the head's ``values`` (measured now, before the update),
+        and the ``reference`` log-probabilities (members with a KL penalty; else ``old``)."""
         pairs = zip(members, sequences, strict=True)
         parts = [m.micro_batches(int(q.ids.shape[0])) for m, q in pairs]
         penalised = [own if float(m.spec.beta) > 0 else []
@@ -118,6 +121,7 @@ class LLMPPO(GRPO):
             old, counted, values = (
                 torch.cat(pieces) for pieces in zip(*at_sampling[i], strict=True)
             )
+            old = old if sampled is None else sampled[i].to(old.device)
             base = torch.cat(reference[i]) if reference[i] else old
             found.append({"old": old, "counted": counted, "values": values, "reference": base})
         return found

@@ -484,8 +484,6 @@ class LLMSpec(AlgorithmSpec):
     mutation_kinds: ClassVar[frozenset[str]] = frozenset({"rl_hp"})
     #: Whether its loss weighs each completion (each episode) by one advantage.
     one_advantage_per_episode: ClassVar[bool] = False
-    #: Whether asynchronous rollouts can sample its completions ahead.
-    samples_ahead: ClassVar[bool] = True
 
     @model_validator(mode="before")
     @classmethod
@@ -808,8 +806,6 @@ class LLMPPOSpec(_GenerationSpec):
     human feedback, Ouyang et al., 2022, "InstructGPT", arXiv:2203.02155): a clipped objective
     with advantages from a learned value head (GAE over the completion's tokens) and a KL
     penalty towards the base model."""
-
-    samples_ahead: ClassVar[bool] = False  # its values are measured as it samples
 
     lr_actor: float = Field(
         default=5e-6, ge=0, validation_alias=AliasChoices("lr_actor", "lr"),
