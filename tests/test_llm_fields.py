@@ -360,3 +360,14 @@ def test_answer_continuation_closes_the_reasoning_then_answers_to_the_pattern(
     for said in _completions(member, env, explore=True):
         thought, closed, answer = said.partition("</think>")
         assert closed and len(thought) == 3 and re.fullmatch("[0-9]{2}", answer), said
+
+
+def test_a_spent_budget_ends_the_turn_even_below_the_minimum_length(tiny: Path, data: Path) -> None:
+    """min_output_tokens bars the end token; a spent reasoning budget forces it: the budget
+    wins rather than leaving nothing to sample."""
+    member, env = _member(tiny, data, {"thinking_token_budget": 2, "max_output_tokens": 8,
+                                       "min_output_tokens": 5})  # fmt: skip
+    rows = env.rows_at(0, 2)
+    prompts = member.prompt_ids(member.render_prompts(rows, env))
+    done = member.complete(prompts * 2, explore=True)
+    assert max(done.completion.sum(dim=1).tolist()) <= 3

@@ -63,6 +63,8 @@ class Constraint:
                     if allowed is not None:
                         kept = torch.full_like(scores[row], float("-inf"))
                         kept[allowed] = scores[row, allowed]
+                        if not bool(torch.isfinite(kept).any()):  # another processor ruled
+                            kept[allowed] = 0.0  # them all out (a minimum length): ours win
                         scores[row] = kept
                 return scores
 
