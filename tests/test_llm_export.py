@@ -118,3 +118,27 @@ def test_merge_names_what_it_was_given_when_it_is_no_adapter(run: Any, tmp_path:
     assert result.exit_code == 2
     assert "neither a run folder with an elite/ adapter nor an adapter folder" in result.output
     assert "Traceback" not in result.output
+
+
+def test_merge_never_asks_the_network_for_a_base_it_cannot_find(
+    run: Any, tmp_path: Path, tiny: Path, data: Path
+) -> None:
+    """Offline before peft and transformers read their settings: a missing base is an error
+    at once, not five retries of a hub that is never to be asked."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    folder = _trained(run, tmp_path, tiny, data, None)
+    config = folder / "elite" / "adapter_config.json"
+    named = json.loads(config.read_text())
+    config.write_text(json.dumps({**named, "base_model_name_or_path": "absent/model"}))
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9"}  # a closed port, were it asked
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(key, None)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "agile_cli.cli", "llm", "merge", str(folder)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 1 and "agile never downloads" in done.stderr
+    assert "Retrying" not in done.stderr and time.perf_counter() - started < 15

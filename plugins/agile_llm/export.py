@@ -25,10 +25,13 @@ def write_merged(base: str, adapter: Path, target: Path, tokenizer: Any = None) 
     :raises TrainingError: the adapter does not fit the base model, or cannot be read.
     """
     import torch
+
+    from agile_llm.model import load_model, load_tokenizer, require_stack
+
+    require_stack()  # offline before peft and transformers read their settings
     from peft import get_peft_model
 
     from agile_llm.adapters import read_adapter
-    from agile_llm.model import load_model, load_tokenizer
 
     start = read_adapter(adapter, what=f"the adapter {adapter}")
     assert start is not None
