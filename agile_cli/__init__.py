@@ -41,7 +41,7 @@ from agile_cli.host.registry import (
 from agile_cli.manifest import TrainingManifest
 from agile_cli.member import (
     AgentContext,
-    ExportsAtEnd,
+    ExportsElite,
     Member,
     MemberBasics,
     MemberRecord,
@@ -95,7 +95,7 @@ __all__ = [
     "EnvironmentNotFoundError",
     "EnvironmentSpec",
     "EpisodeProgress",
-    "ExportsAtEnd",
+    "ExportsElite",
     "FieldError",
     "GenerationStats",
     "LocalRunOptions",

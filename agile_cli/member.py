@@ -182,12 +182,13 @@ class Rebuildable(Protocol):
 
 
 @runtime_checkable
-class ExportsAtEnd(Protocol):
-    """A member that writes more than its portable form when it ends a run as the elite (an
+class ExportsElite(Protocol):
+    """A member that writes more than its portable form when it is saved as the elite (an
     LLM's adapter merged into its base model, say)."""
 
-    def export_at_end(self, run_folder: Path) -> list[Path]:
-        """Write what the run's end calls for into ``run_folder``; returns what it wrote."""
+    def export_elite(self, run_folder: Path, *, at_end: bool) -> list[Path]:
+        """Write what a save of the elite calls for into ``run_folder`` (``at_end``: the
+        save that ends the run); returns what it wrote."""
         ...
 
 

@@ -92,6 +92,8 @@ def test_every_and_best_write_it_too(
     assert len(writes) == (2 if trigger == "every" else 1)
     assert set(writes) == {folder / "merged"}
     _logits_agree(tiny, folder / "elite", folder / "merged")
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["exports"] == [str(folder / "merged")]
 
 
 @pytest.mark.parametrize(
@@ -142,3 +144,24 @@ def test_merge_never_asks_the_network_for_a_base_it_cannot_find(
                           capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 1 and "agile never downloads" in done.stderr
     assert "Retrying" not in done.stderr and time.perf_counter() - started < 15
+
+
+def test_saving_an_adapter_elsewhere_writes_no_merged_model(
+    tmp_path: Path, tiny: Path, data: Path
+) -> None:
+    """vLLM's engine saves each member's adapter to load it: only a save of the elite into
+    its run folder exports, even with trigger every."""
+    from agile_cli import TrainingManifest
+    from agile_cli.helpers import installed_registry
+    from agile_cli.training import setup
+    from agile_rl.runtime.agent import AgentContext
+
+    registry = installed_registry()
+    path = _write(tmp_path, tiny, data, {"format": "merged", "trigger": "every"})
+    manifest = TrainingManifest.get_validated(path, registry=registry)
+    env = setup.build_environment(manifest, registry, seed=0)
+    context = AgentContext(torch.device("cpu"), 1, manifest.training)
+    cls = setup.algorithm_class(manifest, registry)
+    (member,) = setup.build_population(manifest, cls, env, context, size=1)
+    assert member.save_portable(tmp_path / "engine" / "1")
+    assert sorted(p.name for p in (tmp_path / "engine").iterdir()) == ["1"]

@@ -23,7 +23,7 @@ from agile_cli.evolution.mutation import Mutator
 from agile_cli.evolution.selection import SelectionStrategy, last_fitness
 from agile_cli.host.registry import Registry
 from agile_cli.manifest import TrainingManifest
-from agile_cli.member import AgentContext, ExportsAtEnd, Member, Rebuildable
+from agile_cli.member import AgentContext, ExportsElite, Member, Rebuildable
 from agile_cli.models.recipe import RecipeStep
 from agile_cli.models.run_options import LocalRunOptions
 from agile_cli.runner import AsynchronousRunner
@@ -503,6 +503,8 @@ class EvolutionLoop:
         checkpoint.save_atomically(state, path)
         if path == self.folder.elite:
             member.save_portable(self.folder.portable_elite)
+            if isinstance(member, ExportsElite):
+                member.export_elite(self.folder.path, at_end=False)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The whole run as it stands: members, counters, generators, optionally the buffer."""
@@ -594,9 +596,9 @@ class EvolutionLoop:
         if elite is not None and not (interrupted and self.folder.elite.exists()):
             self.save_member(elite, self.folder.elite)
         summary = self._summary(best, interrupted)
-        if elite is not None and not interrupted and isinstance(elite, ExportsAtEnd):
+        if elite is not None and not interrupted and isinstance(elite, ExportsElite):
             self.reporter.phase("writing the elite's exports")
-            written = elite.export_at_end(self.folder.path)
+            written = elite.export_elite(self.folder.path, at_end=True)
             if written:
                 summary["exports"] = [str(path) for path in written]
         if scored:

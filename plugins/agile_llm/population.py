@@ -427,23 +427,19 @@ class LLMMember(MemberBasics):
         weights = get_peft_model_state_dict(model, adapter_name=self.adapter)
         save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()},
                   str(directory / "adapter_model.safetensors"))  # fmt: skip
-        if self.shared.merges(at_end=False):
-            self._merge(directory)
         return True
 
-    def export_at_end(self, run_folder: Path) -> list[Path]:
-        """The elite merged into the base model as ``merged/`` beside its adapter, where
-        ``checkpoint_export`` asks for it at the run's end."""
-        adapter = run_folder / "elite"
-        if not self.shared.merges(at_end=True) or not adapter.is_dir():
-            return []
-        return [self._merge(adapter)]
-
-    def _merge(self, adapter: Path) -> Path:
+    def export_elite(self, run_folder: Path, *, at_end: bool) -> list[Path]:
+        """The elite merged into the base model as ``merged/`` beside its adapter
+        (``elite/``), where ``checkpoint_export`` asks for it at this save."""
         from agile_llm.export import MERGED, write_merged
 
-        target = adapter.parent / MERGED
-        return write_merged(self.shared.path, adapter, target, self.tokenizer)
+        adapter, target, export = run_folder / "elite", run_folder / MERGED, self.shared.export
+        if at_end and export is not None and export.trigger == "every":
+            return [target] if target.is_dir() else []  # the save just before wrote it
+        if not self.shared.merges(at_end=at_end) or not adapter.is_dir():
+            return []
+        return [write_merged(self.shared.path, adapter, target, self.tokenizer)]
 
 
 def build_population(
