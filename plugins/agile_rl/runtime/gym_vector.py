@@ -90,7 +90,9 @@ def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
     if spec.entrypoint or spec.factory or spec.wrappers:
         return None
     _check_registered(spec.name)
-    if gym.spec(spec.name).vector_entry_point is None:
+    # ale-py's own vector (AtariVectorEnv) seeds its copies from one integer: a population's
+    # environment, which seeds each copy, steps Atari games in gymnasium's vectors.
+    if gym.spec(spec.name).vector_entry_point is None or _atari(spec.name):
         return None
     return gym.make_vec(
         spec.name, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config
@@ -99,9 +101,33 @@ def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
 
 def _registered(name: str) -> Callable[..., gym.Env]:
     def make(**kwargs: Any) -> gym.Env:
+        _register_namespace(name)  # again in a spawned worker, whose registry starts bare
         return gym.make(name, **kwargs)
 
     return make
+
+
+def _atari(name: str) -> bool:
+    return name.startswith("ALE/")
+
+
+def _register_namespace(name: str) -> None:
+    """Register the package behind ``name``'s namespace where gymnasium leaves it to the user:
+    gymnasium 1.x knows Atari's ``ALE/`` ids only after ``gym.register_envs(ale_py)``.
+
+    :raises EnvironmentNotFoundError: an ``ALE/`` id without ale-py installed.
+    """
+    if not _atari(name) or "ALE/Pong-v5" in gym.registry:
+        return
+    try:
+        import ale_py
+    except ImportError:
+        raise EnvironmentNotFoundError(
+            f"'{name}' is an Atari game, and ale-py, which provides them, is not installed",
+            "install it with `pip install ale-py` (or, in agile's folder, "
+            '`pip install -e ".[atari]"`)',
+        ) from None
+    gym.register_envs(ale_py)
 
 
 def _call(make_env: Callable[..., gym.Env], config: dict[str, Any], name: str) -> gym.Env:
@@ -131,6 +157,7 @@ def _install_hint(message: str) -> str:
 
 
 def _check_registered(name: str) -> None:
+    _register_namespace(name)
     try:
         gym.spec(name)
     except gym.error.NamespaceNotFound as exc:
