@@ -363,9 +363,8 @@ class GRPO(LLMMember):
         which also gives their log-probabilities at sampling)."""
         if data.env_type == "multiturn":  # episodes, played by the copy's adapters
             played = play_episodes(members, rows, data, explore=True, engine=engine)
-            pads = [int(m.tokenizer.pad_token_id) for m in members]
-            batches = [multiturn.transcripts(own, pad, m.device).sequences()
-                       for m, own, pad in zip(members, played, pads, strict=True)]  # fmt: skip
+            batches = [m.transcripts(own).sequences() for m, own in zip(members, played,
+                                                                        strict=True)]  # fmt: skip
             olds = None if engine is None else engine.log_probs(members, batches)
             return Sampled([], [], olds, played)
         rendered = [m.render_prompts(r, data) for m, r in zip(members, rows, strict=True)]
@@ -450,8 +449,7 @@ class GRPO(LLMMember):
         with ``advantage_granularity: turn``, with each turn's return-to-go's (and ``old``,
         their log-probabilities under the copy that played them, with asynchronous
         rollouts)."""
-        pad = int(self.tokenizer.pad_token_id)
-        batch = multiturn.transcripts(episodes, pad, self.device)
+        batch = self.transcripts(episodes)
         returns = torch.tensor([e.total for e in episodes], dtype=torch.float32,
                                device=self.device)  # fmt: skip
         self.last_rewards = returns

@@ -205,7 +205,7 @@ def local_training_errors(spec: Any, manifest: Any) -> list[FieldError]:
         *_runtime_errors(manifest),
         *_not_yet_errors(spec, manifest),
         *_schedule_errors(spec),
-        *_asynchronous_errors(spec, manifest),
+        *_group_replay_errors(manifest),
         *_multiturn_errors(spec, manifest),
         *_epoch_errors(spec, manifest),
         *_constraint_errors(spec),
@@ -290,7 +290,7 @@ def _runtime_errors(manifest: Any) -> list[FieldError]:
     return errors
 
 
-def _asynchronous_errors(spec: Any, manifest: Any) -> list[FieldError]:
+def _group_replay_errors(manifest: Any) -> list[FieldError]:
     """Group replay replays into groups sampled asynchronously, as 2.58's does."""
     replay = getattr(manifest.replay_buffer, "group_replay_max_age", 0)
     if not replay or getattr(manifest.training, "rollout_mode", "colocated") == "async":
@@ -350,9 +350,7 @@ def _constraint_errors(spec: Any) -> list[FieldError]:
     """A reasoning budget or an answer's pattern holds transformers' generation, not vLLM's."""
     written = [key for key in ("thinking_token_budget", "constrain_answer_pattern")
                if getattr(spec, key, None) is not None]  # fmt: skip
-    use = getattr(spec, "use_vllm", None)
-    vllm = use if use is not None else options.installed("vllm") and options.gpu_present()
-    if not written or not vllm:
+    if not written or not options.generates_with_vllm(getattr(spec, "use_vllm", None)):
         return []
     return [
         FieldError(

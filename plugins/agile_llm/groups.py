@@ -245,10 +245,9 @@ def generate(
     constraint = Constraint.of(first.spec)
     engine = engine or shared.engine()
     if engine is not None:
-        extra = {} if constraint is None else {"constraint": constraint}  # vLLM's takes none
         return engine.generate(shared.tokenizer, prompts, [members[o] for o in owners],
                                device=first.device, max_new_tokens=room, min_new_tokens=least,
-                               sampling=sampling, seed=seed, **extra)  # fmt: skip
+                               sampling=sampling, seed=seed, constraint=constraint)  # fmt: skip
     batch = text.prompt_batch(shared.tokenizer, prompts, first.device)
     with shared.adapters.routed([members[o].adapter for o in owners]):
         return text.generate(shared.model.eval(), shared.tokenizer, batch, max_new_tokens=room,

@@ -145,6 +145,13 @@ def installed(module: str) -> bool:
         return False
 
 
+def generates_with_vllm(use_vllm: bool | None) -> bool:
+    """``use_vllm`` as written, else (null, 2.58's form) whether this machine has vLLM and a
+    CUDA GPU: 2.58 always generates with vLLM, and transformers samples the same distribution
+    where it cannot."""
+    return use_vllm if use_vllm is not None else installed("vllm") and gpu_present()
+
+
 #: ``vllm_config`` settings agile's vLLM engine takes, and their values when not given.
 VLLM_ENGINE_OPTIONS: dict[str, Any] = {
     "tensor_parallel_size": 1,

@@ -34,6 +34,7 @@ from agile_llm.adapters import AdapterPopulation, read_adapter
 from agile_llm.environment import PromptData
 from agile_llm.messages import error_detail
 from agile_llm.model import load_model, load_tokenizer
+from agile_llm.options import generates_with_vllm
 from agile_llm.spec import FinetuningNetworkSpec, LLMSpec, LoraSpec
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class SharedModel:
         #: Prompts are read as written (the tokenizer adds its own special tokens), not
         #: rendered by the chat template: set from the environment by :func:`build_population`.
         self.prompts_as_written = False
-        self._vllm = _generates_with_vllm(getattr(spec, "use_vllm", False))
+        self._vllm = generates_with_vllm(getattr(spec, "use_vllm", False))
         self._vllm_options: dict[str, Any] = {
             "config": getattr(spec, "vllm_config", None),
             "adapters": int(getattr(getattr(manifest, "training", None), "pop_size", 1)),
@@ -83,16 +84,6 @@ class SharedModel:
         self.group_replay_age = int(getattr(buffer, "group_replay_max_age", 0) or 0)
         #: ``training.checkpoint_export``: when the elite is also written merged into the base.
         self.export = getattr(getattr(manifest, "training", None), "checkpoint_export", None)
-
-    def merges(self, *, at_end: bool) -> bool:
-        """Whether a save of the elite's adapter also writes it merged into the base:
-        ``checkpoint_export`` asks for ``merged``, at every save (``every``) or at the run's
-        end (``final``; ``best`` too, the elite of agile's last generation being the best
-        member, scored again). ``on_demand`` never does (``agile llm merge`` does)."""
-        export = self.export
-        if export is None or export.format != "merged":
-            return False
-        return export.trigger in ("final", "best") if at_end else export.trigger == "every"
 
     def engine(self) -> VLLMGenerator | None:
         """The vLLM engine that generates for every member (``use_vllm``), started at its
@@ -279,6 +270,13 @@ class LLMMember(MemberBasics):
 
     # -- learning --------------------------------------------------------------------------------
 
+    def transcripts(self, episodes: list[Any]) -> Any:
+        """Played ``episodes`` as this member's right-padded training rows
+        (:func:`agile_llm.multiturn.transcripts`)."""
+        from agile_llm.multiturn import transcripts
+
+        return transcripts(episodes, int(self.tokenizer.pad_token_id), self.device)
+
     def trained_parameters(self) -> list[torch.nn.Parameter]:
         assert self.shared.adapters is not None
         return list(self.shared.adapters.adapter_parameters(self.adapter).values())
@@ -431,13 +429,18 @@ class LLMMember(MemberBasics):
 
     def export_elite(self, run_folder: Path, *, at_end: bool) -> list[Path]:
         """The elite merged into the base model as ``merged/`` beside its adapter
-        (``elite/``), where ``checkpoint_export`` asks for it at this save."""
+        (``elite/``), where ``checkpoint_export`` asks for it: at every save (``every``; the
+        run's last save reports it), or at the run's end (``final``, and ``best``: agile's last
+        elite is the best member, scored again). ``on_demand`` never (``agile llm merge``)."""
         from agile_llm.export import MERGED, write_merged
 
         adapter, target, export = run_folder / "elite", run_folder / MERGED, self.shared.export
-        if at_end and export is not None and export.trigger == "every":
-            return [target] if target.is_dir() else []  # the save just before wrote it
-        if not self.shared.merges(at_end=at_end) or not adapter.is_dir():
+        if export is None or export.format != "merged" or not adapter.is_dir():
+            return []
+        if export.trigger == "every":
+            if at_end:  # the save just before wrote it
+                return [target] if target.is_dir() else []
+        elif export.trigger == "on_demand" or not at_end:
             return []
         return [write_merged(self.shared.path, adapter, target, self.tokenizer)]
 
@@ -508,17 +511,6 @@ def _linear_layers(model: Any) -> str:
     names = sorted({key.rsplit(".", 1)[-1] for key, module in model.named_modules()
                     if isinstance(module, torch.nn.Linear)})  # fmt: skip
     return ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") or "none"
-
-
-def _generates_with_vllm(use_vllm: bool | None) -> bool:
-    """``use_vllm`` as written, else (null, 2.58's form) whether this machine has vLLM and a
-    CUDA GPU: 2.58 always generates with vLLM, and transformers samples the same distribution
-    where it cannot."""
-    if use_vllm is not None:
-        return use_vllm
-    from agile_llm.options import gpu_present, installed
-
-    return installed("vllm") and gpu_present()
 
 
 def schedule_factor(schedule: Any, update: int) -> float:

@@ -77,8 +77,7 @@ class LLMPPO(GRPO):
         if data.env_type == "multiturn":
             assert sampled.episodes is not None
             played = sampled.episodes
-            batches = [multiturn.transcripts(own, int(m.tokenizer.pad_token_id), m.device)
-                       for m, own in zip(members, played, strict=True)]  # fmt: skip
+            batches = [m.transcripts(own) for m, own in zip(members, played, strict=True)]
             measured = cls.passes(members, [b.sequences() for b in batches], sampled.old)
             sets = zip(members, played, batches, measured, strict=True)
             return [m.episodes_scored(own, b, p) for m, own, b, p in sets]

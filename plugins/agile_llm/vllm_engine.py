@@ -82,11 +82,13 @@ class VLLMGenerator:
     def generate(
         self, tokenizer: Any, prompts: list[list[int]], owners: list[Any], *, device: Any,
         max_new_tokens: int, min_new_tokens: int | None, sampling: text.Sampling | None,
-        seed: int | None,
+        seed: int | None, constraint: Any = None,
     ) -> text.Completions:  # fmt: skip
         """Continue every prompt, row ``i`` through member ``owners[i]``'s adapter: sampled as
         ``sampling`` says (row ``i`` seeded ``seed + i``) or greedy when it is None; the
-        completions on ``device``."""
+        completions on ``device``. A ``constraint`` (reasoning budget, answer pattern) is
+        refused before training where vLLM generates (``agile_llm.checks``)."""
+        assert constraint is None, "refused by agile_llm.checks where vLLM generates"
         from vllm import SamplingParams
 
         requests = self._requests(owners)

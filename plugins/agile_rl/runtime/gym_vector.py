@@ -117,7 +117,7 @@ def _register_namespace(name: str) -> None:
 
     :raises EnvironmentNotFoundError: an ``ALE/`` id without ale-py installed.
     """
-    if not _atari(name) or "ALE/Pong-v5" in gym.registry:
+    if not _atari(name) or name in gym.registry:
         return
     try:
         import ale_py
