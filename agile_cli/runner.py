@@ -148,6 +148,12 @@ class Runner(abc.ABC, Generic[A]):
         default."""
         return {}
 
+    def notes(self) -> list[str]:
+        """Lines for the run's output about the last :meth:`train_population`, each said once
+        (e.g. why some members trained one by one); none by default. The loop prints them
+        after each generation's training."""
+        return []
+
     def details(self, member: A) -> list[str]:
         """Lines ``agile evaluate`` prints under the score :meth:`evaluate_population` just
         gave ``member`` (override to show more, e.g. sample outputs); none by default."""

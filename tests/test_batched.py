@@ -52,11 +52,14 @@ def _population(
     archs: list[NetworkArch],
     *,
     discrete: bool = False,
+    options: dict[str, Any] | None = None,
     **hyperparameters: list[Any],
 ) -> list:
     training = {"max_steps": 128, "evo_steps": 64, "pop_size": len(archs)}
     environment = PENDULUM if algorithm in CONTINUOUS and not discrete else None
-    manifest = tiny_manifest(algorithm, training=training, environment=environment)
+    manifest = tiny_manifest(
+        algorithm, training=training, environment=environment, algorithm_options=options or {}
+    )
     members = tiny_population(manifest, size=len(archs))
     for index, (member, arch) in enumerate(zip(members, archs, strict=True)):
         member.set_architecture(arch)
@@ -223,11 +226,18 @@ def test_dqn_group_acts_as_each_member_does() -> None:
     assert [m.epsilon for m in twins] == [m.epsilon for m in members]
 
 
-@pytest.mark.parametrize("algorithm", CONTINUOUS)
-def test_actor_critic_groups_learn_as_each_member_does(algorithm: str) -> None:
+@pytest.mark.parametrize(
+    ("algorithm", "share_encoders"),
+    [("DDPG", False), ("TD3", False), ("SAC", False), ("DDPG", True), ("TD3", True)],
+)
+def test_actor_critic_groups_learn_as_each_member_does(
+    algorithm: str, share_encoders: bool
+) -> None:
     members = _population(algorithm, ARCHS, lr_actor=[1e-3, 3e-3, 5e-4],
                           lr_critic=[2e-3, 1e-3, 1e-2], batch_size=[16, 24, 8],
-                          policy_freq=[1, 2, 3], gamma=[0.9, 0.99, 0.95])  # fmt: skip
+                          policy_freq=[1, 2, 3], gamma=[0.9, 0.99, 0.95],
+                          options={"share_encoders": True} if share_encoders else None)  # fmt: skip
+    assert group_members(members) == [[0, 1, 2]]  # the widths differ: padded
     members[2].learn_counter = 1  # its next delayed actor update comes sooner
     stacked, own = _learn_both_ways(members, [True, True, True], steps=4)
     _assert_same_members(stacked, own)
@@ -470,6 +480,12 @@ def test_batched_generation_equals_members_stepping_alone(
     assert_batched_equals_alone(_manifest(algorithm, evo_steps, **options), tmp_path)
 
 
+def test_td3_with_shared_encoders_trains_stacked_as_its_members_alone(tmp_path: Path) -> None:
+    # The reference's own TD3 manifests set share_encoders.
+    options = {"algorithm_options": {"share_encoders": True}}
+    assert_batched_equals_alone(_manifest("TD3", 192, **options), tmp_path)
+
+
 def test_population_environment_gives_each_member_its_own_rows(tmp_path: Path) -> None:
     from agile_cli.testing import installed_host
     from agile_rl.training.runners import GenerationStats
@@ -499,6 +515,28 @@ def test_per_member_switch_makes_every_member_a_group_of_one(tmp_path: Path) -> 
         result = smoke_train(manifest, tmp_path / str(per_member), seed=3, per_member=per_member)
         assert json.loads(_metrics(result)[0])["groups"] == groups
         assert all(m.record.steps == 192 for m in result.population)
+
+
+def test_members_that_cannot_stack_say_why_in_the_output_and_the_metrics(
+    run: Any, tmp_path: Path
+) -> None:
+    envs = Path(__file__).parent / "envs"
+    manifest = {
+        "algorithm": {"name": "DQN", "batch_size": 8, "learn_step": 4},
+        "environment": {"name": "reach", "path": str(envs), "entrypoint": "toy.py:make_dict_reach",
+                        "num_envs": 2, "sync": True},
+        "training": {"max_steps": 64, "evo_steps": 32, "pop_size": 2},
+    }  # fmt: skip
+    path = tmp_path / "reach.yaml"
+    path.write_text(json.dumps(manifest))
+    result = run("train", str(path), "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    why = "the q network has a multiinput encoder, which does not stack yet"
+    said = " ".join(result.output.split())  # as one line, however the terminal wrapped it
+    assert said.count(f"members 0, 1 train one by one, not stacked: {why}") == 1
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert len(records) == 2 and all(r["alone"] == {"0": why, "1": why} for r in records)
+    assert "alone" not in json.loads(_metrics(_train("DQN", tmp_path))[0])  # MLPs stack
 
 
 def test_evolvable_networks_train_on_one_thread_whatever_the_machine_has() -> None:

@@ -1,6 +1,7 @@
 """``algorithm.share_encoders`` for DDPG and TD3: the critics read the actor's encoder (the
 target critics the target actor's) at every step, through learning, architecture mutations,
-checkpoints and clones, and such members train one by one."""
+checkpoints and clones; such members stack (a stacked critic reads the stacked actors'
+encoders), equal to each member alone in ``test_batched``."""
 
 from __future__ import annotations
 
@@ -307,10 +308,11 @@ def test_a_clone_reads_its_own_actor(index: int) -> None:
 # -- (6) training ------------------------------------------------------------------------------
 
 
-def test_members_that_share_encoders_are_groups_of_one() -> None:
-    members = _members("DDPG", size=2)
-    assert not members[0].stacks
-    assert group_members(members) == [[0], [1]]  # each its own group of one
+def test_members_that_share_encoders_stack_together_but_not_with_members_that_do_not() -> None:
+    shared = _members("DDPG", size=2)
+    assert group_members(shared) == [[0, 1]]
+    own = _members("DDPG", size=1, share_encoders=False)
+    assert group_members([*shared, *own]) == [[0, 1], [2]]
 
 
 def test_ddpg_with_shared_encoders_trains_to_the_end(tmp_path: Path) -> None:

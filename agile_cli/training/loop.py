@@ -310,6 +310,8 @@ class EvolutionLoop:
         self.reporter.phase(f"generation {self.state.generation + 1}: training")
         progress = RunnerProgress(self.reporter)  # steps and finished episodes, for the display
         generation = self.runner.train_population(self.population, steps, progress)
+        for note in self.runner.notes():
+            self.reporter.note(note)
         for member, stats in zip(self.population, generation, strict=True):
             exhausted = exhausted and stats.exhausted
             trained = stats.steps

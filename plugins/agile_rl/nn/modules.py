@@ -529,6 +529,30 @@ class EvolvableNetwork(nn.Module):
         return network.train(self.training)
 
 
+class BorrowedEncoder(nn.Module):
+    """The encoder of another network, its ``owner``, read but not owned.
+
+    The owner is held outside this module's submodules, so its parameters are not this
+    module's: they are not saved, trained, soft-updated or mutated through the borrower. The
+    latent is computed without gradient, so no loss of the borrower reaches the owner's
+    encoder. A deep copy of a member copies the owner along (one copy: the member's own).
+    """
+
+    owner: EvolvableNetwork
+
+    def __init__(self, owner: EvolvableNetwork) -> None:
+        super().__init__()
+        self.borrow_from(owner)
+
+    def borrow_from(self, owner: EvolvableNetwork) -> None:
+        """Read ``owner``'s encoder from now on."""
+        object.__setattr__(self, "owner", owner)  # bypasses nn.Module: not a submodule
+
+    def forward(self, obs: Observation) -> torch.Tensor:
+        with torch.no_grad():
+            return self.owner.latent(obs)
+
+
 def _one_hot(values: torch.Tensor, n: int) -> torch.Tensor:
     return nn.functional.one_hot(values, n).to(torch.float32)
 

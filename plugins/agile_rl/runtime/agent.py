@@ -160,8 +160,8 @@ class Algorithm(MemberBasics, abc.ABC):
     @property
     def stacks(self) -> bool:
         """Whether this member's networks may be stacked with other members' (a batched
-        population); True by default. A member whose networks read each other (e.g. a critic
-        borrowing its actor's encoder) returns False and trains as a group of one."""
+        population); True by default. A member whose computations cannot be stacked returns
+        False and trains as a group of one."""
         return True
 
     def export_policy(self) -> ExportedPolicy | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cas
 
 import torch
 
-from agile_rl.nn.modules import EvolvableNetwork
+from agile_rl.nn.modules import BorrowedEncoder, EvolvableNetwork
 from agile_rl.nn.neurons import GradientSums, unit_widths
 from agile_rl.runtime.stacked import (
     StackedNetwork,
@@ -38,6 +38,7 @@ from agile_rl.runtime.stacked import (
     padded_shapes,
     parameter_count,
     stack_shape,
+    unstackable,
 )
 
 if TYPE_CHECKING:
@@ -198,11 +199,23 @@ class MemberGroup(Group):
             n: StackedNetwork([m.networks[n] for m in self.members], trainable=n in trained)
             for n in first.networks
         }
+        self._tie_borrowed_encoders()
         self.optimizers = {name: self._optimizer(name) for name in first._plans}
         if first.measures_neurons:
             for name in trained:
                 if isinstance(first.networks[name], EvolvableNetwork):
                     self.networks[name].gradients = GradientSums()
+
+    def _tie_borrowed_encoders(self) -> None:
+        """Point each stacked network whose members' encoders are borrowed (a critic reading
+        its actor's, :class:`~agile_rl.nn.modules.BorrowedEncoder`) at the stacked owners:
+        every member borrows from its network of one name."""
+        for name, network in self.members[0].networks.items():
+            if not isinstance(getattr(network, "encoder", None), BorrowedEncoder):
+                continue
+            owners = {_owner_name(member, name) for member in self.members}
+            assert len(owners) == 1, f"the members' {name} borrow from different networks"
+            self.networks[name].borrowed = self.networks[owners.pop()]
 
     # -- what learners use -------------------------------------------------------------------
 
@@ -348,6 +361,13 @@ class MemberGroup(Group):
         return flat_grads, used
 
 
+def _owner_name(member: Algorithm, name: str) -> str:
+    """The name of the network of ``member`` whose encoder its network ``name`` borrows."""
+    encoder = member.networks[name].encoder
+    assert isinstance(encoder, BorrowedEncoder)
+    return next(other for other, net in member.networks.items() if net is encoder.owner)
+
+
 def _clip(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> None:
     """Scale each member's gradients so that their norm (over every tensor) is at most
     ``max_norm`` (one per member, or one for all; 0 or less: not clipped), as
@@ -459,21 +479,31 @@ def stackable(member: Algorithm) -> bool:
     """Whether ``member`` can be stacked (alone: a group of one): its class has a group
     learner and its networks a layout :class:`~agile_rl.runtime.stacked.StackedNetwork`
     takes."""
-    return _member_key(member) is not None
+    return alone_reason(member) is None
+
+
+def alone_reason(member: Algorithm) -> str | None:
+    """Why ``member`` trains alone, whatever the population (None: it stacks), in words a
+    run's output and metrics show."""
+    cls = type(member).__name__
+    if group_learner_of(type(member)) is None:
+        return f"{cls} has no group learner (or overrides act, learn or build without one)"
+    if member.learned_parameters:
+        return f"{cls} learns parameters outside its networks"
+    if not member.stacks:
+        return f"{cls} members train one by one"
+    for name, network in member.networks.items():
+        reason = unstackable(network)
+        if reason is not None:
+            return f"the {name} network {reason}"
+    return None
 
 
 def _member_key(member: Algorithm) -> Hashable | None:
-    if group_learner_of(type(member)) is None or member.learned_parameters:
+    if not stackable(member):
         return None
-    if not member.stacks:
-        return None
-    keys = []
-    for name, network in member.networks.items():
-        key = layout_key(network)
-        if key is None:
-            return None
-        keys.append((name, key))
-    return (type(member), tuple(keys))
+    keys = tuple((name, layout_key(network)) for name, network in member.networks.items())
+    return (type(member), keys)
 
 
 def _split_by_padding(members: Sequence[Algorithm], indices: list[int]) -> list[list[int]]:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agile_rl.nn.arch import MLPArch, NetworkArch
-from agile_rl.nn.modules import MLP, EvolvableNetwork, LogStd
+from agile_rl.nn.modules import MLP, BorrowedEncoder, EvolvableNetwork, LogStd
 from agile_rl.nn.neurons import GradientSums
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
 from agile_rl.nn.recurrent import LSTMEncoder
@@ -45,27 +45,38 @@ _LAYER_NORM_EPS = 1e-5
 
 def layout_key(network: nn.Module) -> Hashable | None:
     """What must be equal for two networks to stack (their widths may differ); None for a
-    network this module cannot stack (an encoder other than an MLP, noisy layers, ...)."""
+    network this module cannot stack (:func:`unstackable` says why)."""
     if isinstance(network, LogStd):
         return ("log_std", tuple(network.log_std.shape))
-    if not isinstance(network, EvolvableNetwork):
+    if unstackable(network) is not None:
         return None
-    arch = network.arch
-    encoder, head = arch.encoder, arch.head
-    if isinstance(encoder, LSTMArch):
-        if encoder.num_layers > 1 and encoder.dropout > 0:
-            return None  # dropout masks between layers are drawn member by member
-    elif not isinstance(encoder, MLPArch):
-        return None
-    if {encoder.activation, head.activation} & _UNSTACKABLE:
-        return None
+    assert isinstance(network, EvolvableNetwork)
     return (
-        _widthless(arch),
+        _widthless(network.arch),
         tuple(sorted(network.head_sizes.items())),
         network.head_extra,
         network.noisy_std is not None,
         repr(network.observation_space),
+        isinstance(network.encoder, BorrowedEncoder),
     )
+
+
+def unstackable(network: nn.Module) -> str | None:
+    """Why ``network`` cannot be stacked, completing "the network ..."; None where it can."""
+    if isinstance(network, LogStd):
+        return None
+    if not isinstance(network, EvolvableNetwork):
+        return f"is a {type(network).__name__}, not an evolvable network"
+    encoder, head = network.arch.encoder, network.arch.head
+    if isinstance(encoder, LSTMArch):
+        if encoder.num_layers > 1 and encoder.dropout > 0:
+            return "is an LSTM with dropout between layers (drawn member by member)"
+    elif not isinstance(encoder, MLPArch):
+        return f"has a {encoder.kind} encoder, which does not stack yet"
+    for activation in (encoder.activation, head.activation):
+        if activation in _UNSTACKABLE:
+            return f"uses the {activation} activation, which does not act unit by unit"
+    return None
 
 
 def _widthless(arch: NetworkArch) -> NetworkArch:
@@ -145,6 +156,9 @@ class StackedNetwork:
         #: Where forward passes that take gradients sum their units' gradients (one row per
         #: member, see :mod:`agile_rl.nn.neurons`); None: nowhere.
         self.gradients: GradientSums | None = None
+        #: For networks whose encoder is a :class:`~agile_rl.nn.modules.BorrowedEncoder`: the
+        #: stacked owners, whose latents it reads (set by the group that stacks both).
+        self.borrowed: StackedNetwork | None = None
 
     def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
@@ -238,14 +252,23 @@ class StackedNetwork:
         extra head input ``[k, B, ...]``, e.g. actions, when the network has one)."""
         template = self.template
         assert isinstance(template, EvolvableNetwork), "only networks have a forward pass"
-        encoder = template.encoder
-        assert isinstance(encoder, MLP)
-        latent = self._mlp("encoder", encoder, obs.reshape(*obs.shape[:2], -1))
+        latent = self.latent(obs)
         if template.head_extra:
             if extra is None:
                 raise ValueError("this network's heads also need the extra input")
             latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
         return self._heads(template, latent)
+
+    def latent(self, obs: torch.Tensor) -> torch.Tensor:
+        """The encoder's output ``[k, B, latent]`` on observations ``[k, B, ...]``: a
+        borrowed encoder's is its owners', computed without gradient as a member's own
+        :class:`~agile_rl.nn.modules.BorrowedEncoder` does."""
+        if self.borrowed is not None:
+            with torch.no_grad():
+                return self.borrowed.latent(obs)
+        encoder = self.template.encoder
+        assert isinstance(encoder, MLP), "a stacked encoder is an MLP or borrowed"
+        return self._mlp("encoder", encoder, obs.reshape(*obs.shape[:2], -1))
 
     def unroll(
         self,

@@ -36,6 +36,7 @@ from agile_cli import (  # noqa: F401  (part of this module's names)
 from agile_cli.helpers import reset_seed
 from agile_rl.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
+from agile_rl.runtime.group import alone_reason
 from agile_rl.training.groups import (
     Alone,
     LossLog,
@@ -109,10 +110,27 @@ class PopulationRunner(Runner[Any]):
         super().__init__(env)
         self.num_envs = int(env.num_envs)  # each member's rows, set for each population
         self.group_indices: list[list[int]] = []  # the last groups, as the members' indices
+        #: Why members of the last groups trained alone, by member index (none under
+        #: ``--per-member``, which asks for it).
+        self.alone: dict[int, str] = {}
+        self._said: set[str] = set()
 
     def generation_metrics(self) -> dict[str, Any]:
-        """The last generation's groups (members by index), for ``metrics.jsonl``."""
-        return {"groups": self.group_indices}
+        """The last generation's groups (members by index) and why any member trained alone
+        whatever the population, for ``metrics.jsonl``."""
+        alone = {"alone": {str(index): why for index, why in self.alone.items()}}
+        return {"groups": self.group_indices, **(alone if self.alone else {})}
+
+    def notes(self) -> list[str]:
+        """Each reason members trained alone, once a run, with the members it held back."""
+        by_reason: dict[str, list[int]] = {}
+        for index, reason in self.alone.items():
+            by_reason.setdefault(reason, []).append(index)
+        fresh = {why: indices for why, indices in by_reason.items() if why not in self._said}
+        self._said.update(fresh)
+        return [f"members {', '.join(map(str, indices))} train one by one, not stacked: {why}"
+                if len(indices) > 1 else f"member {indices[0]} trains alone, not stacked: {why}"
+                for why, indices in fresh.items()]  # fmt: skip
 
     def train_population(
         self, members: list[Any], steps: int, progress: Progress
@@ -168,6 +186,8 @@ class PopulationRunner(Runner[Any]):
         self.num_envs = self._member_rows(len(members))
         groups = learning_groups(members, self.family, stack=self.stack)
         self.group_indices = [[members[i].index for i in group] for group, _ in groups]
+        reasons = [(m.index, alone_reason(m)) for m in members] if self.stack else []
+        self.alone = {index: why for index, why in reasons if why is not None}
         return [Slot(actor, positions, self._rows(positions)) for positions, actor in groups]
 
     def _member_rows(self, members: int) -> int:

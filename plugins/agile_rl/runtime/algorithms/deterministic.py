@@ -9,11 +9,10 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
-from torch import nn
 
 from agile_rl.models.actor_critic import DeterministicActorCriticSpec
 from agile_rl.nn.arch import NetworkArch
-from agile_rl.nn.modules import EvolvableNetwork, Observation
+from agile_rl.nn.modules import BorrowedEncoder, EvolvableNetwork
 from agile_rl.nn.transfer import transfer_weights
 from agile_rl.runtime.agent import OffPolicyAlgorithm
 from agile_rl.runtime.algorithms.actions import BoxActionScaler, box_action_space
@@ -22,30 +21,6 @@ from agile_rl.runtime.buffers import Transitions
 from agile_rl.runtime.exported import GreedyPolicy, NetworkHead, greedy_action
 from agile_rl.runtime.group import GroupLearner, masked_mean
 from agile_rl.runtime.stacked import flat_rows, stacked_observations
-
-
-class BorrowedEncoder(nn.Module):
-    """The encoder of another network, its ``owner``, read but not owned.
-
-    The owner is held outside this module's submodules, so its parameters are not this
-    module's: they are not saved, trained, soft-updated or mutated through the borrower. The
-    latent is computed without gradient, so no loss of the borrower reaches the owner's
-    encoder. A deep copy of a member copies the owner along (one copy: the member's own).
-    """
-
-    owner: EvolvableNetwork
-
-    def __init__(self, owner: EvolvableNetwork) -> None:
-        super().__init__()
-        self.borrow_from(owner)
-
-    def borrow_from(self, owner: EvolvableNetwork) -> None:
-        """Read ``owner``'s encoder from now on."""
-        object.__setattr__(self, "owner", owner)  # bypasses nn.Module: not a submodule
-
-    def forward(self, obs: Observation) -> torch.Tensor:
-        with torch.no_grad():
-            return self.owner.latent(obs)
 
 
 class SharedEncoderCritic(EvolvableNetwork):
@@ -120,8 +95,9 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     actor's loss trains the encoder. Each target critic reads the target actor's encoder, which
     follows the actor by the soft update. Nothing is copied, so the tie holds at every step;
     :meth:`set_architecture` points the rebuilt critics at the rebuilt actors, and checkpoints
-    and clones keep it (the critics' state holds their heads only). Such members do not stack
-    (:attr:`stacks`): they train as groups of one.
+    and clones keep it (the critics' state holds their heads only). Such members stack like
+    any others: a stacked critic reads the stacked actors' latents
+    (:attr:`~agile_rl.runtime.stacked.StackedNetwork.borrowed`).
 
     Activation mutation is skipped, as in the reference implementation.
     """
@@ -217,12 +193,6 @@ class DeterministicActorCritic(OffPolicyAlgorithm):
     def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
         """Stored environment actions back in [-1, 1], ``[N, action_dim]``."""
         return self.scaler.to_unit(actions)
-
-    @property
-    def stacks(self) -> bool:
-        """Members with ``share_encoders`` do not stack: stacked critics cannot read their
-        actor's encoder. They train as groups of one."""
-        return not self.spec.share_encoders
 
     # -- the rest --------------------------------------------------------------------------------
 
