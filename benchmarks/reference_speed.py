@@ -151,8 +151,19 @@ def work_around_n_step(trainer):
     return None
 
 
+def register_atari():
+    """gymnasium 1.x knows ALE/ ids only once ale-py registers them (agile does it itself)."""
+    try:
+        import ale_py
+        import gymnasium
+    except ImportError:
+        return
+    gymnasium.register_envs(ale_py)
+
+
 def main():
     path, seed = sys.argv[1], int(sys.argv[2])
+    register_atari()
     if len(sys.argv) > 3:
         torch.set_num_threads(int(sys.argv[3]))
     with open(path) as handle:

@@ -15,8 +15,12 @@ class GymBuilder(EnvironmentBuilder[GymEnvSpec]):
     """Resolves and builds single-agent environments (with :func:`agile_rl.gym_vector_env`)."""
 
     def check(self, spec: GymEnvSpec) -> None:
-        """Resolve the environment and build one copy, without a vector around it."""
-        self.make_factory(spec)
+        """Resolve the environment and build one copy (an Atari game with preprocessing: a
+        vector of one, as ale-py makes them)."""
+        if spec.atari is not None:
+            gym_vector_env(spec.model_copy(update={"num_envs": 1})).close()
+        else:
+            self.make_factory(spec)
 
     def build(self, spec: GymEnvSpec, *, seed: int | None = None) -> gym.vector.VectorEnv:
         """A vector of ``spec.num_envs`` environments.

@@ -1,13 +1,54 @@
 """The ``environment`` fields of a vector of Gymnasium environments (the ``gymnasium`` and
-``offline`` builders)."""
+``offline`` builders), with the standard Atari preprocessing for ``ALE/`` ids."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
-from agile_cli import VectorEnvironmentSpec
+from agile_cli import Spec, VectorEnvironmentSpec
+from agile_cli.helpers import located_error
+
+#: ``config`` keys an Atari game takes with ``atari`` preprocessing (ale-py's vector
+#: environment's own; the rest of ``gymnasium.make``'s are the preprocessing's to set).
+ATARI_CONFIG = ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
+
+
+class AtariSpec(Spec):
+    """The standard Atari preprocessing (Mnih et al., 2015; Machado et al., 2018), done by
+    ale-py's vector environment in C++ threads. The environment reports each game's own score
+    and end; what the learner sees instead (clipped rewards, a lost life as an episode's end)
+    is applied where it learns, so returns and fitness stay the game's score."""
+
+    noop_max: int = Field(
+        30, ge=0, le=1000, description="Up to this many no-op actions start each episode."
+    )
+    frame_skip: int = Field(
+        4,
+        ge=1,
+        le=16,
+        description="Frames each action repeats; an observation is the maximum of the last two.",
+    )
+    screen_size: int = Field(
+        84, ge=8, le=512, description="Frames are resized to a square of this side."
+    )
+    grayscale: bool = Field(True, description="Frames in grayscale (else RGB).")
+    frame_stack: int = Field(
+        4, ge=1, le=32, description="An observation is this many latest frames, stacked."
+    )
+    episodic_life: bool = Field(
+        False,
+        description="The learner sees a lost life as the end of an episode (the game goes on; "
+        "returns stay whole games'). Off by default, as Machado et al. recommend.",
+    )
+    clip_rewards: bool = Field(
+        True, description="The learner sees each reward's sign (returns stay the game's score)."
+    )
+    fire_reset: bool = Field(
+        True,
+        description="Press FIRE after each reset and each lost life, for games that wait for it.",
+    )
 
 
 class GymnasiumEnvSpec(VectorEnvironmentSpec):
@@ -20,3 +61,41 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
         min_length=1,
         description="Registered Gymnasium id (e.g. CartPole-v1), or a label with entrypoint.",
     )
+    atari: AtariSpec | None = Field(
+        None,
+        description="An ALE/ game with the standard Atari preprocessing: true for its "
+        "defaults, or the fields to change (the atari extra installs ale-py).",
+    )
+
+    @field_validator("atari", mode="before")
+    @classmethod
+    def _atari_switch(cls, value: Any) -> Any:
+        """``true`` is the preprocessing's defaults; ``false`` none."""
+        if isinstance(value, bool):
+            return {} if value else None
+        return value
+
+    @model_validator(mode="after")
+    def _atari_fits(self) -> GymnasiumEnvSpec:
+        """The preprocessing runs in ale-py's vector environment: an ``ALE/`` id of the v5
+        family, made by agile, with ale-py's own options only."""
+        if self.atari is None:
+            return self
+        own = "for your own environment, apply gymnasium.wrappers.AtariPreprocessing and "
+        own += "FrameStackObservation in wrappers instead"
+        if self.entrypoint or self.factory or self.wrappers:
+            field = "entrypoint" if self.entrypoint else "factory" if self.factory else "wrappers"
+            raise located_error(
+                field, "cannot be combined with atari (ale-py's vector environment makes the "
+                "games)", own,
+            )  # fmt: skip
+        if not (self.name.startswith("ALE/") and self.name.endswith("-v5")):
+            raise located_error(
+                "atari", f"needs an ALE/...-v5 game, not {self.name!r}", f"e.g. ALE/Pong-v5; {own}"
+            )
+        if unknown := sorted(set(self.config) - set(ATARI_CONFIG)):
+            raise located_error(
+                f"config.{unknown[0]}", "is not an option of an Atari game with atari "
+                "preprocessing", f"use {', '.join(ATARI_CONFIG)}, or the fields of atari",
+            )  # fmt: skip
+        return self

@@ -23,11 +23,17 @@ def gym_vector_env(spec: GymnasiumEnvSpec, *, seed: int | None = None) -> gym.ve
     """A vector of ``spec.num_envs`` environments, reset with ``seed``.
 
     A registered id with a native vector implementation (CartPole, for one) and no wrappers
-    uses it: one array program stepping every copy, the fastest option. Otherwise copies run in
-    subprocesses, or in this process when ``sync`` is set.
+    uses it: one array program stepping every copy, the fastest option; so does an Atari game
+    with ``atari`` preprocessing (ale-py's, :mod:`agile_rl.runtime.atari`). Otherwise copies
+    run in subprocesses, or in this process when ``sync`` is set.
 
     :raises EnvironmentNotFoundError: when the environment cannot be resolved or made.
     """
+    if spec.atari is not None:
+        _check_registered(spec.name)  # ale-py installed, the game known
+        from agile_rl.runtime.atari import atari_vector_env
+
+        return atari_vector_env(spec, seed=seed)
     native = _native_vector(spec)
     if native is not None:
         native.reset(seed=seed)
@@ -90,8 +96,7 @@ def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
     if spec.entrypoint or spec.factory or spec.wrappers:
         return None
     _check_registered(spec.name)
-    # ale-py's own vector (AtariVectorEnv) seeds its copies from one integer: a population's
-    # environment, which seeds each copy, steps Atari games in gymnasium's vectors.
+    # Atari games without preprocessing step in gymnasium's vectors (raw frames, as made).
     if gym.spec(spec.name).vector_entry_point is None or _atari(spec.name):
         return None
     return gym.make_vec(

@@ -33,6 +33,7 @@ from agile_rl.training.runners import (
     PopulationRunner,
     Progress,
     learned_loss,
+    learning_signals,
     rollout_lengths,
 )
 
@@ -87,9 +88,10 @@ class OnPolicyRunner(PopulationRunner):
         obs, stats, tracker = self._start(members)
         for _ in range(total):
             step = self._policy_steps(members, slots, obs)
-            obs, rewards, terminated, truncated, _ = self.env.step(step.actions)
+            obs, rewards, terminated, truncated, infos = self.env.step(step.actions)
             valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
             self._episodes(members, stats, valid, done, returns, progress)
+            rewards, terminated = learning_signals(rewards, terminated, infos)
             for position, member in enumerate(members):
                 rows = slice(position * self.num_envs, (position + 1) * self.num_envs)
                 collecting[position].rollout.add(

@@ -73,6 +73,16 @@ def learned_loss(result: LearnResult) -> float:
     return result.loss
 
 
+def learning_signals(
+    rewards: np.ndarray, terminated: np.ndarray, infos: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """What the learner sees of a step: the environment's rewards and terminations, or what
+    its preprocessing made of them for learning where the step's infos carry that (an Atari
+    game's clipped rewards and lost lives, :mod:`agile_rl.runtime.atari`); episodes and their
+    returns follow the environment's own."""
+    return infos.get("learning_rewards", rewards), infos.get("learning_terminated", terminated)
+
+
 class EpisodeTracker:
     """Sums rewards per sub-environment and reports finished episodes."""
 
@@ -341,6 +351,7 @@ class OffPolicyRunner(PopulationRunner):
             next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
             valid, done, returns = tracker.step_rows(rewards, terminated, truncated)
             self._episodes(members, stats, valid, done, returns, progress)
+            rewards, terminated = learning_signals(rewards, terminated, infos)
             self.store(obs, actions, rewards, next_obs, terminated, truncated, valid, infos)
             obs = next_obs
             for slot, log in zip(slots, logs, strict=True):
