@@ -480,6 +480,46 @@ def test_batched_generation_equals_members_stepping_alone(
     assert_batched_equals_alone(_manifest(algorithm, evo_steps, **options), tmp_path)
 
 
+PIXELS = {"name": "bright", "path": str(Path(__file__).parent / "image_envs"),
+          "entrypoint": "bright_side.py:make_bright_side", "num_envs": 2, "sync": True}  # fmt: skip
+#: Same kernels and strides, channels that differ (padded), as channel mutations leave them.
+CNNS = [([8, 8], 16), ([16, 8], 16), ([8, 12], 24)]
+
+
+def _cnn_network(channels: list[int], latent: int) -> dict[str, Any]:
+    encoder = {"channel_size": channels, "kernel_size": [3, 3], "stride_size": [2, 1],
+               "layer_norm": False, "min_channel_size": 4}  # fmt: skip
+    return {"latent_dim": latent, "min_latent_dim": 8, "encoder_config": encoder,
+            "head_config": {"hidden_size": [16]}}  # fmt: skip
+
+
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_stacked_cnn_equals_each_member_padded_or_not(channels_first: bool) -> None:
+    environment = {**PIXELS, "config": {"channels_first": channels_first}}
+    members = []
+    for channels, latent in CNNS:
+        manifest = tiny_manifest("DQN", environment=environment,
+                                 network=_cnn_network(channels, latent))  # fmt: skip
+        members += tiny_population(manifest, size=1)
+    group = MemberGroup(members)
+    shape = members[0].observation_space.shape
+    obs = torch.rand(3, 5, *shape, generator=torch.Generator().manual_seed(0))
+    stacked = group.net("q")(obs)["q"]
+    for row, member in enumerate(members):
+        own = member.networks["q"](obs[row])["q"]
+        torch.testing.assert_close(stacked[row], own, **TOLERANCE)
+
+
+@pytest.mark.parametrize("algorithm", ["DQN", "PPO"])
+def test_cnn_members_train_stacked_as_each_member_alone(algorithm: str, tmp_path: Path) -> None:
+    training = {"max_steps": 192, "evo_steps": 96, "pop_size": 3, "learning_delay": 0}
+    options = {"learn_step": 32} if algorithm == "PPO" else {}
+    network = _cnn_network([8, 8], 16)
+    manifest = tiny_manifest(algorithm, training=training, environment=PIXELS, network=network,
+                             algorithm_options=options)  # fmt: skip
+    assert_batched_equals_alone(manifest, tmp_path)
+
+
 def test_td3_with_shared_encoders_trains_stacked_as_its_members_alone(tmp_path: Path) -> None:
     # The reference's own TD3 manifests set share_encoders.
     options = {"algorithm_options": {"share_encoders": True}}

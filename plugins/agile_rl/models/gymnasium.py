@@ -61,7 +61,7 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
         min_length=1,
         description="Registered Gymnasium id (e.g. CartPole-v1), or a label with entrypoint.",
     )
-    atari: AtariSpec | None = Field(
+    atari: AtariSpec | bool | None = Field(
         None,
         description="An ALE/ game with the standard Atari preprocessing: true for its "
         "defaults, or the fields to change (the atari extra installs ale-py).",
@@ -70,7 +70,8 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
     @field_validator("atari", mode="before")
     @classmethod
     def _atari_switch(cls, value: Any) -> Any:
-        """``true`` is the preprocessing's defaults; ``false`` none."""
+        """``true`` is the preprocessing's defaults; ``false`` none (so that, validated, the
+        field is an :class:`AtariSpec` or None)."""
         if isinstance(value, bool):
             return {} if value else None
         return value

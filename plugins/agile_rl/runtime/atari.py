@@ -49,7 +49,7 @@ def atari_vector_env(spec: GymnasiumEnvSpec, *, seed: int | None = None) -> gym.
     from ale_py.vector_env import AtariVectorEnv
 
     atari = spec.atari
-    assert atari is not None, "the spec asks for Atari preprocessing"
+    assert isinstance(atari, AtariSpec), "the spec asks for Atari preprocessing"
     config = spec.config
     envs = AtariVectorEnv(
         game=game_of(spec.name),
