@@ -591,6 +591,21 @@ def test_evolvable_networks_train_on_one_thread_whatever_the_machine_has() -> No
         torch.set_num_threads(before)
 
 
+def test_convolutional_networks_train_on_every_core_torch_would_use(monkeypatch) -> None:
+    from agile_cli.training import loop
+
+    monkeypatch.setattr(loop, "available_cpus", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        images = tiny_manifest("DQN", environment=PIXELS, network=_cnn_network([8, 8], 16))
+        assert loop.torch_threads(images) == 2  # torch's own, within the CPUs it may use
+        torch.set_num_threads(2)
+        assert loop.torch_threads(images, requested=1) == 1  # --threads still decides
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_busy_machine_is_named_when_more_than_one_thread_would_compete(monkeypatch) -> None:
     from agile_cli.training import loop
 
