@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,9 +108,28 @@ def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
 def _registered(name: str) -> Callable[..., gym.Env]:
     def make(**kwargs: Any) -> gym.Env:
         _register_namespace(name)  # again in a spawned worker, whose registry starts bare
+        _mujoco_warnings_to_python(name)
         return gym.make(name, **kwargs)
 
     return make
+
+
+def _mujoco_warnings_to_python(name: str) -> None:
+    """For a MuJoCo task, send MuJoCo's warnings to Python's ``warnings`` (shown once each)
+    instead of its default: stderr at every construction and a ``MUJOCO_LOG.TXT`` written into
+    the working directory (mujoco 4 warns so about gymnasium's HalfCheetah model)."""
+    entry = gym.spec(name).entry_point
+    if not (isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")):
+        return
+    try:
+        import mujoco
+    except ImportError:
+        return  # gymnasium's make says how to install it
+    mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+def _mujoco_warning(message: str) -> None:
+    warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=1)
 
 
 def _atari(name: str) -> bool:
