@@ -121,6 +121,16 @@ def test_atari_mistakes_name_their_field(
     assert f"{field}: " in said and words in said
 
 
+def test_the_reference_form_leaves_atari_out_and_says_so(run: Any, tmp_path: Path) -> None:
+    path = tmp_path / "atari.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": {"name": "PPO"}, "environment": PREPROCESSED}))
+    result = run("validate", "--reference", str(path))
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "note: environment.atari:" in said and "agilerl 2.58 has no such field" in said
+    assert '"atari"' not in result.output
+
+
 def test_rom_names_follow_the_ids() -> None:
     from agile_rl.runtime.atari import game_of
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from agile_cli import Spec, VectorEnvironmentSpec
-from agile_cli.helpers import located_error
+from agile_cli.helpers import AGILE_ONLY, located_error
 
 #: ``config`` keys an Atari game takes with ``atari`` preprocessing (ale-py's vector
 #: environment's own; the rest of ``gymnasium.make``'s are the preprocessing's to set).
@@ -63,6 +63,7 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
     )
     atari: AtariSpec | bool | None = Field(
         None,
+        json_schema_extra=AGILE_ONLY,
         description="An ALE/ game with the standard Atari preprocessing: true for its "
         "defaults, or the fields to change (the atari extra installs ale-py).",
     )
