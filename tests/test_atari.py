@@ -106,6 +106,8 @@ def test_atari_true_is_the_standard_pipeline() -> None:
         ({"wrappers": ["gymnasium.wrappers:ClipReward"]}, "environment.wrappers", "cannot be "
          "combined with atari"),
         ({"config": {"obs_type": "ram"}}, "environment.config.obs_type", "is not an option"),
+        ({"config": {"repeat_action_probability": "high"}},
+         "environment.config.repeat_action_probability", "must be a number in [0, 1]"),
         ({"atari": {"frame_stack": 0}}, "environment.atari.frame_stack", "greater than or equal"),
     ],
 )  # fmt: skip

@@ -18,6 +18,7 @@ from agile_cli import (
 )
 from agile_cli.helpers import member_spaces
 from agile_rl import experience
+from agile_rl.models.gymnasium import GymnasiumEnvSpec
 from agile_rl.models.network import CNNEncoderConfig, CnnLstmEncoderConfig, evolvable_network
 from agile_rl.nn.arch import NetworkArch, arch_from_spec
 from agile_rl.runtime.agent import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
@@ -63,7 +64,9 @@ class RLParadigm(Paradigm):
         one thread, 0.21 s on two."""
         encoder = getattr(getattr(manifest, "network", None), "encoder_config", None)
         images = isinstance(encoder, CNNEncoderConfig | CnnLstmEncoderConfig)
-        return None if images or getattr(manifest.environment, "atari", None) else 1
+        environment = manifest.environment
+        atari = isinstance(environment, GymnasiumEnvSpec) and environment.atari is not None
+        return None if images or atari else 1
 
 
 def check_algorithm_class(cls: type[Member], name: str) -> None:

@@ -11,8 +11,21 @@ from agile_cli import Spec, VectorEnvironmentSpec
 from agile_cli.helpers import AGILE_ONLY, located_error
 
 #: ``config`` keys an Atari game takes with ``atari`` preprocessing (ale-py's vector
-#: environment's own; the rest of ``gymnasium.make``'s are the preprocessing's to set).
-ATARI_CONFIG = ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
+#: environment's own; the rest of ``gymnasium.make``'s are the preprocessing's to set), with
+#: what each must be.
+ATARI_CONFIG = {
+    "repeat_action_probability": ("a number in [0, 1]", lambda v: _number(v) and 0 <= v <= 1),
+    "full_action_space": ("true or false", lambda v: isinstance(v, bool)),
+    "max_num_frames_per_episode": ("a positive integer", lambda v: _integer(v) and v > 0),
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class AtariSpec(Spec):
@@ -100,4 +113,8 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
                 f"config.{unknown[0]}", "is not an option of an Atari game with atari "
                 "preprocessing", f"use {', '.join(ATARI_CONFIG)}, or the fields of atari",
             )  # fmt: skip
+        for key, value in self.config.items():
+            wanted, fits = ATARI_CONFIG[key]
+            if not fits(value):
+                raise located_error(f"config.{key}", f"must be {wanted}, not {value!r}")
         return self

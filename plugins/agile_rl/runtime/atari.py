@@ -21,6 +21,7 @@ gymnasium's vector environments do.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -74,8 +75,13 @@ def atari_vector_env(spec: GymnasiumEnvSpec, *, seed: int | None = None) -> gym.
 
 def _fire_action(spec: GymnasiumEnvSpec) -> int | None:
     """The index of FIRE among the game's actions (None for a game without it)."""
-    full = bool(spec.config.get("full_action_space", False))
-    game = gym.make(spec.name, full_action_space=full)
+    return _fire_index(spec.name, bool(spec.config.get("full_action_space", False)))
+
+
+@functools.cache
+def _fire_index(name: str, full: bool) -> int | None:
+    """:func:`_fire_action`, asked once a process (making the game loads its ROM)."""
+    game = gym.make(name, full_action_space=full)
     try:
         meanings: list[str] = game.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
     finally:

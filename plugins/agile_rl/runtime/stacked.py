@@ -157,7 +157,6 @@ class StackedNetwork:
         }
         self._load(networks)
         self.masks = self._masks(networks)
-        self.channel_masks = self._channel_masks(networks)
         self.noise = self._noise_buffers()
         self._noisy_layers = [_noisy_layers(network) for network in networks]
         self.mean_only = False
@@ -198,12 +197,12 @@ class StackedNetwork:
     # -- padding masks -----------------------------------------------------------------------
 
     def _masks(self, networks: Sequence[nn.Module]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """For every layer whose output width differs between members: its ``[k, 1, W]``
-        mask of real units and ``[k, 1, 1]`` count of them."""
+        """For every layer (a convolution: its channels) whose output width differs between
+        members: its ``[k, 1, W]`` mask of real units and ``[k, 1, 1]`` count of them."""
         masks = {}
         parameters = [dict(network.named_parameters()) for network in networks]
         for name, shape in self.shapes.items():
-            if not name.endswith((".weight", ".weight_mu")) or len(shape) != 2:
+            if not name.endswith((".weight", ".weight_mu")) or len(shape) not in (2, 4):
                 continue
             widths = [own[name].shape[0] for own in parameters]
             if min(widths) == shape[0]:
@@ -212,21 +211,6 @@ class StackedNetwork:
             width = torch.tensor(widths, device=self.flat.device).view(-1, 1, 1)
             mask = (torch.arange(shape[0], device=self.flat.device).view(1, 1, -1) < width).float()
             masks[layer] = (mask, width.float())
-        return masks
-
-    def _channel_masks(self, networks: Sequence[nn.Module]) -> dict[str, torch.Tensor]:
-        """For every convolution whose channel count differs between members: its ``[k, C]``
-        mask of real channels."""
-        masks = {}
-        parameters = [dict(network.named_parameters()) for network in networks]
-        for name, shape in self.shapes.items():
-            if not name.endswith(".weight") or len(shape) != 4:
-                continue
-            widths = torch.tensor([own[name].shape[0] for own in parameters])
-            if int(widths.min()) == shape[0]:
-                continue
-            mask = torch.arange(shape[0]).view(1, -1) < widths.view(-1, 1)
-            masks[name.removesuffix(".weight")] = mask.float().to(self.flat.device)
         return masks
 
     # -- noisy layers (Fortunato et al., 2018) -----------------------------------------------
@@ -313,8 +297,8 @@ class StackedNetwork:
             for index, (conv, act) in enumerate(zip(encoder.convs, encoder.acts, strict=True)):
                 assert isinstance(conv, nn.Conv2d)
                 x = act(F.conv2d(x, weights[index][row], biases[index][row], stride=conv.stride))
-                if layers[index] in self.channel_masks:
-                    x = x * self.channel_masks[layers[index]][row].view(-1, 1, 1)
+                if layers[index] in self.masks:
+                    x = x * self.masks[layers[index]][0][row].view(-1, 1, 1)
             features.append(x.flatten(1))
         latent = self._linear("encoder.out", torch.stack(features))
         self._watch("encoder.out", latent)
