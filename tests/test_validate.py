@@ -35,8 +35,8 @@ def test_json_shows_every_default(run, write) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["algorithm"] == {
-        "name": "DQN", "batch_size": 64, "lr": 1e-4, "learn_step": 5, "gamma": 0.99,
-        "tau": 3e-3, "double": True, "cudagraphs": False,
+        "name": "DQN", "batch_size": 64, "normalize_images": True, "lr": 1e-4, "learn_step": 5,
+        "gamma": 0.99, "tau": 3e-3, "double": True, "cudagraphs": False,
     }  # fmt: skip
     assert data["training"]["evo_steps"] == 10_000  # the algorithm's default, resolved
     assert data["training"]["eps_start"] == 1.0

@@ -6,12 +6,12 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, TrainingSpec, limits
+from agile_cli import TrainingSpec, limits
 from agile_cli.helpers import AGILE_ONLY
-from agile_rl import EpsilonGreedyTraining
+from agile_rl import EpsilonGreedyTraining, RLAlgorithmSpec
 
 
-class CQNSpec(AlgorithmSpec):
+class CQNSpec(RLAlgorithmSpec):
     """Conservative Q-Network: DQN trained offline with the CQL(H) penalty (Kumar et al., 2020)."""
 
     lr: float = Field(1e-4, ge=0, description="Adam learning rate.")

@@ -6,11 +6,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, TrainingSpec, limits
-from agile_rl import EpsilonGreedyTraining, RLOptions
+from agile_cli import TrainingSpec, limits
+from agile_rl import EpsilonGreedyTraining, RLAlgorithmSpec, RLOptions
 
 
-class DQNSpec(RLOptions, AlgorithmSpec):
+class DQNSpec(RLOptions, RLAlgorithmSpec):
     """Deep Q-Network (Mnih et al., 2015), with an optional double-Q target (van Hasselt, 2016)."""
 
     lr: float = Field(1e-4, gt=0, description="Adam learning rate.")

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from agile_cli import AlgorithmSpec, FieldError, MutationSpec, Spec, limits
-from agile_rl import NStepBufferArgs, ReplayBufferSpec, RLOptions
+from agile_cli import FieldError, MutationSpec, Spec, limits
+from agile_rl import NStepBufferArgs, ReplayBufferSpec, RLAlgorithmSpec, RLOptions
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
@@ -31,7 +31,7 @@ class RainbowReplayBufferSpec(ReplayBufferSpec):
     )
 
 
-class RainbowDQNSpec(RLOptions, AlgorithmSpec):
+class RainbowDQNSpec(RLOptions, RLAlgorithmSpec):
     """Rainbow (Hessel et al., 2018): a distributional, dueling, noisy, double DQN that learns
     from prioritised replay and n-step returns.
 

@@ -115,6 +115,7 @@ _LAZY = {
     "NStepBufferArgs": "agile_rl.models.replay_buffer:NStepBufferArgs",
     "PERBufferArgs": "agile_rl.models.replay_buffer:PERBufferArgs",
     "EpsilonGreedyTraining": "agile_rl.spec:EpsilonGreedyTraining",
+    "RLAlgorithmSpec": "agile_rl.spec:RLAlgorithmSpec",
     "RLOptions": "agile_rl.spec:RLOptions",
     "evolvable_network": "agile_rl.models.network:evolvable_network",
     "SideBySide": "agile_rl.paradigms:SideBySide",
@@ -205,7 +206,7 @@ if TYPE_CHECKING:
         compute_gae,
     )
     from agile_rl.runtime.stacked import flat_rows, stacked_observations
-    from agile_rl.spec import EpsilonGreedyTraining, RLOptions
+    from agile_rl.spec import EpsilonGreedyTraining, RLAlgorithmSpec, RLOptions
     from agile_rl.training.budget import needs as member_needs
     from agile_rl.training.groups import (
         Alone,
@@ -275,6 +276,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "QLearning",
     "QLearningGroup",
+    "RLAlgorithmSpec",
     "RLOptions",
     "RLParadigm",
     "RecurrentState",

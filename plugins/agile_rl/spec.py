@@ -6,8 +6,18 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from agile_cli import TrainingSpec, limits
+from agile_cli import AlgorithmSpec, TrainingSpec, limits
 from agile_cli.helpers import located_error
+
+
+class RLAlgorithmSpec(AlgorithmSpec):
+    """Base of this library's algorithm specs: the fields every one of them reads."""
+
+    normalize_images: bool = Field(
+        default=True,
+        description="Scale image observations (uint8 boxes) to [0, 1] before the networks; "
+        "false: their 0-255 values as they are, as floats.",
+    )
 
 
 class RLOptions:

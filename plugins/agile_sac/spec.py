@@ -6,11 +6,11 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, limits
-from agile_rl import RLOptions
+from agile_cli import limits
+from agile_rl import RLAlgorithmSpec, RLOptions
 
 
-class SACSpec(RLOptions, AlgorithmSpec):
+class SACSpec(RLOptions, RLAlgorithmSpec):
     """Soft Actor-Critic (Haarnoja et al., 2018), for Box actions (a tanh-squashed Gaussian
     policy) and Discrete actions (a categorical policy, Christodoulou, 2019); twin critics,
     and a temperature tuned towards a target entropy."""

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, FieldError, limits
-from agile_rl.spec import RLOptions
+from agile_cli import FieldError, limits
+from agile_rl.spec import RLAlgorithmSpec, RLOptions
 
 if TYPE_CHECKING:
     from agile_cli import TrainingManifest
 
 
-class ExplorationNoiseSpec(AlgorithmSpec):
+class ExplorationNoiseSpec(RLAlgorithmSpec):
     """The exploration-noise fields of deterministic policies (DDPG, TD3, MADDPG, MATD3)."""
 
     O_U_noise: bool = Field(

@@ -10,11 +10,12 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agile_cli import AlgorithmSpec, limits
+from agile_cli import limits
 from agile_rl.models.network import StochasticNetworkSpec
+from agile_rl.spec import RLAlgorithmSpec
 
 
-class ClippedObjectiveSpec(AlgorithmSpec):
+class ClippedObjectiveSpec(RLAlgorithmSpec):
     """The fields of PPO's clipped-objective update with GAE (Schulman et al., 2017), shared
     by PPO and IPPO."""
 

@@ -563,6 +563,30 @@ def _multi_one_hot(space: spaces.MultiDiscrete, obs: torch.Tensor) -> torch.Tens
     return torch.cat([_one_hot(values[:, i], int(n)) for i, n in enumerate(sizes)], dim=-1)
 
 
+class RawPixels(spaces.Box):
+    """A box of uint8 images whose values reach the networks as they are (0-255, as floats)
+    rather than scaled to [0, 1]: the observation space of a member whose algorithm says
+    ``normalize_images: false``. Stored, sampled and described as the box it stands for."""
+
+
+def unscaled_images(space: gymnasium.spaces.Space) -> gymnasium.spaces.Space:
+    """``space`` with its uint8 boxes (a ``Dict``'s too) as :class:`RawPixels`."""
+    if isinstance(space, spaces.Dict):
+        return spaces.Dict({key: unscaled_images(sub) for key, sub in space.spaces.items()})
+    if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+        return RawPixels(space.low, space.high, space.shape, np.uint8)
+    return space
+
+
+def scales_pixels(space: gymnasium.spaces.Space) -> bool:
+    """Whether observations of ``space`` are images that :func:`preprocess` divides by 255."""
+    return (
+        isinstance(space, spaces.Box)
+        and space.dtype == np.uint8
+        and not isinstance(space, RawPixels)
+    )
+
+
 def preprocess(
     observation_space: gymnasium.spaces.Space,
     obs: np.ndarray | dict | torch.Tensor,
@@ -570,7 +594,8 @@ def preprocess(
 ) -> Observation:
     """Batched observations (e.g. from a vector env) as the float tensors a network takes.
 
-    ``Box``: float32 as is, except ``uint8`` (pixel data) which is divided by 255; ``Discrete``:
+    ``Box``: float32 as is, except ``uint8`` (pixel data) which is divided by 255 (but
+    :class:`RawPixels`, which is not); ``Discrete``:
     one-hot; ``MultiDiscrete``: one one-hot per entry, concatenated; ``MultiBinary``: float32;
     ``Dict``: a dict of its entries preprocessed. Images keep their layout: the CNN handles
     channels-last.
@@ -594,7 +619,7 @@ def preprocess(
         return _one_hot(tensor.long().reshape(-1) - int(space.start), int(space.n))
     if isinstance(space, spaces.MultiDiscrete):
         return _multi_one_hot(space, tensor)
-    if isinstance(space, spaces.Box) and space.dtype == np.uint8:
+    if scales_pixels(space):
         return tensor.to(torch.float32) / 255.0
     if isinstance(space, spaces.Box | spaces.MultiBinary):
         return tensor.to(torch.float32)

@@ -36,7 +36,7 @@ from agile_cli import (
 from agile_rl.nn import sampling
 from agile_rl.nn.arch import NetworkArch
 from agile_rl.nn.eager import eager_optimizers
-from agile_rl.nn.modules import EvolvableNetwork, preprocess
+from agile_rl.nn.modules import EvolvableNetwork, preprocess, unscaled_images
 from agile_rl.nn.neurons import GradientSums, keep_functions, reset_dormant, watch_units
 from agile_rl.nn.transfer import transfer_optimizer_state
 from agile_rl.runtime.on_policy_group import OnPolicyGroupLearner
@@ -105,6 +105,8 @@ class Algorithm(MemberBasics, abc.ABC):
         index: int = 0,
     ) -> None:
         self.spec = spec.model_copy()  # this member's own: mutation replaces it
+        if not getattr(spec, "normalize_images", True):  # RLAlgorithmSpec's
+            observation_space = unscaled_images(observation_space)
         self.observation_space = observation_space
         self.action_space = action_space
         self.arch = arch

@@ -22,6 +22,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from agile_rl.nn.modules import scales_pixels
+
 
 def input_dtype(space: gym.Space) -> torch.dtype:
     """The dtype an exported policy takes observations of ``space`` in."""
@@ -41,7 +43,8 @@ def sample_observations(space: gym.Space, batch: int, seed: int = 0) -> torch.Te
 
 class ObservationInput(nn.Module):
     """Raw observations of one space as the networks take them (see :func:`preprocess`):
-    one-hot for Discrete and MultiDiscrete, uint8 divided by 255, float32 otherwise.
+    one-hot for Discrete and MultiDiscrete, uint8 divided by 255 (unless
+    :func:`~agile_rl.nn.modules.scales_pixels` says not), float32 otherwise.
 
     :param space: the observation space of one agent or member.
     :param flatten: flatten each observation, as a multi-agent algorithm's agents read them.
@@ -59,7 +62,7 @@ class ObservationInput(nn.Module):
                 f"its {type(space).__name__} observations would need one input per entry"
             )
         self.kind = type(space).__name__
-        self.scale = isinstance(space, spaces.Box) and space.dtype == np.uint8
+        self.scale = scales_pixels(space)
         self.flatten = flatten
         columns, values = _one_hot_columns(space)
         self.register_buffer("columns", columns)
