@@ -259,6 +259,54 @@ def test_recurrent_generation_equals_members_stepping_alone(
     assert_batched_equals_alone(manifest, tmp_path, tolerance=TOLERANCE)
 
 
+PIXELS = {"name": "bright", "path": str(Path(__file__).parent / "image_envs"), "sync": True,
+          "entrypoint": "bright_side.py:make_bright_side", "num_envs": ENVS}  # fmt: skip
+
+
+def test_cnn_lstm_generation_equals_members_stepping_alone(tmp_path: Path) -> None:
+    # Each member's convolutions read its own frames, their features feed the stacked LSTMs;
+    # latents and heads that mutations widened are padded.
+    encoder = {"arch": "cnn_lstm", "channel_size": [8], "kernel_size": [3], "stride_size": [2],
+               "hidden_state_size": 16}  # fmt: skip
+    network = {"latent_dim": 16, "encoder_config": encoder, "head_config": {"hidden_size": [16]}}
+    manifest = tiny_manifest(
+        "PPO", environment=PIXELS, network=network,
+        algorithm_options={"recurrent": True, "max_seq_len": 4, "learn_step": 16},
+        training={"max_steps": 96, "evo_steps": 32, "pop_size": 3},
+        mutation={"probabilities": {"no_mut": 0, "arch_mut": 1, "params_mut": 0, "rl_hp_mut": 1}},
+    )  # fmt: skip
+    assert_batched_equals_alone(manifest, tmp_path, tolerance=TOLERANCE)
+
+
+def test_stacked_cnn_lstm_unrolls_as_each_member_padded_or_not() -> None:
+    members = []
+    for channels, hidden, latent in [(8, 16, 16), (12, 24, 16), (8, 16, 24)]:
+        encoder = {"arch": "cnn_lstm", "channel_size": [channels], "kernel_size": [3],
+                   "stride_size": [2], "hidden_state_size": hidden}  # fmt: skip
+        network = {"latent_dim": latent, "encoder_config": encoder,
+                   "head_config": {"hidden_size": [16]}}  # fmt: skip
+        manifest = tiny_manifest("PPO", environment=PIXELS, network=network,
+                                 algorithm_options={"recurrent": True})  # fmt: skip
+        members += tiny_population(manifest, size=1)
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.rand(3, 5, 2, 10, 12, 3, generator=generator)  # [members, T, B, *image]
+    starts = torch.rand(3, 5, 2, generator=generator) < 0.3
+    state = tuple(torch.rand(3, 1, 2, 24, generator=generator) for _ in range(2))
+    for row, member in enumerate(members):  # a member's state has only its own units
+        width = member.arch.encoder.lstm.hidden_state_size
+        for part in state:
+            part[row, ..., width:] = 0
+    name = members[0].policy_network  # the actor, or with share_encoders the actor-critic
+    stacked, (h, c) = MemberGroup(members).net(name).unroll(obs, state, starts)
+    for row, member in enumerate(members):
+        width = member.arch.encoder.lstm.hidden_state_size
+        own_state = tuple(part[row, ..., :width] for part in state)
+        own, (own_h, own_c) = member.networks[name].unroll(obs[row], own_state, starts[row])
+        torch.testing.assert_close(stacked["policy"][row], own["policy"], **TOLERANCE)
+        torch.testing.assert_close(h[row, ..., :width], own_h, **TOLERANCE)
+        torch.testing.assert_close(c[row, ..., :width], own_c, **TOLERANCE)
+
+
 def test_a_recurrent_group_learns_as_each_member_does_alone() -> None:
     network = {
         "latent_dim": 16,

@@ -32,8 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agile_rl.nn.arch import CNNArch, MLPArch, NetworkArch
-from agile_rl.nn.modules import CNN, MLP, BorrowedEncoder, EvolvableNetwork, LogStd
+from agile_rl.nn.arch import CNNArch, CnnLstmArch, EncoderArch, MLPArch, NetworkArch
+from agile_rl.nn.modules import (
+    CNN,
+    MLP,
+    BorrowedEncoder,
+    CnnLstmEncoder,
+    ConvFeatures,
+    EvolvableNetwork,
+    LogStd,
+)
 from agile_rl.nn.neurons import GradientSums
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
 from agile_rl.nn.recurrent import LSTMEncoder
@@ -70,15 +78,15 @@ def unstackable(network: nn.Module) -> str | None:
     if not isinstance(network, EvolvableNetwork):
         return f"is a {type(network).__name__}, not an evolvable network"
     encoder, head = network.arch.encoder, network.arch.head
-    if isinstance(encoder, LSTMArch):
-        if encoder.num_layers > 1 and encoder.dropout > 0:
+    parts = (encoder.cnn, encoder.lstm) if isinstance(encoder, CnnLstmArch) else (encoder,)
+    for part in parts:
+        if isinstance(part, LSTMArch) and part.num_layers > 1 and part.dropout > 0:
             return "is an LSTM with dropout between layers (drawn member by member)"
-    elif isinstance(encoder, CNNArch):
-        if encoder.layer_norm:
-            return "has a CNN encoder with layer_norm, which does not stack yet"
-    elif not isinstance(encoder, MLPArch):
-        return f"has a {encoder.kind} encoder, which does not stack yet"
-    for activation in (encoder.activation, head.activation):
+        if isinstance(part, CNNArch) and part.layer_norm:
+            return f"has a {encoder.kind} encoder with layer_norm, which does not stack yet"
+        if not isinstance(part, MLPArch | CNNArch | LSTMArch):
+            return f"has a {encoder.kind} encoder, which does not stack yet"
+    for activation in (*(part.activation for part in parts), head.activation):
         if activation in _UNSTACKABLE:
             return f"uses the {activation} activation, which does not act unit by unit"
     return None
@@ -86,20 +94,25 @@ def unstackable(network: nn.Module) -> str | None:
 
 def _widthless(arch: NetworkArch) -> NetworkArch:
     """``arch`` with every width set to zero: what node mutations leave unchanged."""
-    encoder = arch.encoder
-    if isinstance(encoder, LSTMArch):
-        widthless: MLPArch | LSTMArch | CNNArch = replace(encoder, hidden_state_size=0)
-    elif isinstance(encoder, CNNArch):  # kernels and strides stay: they must be equal
-        widthless = replace(encoder, channel_size=(0,) * len(encoder.channel_size))
-    else:
-        assert isinstance(encoder, MLPArch)
-        widthless = replace(encoder, hidden_size=(0,) * len(encoder.hidden_size))
     return replace(
         arch,
-        encoder=widthless,
+        encoder=_widthless_encoder(arch.encoder),
         latent_dim=0,
         head=replace(arch.head, hidden_size=(0,) * len(arch.head.hidden_size)),
     )
+
+
+def _widthless_encoder(encoder: EncoderArch) -> EncoderArch:
+    if isinstance(encoder, LSTMArch):
+        return replace(encoder, hidden_state_size=0)
+    if isinstance(encoder, CNNArch):  # kernels and strides stay: they must be equal
+        return replace(encoder, channel_size=(0,) * len(encoder.channel_size))
+    if isinstance(encoder, CnnLstmArch):
+        cnn, lstm = _widthless_encoder(encoder.cnn), _widthless_encoder(encoder.lstm)
+        assert isinstance(cnn, CNNArch) and isinstance(lstm, LSTMArch)
+        return replace(encoder, cnn=cnn, lstm=lstm)
+    assert isinstance(encoder, MLPArch)
+    return replace(encoder, hidden_size=(0,) * len(encoder.hidden_size))
 
 
 #: Parameters of an LSTM, whose rows stack its four gates: stacked gate by gate.
@@ -280,29 +293,34 @@ class StackedNetwork:
         return self._mlp("encoder", encoder, obs.reshape(*obs.shape[:2], -1))
 
     def _cnn(self, encoder: CNN, obs: torch.Tensor) -> torch.Tensor:
-        """A CNN encoder's latents ``[k, B, latent]`` on images ``[k, B, *shape]``: each member's
-        convolutions on its own images (at the group's padded channels), then its features
-        stacked into the latent's batched product. Member by member, because the
+        """A CNN encoder's latents ``[k, B, latent]`` on images ``[k, B, *shape]``: the
+        members' features (:meth:`_features`) into the latent's batched product."""
+        latent = self._linear("encoder.out", self._features("encoder", encoder, obs))
+        self._watch("encoder.out", latent)
+        return self._masked("encoder.out", encoder.out_act(latent))
+
+    def _features(self, prefix: str, convs: ConvFeatures, obs: torch.Tensor) -> torch.Tensor:
+        """The flattened features ``[k, B, features]`` of convolutions ``convs`` (parameters
+        under ``prefix``) on images ``[k, B, *shape]``: each member's convolutions on its own
+        images (at the group's padded channels), stacked. Member by member, because the
         convolutions' arithmetic dwarfs their calls' overhead: a grouped convolution over the
         members' images side by side took 1.4 times as long on this CPU (the Nature CNN of
         configs/training/ppo/breakout.yaml, 4 members, 256 frames, a forward and backward
         pass, one thread: 0.82 s against 0.60 s), and stacking every layer's activations
         1.2 times."""
-        images = obs.permute(0, 1, 4, 2, 3) if encoder.channels_last else obs
-        layers = [f"encoder.convs.{index}" for index in range(len(encoder.convs))]
+        images = obs.permute(0, 1, 4, 2, 3) if convs.channels_last else obs
+        layers = [f"{prefix}.convs.{index}" for index in range(len(convs.convs))]
         weights = [self.views[f"{layer}.weight"].unbind(0) for layer in layers]
         biases = [self.views[f"{layer}.bias"].unbind(0) for layer in layers]
         features = []
         for row, x in enumerate(images.unbind(0)):  # unbind: its backward fills no zeros
-            for index, (conv, act) in enumerate(zip(encoder.convs, encoder.acts, strict=True)):
+            for index, (conv, act) in enumerate(zip(convs.convs, convs.acts, strict=True)):
                 assert isinstance(conv, nn.Conv2d)
                 x = act(F.conv2d(x, weights[index][row], biases[index][row], stride=conv.stride))
                 if layers[index] in self.masks:
                     x = x * self.masks[layers[index]][0][row].view(-1, 1, 1)
             features.append(x.flatten(1))
-        latent = self._linear("encoder.out", torch.stack(features))
-        self._watch("encoder.out", latent)
-        return self._masked("encoder.out", encoder.out_act(latent))
+        return torch.stack(features)
 
     def unroll(
         self,
@@ -323,7 +341,13 @@ class StackedNetwork:
         template = self.template
         assert isinstance(template, EvolvableNetwork) and template.recurrent
         members, steps, batch = obs.shape[:3]
-        x = obs.reshape(members, steps, batch, -1)
+        encoder = template.encoder
+        assert isinstance(encoder, LSTMEncoder), "a recurrent network encodes with an LSTM"
+        if isinstance(encoder, CnnLstmEncoder):  # each frame's convolutions first
+            x = self._features("encoder.cnn", encoder.cnn, obs.flatten(1, 2))
+            x = x.view(members, steps, batch, -1)
+        else:
+            x = obs.reshape(members, steps, batch, -1)
         keep = None if starts is None else (~starts).to(x.dtype).unsqueeze(-1)
         width = self.views["encoder.lstm.weight_hh_l0"].shape[-1]
         h, c = (part if part.shape[-1] == width else F.pad(part, (0, width - part.shape[-1]))
@@ -333,8 +357,6 @@ class StackedNetwork:
             x, h_n, c_n = self._lstm_layer(layer, x, h[:, layer], c[:, layer], keep)
             finals_h.append(h_n)
             finals_c.append(c_n)
-        encoder = template.encoder
-        assert isinstance(encoder, LSTMEncoder), "a recurrent network encodes with an LSTM"
         latent = self._linear("encoder.out", x.reshape(members, steps * batch, -1))
         self._watch("encoder.out", latent)
         latent = self._masked("encoder.out", encoder.out_act(latent))
