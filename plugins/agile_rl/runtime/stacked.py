@@ -79,14 +79,16 @@ def unstackable(network: nn.Module) -> str | None:
         return f"is a {type(network).__name__}, not an evolvable network"
     encoder, head = network.arch.encoder, network.arch.head
     parts = (encoder.cnn, encoder.lstm) if isinstance(encoder, CnnLstmArch) else (encoder,)
+    activations: list[str | None] = [head.activation]
     for part in parts:
+        if not isinstance(part, MLPArch | CNNArch | LSTMArch):
+            return f"has a {encoder.kind} encoder, which does not stack yet"
         if isinstance(part, LSTMArch) and part.num_layers > 1 and part.dropout > 0:
             return "is an LSTM with dropout between layers (drawn member by member)"
         if isinstance(part, CNNArch) and part.layer_norm:
             return f"has a {encoder.kind} encoder with layer_norm, which does not stack yet"
-        if not isinstance(part, MLPArch | CNNArch | LSTMArch):
-            return f"has a {encoder.kind} encoder, which does not stack yet"
-    for activation in (*(part.activation for part in parts), head.activation):
+        activations.append(part.activation)
+    for activation in activations:
         if activation in _UNSTACKABLE:
             return f"uses the {activation} activation, which does not act unit by unit"
     return None
