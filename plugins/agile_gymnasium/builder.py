@@ -15,9 +15,9 @@ class GymBuilder(EnvironmentBuilder[GymEnvSpec]):
     """Resolves and builds single-agent environments (with :func:`agile_rl.gym_vector_env`)."""
 
     def check(self, spec: GymEnvSpec) -> None:
-        """Resolve the environment and build one copy (an Atari game with preprocessing: a
-        vector of one, as ale-py makes them)."""
-        if spec.atari is not None:
+        """Resolve the environment and build one copy (an Atari game with preprocessing, or
+        any task with ``engine: envpool``: a vector of one, as ale-py and EnvPool make them)."""
+        if spec.atari is not None or spec.engine == "envpool":
             gym_vector_env(spec.model_copy(update={"num_envs": 1})).close()
         else:
             self.make_factory(spec)
@@ -27,7 +27,8 @@ class GymBuilder(EnvironmentBuilder[GymEnvSpec]):
 
         A registered id with a native vector implementation (CartPole, for one) and no
         wrappers uses it: one array program stepping every copy, the fastest option. Otherwise
-        copies run in subprocesses, or in this process when ``sync`` is set.
+        copies run in subprocesses, or in this process when ``sync`` is set; with ``engine:
+        envpool``, in EnvPool's threads.
         """
         return gym_vector_env(spec, seed=seed)
 

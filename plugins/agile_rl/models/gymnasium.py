@@ -1,9 +1,10 @@
 """The ``environment`` fields of a vector of Gymnasium environments (the ``gymnasium`` and
-``offline`` builders), with the standard Atari preprocessing for ``ALE/`` ids."""
+``offline`` builders), with the standard Atari preprocessing for ``ALE/`` ids and EnvPool as
+the optional engine that steps them."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -17,6 +18,18 @@ ATARI_CONFIG = {
     "repeat_action_probability": ("a number in [0, 1]", lambda v: _number(v) and 0 <= v <= 1),
     "full_action_space": ("true or false", lambda v: isinstance(v, bool)),
     "max_num_frames_per_episode": ("a positive integer", lambda v: _integer(v) and v > 0),
+}
+
+
+#: ``config`` keys of EnvPool's that agile sets itself with ``engine: envpool``, with what sets
+#: them.
+ENVPOOL_OWN = {
+    "num_envs": "environment.num_envs",
+    "batch_size": "agile (every copy steps at each step)",
+    "seed": "the run's --seed",
+    "env_seed": "the run's --seed",
+    "max_num_players": "agile (one player)",
+    "gym_reset_return_info": "agile",
 }
 
 
@@ -66,7 +79,8 @@ class AtariSpec(Spec):
 
 class GymnasiumEnvSpec(VectorEnvironmentSpec):
     """A vector of Gymnasium environments: a registered id (``config`` goes to
-    ``gymnasium.make``) or your own callable. :func:`~agile_rl.gym_vector_env` builds it."""
+    ``gymnasium.make``) or your own callable; with ``engine: envpool``, a task EnvPool knows
+    (``config`` goes to ``envpool.make``). :func:`~agile_rl.gym_vector_env` builds it."""
 
     registered_makers: ClassVar[tuple[str, ...]] = ("gymnasium:make",)
 
@@ -79,6 +93,12 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
         json_schema_extra=AGILE_ONLY,
         description="An ALE/ game with the standard Atari preprocessing: true for its "
         "defaults, or the fields to change (the atari extra installs ale-py).",
+    )
+    engine: Literal["gymnasium", "envpool"] = Field(
+        "gymnasium",
+        json_schema_extra=AGILE_ONLY,
+        description="What steps the copies: gymnasium (its vectors, or ale-py's with atari) or "
+        "envpool (EnvPool's C++ threads, for the ids it knows; the envpool extra).",
     )
 
     @field_validator("atari", mode="before")
@@ -117,4 +137,30 @@ class GymnasiumEnvSpec(VectorEnvironmentSpec):
             wanted, fits = ATARI_CONFIG[key]
             if not fits(value):
                 raise located_error(f"config.{key}", f"must be {wanted}, not {value!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _envpool_fits(self) -> GymnasiumEnvSpec:
+        """EnvPool makes the copies of a task it knows, by its id: no callable or wrappers of
+        the user's, an Atari game only with ``atari`` (EnvPool preprocesses every game), and
+        none of the options agile sets itself in ``config``. Whether EnvPool knows the id is
+        the build's to check (``--check-env``): validation imports no environment library."""
+        if self.engine != "envpool":
+            return self
+        if self.entrypoint or self.factory or self.wrappers:
+            field = "entrypoint" if self.entrypoint else "factory" if self.factory else "wrappers"
+            raise located_error(
+                field, "cannot be combined with engine envpool (EnvPool makes its own tasks by "
+                "their ids)", "use engine: gymnasium for your own environment or wrappers",
+            )  # fmt: skip
+        if self.name.startswith("ALE/") and self.atari is None:
+            raise located_error(
+                "atari", "must be set for an Atari game with engine envpool (EnvPool's games "
+                "come preprocessed)", "atari: true, or the fields to change",
+            )  # fmt: skip
+        if own := sorted(set(self.config) & set(ENVPOOL_OWN)):
+            raise located_error(
+                f"config.{own[0]}", "is agile's to set with engine envpool",
+                f"{ENVPOOL_OWN[own[0]]} sets it; drop it from config",
+            )  # fmt: skip
         return self

@@ -33,7 +33,8 @@ from agile_rl.models.gymnasium import AtariSpec, GymnasiumEnvSpec
 #: ale-py's vector environment's limit on an episode's frames (v5's, 27,000 agent steps at a
 #: frame skip of 4) where ``config`` sets none.
 MAX_FRAMES = 108_000
-#: v5's sticky actions, which ale-py's vector environment would otherwise leave at zero.
+#: v5's sticky actions, which ale-py's vector environment (and EnvPool) would otherwise leave
+#: at zero.
 STICKY_ACTIONS = 0.25
 
 
@@ -68,19 +69,19 @@ def atari_vector_env(spec: GymnasiumEnvSpec, *, seed: int | None = None) -> gym.
         full_action_space=bool(config.get("full_action_space", False)),
         max_num_frames_per_episode=int(config.get("max_num_frames_per_episode", MAX_FRAMES)),
     )
-    wrapped = LearningSignals(envs, atari, fire=_fire_action(spec) if atari.fire_reset else None)
+    wrapped = LearningSignals(envs, atari, fire=fire_action(spec) if atari.fire_reset else None)
     wrapped.reset(seed=seed)
     return wrapped
 
 
-def _fire_action(spec: GymnasiumEnvSpec) -> int | None:
+def fire_action(spec: GymnasiumEnvSpec) -> int | None:
     """The index of FIRE among the game's actions (None for a game without it)."""
     return _fire_index(spec.name, bool(spec.config.get("full_action_space", False)))
 
 
 @functools.cache
 def _fire_index(name: str, full: bool) -> int | None:
-    """:func:`_fire_action`, asked once a process (making the game loads its ROM)."""
+    """:func:`fire_action`, asked once a process (making the game loads its ROM)."""
     game = gym.make(name, full_action_space=full)
     try:
         meanings: list[str] = game.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
@@ -97,14 +98,25 @@ class LearningSignals(gym.vector.VectorWrapper):
     :param env: a vector of Atari games whose infos carry ``lives``.
     :param atari: the preprocessing's options.
     :param fire: the FIRE action to press on the step after a lost life; None: none.
+    :param fire_starts: press it on each episode's first step too, for a vector that presses
+        none after its resets (EnvPool's own press is lost to sticky actions in about a third
+        of them).
     """
 
-    def __init__(self, env: gym.vector.VectorEnv, atari: AtariSpec, fire: int | None) -> None:
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        atari: AtariSpec,
+        fire: int | None,
+        fire_starts: bool = False,
+    ) -> None:
         super().__init__(env)
         self.atari = atari
         self.fire = fire
+        self.fire_starts = fire_starts
         self.lives = np.zeros(env.num_envs, dtype=np.int64)
         self.fire_due = np.zeros(env.num_envs, dtype=bool)
+        self.ended = np.zeros(env.num_envs, dtype=bool)
         self.last_obs: np.ndarray | None = None
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": 60 // atari.frame_skip}
 
@@ -115,7 +127,8 @@ class LearningSignals(gym.vector.VectorWrapper):
             seed = int(seed) % (2**31 - self.num_envs)
         obs, infos = self.env.reset(seed=seed, **kwargs)
         self.lives = np.asarray(infos["lives"], dtype=np.int64).copy()
-        self.fire_due[:] = False
+        self.fire_due[:] = self.fire_starts
+        self.ended[:] = False
         self.last_obs = obs
         return obs, infos
 
@@ -131,7 +144,9 @@ class LearningSignals(gym.vector.VectorWrapper):
         infos["learning_terminated"] = np.asarray(terminated, dtype=bool) | (
             lost & self.atari.episodic_life
         )
-        self.fire_due = lost
+        # the copies the last step ended reset at this one: their episodes start at the next
+        self.fire_due = lost | (self.ended & self.fire_starts)
+        self.ended = ended
         self.lives = lives.copy()
         self.last_obs = obs
         return obs, rewards, terminated, truncated, infos

@@ -26,12 +26,17 @@ def gym_vector_env(spec: GymnasiumEnvSpec, *, seed: int | None = None) -> gym.ve
     A registered id with a native vector implementation (CartPole, for one) and no wrappers
     uses it: one array program stepping every copy, the fastest option; so does an Atari game
     with ``atari`` preprocessing (ale-py's, :mod:`agile_rl.runtime.atari`). Otherwise copies
-    run in subprocesses, or in this process when ``sync`` is set.
+    run in subprocesses, or in this process when ``sync`` is set. With ``engine: envpool``,
+    EnvPool's threads step them (:mod:`agile_rl.runtime.envpool_vector`).
 
     :raises EnvironmentNotFoundError: when the environment cannot be resolved or made.
     """
+    if spec.engine == "envpool":
+        from agile_rl.runtime.envpool_vector import envpool_vector_env
+
+        return envpool_vector_env(spec, seed=seed)
     if spec.atari is not None:
-        _check_registered(spec.name)  # ale-py installed, the game known
+        check_registered(spec.name)  # ale-py installed, the game known
         from agile_rl.runtime.atari import atari_vector_env
 
         return atari_vector_env(spec, seed=seed)
@@ -62,7 +67,7 @@ def gym_env_factory(spec: GymnasiumEnvSpec) -> Callable[[], gym.Env]:
     elif spec.entrypoint:
         make_env = resolve_reference(spec.entrypoint, base, "environment.entrypoint")
     else:
-        _check_registered(spec.name)
+        check_registered(spec.name)
         make_env = _registered(spec.name)
     wrappers = [resolve_wrapper(item, base) for item in spec.wrappers]
     config = dict(spec.config)
@@ -96,7 +101,7 @@ def _is_env(value: Any) -> bool:
 def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
     if spec.entrypoint or spec.factory or spec.wrappers:
         return None
-    _check_registered(spec.name)
+    check_registered(spec.name)
     # Atari games without preprocessing step in gymnasium's vectors (raw frames, as made).
     if gym.spec(spec.name).vector_entry_point is None or _atari(spec.name):
         return None
@@ -181,7 +186,11 @@ def _install_hint(message: str) -> str:
     return "install the package named above"
 
 
-def _check_registered(name: str) -> None:
+def check_registered(name: str) -> None:
+    """Gymnasium knows ``name`` (an ``ALE/`` id once ale-py is registered).
+
+    :raises EnvironmentNotFoundError: naming what to install, or the closest id.
+    """
     _register_namespace(name)
     try:
         gym.spec(name)
