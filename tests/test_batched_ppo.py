@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-from agile_cli.testing import installed_host, tiny_manifest, tiny_population
+from agile_cli.testing import installed_host, smoke_train, tiny_manifest, tiny_population
 from agile_cli.training import setup
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.runtime.group import MemberGroup
 from agile_rl.runtime.on_policy_group import epoch_minibatches
 from agile_rl.runtime.rollout import Rollout
-from agile_rl.training.on_policy import OnPolicyRunner
+from agile_rl.training.on_policy import OnPolicyRunner, pixel_bytes
 from tests.test_batched import assert_batched_equals_alone
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
@@ -276,6 +276,32 @@ def test_cnn_lstm_generation_equals_members_stepping_alone(tmp_path: Path) -> No
         mutation={"probabilities": {"no_mut": 0, "arch_mut": 1, "params_mut": 0, "rl_hp_mut": 1}},
     )  # fmt: skip
     assert_batched_equals_alone(manifest, tmp_path, tolerance=TOLERANCE)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_rollouts_keep_images_as_bytes_and_learn_as_from_floats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, normalize: bool
+) -> None:
+    # A quarter of the memory: the rollout holds the environment's uint8 frames, and a
+    # minibatch is preprocessed when it is learned from, to the same values.
+    encoder = {"channel_size": [8], "kernel_size": [3], "stride_size": [2]}
+    network = {"latent_dim": 16, "encoder_config": encoder, "head_config": {"hidden_size": [16]}}
+    manifest = tiny_manifest(
+        "PPO", environment=PIXELS, network=network,
+        algorithm_options={"learn_step": 16, "update_epochs": 2, "normalize_images": normalize},
+        training={"max_steps": 64, "evo_steps": 32, "pop_size": 3},
+    )  # fmt: skip
+    member = tiny_population(manifest, size=1)[0]
+    frames = np.full((4, 10, 12, 3), 51, dtype=np.uint8)
+    kept = pixel_bytes(member, frames, 2)
+    assert kept is not None and [part.dtype for part in kept] == [torch.uint8] * 2
+    assert [tuple(part.shape) for part in kept] == [(2, 10, 12, 3)] * 2
+    as_bytes = smoke_train(manifest, tmp_path / "bytes", seed=3)
+    monkeypatch.setattr(type(member), "stores_pixel_bytes", False)
+    assert pixel_bytes(member, frames, 2) is None
+    as_floats = smoke_train(manifest, tmp_path / "floats", seed=3)
+    assert as_bytes.fitnesses == as_floats.fitnesses
+    _assert_same_members(as_bytes.population, as_floats.population)
 
 
 def test_stacked_cnn_lstm_unrolls_as_each_member_padded_or_not() -> None:

@@ -52,6 +52,7 @@ class PPO(OnPolicyAlgorithm):
     spec: PPOSpec
     group_learner = PPOGroup
     supports_activation_mutation = False
+    stores_pixel_bytes = True  # PPOGroup preprocesses its minibatches
 
     def build(self) -> None:
         self.continuous = isinstance(self.action_space, gym.spaces.Box)

@@ -74,6 +74,14 @@ class PPOGroup(OnPolicyGroupLearner[PPOMember]):
 
     # -- acting --------------------------------------------------------------------------------
 
+    def _pixels(self, obs: Any) -> torch.Tensor:
+        """Rollout observations as the networks take them: images a rollout kept as bytes
+        (:attr:`~agile_rl.runtime.agent.OnPolicyAlgorithm.stores_pixel_bytes`) preprocessed,
+        anything else as it is."""
+        if isinstance(obs, torch.Tensor) and obs.dtype == torch.uint8:
+            return cast(torch.Tensor, self.members[0].obs_tensor(obs))
+        return cast(torch.Tensor, obs)
+
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[k, B, A]`` and values ``[k, B]`` on observations ``[k, B, ...]``."""
         if self.members[0].spec.share_encoders:
@@ -235,7 +243,7 @@ class PPOGroup(OnPolicyGroupLearner[PPOMember]):
         the current logits and values on them, and the float mask of valid steps, flattened
         over time and sequences (``[k, L * S, ...]``; padding is invalid)."""
         batch, rows, state, starts = _stack_sequences(chosen)
-        logits, values, _ = self._unroll(cast(torch.Tensor, batch.obs), state, starts)
+        logits, values, _ = self._unroll(self._pixels(batch.obs), state, starts)
         flat = RolloutBatch(*(cast(torch.Tensor, field).flatten(1, 2) for field in batch))
         return flat, logits.flatten(1, 2), values.flatten(1, 2), rows.flatten(1, 2)
 
@@ -290,7 +298,7 @@ class PPOGroup(OnPolicyGroupLearner[PPOMember]):
         ``[k, S]`` (real where ``rows`` is 1); returns each member's loss and approximate KL
         ``[k]``."""
         batch, rows = minibatch
-        logits, values = self._heads(cast(torch.Tensor, batch.obs))
+        logits, values = self._heads(self._pixels(batch.obs))
         losses, approx_kl = self.objective(batch, logits, values, rows)
         max_grad_norm = self.group.hp("max_grad_norm")
         self.group.gradient_step("policy", losses, active, max_grad_norm=max_grad_norm)

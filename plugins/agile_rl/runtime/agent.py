@@ -574,6 +574,10 @@ class OnPolicyAlgorithm(Algorithm):
     """
 
     spec: Any  # an AlgorithmSpec with a learn_step field
+    #: Its learning takes rollouts whose image observations (a uint8 box) are stored as the
+    #: environment gave them, a quarter of their preprocessed size, and preprocesses them
+    #: itself (:meth:`obs_tensor`); False: rollouts hold what :meth:`obs_tensor` made.
+    stores_pixel_bytes: ClassVar[bool] = False
 
     def policy_step(
         self, obs: torch.Tensor | dict[str, torch.Tensor]

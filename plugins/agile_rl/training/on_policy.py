@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+from gymnasium import spaces
 
 from agile_rl.runtime.agent import OnPolicyAlgorithm
 from agile_rl.runtime.on_policy_group import (
@@ -58,12 +60,27 @@ class _Collecting:
 
 @dataclass
 class _Step:
-    """What the population did at one vector step, per member: the preprocessed observations
-    it acted on and its policy record; and every row's environment action."""
+    """What the population did at one vector step, per member: the observations it acted on
+    as its rollout keeps them (see :func:`pixel_bytes`) and its policy record; and every row's
+    environment action."""
 
     obs: list[Observation]
     records: list[PolicyRecord]
     actions: np.ndarray
+
+
+def pixel_bytes(member: OnPolicyAlgorithm, rows: Any, members: int) -> list[torch.Tensor] | None:
+    """The image observations ``rows`` of ``members`` members (``member``'s class and space)
+    as each member's rollout keeps them, uint8 as the environment gave them, where the class
+    stores them so (:attr:`~agile_rl.runtime.agent.OnPolicyAlgorithm.stores_pixel_bytes`);
+    None where it keeps what ``obs_tensor`` makes."""
+    space = member.observation_space
+    if not (
+        member.stores_pixel_bytes and isinstance(space, spaces.Box) and space.dtype == np.uint8
+    ):
+        return None
+    stored = torch.tensor(np.asarray(rows), device=member.device)  # a copy: vectors reuse theirs
+    return list(stored.reshape(members, -1, *space.shape).unbind(0))
 
 
 class OnPolicyRunner(PopulationRunner):
@@ -111,14 +128,18 @@ class OnPolicyRunner(PopulationRunner):
         records: list[Any] = [None] * len(members)
         parts = []
         for slot in slots:
-            obs_tensor = members[slot.positions[0]].obs_tensor(take_rows(obs, slot.rows))
+            first = members[slot.positions[0]]
+            rows = take_rows(obs, slot.rows)
+            obs_tensor = first.obs_tensor(rows)
+            kept = pixel_bytes(first, rows, len(slot.positions)) or member_observations(
+                obs_tensor, len(slot.positions)
+            )
             if isinstance(slot.actor, OnPolicyGroupLearner):
                 actions, record = slot.actor.policy_step(obs_tensor)
-                own = zip(member_observations(obs_tensor, len(slot.positions)),
-                          member_records(record), strict=True)  # fmt: skip
+                own = zip(kept, member_records(record), strict=True)
             else:
-                actions, single = members[slot.positions[0]].policy_step(obs_tensor)
-                own = zip([obs_tensor], [PolicyRecord(*single)], strict=True)
+                actions, single = first.policy_step(obs_tensor)
+                own = zip(kept, [PolicyRecord(*single)], strict=True)
             for position, (member_obs, member_record) in zip(slot.positions, own, strict=True):
                 observations[position], records[position] = member_obs, member_record
             parts.append(np.asarray(actions))
