@@ -1,12 +1,15 @@
-"""Shared fixtures: run the real CLI, and register a plugin for one test only."""
+"""Shared fixtures: run the real CLI, and register a plugin for one test only; a small Atari
+manifest the Atari and EnvPool tests train."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from agile_cli.cli import CORE_COMMANDS, cli
@@ -92,4 +95,18 @@ def data(tmp_path: Path) -> Path:
     path = tmp_path / "digits.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
     (tmp_path / "reward.py").write_text(REWARD, encoding="utf-8")
+    return path
+
+
+def small_breakout(environment: dict[str, Any], path: Path) -> Path:
+    """A manifest at ``path``: a small PPO population, one generation of 128 steps a member,
+    on two copies of ``environment``."""
+    manifest = {
+        "algorithm": {"name": "PPO", "batch_size": 32, "learn_step": 64, "update_epochs": 1},
+        "environment": {**environment, "num_envs": 2},
+        "network": {"latent_dim": 32, "encoder_config": {"channel_size": [8, 16],
+                    "kernel_size": [8, 4], "stride_size": [4, 2]}},
+        "training": {"max_steps": 128, "evo_steps": 128, "pop_size": 2, "eval_steps": 50},
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(manifest))
     return path

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
+from .conftest import small_breakout
+
 pytest.importorskip("ale_py")
 
 RAM = {"name": "ALE/Pong-v5", "num_envs": 2, "config": {"obs_type": "ram"}}
@@ -200,15 +202,7 @@ def test_a_policy_that_never_fires_still_ends_its_games(fire_reset: bool) -> Non
 
 
 def test_a_population_trains_on_preprocessed_breakout(run: Any, tmp_path: Path) -> None:
-    manifest = {
-        "algorithm": {"name": "PPO", "batch_size": 32, "learn_step": 64, "update_epochs": 1},
-        "environment": {**PREPROCESSED, "num_envs": 2},
-        "network": {"latent_dim": 32, "encoder_config": {"channel_size": [8, 16],
-                    "kernel_size": [8, 4], "stride_size": [4, 2]}},
-        "training": {"max_steps": 128, "evo_steps": 128, "pop_size": 2, "eval_steps": 50},
-    }  # fmt: skip
-    path = tmp_path / "breakout.yaml"
-    path.write_text(yaml.safe_dump(manifest))
+    path = small_breakout(PREPROCESSED, tmp_path / "breakout.yaml")
     checked = run("validate", "--check-env", str(path))
     assert checked.exit_code == 0, checked.output
     result = run("train", str(path), "--quiet", "--run-dir", str(tmp_path / "run"))

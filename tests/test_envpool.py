@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+
+from .conftest import small_breakout
+from .test_lazy_registry import imported_by
 
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
 needs_envpool = pytest.mark.skipif(not HAS_ENVPOOL, reason="the envpool extra is not installed")
@@ -75,23 +77,8 @@ def test_mistakes_name_their_field(
     assert f"{field}: " in _said(result) and words in _said(result)
 
 
-PROBE = """
-import sys
-from agile_cli.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as exit:
-    assert not exit.code, exit.code
-print("MODULES:", ",".join(sorted(sys.modules)))
-"""
-
-
 def test_validating_imports_no_environment_library(tmp_path: Path) -> None:
-    path = _write(tmp_path, BREAKOUT)
-    done = subprocess.run([sys.executable, "-c", PROBE, "validate", str(path)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    loaded = set(done.stdout.strip().splitlines()[-1].removeprefix("MODULES: ").split(","))
+    loaded = imported_by("validate", str(_write(tmp_path, BREAKOUT)))
     assert not loaded & {"envpool", "torch", "gymnasium", "ale_py"}
 
 
@@ -259,15 +246,7 @@ def test_a_population_trains_and_evaluates_on_envpools_halfcheetah(
 @needs_envpool
 @needs_ale
 def test_a_population_trains_on_envpools_breakout(run: Any, tmp_path: Path) -> None:
-    manifest = {
-        "algorithm": {"name": "PPO", "batch_size": 32, "learn_step": 64, "update_epochs": 1},
-        "environment": {**BREAKOUT, "num_envs": 2},
-        "network": {"latent_dim": 32, "encoder_config": {"channel_size": [8, 16],
-                    "kernel_size": [8, 4], "stride_size": [4, 2]}},
-        "training": {"max_steps": 128, "evo_steps": 128, "pop_size": 2, "eval_steps": 50},
-    }  # fmt: skip
-    path = tmp_path / "breakout.yaml"
-    path.write_text(yaml.safe_dump(manifest))
+    path = small_breakout(BREAKOUT, tmp_path / "breakout.yaml")
     result = run("train", str(path), "--quiet", "--elite-top", "0", "--run-dir",
                  str(tmp_path / "run"))  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -32,7 +32,7 @@ print("MODULES:", ",".join(sorted(sys.modules)))
 """
 
 
-def _imported_by(*args: str) -> set[str]:
+def imported_by(*args: str) -> set[str]:
     """The modules a fresh ``agile ARGS`` process has imported when it ends."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True
@@ -65,7 +65,7 @@ def test_validating_a_dqn_manifest_imports_no_other_algorithm_s_spec(write) -> N
     others = _others(algorithms, "DQN")
     assert algorithms["DQN"] and len(others) >= 5, "first-party algorithms no longer load lazily"
     builders = _others(_referenced_modules("environments"), "gymnasium")
-    loaded = _imported_by("validate", str(write("dqn.yaml", MINIMAL)))
+    loaded = imported_by("validate", str(write("dqn.yaml", MINIMAL)))
     assert algorithms["DQN"] <= loaded
     assert not loaded & others, sorted(loaded & others)
     assert not loaded & builders, sorted(loaded & builders)
@@ -74,7 +74,7 @@ def test_validating_a_dqn_manifest_imports_no_other_algorithm_s_spec(write) -> N
 def test_help_imports_no_spec_a_plugin_names_by_reference() -> None:
     tables = (_referenced_modules("algorithms"), _referenced_modules("environments"))
     specs = set().union(*(m for modules in tables for m in modules.values()))
-    assert specs and not _imported_by("--help") & specs
+    assert specs and not imported_by("--help") & specs
 
 
 # -- a plugin whose spec module is broken -------------------------------------------------------

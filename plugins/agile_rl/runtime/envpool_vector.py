@@ -53,6 +53,7 @@ from gymnasium.vector.utils import batch_space
 from agile_cli import EnvironmentNotFoundError
 from agile_rl.models.gymnasium import AtariSpec, GymnasiumEnvSpec
 from agile_rl.runtime.atari import MAX_FRAMES, STICKY_ACTIONS, LearningSignals, fire_action
+from agile_rl.runtime.gym_ids import check_registered
 
 #: EnvPool takes each copy's seed as a signed 32-bit integer.
 SEEDS = 2**31
@@ -131,8 +132,6 @@ def _check_config(envpool: Any, config: dict[str, Any], task: str) -> None:
 def _atari(spec: GymnasiumEnvSpec, task: str, atari: AtariSpec) -> gym.vector.VectorEnv:
     """The game preprocessed by EnvPool, as ``atari`` says (the module), with the learner's
     view added."""
-    from agile_rl.runtime.gym_vector import check_registered
-
     check_registered(spec.name)  # ale-py, for FIRE's index
     config = spec.config
     frames = int(config.get("max_num_frames_per_episode", MAX_FRAMES))

@@ -3,7 +3,6 @@ what the ``gymnasium`` and ``offline`` environment builders build."""
 
 from __future__ import annotations
 
-import difflib
 import functools
 import warnings
 from collections.abc import Callable
@@ -15,6 +14,7 @@ import gymnasium as gym
 from agile_cli import EnvironmentNotFoundError
 from agile_cli.helpers import can_fork, not_an_environment, resolve_reference, resolve_wrapper
 from agile_rl.models.gymnasium import GymnasiumEnvSpec
+from agile_rl.runtime.gym_ids import check_registered, is_atari, register_namespace
 
 # Packages that provide environment families, for the install hint.
 _EXTRAS = {"Box2D": "gymnasium[box2d]", "box2d": "gymnasium[box2d]", "mujoco": "gymnasium[mujoco]"}
@@ -103,7 +103,7 @@ def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
         return None
     check_registered(spec.name)
     # Atari games without preprocessing step in gymnasium's vectors (raw frames, as made).
-    if gym.spec(spec.name).vector_entry_point is None or _atari(spec.name):
+    if gym.spec(spec.name).vector_entry_point is None or is_atari(spec.name):
         return None
     return gym.make_vec(
         spec.name, num_envs=spec.num_envs, vectorization_mode="vector_entry_point", **spec.config
@@ -112,7 +112,7 @@ def _native_vector(spec: GymnasiumEnvSpec) -> gym.vector.VectorEnv | None:
 
 def _registered(name: str) -> Callable[..., gym.Env]:
     def make(**kwargs: Any) -> gym.Env:
-        _register_namespace(name)  # again in a spawned worker, whose registry starts bare
+        register_namespace(name)  # again in a spawned worker, whose registry starts bare
         _mujoco_warnings_to_python(name)
         return gym.make(name, **kwargs)
 
@@ -135,29 +135,6 @@ def _mujoco_warnings_to_python(name: str) -> None:
 
 def _mujoco_warning(message: str) -> None:
     warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=1)
-
-
-def _atari(name: str) -> bool:
-    return name.startswith("ALE/")
-
-
-def _register_namespace(name: str) -> None:
-    """Register the package behind ``name``'s namespace where gymnasium leaves it to the user:
-    gymnasium 1.x knows Atari's ``ALE/`` ids only after ``gym.register_envs(ale_py)``.
-
-    :raises EnvironmentNotFoundError: an ``ALE/`` id without ale-py installed.
-    """
-    if not _atari(name) or name in gym.registry:
-        return
-    try:
-        import ale_py
-    except ImportError:
-        raise EnvironmentNotFoundError(
-            f"'{name}' is an Atari game, and ale-py, which provides them, is not installed",
-            "install it with `pip install ale-py` (or, in agile's folder, "
-            '`pip install -e ".[atari]"`)',
-        ) from None
-    gym.register_envs(ale_py)
 
 
 def _call(make_env: Callable[..., gym.Env], config: dict[str, Any], name: str) -> gym.Env:
@@ -184,22 +161,3 @@ def _install_hint(message: str) -> str:
         if package.lower() in message.lower():
             return f'install it with `pip install "{extra}"`'
     return "install the package named above"
-
-
-def check_registered(name: str) -> None:
-    """Gymnasium knows ``name`` (an ``ALE/`` id once ale-py is registered).
-
-    :raises EnvironmentNotFoundError: naming what to install, or the closest id.
-    """
-    _register_namespace(name)
-    try:
-        gym.spec(name)
-    except gym.error.NamespaceNotFound as exc:
-        raise EnvironmentNotFoundError(str(exc), "install the package that registers it") from None
-    except gym.error.Error:
-        known = list(gym.registry)
-        close = difflib.get_close_matches(name, known, n=1)
-        raise EnvironmentNotFoundError(
-            f"'{name}' is not a registered Gymnasium environment",
-            f"did you mean '{close[0]}'?" if close else "set environment.entrypoint for your own",
-        ) from None
