@@ -93,6 +93,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     member, manifest = member_of(args.manifest)
     network = member.networks[member.policy_network]
+    if not hasattr(network.encoder, "convs") or not hasattr(manifest.algorithm, "update_epochs"):
+        parser.error("the manifest must be an on-policy one (update_epochs) with a cnn encoder")
     batch = int(manifest.algorithm.batch_size)
     epochs = int(manifest.algorithm.update_epochs)
     obs = observations(member, batch)

@@ -22,7 +22,7 @@ from agile_cli.testing import installed_host, smoke_train, tiny_manifest, tiny_p
 from agile_cli.training import setup
 from agile_rl.nn.arch import MLPArch, NetworkArch
 from agile_rl.runtime.group import MemberGroup
-from agile_rl.runtime.on_policy_group import epoch_minibatches
+from agile_rl.runtime.on_policy_group import epoch_minibatches, member_observations
 from agile_rl.runtime.rollout import Rollout
 from agile_rl.training.on_policy import OnPolicyRunner, pixel_bytes
 from tests.test_batched import assert_batched_equals_alone
@@ -293,12 +293,13 @@ def test_rollouts_keep_images_as_bytes_and_learn_as_from_floats(
     )  # fmt: skip
     member = tiny_population(manifest, size=1)[0]
     frames = np.full((4, 10, 12, 3), 51, dtype=np.uint8)
-    kept = pixel_bytes(member, frames, 2)
+    stored = pixel_bytes(member, frames)
+    kept = None if stored is None else member_observations(stored, 2)
     assert kept is not None and [part.dtype for part in kept] == [torch.uint8] * 2
     assert [tuple(part.shape) for part in kept] == [(2, 10, 12, 3)] * 2
     as_bytes = smoke_train(manifest, tmp_path / "bytes", seed=3)
     monkeypatch.setattr(type(member), "stores_pixel_bytes", False)
-    assert pixel_bytes(member, frames, 2) is None
+    assert pixel_bytes(member, frames) is None
     as_floats = smoke_train(manifest, tmp_path / "floats", seed=3)
     assert as_bytes.fitnesses == as_floats.fitnesses
     _assert_same_members(as_bytes.population, as_floats.population)

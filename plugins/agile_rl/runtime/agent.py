@@ -43,6 +43,7 @@ from agile_rl.runtime.on_policy_group import OnPolicyGroupLearner
 from agile_rl.runtime.rollout import PolicyRecord
 from agile_rl.runtime.saved import check_saved_arch
 from agile_rl.runtime.solo import SoloGroup, one_member
+from agile_rl.spec import RLAlgorithmSpec
 
 if TYPE_CHECKING:
     from agile_rl.runtime.exported import ExportedPolicy
@@ -71,6 +72,14 @@ def _saved_scores(saved: Any) -> dict[str, dict[str, torch.Tensor]]:
         for network, layers in saved.items()
         if isinstance(layers, dict)
     }
+
+
+def as_networks_read(spec: AlgorithmSpec, space: gym.Space) -> gym.Space:
+    """``space`` as a member of ``spec`` reads it: its images unscaled where the spec says
+    ``normalize_images: false`` (:class:`~agile_rl.spec.RLAlgorithmSpec`)."""
+    if isinstance(spec, RLAlgorithmSpec) and not spec.normalize_images:
+        return unscaled_images(space)
+    return space
 
 
 class Algorithm(MemberBasics, abc.ABC):
@@ -105,9 +114,7 @@ class Algorithm(MemberBasics, abc.ABC):
         index: int = 0,
     ) -> None:
         self.spec = spec.model_copy()  # this member's own: mutation replaces it
-        if not getattr(spec, "normalize_images", True):  # RLAlgorithmSpec's
-            observation_space = unscaled_images(observation_space)
-        self.observation_space = observation_space
+        self.observation_space = as_networks_read(spec, observation_space)
         self.action_space = action_space
         self.arch = arch
         self.context = context

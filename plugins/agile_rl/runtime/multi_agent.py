@@ -17,8 +17,14 @@ from gymnasium import spaces
 
 from agile_cli import AlgorithmSpec
 from agile_rl.nn.arch import NetworkArch
-from agile_rl.nn.modules import EvolvableNetwork, preprocess, unscaled_images
-from agile_rl.runtime.agent import AgentContext, Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from agile_rl.nn.modules import EvolvableNetwork, preprocess
+from agile_rl.runtime.agent import (
+    AgentContext,
+    Algorithm,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+    as_networks_read,
+)
 
 
 def group_of(agent: str) -> str:
@@ -75,9 +81,9 @@ class MultiAgentAlgorithm(Algorithm):
         index: int = 0,
     ) -> None:
         self.agents = list(observation_spaces)
-        self.observation_spaces = dict(observation_spaces)
-        if not getattr(spec, "normalize_images", True):  # RLAlgorithmSpec's
-            self.observation_spaces = {a: unscaled_images(s) for a, s in observation_spaces.items()}
+        self.observation_spaces = {
+            agent: as_networks_read(spec, space) for agent, space in observation_spaces.items()
+        }
         self.action_spaces = {agent: action_spaces[agent] for agent in self.agents}
         self.groups = groups_of(self.agents)
         super().__init__(

@@ -105,6 +105,7 @@ def _widthless(arch: NetworkArch) -> NetworkArch:
 
 
 def _widthless_encoder(encoder: EncoderArch) -> EncoderArch:
+    """``encoder`` (of a kind that stacks) with its widths set to zero."""
     if isinstance(encoder, LSTMArch):
         return replace(encoder, hidden_state_size=0)
     if isinstance(encoder, CNNArch):  # kernels and strides stay: they must be equal

@@ -69,18 +69,17 @@ class _Step:
     actions: np.ndarray
 
 
-def pixel_bytes(member: OnPolicyAlgorithm, rows: Any, members: int) -> list[torch.Tensor] | None:
-    """The image observations ``rows`` of ``members`` members (``member``'s class and space)
-    as each member's rollout keeps them, uint8 as the environment gave them, where the class
-    stores them so (:attr:`~agile_rl.runtime.agent.OnPolicyAlgorithm.stores_pixel_bytes`);
-    None where it keeps what ``obs_tensor`` makes."""
+def pixel_bytes(member: OnPolicyAlgorithm, rows: Any) -> torch.Tensor | None:
+    """Image observations ``rows`` (of members of ``member``'s class and space) as rollouts
+    keep them, uint8 as the environment gave them, where the class stores them so
+    (:attr:`~agile_rl.runtime.agent.OnPolicyAlgorithm.stores_pixel_bytes`); None where
+    rollouts keep what ``obs_tensor`` makes."""
     space = member.observation_space
     if not (
         member.stores_pixel_bytes and isinstance(space, spaces.Box) and space.dtype == np.uint8
     ):
         return None
-    stored = torch.tensor(np.asarray(rows), device=member.device)  # a copy: vectors reuse theirs
-    return list(stored.reshape(members, -1, *space.shape).unbind(0))
+    return torch.tensor(np.asarray(rows), device=member.device)  # a copy: vectors reuse theirs
 
 
 class OnPolicyRunner(PopulationRunner):
@@ -130,9 +129,10 @@ class OnPolicyRunner(PopulationRunner):
         for slot in slots:
             first = members[slot.positions[0]]
             rows = take_rows(obs, slot.rows)
-            obs_tensor = first.obs_tensor(rows)
-            kept = pixel_bytes(first, rows, len(slot.positions)) or member_observations(
-                obs_tensor, len(slot.positions)
+            stored = pixel_bytes(first, rows)  # then preprocessed from the copy on the device
+            obs_tensor = first.obs_tensor(rows if stored is None else stored)
+            kept = member_observations(
+                obs_tensor if stored is None else stored, len(slot.positions)
             )
             if isinstance(slot.actor, OnPolicyGroupLearner):
                 actions, record = slot.actor.policy_step(obs_tensor)
