@@ -101,6 +101,10 @@ class Runner(abc.ABC, Generic[A]):
     #: debugging: every member is then a group of one).
     stack: bool = True
 
+    #: Whether members' shared computations are compiled where the runner can: "auto", "on"
+    #: or "off" (``--compile``).
+    compile: str = "auto"
+
     def __init__(self, env: Any) -> None:
         self.env = env
 

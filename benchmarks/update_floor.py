@@ -72,16 +72,21 @@ def filled_buffer(member: Any, rows: int, device: str) -> Any:
     return buffer
 
 
-def agile_steps(members: list[Any], buffer: Any) -> dict[str, Callable[[], Any]]:
-    """Closures taking one gradient step of the whole group: on a drawn batch, and drawing."""
+def agile_steps(
+    members: list[Any], buffer: Any, compiled: bool = False
+) -> dict[str, Callable[[], Any]]:
+    """Closures taking one gradient step of the whole group: on a drawn batch, and drawing
+    (``compiled``: the group's forward passes compiled, ``agile --compile on``)."""
     from agile_rl.runtime.group import MemberGroup
     from agile_rl.training.groups import learn_stacked
 
-    learner = type(members[0]).group_learner(MemberGroup(members))
+    learner = type(members[0]).group_learner(MemberGroup(members, compiled=compiled))
     active = [True] * len(members)
     sizes = [int(m.spec.batch_size) for m in members]
     batch, rows = buffer.sample_stacked(sizes, [m.generator for m in members], None)
     mask = torch.tensor(active, device=rows.device)
+    if compiled:
+        return {"agile+compiled": lambda: learner.learn_batch(batch, rows, mask)}
     return {
         "agile": lambda: learner.learn_batch(batch, rows, mask),
         "agile+sample": lambda: learn_stacked(learner, buffer, active),
@@ -203,6 +208,7 @@ def dqn_steps(members: list[Any], device: str, compile_loss: bool) -> tuple[dict
     plain, flops = plain_dqn_step(members, buffer, device, compile_loss=False)
     steps = {"plain": plain, **agile_steps(members, buffer)}
     if compile_loss:
+        steps.update(agile_steps(members, buffer, compiled=True))
         steps["plain+compile"] = plain_dqn_step(members, buffer, device, True)[0]
     return steps, flops
 
@@ -268,6 +274,8 @@ def ppo_steps(members: list[Any], device: str, compile_loss: bool) -> tuple[dict
     plain, flops = plain_ppo_step(members, device, compile_loss=False)
     steps = {"plain": plain, "agile": lambda: learner._update(minibatch, active)}
     if compile_loss:
+        compiled = type(members[0]).group_learner(MemberGroup(members, compiled=True))
+        steps["agile+compiled"] = lambda: compiled._update(minibatch, active)
         steps["plain+compile"] = plain_ppo_step(members, device, True)[0]
     return steps, flops
 
@@ -306,7 +314,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--compile", action="store_true", help="Also time the plain loss compiled.")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="Also time agile's update with compiled forward passes, and the plain loss compiled.",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"{'pop':>4} {'update':<14} {'ms/update':>10} {'GFLOP/s':>8} {'x plain':>8}")

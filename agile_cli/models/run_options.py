@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -72,6 +72,13 @@ class LocalRunOptions(Spec):
         ge=2,
         le=limits.EVALUATION_EPISODES,
         description="Fresh episodes each of those members plays (see --elite-top).",
+    )
+    compile: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Compile the stacked networks' forward passes with torch.compile (on), "
+        "or not (off); auto: where it was measured faster (nowhere yet: on the CPUs measured "
+        "it was not, and CUDA is not measured; see docs/performance.md). Compiled and eager "
+        "runs may differ in the last bits.",
     )
     per_member: bool = Field(
         default=False,

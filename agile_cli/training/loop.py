@@ -48,7 +48,7 @@ MAX_GOING_BACK = 5
 #: (``--resume`` may add to them, never silently drop them).
 RUN_SHAPING_OPTIONS = (
     "checkpoint_steps", "checkpoint_buffer", "per_member", "threads", "device", "elite_top",
-    "elite_episodes",
+    "elite_episodes", "compile",
 )  # fmt: skip
 
 
@@ -134,6 +134,7 @@ class EvolutionLoop:
             self.buffer = setup.build_buffer(manifest, self.env, self.device)
             self.runner = setup.build_runner(manifest, self.env, self.buffer)
             self.runner.stack = not options.per_member
+            self.runner.compile = options.compile
         self.mutator = self._mutator()
         self.selection: SelectionStrategy | None = self._selection(registry)
         self.selection_rng = np.random.default_rng(self.seeds["selection"])

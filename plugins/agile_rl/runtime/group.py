@@ -186,9 +186,11 @@ class MemberGroup(Group):
     """``k`` members of one algorithm whose networks stack (see :func:`group_members`).
 
     :param members: the members, in the order their rows take.
+    :param compiled: run the stacked networks' forward passes compiled where their layouts
+        allow it (:mod:`agile_rl.runtime.compiled`).
     """
 
-    def __init__(self, members: Sequence[Algorithm]) -> None:
+    def __init__(self, members: Sequence[Algorithm], *, compiled: bool = False) -> None:
         self.members = list(members)
         self.size = len(self.members)
         first = self.members[0]
@@ -200,6 +202,8 @@ class MemberGroup(Group):
             for n in first.networks
         }
         self._tie_borrowed_encoders()
+        for network in self.networks.values():
+            network.compiled = compiled
         self.optimizers = {name: self._optimizer(name) for name in first._plans}
         if first.measures_neurons:
             for name in trained:

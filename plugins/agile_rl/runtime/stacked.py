@@ -46,6 +46,7 @@ from agile_rl.nn.neurons import GradientSums
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
 from agile_rl.nn.recurrent import LSTMEncoder
 from agile_rl.nn.recurrent_arch import LSTMArch
+from agile_rl.runtime.compiled import Masks, compiled_forward, masked_layers, program_of
 
 #: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
 _UNSTACKABLE = frozenset({"Softmax", "GumbelSoftmax", "PReLU"})
@@ -182,6 +183,11 @@ class StackedNetwork:
         #: For networks whose encoder is a :class:`~agile_rl.nn.modules.BorrowedEncoder`: the
         #: stacked owners, whose latents it reads (set by the group that stacks both).
         self.borrowed: StackedNetwork | None = None
+        #: Whether forward passes run compiled (:mod:`agile_rl.runtime.compiled`) where the
+        #: network's layout allows it; set by the group.
+        self.compiled = False
+        self.program = program_of(template)
+        self._all_masks: Masks | None = None
 
     def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
@@ -275,12 +281,40 @@ class StackedNetwork:
         extra head input ``[k, B, ...]``, e.g. actions, when the network has one)."""
         template = self.template
         assert isinstance(template, EvolvableNetwork), "only networks have a forward pass"
+        if template.head_extra and extra is None:
+            raise ValueError("this network's heads also need the extra input")
+        if self._compiles():
+            assert self.program is not None
+            forward = compiled_forward(self.program)
+            extra = extra if template.head_extra else None
+            return forward(self.views, self.all_masks(), obs, extra)
         latent = self.latent(obs)
         if template.head_extra:
-            if extra is None:
-                raise ValueError("this network's heads also need the extra input")
+            assert extra is not None
             latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
         return self._heads(template, latent)
+
+    def _compiles(self) -> bool:
+        """Whether this pass runs compiled: asked for, a layout that compiles, not a borrowed
+        encoder, and no units' gradients measured in it (hooks between the operations)."""
+        measured = self.gradients is not None and torch.is_grad_enabled()
+        return self.compiled and self.program is not None and self.borrowed is None and not measured
+
+    def all_masks(self) -> Masks:
+        """The masks a compiled pass takes (``[k, W]``, and ``[k]`` counts): every hidden
+        layer's and the latent's, ones where the members' widths are equal."""
+        if self._all_masks is None:
+            assert self.program is not None
+            masks = {}
+            for layer in masked_layers(self.program):
+                width = self.shapes[f"{layer}.weight"][0]
+                mask, count = self.masks.get(layer, (None, None))
+                if mask is None or count is None:
+                    mask = torch.ones(self.size, 1, width, device=self.flat.device)
+                    count = torch.full((self.size, 1, 1), float(width), device=self.flat.device)
+                masks[layer] = (mask[:, 0], count.view(-1))
+            self._all_masks = masks
+        return self._all_masks
 
     def latent(self, obs: torch.Tensor) -> torch.Tensor:
         """The encoder's output ``[k, B, latent]`` on observations ``[k, B, ...]``: a

@@ -103,7 +103,7 @@ class LossLog:
 
 
 def learning_groups(
-    members: Sequence[Algorithm], family: str, *, stack: bool = True
+    members: Sequence[Algorithm], family: str, *, stack: bool = True, compiled: bool = False
 ) -> list[tuple[list[int], Actor]]:
     """``members`` split into the groups that act and learn as one computation: each group's
     positions in ``members`` and what acts for it: its group learner (of ``family``), or for a
@@ -111,7 +111,8 @@ def learning_groups(
     networks do not stack (see :func:`~agile_rl.runtime.group.group_members`), and every
     member when ``stack`` is false (``--per-member``), are groups of one, which compute what
     the member would alone. A runner that built groups calls :func:`write_back` with them
-    once it is done."""
+    once it is done. ``compiled``: the groups' forward passes run compiled where their
+    networks allow it (:mod:`agile_rl.runtime.compiled`)."""
     groups: list[tuple[list[int], Actor]] = []
     split = group_members(members) if stack else [[i] for i in range(len(members))]
     for positions in split:
@@ -119,7 +120,7 @@ def learning_groups(
         learner = group_learner_of(type(chosen[0]))
         stacks = len(chosen) > 1 or stackable(chosen[0])
         if stacks and learner is not None and learner.family == family:
-            groups.append((positions, learner(MemberGroup(chosen))))
+            groups.append((positions, learner(MemberGroup(chosen, compiled=compiled))))
         else:
             groups += [([i], Alone(members[i])) for i in positions]
     for _, actor in groups:

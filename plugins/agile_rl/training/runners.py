@@ -36,6 +36,7 @@ from agile_cli import (  # noqa: F401  (part of this module's names)
 from agile_cli.helpers import reset_seed
 from agile_rl.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
+from agile_rl.runtime.compiled import compilations, resolve
 from agile_rl.runtime.group import alone_reason
 from agile_rl.training.groups import (
     Alone,
@@ -124,12 +125,24 @@ class PopulationRunner(Runner[Any]):
         #: ``--per-member``, which asks for it).
         self.alone: dict[int, str] = {}
         self._said: set[str] = set()
+        #: Whether the last groups ran compiled (``--compile``), and the process's compilations
+        #: before the generation that ``generation_metrics`` reports.
+        self.compiled = False
+        self._compiled_before = compilations()
 
     def generation_metrics(self) -> dict[str, Any]:
         """The last generation's groups (members by index) and why any member trained alone
         whatever the population, for ``metrics.jsonl``."""
         alone = {"alone": {str(index): why for index, why in self.alone.items()}}
-        return {"groups": self.group_indices, **(alone if self.alone else {})}
+        metrics = {"groups": self.group_indices, **(alone if self.alone else {})}
+        if self.compiled:
+            graphs, seconds = compilations()
+            metrics["compiled"] = {
+                "graphs": graphs - self._compiled_before[0],
+                "seconds": round(seconds - self._compiled_before[1], 3),
+            }
+            self._compiled_before = (graphs, seconds)
+        return metrics
 
     def notes(self) -> list[str]:
         """Each reason members trained alone, once a run, with the members it held back."""
@@ -194,7 +207,9 @@ class PopulationRunner(Runner[Any]):
         """The population split into its groups (:func:`~agile_rl.training.groups.
         learning_groups`), each with what acts for it and its rows."""
         self.num_envs = self._member_rows(len(members))
-        groups = learning_groups(members, self.family, stack=self.stack)
+        compiled = bool(members) and resolve(self.compile, members[0].device)
+        groups = learning_groups(members, self.family, stack=self.stack, compiled=compiled)
+        self.compiled = compiled
         self.group_indices = [[members[i].index for i in group] for group, _ in groups]
         reasons = [(m.index, alone_reason(m)) for m in members] if self.stack else []
         self.alone = {index: why for index, why in reasons if why is not None}

@@ -1,0 +1,269 @@
+"""Stacked forward passes compiled with ``torch.compile``, once per network layout.
+
+Eager, a stacked MLP's forward and backward launch a handful of small operations per layer
+(the batched product, the layer norm, its scale and shift, the activation, the padding mask),
+each reading and writing the whole ``[k, B, W]`` activation; the layer norms and elementwise
+operations take more time than the products (see ``benchmarks/update_floor.py``). Compiled,
+each layer is its product and one fused loop, forward and backward alike.
+
+**Shapes that mutations do not break.** What is compiled is a function of tensors only, one
+per :class:`Program`: the layout of a network with its widths left out (layers, layer norms,
+activations, heads), which node mutations, batch-size mutations and the number of members in
+a group do not change. Every size is symbolic (``dynamic=True``), and every hidden layer takes
+its padding mask whether its members' widths differ or not (a mask of ones costs nothing fused
+into the activation), so a group padded differently next generation runs the same compiled
+code: a population compiles once per layout and grad mode, in the first generation, and never
+again (:func:`compilations` counts, and the runners report the count in ``metrics.jsonl``).
+
+**On disk.** Inductor's graph caches live under :func:`cache_dir` (``~/.cache/agile/compile``
+unless ``TORCHINDUCTOR_CACHE_DIR`` says otherwise), so a second run of a layout loads its
+kernels instead of compiling them.
+
+What is not compiled runs eagerly: networks with convolutions (their arithmetic dwarfs the
+launches), recurrent or noisy layers, borrowed encoders, and passes whose units' gradients are
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agile_rl.nn.activations import make_activation
+from agile_rl.nn.modules import MLP, BorrowedEncoder, EvolvableNetwork
+from agile_rl.nn.noisy import NoisyLinear
+
+#: How ``torch.compile`` is asked for: "on", "off", or "auto" (see :func:`resolve`).
+MODES = ("auto", "on", "off")
+
+_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the members' norms use
+
+#: The most compiled variants one compiled function keeps (torch's default is 8): layouts
+#: share the traced code, each its own variant (see :func:`compiled_forward`).
+_VARIANTS = 256
+
+
+@dataclass(frozen=True)
+class Part:
+    """One MLP of a network (its encoder or a head): where its parameters are, whether each
+    hidden layer has a layer norm, the hidden activation's and the output's activation names,
+    whether the output is layer-normalised (a normalised latent) and masked (an encoder's
+    latent, whose width mutations change; a head's outputs are the action's)."""
+
+    prefix: str
+    norms: tuple[bool, ...]
+    activations: tuple[str, ...]
+    out_activation: str
+    out_norm: bool
+    out_masked: bool
+
+
+@dataclass(frozen=True)
+class Program:
+    """A network's layout without its widths: its encoder, its heads by name, and whether the
+    heads also read an extra input (a critic's actions)."""
+
+    encoder: Part
+    heads: tuple[tuple[str, Part], ...]
+    head_extra: bool
+
+
+def program_of(network: nn.Module) -> Program | None:
+    """The :class:`Program` of ``network``, or None where its forward pass is not compiled (see
+    the module)."""
+    if not isinstance(network, EvolvableNetwork) or network.recurrent:
+        return None
+    if isinstance(network.encoder, BorrowedEncoder) or not isinstance(network.encoder, MLP):
+        return None
+    if any(isinstance(module, NoisyLinear) for module in network.modules()):
+        return None
+    heads = []
+    for name, head in network.heads.items():
+        if not isinstance(head, MLP):
+            return None
+        heads.append((name, _part(f"heads.{name}", head, masked=False)))
+    encoder = _part("encoder", network.encoder, masked=True)
+    return Program(encoder, tuple(heads), bool(network.head_extra))
+
+
+def _part(prefix: str, mlp: MLP, *, masked: bool) -> Part:
+    norms = tuple(isinstance(norm, nn.LayerNorm) for norm in mlp.norms)
+    activations = tuple(type(act).__name__ for act in mlp.acts)
+    out_norm = isinstance(mlp.out_norm, nn.LayerNorm)
+    return Part(prefix, norms, activations, type(mlp.out_act).__name__, out_norm, masked)
+
+
+def masked_layers(program: Program) -> list[str]:
+    """The layers whose outputs a compiled pass masks: every hidden layer, and the latent."""
+    parts = [program.encoder, *(part for _, part in program.heads)]
+    layers = [f"{p.prefix}.layers.{i}" for p in parts for i in range(len(p.norms))]
+    return [*layers, "encoder.out"]
+
+
+# -- the compiled function -------------------------------------------------------------------
+
+Masks = dict[str, tuple[torch.Tensor, torch.Tensor]]
+Tensors = dict[str, torch.Tensor]
+Forward = Callable[[Tensors, Masks, torch.Tensor, torch.Tensor | None], Any]
+_compiled: dict[Program, Forward] = {}
+_lock = threading.Lock()
+
+
+def compiled_forward(program: Program) -> Forward:
+    """The compiled forward pass of networks of ``program``: called with the stacked
+    parameters by name (``[k, *shape]``), the masks of :func:`masked_layers` (``[k, W]``
+    and the ``[k]`` count of real units), observations ``[k, B, ...]`` and the extra
+    head input or None; returns every head's output ``[k, B, width]``."""
+    with _lock:
+        forward = _compiled.get(program)
+        if forward is None:
+            forward = _compile(program)
+            _compiled[program] = forward
+    return forward
+
+
+def _compile(program: Program) -> Forward:
+    _configure()
+    names = {*program.encoder.activations, program.encoder.out_activation}
+    for _, part in program.heads:
+        names |= {*part.activations, part.out_activation}
+    acts = {name: make_activation(None if name == "Identity" else name) for name in names}
+
+    def forward(
+        views: Tensors, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None
+    ) -> Tensors:
+        pass_ = _Pass(acts, views, masks)
+        latent = pass_.mlp(program.encoder, obs.reshape(*obs.shape[:2], -1))
+        if extra is not None:
+            latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
+        return {name: pass_.mlp(part, latent) for name, part in program.heads}
+
+    return torch.compile(forward, dynamic=True, backend=_counted)
+
+
+@dataclass
+class _Pass:
+    """One compiled pass's activations, parameters and masks."""
+
+    acts: dict[str, nn.Module]
+    views: Tensors
+    masks: Masks
+
+    def mlp(self, part: Part, x: torch.Tensor) -> torch.Tensor:
+        """What :meth:`~agile_rl.runtime.stacked.StackedNetwork._mlp` computes, every hidden
+        layer masked."""
+        for index, (norm, act) in enumerate(zip(part.norms, part.activations, strict=True)):
+            layer = f"{part.prefix}.layers.{index}"
+            x = self.linear(layer, x)
+            mask, count = self.mask(layer)
+            if norm:
+                names = (f"{part.prefix}.norms.{index}.{key}" for key in ("weight", "bias"))
+                weight, bias = (self.views[name].unsqueeze(1) for name in names)
+                x = torch.addcmul(bias, _normalised(x, mask, count), weight)
+            x = self.acts[act](x) * mask
+        x = self.linear(f"{part.prefix}.out", x)
+        if not part.out_masked:
+            return self.acts[part.out_activation](x)
+        mask, count = self.mask(f"{part.prefix}.out")
+        if part.out_norm:
+            x = _normalised(x, mask, count)
+        return self.acts[part.out_activation](x) * mask
+
+    def mask(self, layer: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``layer``'s mask ``[k, 1, W]`` and count ``[k, 1, 1]`` (given ``[k, W]`` and
+        ``[k]``: a literal 1 broadcasts where a size of 1 would not)."""
+        mask, count = self.masks[layer]
+        return mask.unsqueeze(1), count.view(-1, 1, 1)
+
+    def linear(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.views[f"{layer}.weight"], self.views[f"{layer}.bias"]
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+
+def _normalised(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``x`` normalised over each member's own units (``mask``, ``count`` of them)."""
+    mean = (x * mask).sum(-1, keepdim=True) / count
+    centred = (x - mean) * mask
+    variance = centred.pow(2).sum(-1, keepdim=True) / count
+    return centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
+
+
+# -- counting, caching, choosing -----------------------------------------------------------
+
+_graphs = [0, 0.0]  # graphs compiled in this process, and the seconds it took
+
+
+def compilations() -> tuple[int, float]:
+    """How many graphs this process compiled so far, and the seconds compiling them took (the
+    first call of each compiled variant: tracing, and compiling or loading its kernels)."""
+    return int(_graphs[0]), float(_graphs[1])
+
+
+def _inductor(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(graph, inputs)
+
+
+#: What compiles a traced graph: inductor (tests may trace with a cheaper backend).
+compiler: Callable[[torch.fx.GraphModule, list[Any]], Any] = _inductor
+
+
+def _counted(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+    """:data:`compiler`, counted."""
+    start = time.perf_counter()
+    try:
+        return compiler(graph, inputs)
+    finally:
+        _graphs[0] += 1
+        _graphs[1] += time.perf_counter() - start
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept between runs: ``TORCHINDUCTOR_CACHE_DIR`` if set, else
+    ``agile/compile`` in the user's cache folder (``XDG_CACHE_HOME``, default ``~/.cache``)."""
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "agile" / "compile"
+
+
+def _configure() -> None:
+    """Point inductor at :func:`cache_dir`, let one traced function keep every layout's
+    variant, and treat sizes of 1 as any other (set before the first compilation)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir()))
+    import torch._dynamo
+    import torch.fx.experimental._config as shapes
+
+    # a group of one member, or a batch of one row, is one more size, not a special case
+    # (compiling for size 1 apart would compile again whenever a group splits); and sizes
+    # that happen to be equal (4 members, 4 rows) are not assumed equal next time
+    shapes.backed_size_oblivious = True
+    shapes.use_duck_shape = False
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, _VARIANTS)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, _VARIANTS)
+
+
+def resolve(mode: str, device: torch.device) -> bool:
+    """Whether stacked passes are compiled under ``mode`` on ``device``: "on" and "off" say so;
+    "auto" compiles where it wins: see :data:`AUTO`."""
+    if mode == "on":
+        return True
+    if mode == "off":
+        return False
+    return AUTO.get(device.type, False)
+
+
+#: Where "auto" compiles, by device type: nowhere yet. On the CPUs measured the compiled update
+#: was not faster at every population (docs/performance.md: 1.24x for 4 DQN members, 0.90x
+#: for 16); on CUDA it has not been measured.
+AUTO: dict[str, bool] = {"cpu": False, "cuda": False}
