@@ -3,8 +3,10 @@
 For each population size it builds the manifest's members (alike: one stacked group) and
 times one gradient step of the whole group, on random data of the right shapes:
 
-- ``agile``: the group learner's update: DQN's ``learn_batch`` on a batch already drawn from
-  a replay buffer, or PPO's clipped-objective step on one minibatch;
+- ``agile``: the group learner's update: DQN's, TD3's or SAC's ``learn_batch`` on a batch
+  already drawn from a replay buffer, or PPO's clipped-objective step on one minibatch;
+- ``agile+compiled`` (with ``--compile``): the same with the group's forward passes compiled
+  (``agile train --compile on``, see ``agile_rl.runtime.compiled``);
 - ``agile+sample`` (DQN): the same with drawing each member's batch from the buffer
   (``learn_stacked``, what training calls);
 - ``plain``: a plain stacked update of the same networks written here, with nothing but the
@@ -13,12 +15,17 @@ times one gradient step of the whole group, on random data of the right shapes:
   one ``foreach`` Adam step and, DQN, a ``lerp`` soft update;
 - ``plain+compile`` (with ``--compile``): the plain update's loss under ``torch.compile``.
 
+TD3 and SAC have no plain update written here: their rows compare with ``agile`` (the last
+column is the ratio to ``plain`` where there is one, else to ``agile``).
+
 GFLOP/s counts the update's matrix products (the forward pass on the batch and its backward;
 DQN also the two no-grad passes on the next observations: the target network and, double-Q,
-the online network choosing the next action): what an update cannot do without.
+the online network choosing the next action; TD3 and SAC: see :func:`actor_critic_steps`):
+what an update cannot do without.
 
     python benchmarks/update_floor.py configs/training/dqn/cartpole.yaml --populations 4 16 64
     python benchmarks/update_floor.py configs/training/ppo/cartpole.yaml --populations 4 16 64
+    python benchmarks/update_floor.py configs/training/td3/halfcheetah.yaml --populations 4 16
 
 Times are medians over ``--repeats`` timings of ``--updates`` updates each, after a warm-up,
 with ``--threads`` torch threads (1 by default: the shared 2-core machines). ``--device
@@ -67,7 +74,11 @@ def filled_buffer(member: Any, rows: int, device: str) -> Any:
     buffer = ReplayBuffer(rows, space, member.action_space, gamma=0.99, device=device)
     obs = rng.normal(size=(rows, *space.shape)).astype(np.float32)
     next_obs = (obs + rng.normal(scale=0.1, size=obs.shape)).astype(np.float32)
-    actions = rng.integers(member.action_space.n, size=rows)
+    space = member.action_space
+    if hasattr(space, "n"):
+        actions = rng.integers(space.n, size=rows)
+    else:
+        actions = rng.uniform(-1.0, 1.0, size=(rows, *space.shape)).astype(np.float32)
     buffer.add(obs, actions, rng.normal(size=rows), next_obs, rng.random(rows) < 0.05)
     return buffer
 
@@ -280,7 +291,38 @@ def ppo_steps(members: list[Any], device: str, compile_loss: bool) -> tuple[dict
     return steps, flops
 
 
-BUILDERS = {"DQN": dqn_steps, "PPO": ppo_steps}
+# -- TD3 and SAC (agile's update only: no plain reference written for them) ----------------------
+
+
+def actor_critic_steps(
+    members: list[Any], device: str, compile_loss: bool
+) -> tuple[dict[str, Any], int]:
+    """TD3's or SAC's stacked update, eager (and compiled with ``--compile``), and its FLOPs:
+    the twin critics' forward and backward, the target actor's and target critics' forward on
+    the next observations, and every ``policy_freq``-th call the actor's forward and backward
+    through one critic (TD3) or both (SAC), spread over the calls."""
+    buffer = filled_buffer(members[0], 4096, device)
+    steps = dict(list(agile_steps(members, buffer).items())[:1])
+    if compile_loss:
+        steps.update(agile_steps(members, buffer, compiled=True))
+    networks = members[0].networks
+    actor = PlainNetwork(networks["actor"], 1, device).flops_per_row()
+    critic = PlainNetwork(networks["critic_1"], 1, device).flops_per_row()
+    spec = members[0].spec
+    critics_read = 2 if type(members[0]).__name__ == "SAC" else 1
+    targets = actor[0] + 2 * critic[0]
+    learning = 2 * (critic[0] + critic[1])
+    policy = sum(actor) + critics_read * 2 * critic[0]  # through the critics, to the actions
+    per_row = targets + learning + policy / int(spec.policy_freq)
+    return steps, len(members) * int(spec.batch_size) * per_row
+
+
+BUILDERS = {
+    "DQN": dqn_steps,
+    "PPO": ppo_steps,
+    "TD3": actor_critic_steps,
+    "SAC": actor_critic_steps,
+}
 
 
 # -- timing ---------------------------------------------------------------------------------------
@@ -307,7 +349,7 @@ def main() -> None:
     parser.add_argument(
         "manifest",
         type=Path,
-        help="A DQN or PPO manifest (e.g. configs/training/dqn/cartpole.yaml).",
+        help="A DQN, PPO, TD3 or SAC manifest (e.g. configs/training/dqn/cartpole.yaml).",
     )
     parser.add_argument("--populations", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--updates", type=int, default=100)
@@ -321,19 +363,20 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"{'pop':>4} {'update':<14} {'ms/update':>10} {'GFLOP/s':>8} {'x plain':>8}")
+    print(f"{'pop':>4} {'update':<14} {'ms/update':>10} {'GFLOP/s':>8} {'x base':>8}")
     for size in args.populations:
         members = agile_population(args.manifest, size, args.device)
         name = type(members[0]).__name__
         if name not in BUILDERS:
-            sys.exit(f"update_floor.py times DQN and PPO manifests, not {name}")
+            sys.exit(f"update_floor.py times DQN, PPO, TD3 and SAC manifests, not {name}")
         build = BUILDERS[name]
         steps, flops = build(members, args.device, args.compile)
         times = {name: timed(step, args.updates, args.repeats, args.device)
                  for name, step in steps.items()}  # fmt: skip
+        baseline = times.get("plain", times["agile"])
         for name, ms in times.items():
             rate = flops / (ms / 1000) / 1e9
-            print(f"{size:>4} {name:<14} {ms:>10.2f} {rate:>8.2f} {ms / times['plain']:>8.2f}")
+            print(f"{size:>4} {name:<14} {ms:>10.2f} {rate:>8.2f} {ms / baseline:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,16 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``--compile on``'s kernels (``torch.compile``) go to one folder of the test session,
+    shared by its workers and the runs they start, not to the user's cache."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's folder sits in the session's
+        shared = shared.parent
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(shared / "inductor")
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread() -> Iterator[None]:
     """The tests' networks are tiny: one thread avoids OpenMP waits on a busy machine (and
     matches what training itself sets)."""

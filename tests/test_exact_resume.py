@@ -65,12 +65,25 @@ SPEAKER_LISTENER = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 2, "s
 
 
 @dataclass(frozen=True)
+class Kill:
+    """When to SIGKILL a session: once the run has logged ``after`` generations, either a
+    ``fraction`` of a generation's duration later, or (``mid_write``) while it writes
+    ``checkpoints/latest.pt``."""
+
+    after: int
+    fraction: float = 0.0
+    mid_write: bool = False
+
+
+@dataclass(frozen=True)
 class Case:
-    """A tiny run to kill: its manifest, the generations it trains and the options it needs."""
+    """A tiny run to kill: its manifest, the generations it trains, the options it needs, and
+    where it is killed when not at the moments :func:`_kills` draws."""
 
     manifest: dict[str, Any]
     generations: int
     options: tuple[str, ...] = ()
+    kills: tuple[Kill, ...] = ()
 
 
 def _rl(algorithm: dict[str, Any], environment: dict[str, Any], rates: tuple[str, ...],
@@ -92,6 +105,14 @@ RL_CASES = {
             max_steps=500, evo_steps=100, learning_delay=0),
         generations=5, options=("--checkpoint-buffer",),
     ),
+    # --resume keeps --compile on (a run-shaping option); killed while checkpoints are written,
+    # as the first generation's compilation leaves no fair share of a generation to sleep
+    "off-policy DQN, compiled": Case(
+        _rl({"name": "DQN", "batch_size": 16, "learn_step": 4}, CARTPOLE, ("lr",),
+            max_steps=500, evo_steps=100, learning_delay=0),
+        generations=5, options=("--checkpoint-buffer", "--compile", "on"),
+        kills=(Kill(1, mid_write=True), Kill(3, mid_write=True)),
+    ),
     "on-policy PPO": Case(
         _rl(PPO, CARTPOLE, ("lr",), max_steps=640, evo_steps=128), generations=5,
     ),
@@ -101,17 +122,6 @@ RL_CASES = {
         generations=5, options=("--checkpoint-buffer",),
     ),
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Kill:
-    """When to SIGKILL a session: once the run has logged ``after`` generations, either a
-    ``fraction`` of a generation's duration later, or (``mid_write``) while it writes
-    ``checkpoints/latest.pt``."""
-
-    after: int
-    fraction: float = 0.0
-    mid_write: bool = False
 
 
 def _kills(name: str, generations: int) -> list[Kill]:
@@ -312,7 +322,7 @@ def _assert_killed_run_equals_whole_run(name: str, case: Case, where: Path) -> N
     """Train ``case`` whole and, at the same time, killed and resumed; compare the two."""
     (where / "manifest.yaml").write_text(yaml.safe_dump(case.manifest), encoding="utf-8")
     options = (*RUN_OPTIONS, *case.options)
-    kills = _kills(name, case.generations)
+    kills = list(case.kills) or _kills(name, case.generations)
     whole = _start(where, "manifest.yaml", "--run-dir", str(where / "whole"), *options)
     landed = _train_killed(where, options, kills)
     _finish(whole)

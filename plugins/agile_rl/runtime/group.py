@@ -187,7 +187,9 @@ class MemberGroup(Group):
 
     :param members: the members, in the order their rows take.
     :param compiled: run the stacked networks' forward passes compiled where their layouts
-        allow it (:mod:`agile_rl.runtime.compiled`).
+        allow it (:mod:`agile_rl.runtime.compiled`), from the first gradient step on: acting
+        before it stays eager, so that a run's first environment steps do not wait for a
+        compilation.
     """
 
     def __init__(self, members: Sequence[Algorithm], *, compiled: bool = False) -> None:
@@ -202,8 +204,7 @@ class MemberGroup(Group):
             for n in first.networks
         }
         self._tie_borrowed_encoders()
-        for network in self.networks.values():
-            network.compiled = compiled
+        self.compiled = compiled
         self.optimizers = {name: self._optimizer(name) for name in first._plans}
         if first.measures_neurons:
             for name in trained:
@@ -260,6 +261,14 @@ class MemberGroup(Group):
             end = start + len(self._plan(name).networks)
             self.optimizers[name].step(flat_grads[start:end], weight, used[start:end])
             start = end
+        if self.compiled:
+            self.compile_passes()
+
+    def compile_passes(self) -> None:
+        """Run the networks' forward passes compiled from now on, where their layouts allow
+        it (a group made ``compiled`` does from its first gradient step)."""
+        for stacked in self.networks.values():
+            stacked.compiled = True
 
     def soft_update(
         self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
