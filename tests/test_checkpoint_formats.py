@@ -61,7 +61,7 @@ def test_the_run_options_a_file_shows_are_kept_and_the_others_left_to_the_comman
     with_buffer = checkpoint.load(FIXTURES / "layout2_dqn_b5978ad" / "checkpoints" / "latest.pt")
     assert with_buffer["run_options"] == {
         "checkpoint_steps": None, "checkpoint_buffer": True, "per_member": None, "threads": None,
-        "device": None, "elite_top": None, "elite_episodes": None,
+        "device": None, "elite_top": None, "elite_episodes": None, "compile": None,
     }  # fmt: skip
     without = checkpoint.load(FIXTURES / "layout4_ppo_86c5a90" / "checkpoints" / "latest.pt")
     assert without["run_options"]["checkpoint_buffer"] is False

@@ -46,7 +46,7 @@ from agile_cli.signals import interrupt_held
 #: The ``format`` this agile writes: the number of its layout, so that an older agile refuses
 #: the file naming the version to upgrade to. Format 2 files hold any of layouts 2 to 8 (8 was
 #: written as format 2 for a few commits), told apart by their content.
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 #: The formats files say: 1, 2 (layouts 2 to 8), and from 8 on each layout's own number.
 READ_FORMATS = (1, 2, *range(8, FORMAT_VERSION + 1))
 POPULATION = "population"
@@ -85,8 +85,10 @@ LAYOUTS = (
     Layout(8, "cd84227", "91ce7dd", "each member's record.lineage; run_options.device, "
            "elite_top and elite_episodes; says format 8 from the commit after a2c2dcc on "
            "(format 2 before)"),
-    Layout(9, "fa69e05", None, "state.rounds (an asynchronous run's rounds per position); a "
-           "backend's own run options in run_options (the ray backend's)"),
+    Layout(9, "fa69e05", "da2e98d", "state.rounds (an asynchronous run's rounds per position); "
+           "a backend's own run options in run_options (the ray backend's); ef9a82d and "
+           "da2e98d also wrote run_options.compile"),
+    Layout(10, "NEXT", None, "run_options.compile (--compile)"),
 )  # fmt: skip
 #: The layout this agile writes.
 CURRENT_LAYOUT = LAYOUTS[-1].number
@@ -442,9 +444,16 @@ def _from_8(state: dict[str, Any]) -> None:
         state["state"].setdefault("rounds", [])
 
 
+def _from_9(state: dict[str, Any]) -> None:
+    """``--compile``, not recorded (None: a resume takes it from its command line; the run
+    was eager unless that said ``on``)."""
+    if state["kind"] == POPULATION:
+        state["run_options"].setdefault("compile", None)
+
+
 _STEPS: dict[int, Callable[[dict[str, Any]], None]] = {
     1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6, 7: _from_7,
-    8: _from_8,
+    8: _from_8, 9: _from_9,
 }  # fmt: skip
 
 
