@@ -88,7 +88,7 @@ LAYOUTS = (
     Layout(9, "fa69e05", "da2e98d", "state.rounds (an asynchronous run's rounds per position); "
            "a backend's own run options in run_options (the ray backend's); ef9a82d and "
            "da2e98d also wrote run_options.compile"),
-    Layout(10, "NEXT", None, "run_options.compile (--compile)"),
+    Layout(10, "7bfd4d0", None, "run_options.compile (--compile)"),
 )  # fmt: skip
 #: The layout this agile writes.
 CURRENT_LAYOUT = LAYOUTS[-1].number
