@@ -127,10 +127,14 @@ def test_a_compiled_group_acts_eagerly_until_its_first_gradient_step() -> None:
     assert _graphs() > before
 
 
-def test_a_compiled_update_equals_the_eager_one_optimiser_state_included() -> None:
-    """Inductor's own kernels: three DQN steps of a padded group, compiled and eager."""
+def test_a_compiled_update_equals_the_eager_one_optimiser_state_and_unit_scores_included() -> None:
+    """Inductor's own kernels: three DQN steps of a padded group, compiled and eager, the
+    members' units' gradients summed for dormant-neuron resets (probes, compiled)."""
     _reset()
-    members = _padded_members("DQN", True, True)
+    norms = {"layer_norm": True, "latent_norm": True}
+    members = _population("DQN", [_arch((16,), 16, (16,), **norms), _arch((48,), 8, (32,), **norms),
+                                  _arch((16,), 24, (16,), **norms)])  # fmt: skip
+    assert all(member.measures_neurons for member in members)
     twins = [member.clone(member.index) for member in members]
     buffer = _filled_buffer(members[0])
     for group, compile_ in ((members, True), (twins, False)):
@@ -141,6 +145,11 @@ def test_a_compiled_update_equals_the_eager_one_optimiser_state_included() -> No
             learner.learn_batch(batch, rows, torch.ones(3, dtype=torch.bool))
         learner.group.write_back()
     _assert_same_members(members, twins)
+    for member, twin in zip(members, twins, strict=True):
+        scores, expected = member.neuron_scores["q"], twin.neuron_scores["q"]
+        assert scores.keys() == expected.keys() and expected
+        for layer, score in scores.items():
+            torch.testing.assert_close(score, expected[layer], **TOLERANCE)
 
 
 def test_a_run_with_compile_on_compiles_in_its_first_generation_only(

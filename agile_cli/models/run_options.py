@@ -76,9 +76,9 @@ class LocalRunOptions(Spec):
     compile: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Compile the stacked networks' forward passes with torch.compile (on), "
-        "or not (off); auto: where it was measured faster (nowhere yet: on the CPUs measured "
-        "it was not, and CUDA is not measured; see docs/performance.md). Compiled and eager "
-        "runs may differ in the last bits.",
+        "or not (off); auto: where it was measured faster (nowhere yet: on the CPU measured "
+        "it won only for large groups, and CUDA is not measured; see docs/performance.md). "
+        "Compiled and eager runs may differ in the last bits; a resumed run keeps it.",
     )
     per_member: bool = Field(
         default=False,

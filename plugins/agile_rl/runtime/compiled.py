@@ -19,8 +19,19 @@ again (:func:`compilations` counts, and the runners report the count in ``metric
 unless ``TORCHINDUCTOR_CACHE_DIR`` says otherwise), so a second run of a layout loads its
 kernels instead of compiling them.
 
+**Measured units.** Where a member's units' gradients are summed for its dormant-neuron resets
+(:class:`~agile_rl.nn.neurons.GradientSums`), an eager pass hooks each pre-activation; a
+compiled pass instead adds a zero *probe* ``[k, B, W]`` to it (the same values), and the
+group's gradient step asks for the probes' gradients, the pre-activations', beside the
+parameters' (:meth:`~agile_rl.runtime.group.MemberGroup.minimise`).
+
+**Masks.** A padded unit's pre-activation is zero; where the activation keeps zero at zero
+(:data:`ZERO_AT_ZERO`) the mask is applied before it, which is the same function and
+gradient, and lets inductor fuse the pass (masking after ReLU, it saved a boolean mask that
+made the fused kernel 5x slower with probes on this CPU; see docs/performance.md).
+
 What is not compiled runs eagerly: networks with convolutions (their arithmetic dwarfs the
-launches), recurrent or noisy layers, borrowed encoders, and passes whose units' gradients are
+launches), recurrent or noisy layers, and borrowed encoders.
 """
 
 from __future__ import annotations
@@ -111,7 +122,10 @@ def masked_layers(program: Program) -> list[str]:
 
 Masks = dict[str, tuple[torch.Tensor, torch.Tensor]]
 Tensors = dict[str, torch.Tensor]
-Forward = Callable[[Tensors, Masks, torch.Tensor, torch.Tensor | None], Any]
+Forward = Callable[[Tensors, Masks, torch.Tensor, torch.Tensor | None, Tensors | None], Any]
+
+#: Activations whose value at zero is zero: masking their input is masking their output.
+ZERO_AT_ZERO = frozenset({"ReLU", "Tanh", "GELU", "ELU", "LeakyReLU", "Identity"})
 _compiled: dict[Program, Forward] = {}
 _lock = threading.Lock()
 
@@ -119,8 +133,9 @@ _lock = threading.Lock()
 def compiled_forward(program: Program) -> Forward:
     """The compiled forward pass of networks of ``program``: called with the stacked
     parameters by name (``[k, *shape]``), the masks of :func:`masked_layers` (``[k, W]``
-    and the ``[k]`` count of real units), observations ``[k, B, ...]`` and the extra
-    head input or None; returns every head's output ``[k, B, width]``."""
+    and the ``[k]`` count of real units), observations ``[k, B, ...]``, the extra head input
+    or None, and None or the probes (see the module) added to the pre-activations of the
+    layers :func:`masked_layers` names; returns every head's output ``[k, B, width]``."""
     with _lock:
         forward = _compiled.get(program)
         if forward is None:
@@ -137,9 +152,10 @@ def _compile(program: Program) -> Forward:
     acts = {name: make_activation(None if name == "Identity" else name) for name in names}
 
     def forward(
-        views: Tensors, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None
-    ) -> Tensors:
-        pass_ = _Pass(acts, views, masks)
+        views: Tensors, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
+        probes: Tensors | None,
+    ) -> Tensors:  # fmt: skip
+        pass_ = _Pass(acts, views, masks, probes)
         latent = pass_.mlp(program.encoder, obs.reshape(*obs.shape[:2], -1))
         if extra is not None:
             latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
@@ -150,11 +166,12 @@ def _compile(program: Program) -> Forward:
 
 @dataclass
 class _Pass:
-    """One compiled pass's activations, parameters and masks."""
+    """One compiled pass's activations, parameters, masks and probes."""
 
     acts: dict[str, nn.Module]
     views: Tensors
     masks: Masks
+    probes: Tensors | None
 
     def mlp(self, part: Part, x: torch.Tensor) -> torch.Tensor:
         """What :meth:`~agile_rl.runtime.stacked.StackedNetwork._mlp` computes, every hidden
@@ -167,14 +184,23 @@ class _Pass:
                 names = (f"{part.prefix}.norms.{index}.{key}" for key in ("weight", "bias"))
                 weight, bias = (self.views[name].unsqueeze(1) for name in names)
                 x = torch.addcmul(bias, _normalised(x, mask, count), weight)
-            x = self.acts[act](x) * mask
+            x = self.activated(act, self.probed(layer, x), mask)
         x = self.linear(f"{part.prefix}.out", x)
         if not part.out_masked:
             return self.acts[part.out_activation](x)
         mask, count = self.mask(f"{part.prefix}.out")
         if part.out_norm:
             x = _normalised(x, mask, count)
-        return self.acts[part.out_activation](x) * mask
+        return self.activated(part.out_activation, self.probed(f"{part.prefix}.out", x), mask)
+
+    def activated(self, act: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``act(x)`` with the padded units masked (see the module)."""
+        if act in ZERO_AT_ZERO:
+            return self.acts[act](x * mask)
+        return self.acts[act](x) * mask
+
+    def probed(self, layer: str, x: torch.Tensor) -> torch.Tensor:
+        return x if self.probes is None else x + self.probes[layer]
 
     def mask(self, layer: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``layer``'s mask ``[k, 1, W]`` and count ``[k, 1, 1]`` (given ``[k, W]`` and
@@ -263,7 +289,8 @@ def resolve(mode: str, device: torch.device) -> bool:
     return AUTO.get(device.type, False)
 
 
-#: Where "auto" compiles, by device type: nowhere yet. On the CPUs measured the compiled update
-#: was not faster at every population (docs/performance.md: 1.24x for 4 DQN members, 0.90x
-#: for 16); on CUDA it has not been measured.
+#: Where "auto" compiles, by device type: nowhere yet. On the CPU measured the compiled update
+#: won only for the larger groups of layer-normed networks (docs/performance.md: 1.16x and
+#: 1.30x for 16 DQN and PPO CartPole members, 0.75x and 0.95x for 4, 0.73x for 4 TD3
+#: HalfCheetah members); on CUDA it has not been measured.
 AUTO: dict[str, bool] = {"cpu": False, "cuda": False}

@@ -252,8 +252,13 @@ class MemberGroup(Group):
                 stacked.gradients.active = active
         networks = [n for name in optimizers for n in self._plan(name).networks]
         views = [v for n in networks for v in self.networks[n].views.values()]
-        grads = torch.autograd.grad((losses * weight).sum(), views, allow_unused=True)
-        flat_grads, used = self._flat_grads(networks, grads)
+        probes = self._take_probes()
+        inputs = views + [probe for _, _, probe in probes]
+        grads = torch.autograd.grad((losses * weight).sum(), inputs, allow_unused=True)
+        for (sums, layer, _), grad in zip(probes, grads[len(views) :], strict=True):
+            if grad is not None:  # a pass of this loss: what its hook would have counted
+                sums.add(layer, grad)
+        flat_grads, used = self._flat_grads(networks, grads[: len(views)])
         if max_grad_norm is not None:
             _clip(flat_grads, max_grad_norm)
         start = 0
@@ -263,6 +268,16 @@ class MemberGroup(Group):
             start = end
         if self.compiled:
             self.compile_passes()
+
+    def _take_probes(self) -> list[tuple[GradientSums, str, torch.Tensor]]:
+        """The probes of compiled passes since the last step, each with where its gradient
+        counts (see :mod:`agile_rl.runtime.compiled`); the networks keep none."""
+        probes = []
+        for stacked in self.networks.values():
+            if stacked.gradients is not None:
+                probes += [(stacked.gradients, layer, probe) for layer, probe in stacked.probes]
+            stacked.probes = []
+        return probes
 
     def compile_passes(self) -> None:
         """Run the networks' forward passes compiled from now on, where their layouts allow

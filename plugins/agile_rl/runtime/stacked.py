@@ -188,6 +188,10 @@ class StackedNetwork:
         self.compiled = False
         self.program = program_of(template)
         self._all_masks: Masks | None = None
+        #: Compiled passes' probes whose gradients :attr:`gradients` has yet to count, by
+        #: layer (see :mod:`agile_rl.runtime.compiled`): the group's next gradient step
+        #: takes them.
+        self.probes: list[tuple[str, torch.Tensor]] = []
 
     def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
@@ -283,22 +287,30 @@ class StackedNetwork:
         assert isinstance(template, EvolvableNetwork), "only networks have a forward pass"
         if template.head_extra and extra is None:
             raise ValueError("this network's heads also need the extra input")
-        if self._compiles():
-            assert self.program is not None
-            forward = compiled_forward(self.program)
-            extra = extra if template.head_extra else None
-            return forward(self.views, self.all_masks(), obs, extra)
+        if self.compiled and self.program is not None and self.borrowed is None:
+            return self._compiled_pass(obs, extra if template.head_extra else None)
         latent = self.latent(obs)
         if template.head_extra:
             assert extra is not None
             latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
         return self._heads(template, latent)
 
-    def _compiles(self) -> bool:
-        """Whether this pass runs compiled: asked for, a layout that compiles, not a borrowed
-        encoder, and no units' gradients measured in it (hooks between the operations)."""
-        measured = self.gradients is not None and torch.is_grad_enabled()
-        return self.compiled and self.program is not None and self.borrowed is None and not measured
+    def _compiled_pass(
+        self, obs: torch.Tensor, extra: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """The compiled pass (:mod:`agile_rl.runtime.compiled`); where units' gradients are
+        measured, with probes for the group's gradient step (:attr:`probes`)."""
+        assert self.program is not None
+        masks = self.all_masks()
+        probes = None
+        if self.gradients is not None and torch.is_grad_enabled():
+            shape = (self.size, obs.shape[1])
+            probes = {
+                layer: torch.zeros(*shape, mask.shape[-1], device=obs.device, requires_grad=True)
+                for layer, (mask, _) in masks.items()
+            }
+            self.probes += probes.items()
+        return compiled_forward(self.program)(self.views, masks, obs, extra, probes)
 
     def all_masks(self) -> Masks:
         """The masks a compiled pass takes (``[k, W]``, and ``[k]`` counts): every hidden
