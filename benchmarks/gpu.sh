@@ -37,6 +37,11 @@ step "machine"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 
+step "the stacked update, eager and compiled (--compile on), TD3 HalfCheetah, on cuda"
+t=$((D - SECONDS < 150 ? D - SECONDS : 150))
+timeout "$t" python3 benchmarks/update_floor.py configs/training/td3/halfcheetah.yaml \
+  --device cuda --compile --populations 4 16 --updates 20 --repeats 3 2>&1 | grep -v -i warn
+
 for device in cuda cpu; do
   step "reference TD3 manifest, HalfCheetah-v5, 10,000 steps per member ($device)"
   run td3-halfcheetah "$device" 240 benchmarks/workloads/td3_halfcheetah.yaml
