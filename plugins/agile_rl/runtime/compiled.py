@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agile_rl.nn.activations import make_activation
+from agile_rl.nn.activations import ACTIVATIONS, make_activation
 from agile_rl.nn.modules import MLP, BorrowedEncoder, EvolvableNetwork
 from agile_rl.nn.noisy import NoisyLinear
 
@@ -101,7 +101,15 @@ def program_of(network: nn.Module) -> Program | None:
             return None
         heads.append((name, _part(f"heads.{name}", head, masked=False)))
     encoder = _part("encoder", network.encoder, masked=True)
-    return Program(encoder, tuple(heads), bool(network.head_extra))
+    program = Program(encoder, tuple(heads), bool(network.head_extra))
+    return program if _activation_names(program) <= {*ACTIVATIONS, "Identity"} else None
+
+
+def _activation_names(program: Program) -> set[str]:
+    names = {*program.encoder.activations, program.encoder.out_activation}
+    for _, part in program.heads:
+        names |= {*part.activations, part.out_activation}
+    return names
 
 
 def _part(prefix: str, mlp: MLP, *, masked: bool) -> Part:
@@ -146,10 +154,10 @@ def compiled_forward(program: Program) -> Forward:
 
 def _compile(program: Program) -> Forward:
     _configure()
-    names = {*program.encoder.activations, program.encoder.out_activation}
-    for _, part in program.heads:
-        names |= {*part.activations, part.out_activation}
-    acts = {name: make_activation(None if name == "Identity" else name) for name in names}
+    acts = {
+        name: make_activation(None if name == "Identity" else name)
+        for name in _activation_names(program)
+    }
 
     def forward(
         views: Tensors, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
