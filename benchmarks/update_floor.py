@@ -74,11 +74,11 @@ def filled_buffer(member: Any, rows: int, device: str) -> Any:
     buffer = ReplayBuffer(rows, space, member.action_space, gamma=0.99, device=device)
     obs = rng.normal(size=(rows, *space.shape)).astype(np.float32)
     next_obs = (obs + rng.normal(scale=0.1, size=obs.shape)).astype(np.float32)
-    space = member.action_space
-    if hasattr(space, "n"):
-        actions = rng.integers(space.n, size=rows)
-    else:
-        actions = rng.uniform(-1.0, 1.0, size=(rows, *space.shape)).astype(np.float32)
+    acts = member.action_space
+    if hasattr(acts, "n"):
+        actions = rng.integers(acts.n, size=rows)
+    else:  # a Box: the agile members' actions are scaled to [-1, 1]
+        actions = rng.uniform(-1.0, 1.0, size=(rows, *acts.shape)).astype(np.float32)
     buffer.add(obs, actions, rng.normal(size=rows), next_obs, rng.random(rows) < 0.05)
     return buffer
 
