@@ -40,16 +40,21 @@ def _graphs() -> int:
     return compiled.compilations()[0]
 
 
-def _padded_members(algorithm: str, layer_norm: bool, latent_norm: bool) -> list[Any]:
+def _padded_members(
+    algorithm: str, layer_norm: bool, latent_norm: bool, *, measured: bool = False
+) -> list[Any]:
+    """Three members of other widths (one padded group); ``measured``: their units'
+    gradients are summed for dormant-neuron resets, as by default."""
     norms = {"layer_norm": layer_norm, "latent_norm": latent_norm}
     archs = [_arch((16,), 16, (16,), **norms), _arch((48,), 8, (32,), **norms),
              _arch((16,), 24, (16,), **norms)]  # fmt: skip
-    return _unmeasured(_population(algorithm, archs))
+    members = _population(algorithm, archs)
+    return members if measured else _unmeasured(members)
 
 
 def _unmeasured(members: list[Any]) -> list[Any]:
-    """``members``, whose units' gradients are not summed (passes that take gradients then
-    compile too; where they are summed, those run eagerly)."""
+    """``members``, whose units' gradients are not summed (their compiled passes then take
+    no probes: see the update test below for those)."""
     for member in members:
         member.measures_neurons = False
     return members
@@ -131,9 +136,7 @@ def test_a_compiled_update_equals_the_eager_one_optimiser_state_and_unit_scores_
     """Inductor's own kernels: three DQN steps of a padded group, compiled and eager, the
     members' units' gradients summed for dormant-neuron resets (probes, compiled)."""
     _reset()
-    norms = {"layer_norm": True, "latent_norm": True}
-    members = _population("DQN", [_arch((16,), 16, (16,), **norms), _arch((48,), 8, (32,), **norms),
-                                  _arch((16,), 24, (16,), **norms)])  # fmt: skip
+    members = _padded_members("DQN", True, True, measured=True)
     assert all(member.measures_neurons for member in members)
     twins = [member.clone(member.index) for member in members]
     buffer = _filled_buffer(members[0])
