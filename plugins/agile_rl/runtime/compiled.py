@@ -12,8 +12,10 @@ activations, heads), which node mutations, batch-size mutations and the number o
 a group do not change. Every size is symbolic (``dynamic=True``), and every hidden layer takes
 its padding mask whether its members' widths differ or not (a mask of ones costs nothing fused
 into the activation), so a group padded differently next generation runs the same compiled
-code: a population compiles once per layout and grad mode, in the first generation, and never
-again (:func:`compilations` counts, and the runners report the count in ``metrics.jsonl``).
+code: a population compiles once per layout and grad mode, in the first generation
+(:func:`compilations` counts, and the runners report the count in ``metrics.jsonl``; in the
+test run inductor still made one width of one variant static, which compiled one graph more
+in the second generation: docs/performance.md).
 
 **On disk.** Inductor's graph caches live under :func:`cache_dir` (``~/.cache/agile/compile``
 unless ``TORCHINDUCTOR_CACHE_DIR`` says otherwise), so a second run of a layout loads its
