@@ -56,7 +56,7 @@ from agile_rl.nn.noisy import NoisyLinear
 #: How ``torch.compile`` is asked for: "on", "off", or "auto" (see :func:`resolve`).
 MODES = ("auto", "on", "off")
 
-_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the members' norms use
+LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the members' norms use
 
 #: The most compiled variants one compiled function keeps (torch's default is 8): layouts
 #: share the traced code, each its own variant (see :func:`compiled_forward`).
@@ -193,14 +193,14 @@ class _Pass:
             if norm:
                 names = (f"{part.prefix}.norms.{index}.{key}" for key in ("weight", "bias"))
                 weight, bias = (self.views[name].unsqueeze(1) for name in names)
-                x = torch.addcmul(bias, _normalised(x, mask, count), weight)
+                x = torch.addcmul(bias, masked_layer_norm(x, mask, count), weight)
             x = self.activated(act, self.probed(layer, x), mask)
         x = self.linear(f"{part.prefix}.out", x)
         if not part.out_masked:
             return self.acts[part.out_activation](x)
         mask, count = self.mask(f"{part.prefix}.out")
         if part.out_norm:
-            x = _normalised(x, mask, count)
+            x = masked_layer_norm(x, mask, count)
         return self.activated(part.out_activation, self.probed(f"{part.prefix}.out", x), mask)
 
     def activated(self, act: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -223,12 +223,13 @@ class _Pass:
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
 
-def _normalised(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """``x`` normalised over each member's own units (``mask``, ``count`` of them)."""
+def masked_layer_norm(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[k, B, W]`` normalised over each member's own units (``mask`` ``[k, 1, W]``,
+    ``count`` ``[k, 1, 1]`` of them), no affine part: eager and compiled passes alike."""
     mean = (x * mask).sum(-1, keepdim=True) / count
     centred = (x - mean) * mask
     variance = centred.pow(2).sum(-1, keepdim=True) / count
-    return centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
+    return centred * torch.rsqrt(variance + LAYER_NORM_EPS)
 
 
 # -- counting, caching, choosing -----------------------------------------------------------

@@ -46,12 +46,17 @@ from agile_rl.nn.neurons import GradientSums
 from agile_rl.nn.noisy import NoisyLinear, draw_normals, signed_sqrt
 from agile_rl.nn.recurrent import LSTMEncoder
 from agile_rl.nn.recurrent_arch import LSTMArch
-from agile_rl.runtime.compiled import Masks, compiled_forward, masked_layers, program_of
+from agile_rl.runtime.compiled import (
+    LAYER_NORM_EPS,
+    Masks,
+    compiled_forward,
+    masked_layer_norm,
+    masked_layers,
+    program_of,
+)
 
 #: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
 _UNSTACKABLE = frozenset({"Softmax", "GumbelSoftmax", "PReLU"})
-
-_LAYER_NORM_EPS = 1e-5
 
 
 def layout_key(network: nn.Module) -> Hashable | None:
@@ -500,12 +505,8 @@ class StackedNetwork:
     def _normalised(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         """``layer``'s output normalised over each member's own units (no affine part)."""
         if layer not in self.masks:
-            return F.layer_norm(x, x.shape[-1:], eps=_LAYER_NORM_EPS)
-        mask, count = self.masks[layer]
-        mean = (x * mask).sum(-1, keepdim=True) / count
-        centred = (x - mean) * mask
-        variance = centred.pow(2).sum(-1, keepdim=True) / count
-        return centred * torch.rsqrt(variance + _LAYER_NORM_EPS)
+            return F.layer_norm(x, x.shape[-1:], eps=LAYER_NORM_EPS)
+        return masked_layer_norm(x, *self.masks[layer])
 
     def _masked(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         masked = self.masks.get(layer)
