@@ -190,3 +190,39 @@ def test_compile_takes_auto_on_or_off(run: Any, write: Any, tmp_path: Path) -> N
     result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "fast")
     assert result.exit_code == 2, result.output
     assert "--compile" in result.output and "auto" in result.output
+
+
+_TINY_DQN = """
+algorithm: {name: DQN, batch_size: 8, learn_step: 2}
+environment: {name: CartPole-v1, num_envs: 2}
+training: {max_steps: 60, evo_steps: 60, pop_size: 2, learning_delay: 10}
+network: {latent_dim: 8, encoder_config: {hidden_size: [8]}, head_config: {hidden_size: [8]}}
+"""
+
+
+def test_compile_on_without_a_compiler_stops_before_training(
+    run: Any, write: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agile_rl.training import runners
+
+    monkeypatch.setattr(runners, "unavailable", lambda device: "no C++ compiler (g++ not found)")
+    manifest = write("m.yaml", _TINY_DQN)
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
+    assert result.exit_code == 1, result.output
+    assert "g++ not found" in result.output and "--compile off" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.usefixtures("traced")
+def test_a_failed_compilation_is_a_training_error_naming_the_switch(
+    run: Any, write: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(graph: Any, inputs: Any) -> Any:
+        raise RuntimeError("the compiler crashed")
+
+    monkeypatch.setattr(compiled, "compiler", broken)
+    manifest = write("m.yaml", _TINY_DQN)
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
+    assert result.exit_code == 1, result.output
+    assert "the compiler crashed" in result.output and "--compile off" in result.output
+    assert "Traceback" not in result.output

@@ -290,6 +290,38 @@ def _configure() -> None:
     config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, _VARIANTS)
 
 
+def unavailable(device: torch.device) -> str | None:
+    """Why inductor cannot compile for ``device`` here, completing "cannot compile: ..."; None
+    where it can (CPU kernels need a working C++ compiler, CUDA ones Triton)."""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "inductor's CUDA kernels need Triton, not installed"
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        get_cpp_compiler()
+    except Exception as error:  # inductor's own message names the compilers it tried
+        return f"inductor's CPU kernels need a C++ compiler ({error})"
+    return None
+
+
+def failed(error: Exception) -> Exception:
+    """``error``, raised by a compiled pass, as a :class:`~agile_cli.TrainingError` where
+    compiling failed (what ``--compile off`` avoids), else ``error`` itself."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from agile_cli import TrainingError
+
+    if not isinstance(error, BackendCompilerFailed):
+        return error
+    inner = error.inner_exception
+    return TrainingError(
+        f"--compile on: torch.compile failed: {type(inner).__name__}: {inner}",
+        "train with --compile off: eager passes compute the same",
+    )
+
+
 def resolve(mode: str, device: torch.device) -> bool:
     """Whether stacked passes are compiled under ``mode`` on ``device``: "on" and "off" say so;
     "auto" compiles where it wins: see :data:`AUTO`."""

@@ -50,6 +50,7 @@ from agile_rl.runtime.compiled import (
     LAYER_NORM_EPS,
     Masks,
     compiled_forward,
+    failed,
     masked_layer_norm,
     masked_layers,
     program_of,
@@ -315,7 +316,10 @@ class StackedNetwork:
                 for layer, (mask, _) in masks.items()
             }
             self.probes += probes.items()
-        return compiled_forward(self.program)(self.views, masks, obs, extra, probes)
+        try:
+            return compiled_forward(self.program)(self.views, masks, obs, extra, probes)
+        except Exception as error:
+            raise failed(error) from error
 
     def all_masks(self) -> Masks:
         """The masks a compiled pass takes (``[k, W]``, and ``[k]`` counts): every hidden

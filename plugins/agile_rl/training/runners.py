@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from agile_cli import (  # noqa: F401  (part of this module's names)
     EpisodeProgress,
@@ -36,7 +37,7 @@ from agile_cli import (  # noqa: F401  (part of this module's names)
 from agile_cli.helpers import reset_seed
 from agile_rl.runtime.agent import Algorithm, LearnResult, OffPolicyAlgorithm
 from agile_rl.runtime.buffers import NStepAccumulator, ReplayBuffer
-from agile_rl.runtime.compiled import compilations, resolve
+from agile_rl.runtime.compiled import compilations, resolve, unavailable
 from agile_rl.runtime.group import alone_reason
 from agile_rl.training.groups import (
     Alone,
@@ -208,6 +209,8 @@ class PopulationRunner(Runner[Any]):
         learning_groups`), each with what acts for it and its rows."""
         self.num_envs = self._member_rows(len(members))
         compiled = bool(members) and resolve(self.compile, members[0].device)
+        if compiled and self.compiled is False:  # checked once, before the first compilation
+            _check_compilable(members[0].device)
         groups = learning_groups(members, self.family, stack=self.stack, compiled=compiled)
         self.compiled = compiled
         self.group_indices = [[members[i].index for i in group] for group, _ in groups]
@@ -461,3 +464,13 @@ class MultiAgentOffPolicyRunner(OffPolicyRunner):
     ) -> None:
         agent_rewards, agent_terminated = infos["agent_rewards"], infos["agent_terminated"]
         self.buffer.add(obs, actions, agent_rewards, next_obs, agent_terminated, mask=valid)
+
+
+def _check_compilable(device: torch.device) -> None:
+    """:raises TrainingError: ``--compile on`` on a ``device`` inductor cannot compile for here."""
+    reason = unavailable(device)
+    if reason is not None:
+        raise TrainingError(
+            f"--compile on cannot compile on {device}: {reason}",
+            "install one, or train with --compile off: eager passes compute the same",
+        )
