@@ -65,8 +65,13 @@ def _outputs_and_grads(
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     network = group.net(name)
     out = next(iter(network(obs, extra).values()))
-    views = list(network.views.values())
-    return out, list(torch.autograd.grad(out.pow(2).sum(), views, allow_unused=True))
+    trained = network.trained_tensors()  # the flat parameters where the pass is compiled
+    grads = torch.autograd.grad(out.pow(2).sum(), trained, allow_unused=True)
+    if network.runs_compiled:
+        (flat,) = grads
+        assert flat is not None
+        return out, list(network.views_of(flat).values())
+    return out, list(grads)
 
 
 @pytest.mark.usefixtures("traced")

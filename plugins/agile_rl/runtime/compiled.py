@@ -38,9 +38,11 @@ launches), recurrent or noisy layers, and borrowed encoders.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +60,12 @@ MODES = ("auto", "on", "off")
 
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the members' norms use
 
-#: The most compiled variants one compiled function keeps (torch's default is 8): layouts
-#: share the traced code, each its own variant (see :func:`compiled_forward`).
+#: The most compiled variants one compiled function keeps (torch's default is 8).
 _VARIANTS = 256
+
+#: A dimension of a parameter: the width of a masked layer (its name), of the encoder's input
+#: ("in"), of the heads' input ("head_in": the latent, and the extra input), or a fixed one.
+Width = str | int
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,14 @@ class Part:
 
 @dataclass(frozen=True)
 class Program:
-    """A network's layout without its widths: its encoder, its heads by name, and whether the
-    heads also read an extra input (a critic's actions)."""
+    """A network's layout without its widths: its encoder, its heads by name, whether the
+    heads also read an extra input (a critic's actions), and each parameter, in the order of
+    the stacked network's flat buffer, with its shape in :data:`Width` terms."""
 
     encoder: Part
     heads: tuple[tuple[str, Part], ...]
     head_extra: bool
+    parameters: tuple[tuple[str, tuple[Width, ...]], ...]
 
 
 def program_of(network: nn.Module) -> Program | None:
@@ -103,8 +110,49 @@ def program_of(network: nn.Module) -> Program | None:
             return None
         heads.append((name, _part(f"heads.{name}", head, masked=False)))
     encoder = _part("encoder", network.encoder, masked=True)
-    program = Program(encoder, tuple(heads), bool(network.head_extra))
-    return program if _activation_names(program) <= {*ACTIVATIONS, "Identity"} else None
+    dims = _dimensions(encoder, heads, network.head_sizes)
+    names = [name for name, _ in network.named_parameters()]
+    if any(name not in dims for name in names):
+        return None
+    parameters = tuple((name, dims[name]) for name in names)
+    program = Program(encoder, tuple(heads), bool(network.head_extra), parameters)
+    if not _activation_names(program) <= {*ACTIVATIONS, "Identity"}:
+        return None
+    return program if _shapes_hold(program, network) else None
+
+
+def _dimensions(
+    encoder: Part, heads: list[tuple[str, Part]], sizes: dict[str, int]
+) -> dict[str, tuple[Width, ...]]:
+    """Every parameter's shape, by name, in :data:`Width` terms."""
+    dims: dict[str, tuple[Width, ...]] = {}
+    parts: list[tuple[Part, Width, Width]] = [(encoder, "in", "encoder.out")]
+    parts += [(part, "head_in", sizes[name]) for name, part in heads]
+    for part, inputs, outputs in parts:
+        for index in range(len(part.norms)):
+            layer = f"{part.prefix}.layers.{index}"
+            dims[f"{layer}.weight"], dims[f"{layer}.bias"] = (layer, inputs), (layer,)
+            for key in ("weight", "bias"):
+                dims[f"{part.prefix}.norms.{index}.{key}"] = (layer,)
+            inputs = layer
+        dims[f"{part.prefix}.out.weight"] = (outputs, inputs)
+        dims[f"{part.prefix}.out.bias"] = (outputs,)
+    return dims
+
+
+def _shapes_hold(program: Program, network: nn.Module) -> bool:
+    """Whether :attr:`Program.parameters` gives ``network``'s own parameters' shapes."""
+    own = dict(network.named_parameters())
+    widths = {layer: own[f"{layer}.weight"].shape[0] for layer in masked_layers(program)}
+    widths["in"] = own["encoder.layers.0.weight" if program.encoder.norms else
+                       "encoder.out.weight"].shape[1]  # fmt: skip
+    first = program.heads[0][1]
+    key = f"{first.prefix}.layers.0.weight" if first.norms else f"{first.prefix}.out.weight"
+    widths["head_in"] = own[key].shape[1]
+    return all(
+        tuple(own[name].shape) == tuple(widths[d] if isinstance(d, str) else d for d in dims)
+        for name, dims in program.parameters
+    )
 
 
 def _activation_names(program: Program) -> set[str]:
@@ -132,29 +180,36 @@ def masked_layers(program: Program) -> list[str]:
 
 Masks = dict[str, tuple[torch.Tensor, torch.Tensor]]
 Tensors = dict[str, torch.Tensor]
-Forward = Callable[[Tensors, Masks, torch.Tensor, torch.Tensor | None, Tensors | None], Any]
+Forward = Callable[[torch.Tensor, Masks, torch.Tensor, torch.Tensor | None, Tensors | None], Any]
 
 #: Activations whose value at zero is zero: masking their input is masking their output.
 ZERO_AT_ZERO = frozenset({"ReLU", "Tanh", "GELU", "ELU", "LeakyReLU", "Identity"})
-_compiled: dict[Program, Forward] = {}
+_compiled: dict[tuple[Program, bool, bool], Forward] = {}
 _lock = threading.Lock()
 
 
-def compiled_forward(program: Program) -> Forward:
-    """The compiled forward pass of networks of ``program``: called with the stacked
-    parameters by name (``[k, *shape]``), the masks of :func:`masked_layers` (``[k, W]``
-    and the ``[k]`` count of real units), observations ``[k, B, ...]``, the extra head input
-    or None, and None or the probes (see the module) added to the pre-activations of the
-    layers :func:`masked_layers` names; returns every head's output ``[k, B, width]``."""
-    with _lock:
-        forward = _compiled.get(program)
-        if forward is None:
-            forward = _compile(program)
-            _compiled[program] = forward
+def compiled_forward(program: Program, probed: bool) -> Forward:
+    """The compiled forward pass of networks of ``program``: called with the stacked flat
+    parameters ``[k, P]`` (laid out as :attr:`Program.parameters` says), the masks of
+    :func:`masked_layers` (``[k, W]`` and the ``[k]`` count of real units), observations
+    ``[k, B, ...]``, the extra head input or None, and the probes (see the module) added to the
+    pre-activations of the layers :func:`masked_layers` names (None unless ``probed``); returns
+    every head's output ``[k, B, width]``.
+
+    One compiled function per program, grad mode and ``probed``, each its own code object:
+    dynamo then keeps one variant per function, and needs to guard only on what can change
+    between calls of it (the tensors' sizes, strides and flags, and grad mode: see
+    :func:`_guarded`), which checks in half the time of dynamo's full guards."""
+    key = (program, torch.is_grad_enabled(), probed)
+    forward = _compiled.get(key)
+    if forward is None:
+        with _lock:
+            forward = _compiled.get(key) or _compile(program, len(_compiled))
+            _compiled[key] = forward
     return forward
 
 
-def _compile(program: Program) -> Forward:
+def _compile(program: Program, number: int) -> Forward:
     _configure()
     acts = {
         name: make_activation(None if name == "Identity" else name)
@@ -162,16 +217,53 @@ def _compile(program: Program) -> Forward:
     }
 
     def forward(
-        views: Tensors, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
+        flat: torch.Tensor, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
         probes: Tensors | None,
     ) -> Tensors:  # fmt: skip
-        pass_ = _Pass(acts, views, masks, probes)
-        latent = pass_.mlp(program.encoder, obs.reshape(*obs.shape[:2], -1))
+        obs = obs.reshape(*obs.shape[:2], -1)
         if extra is not None:
-            latent = torch.cat([extra.reshape(*extra.shape[:2], -1), latent], dim=-1)
+            extra = extra.reshape(*extra.shape[:2], -1)
+        views = _unflattened(program, flat, masks, obs, extra)
+        pass_ = _Pass(acts, views, masks, probes)
+        latent = pass_.mlp(program.encoder, obs)
+        if extra is not None:
+            latent = torch.cat([extra, latent], dim=-1)
         return {name: pass_.mlp(part, latent) for name, part in program.heads}
 
-    return torch.compile(forward, dynamic=True, backend=_counted)
+    name = f"stacked_forward_{number}"  # a code object of its own: see compiled_forward
+    forward = types.FunctionType(
+        forward.__code__.replace(co_name=name), forward.__globals__, name, None,
+        forward.__closure__,
+    )  # fmt: skip
+    options: dict[str, str | int | bool | Callable[..., Any]] = {"guard_filter_fn": _guarded}
+    return torch.compile(forward, dynamic=True, backend=_counted, options=options)
+
+
+def _unflattened(
+    program: Program, flat: torch.Tensor, masks: Masks, obs: torch.Tensor,
+    extra: torch.Tensor | None,
+) -> Tensors:  # fmt: skip
+    """The parameters ``[k, *shape]`` by name, split from ``flat``: split, so that the gradient
+    of ``flat`` is their gradients joined (slices of symbolic offsets would scatter)."""
+    widths: dict[Width, Any] = {layer: mask.shape[-1] for layer, (mask, _) in masks.items()}
+    widths["in"] = obs.shape[-1]
+    widths["head_in"] = widths["encoder.out"] + (0 if extra is None else extra.shape[-1])
+    shapes = [[widths[d] if isinstance(d, str) else d for d in dims]
+              for _, dims in program.parameters]  # fmt: skip
+    sizes = [math.prod(shape) for shape in shapes]
+    pieces = flat.split(sizes, dim=1)
+    return {
+        name: piece.view(flat.shape[0], *shape)
+        for (name, _), piece, shape in zip(program.parameters, pieces, shapes, strict=True)
+    }
+
+
+def _guarded(guards: list[Any]) -> list[bool]:
+    """The guards a compiled pass keeps: grad mode, the symbolic sizes' relations, and each
+    input tensor's dtype, device, size, stride and requires_grad. What it drops (the keys of
+    the dicts of masks and probes, whether probes and the extra input are None, the closure)
+    is fixed for one compiled function (:func:`compiled_forward`)."""
+    return torch.compiler.keep_portable_guards_unsafe(guards)
 
 
 @dataclass

@@ -100,6 +100,15 @@ class StackedAdam:
             reached: the others are skipped, as ``torch.optim.Adam`` skips a parameter
             without a gradient.
         """
+        with torch.no_grad():  # a compiled network's flat takes gradients
+            self._step(grads, active, used)
+
+    def _step(
+        self,
+        grads: list[torch.Tensor],
+        active: torch.Tensor,
+        used: Sequence[torch.Tensor | None] | None,
+    ) -> None:
         beta1, beta2 = _BETAS
         self.steps += active
         taken = self.steps.clamp(min=1.0)
@@ -251,14 +260,14 @@ class MemberGroup(Group):
             if stacked.gradients is not None:  # the inactive members' gradients are zeros
                 stacked.gradients.active = active
         networks = [n for name in optimizers for n in self._plan(name).networks]
-        views = [v for n in networks for v in self.networks[n].views.values()]
+        trained = [t for n in networks for t in self.networks[n].trained_tensors()]
         probes = self._take_probes()
-        inputs = views + [probe for _, _, probe in probes]
+        inputs = trained + [probe for _, _, probe in probes]
         grads = torch.autograd.grad((losses * weight).sum(), inputs, allow_unused=True)
-        for (sums, layer, _), grad in zip(probes, grads[len(views) :], strict=True):
+        for (sums, layer, _), grad in zip(probes, grads[len(trained) :], strict=True):
             if grad is not None:  # a pass of this loss: what its hook would have counted
                 sums.add(layer, grad)
-        flat_grads, used = self._flat_grads(networks, grads[: len(views)])
+        flat_grads, used = self._flat_grads(networks, grads[: len(trained)])
         if max_grad_norm is not None:
             _clip(flat_grads, max_grad_norm)
         start = 0
@@ -283,7 +292,7 @@ class MemberGroup(Group):
         """Run the networks' forward passes compiled from now on, where their layouts allow
         it (a group made ``compiled`` does from its first gradient step)."""
         for stacked in self.networks.values():
-            stacked.compiled = True
+            stacked.compile_passes()
 
     def soft_update(
         self, pairs: Sequence[tuple[str, str]], tau: torch.Tensor, active: torch.Tensor
@@ -367,19 +376,22 @@ class MemberGroup(Group):
         self, networks: list[str], grads: Sequence[torch.Tensor | None]
     ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
         """Each network's gradients as one ``[k, P]`` tensor, and, where the loss did not
-        reach some of its parameters, the ``[P]`` mask of those it reached."""
+        reach some of its parameters, the ``[P]`` mask of those it reached (a compiled pass
+        differentiates :attr:`~StackedNetwork.flat` whole: a head whose outputs the loss did
+        not read gets zeros, as if reached)."""
         flat_grads: list[torch.Tensor] = []
         used: list[torch.Tensor | None] = []
         start = 0
         for network in networks:
             stacked = self.networks[network]
-            parts = grads[start : start + len(stacked.views)]
-            start += len(stacked.views)
-            views = list(stacked.views.values())
+            views = stacked.trained_tensors()
+            parts = grads[start : start + len(views)]
+            start += len(views)
             pieces = [
                 torch.zeros_like(v) if g is None else g for g, v in zip(parts, views, strict=True)
             ]
-            flat_grads.append(torch.cat([p.reshape(self.size, -1) for p in pieces], dim=1))
+            rows = [p.reshape(self.size, -1) for p in pieces]
+            flat_grads.append(rows[0] if len(rows) == 1 else torch.cat(rows, dim=1))
             if any(grad is None for grad in parts):
                 reached = [torch.full((v[0].numel(),), float(g is not None), device=self.device)
                            for g, v in zip(parts, views, strict=True)]  # fmt: skip

@@ -175,6 +175,7 @@ class StackedNetwork:
         device = next(template.parameters()).device
         total = parameter_count(self.shapes)
         self.flat = torch.zeros(self.size, total, device=device)
+        self.trainable = trainable
         self.views = {
             name: view.requires_grad_(trainable) for name, view in self.views_of(self.flat).items()
         }
@@ -293,7 +294,7 @@ class StackedNetwork:
         assert isinstance(template, EvolvableNetwork), "only networks have a forward pass"
         if template.head_extra and extra is None:
             raise ValueError("this network's heads also need the extra input")
-        if self.compiled and self.program is not None and self.borrowed is None:
+        if self.runs_compiled:
             return self._compiled_pass(obs, extra if template.head_extra else None)
         latent = self.latent(obs)
         if template.head_extra:
@@ -317,9 +318,31 @@ class StackedNetwork:
             }
             self.probes += probes.items()
         try:
-            return compiled_forward(self.program)(self.views, masks, obs, extra, probes)
+            forward = compiled_forward(self.program, probes is not None)
+            return forward(self.flat, masks, obs, extra, probes)
         except Exception as error:
             raise failed(error) from error
+
+    @property
+    def runs_compiled(self) -> bool:
+        """Whether forward passes run compiled: :attr:`compiled` is set, and the layout
+        compiles (:func:`~agile_rl.runtime.compiled.program_of`) and reads no borrowed
+        encoder. A compiled pass reads :attr:`flat` itself, so that the parameters' gradient
+        comes as one ``[k, P]`` tensor (:meth:`trained_tensors`)."""
+        return self.compiled and self.program is not None and self.borrowed is None
+
+    def compile_passes(self) -> None:
+        """Run forward passes compiled from now on, where the layout allows it; a trained
+        network's :attr:`flat` then takes gradients itself (its views still do too, for eager
+        passes; the buffer is written in place under ``no_grad`` only)."""
+        self.compiled = True
+        if self.runs_compiled and self.trainable:
+            self.flat.requires_grad_(True)
+
+    def trained_tensors(self) -> list[torch.Tensor]:
+        """What a gradient step differentiates the loss by: :attr:`flat` where passes run
+        compiled, else each parameter's view."""
+        return [self.flat] if self.runs_compiled else list(self.views.values())
 
     def all_masks(self) -> Masks:
         """The masks a compiled pass takes (``[k, W]``, and ``[k]`` counts): every hidden
