@@ -109,6 +109,44 @@ class StackedAdam:
         active: torch.Tensor,
         used: Sequence[torch.Tensor | None] | None,
     ) -> None:
+        if used is None or all(mask is None for mask in used):
+            self._fused_step(grads, active)
+        else:
+            self._masked_step(grads, active, used)
+
+    def _fused_step(self, grads: list[torch.Tensor], active: torch.Tensor) -> None:
+        """Each active member's step with torch's fused Adam kernel (what
+        ``torch.optim.Adam(fused=True)`` runs), at its own learning rate and step count: one
+        pass over a member's parameters, moments and gradients where the elementwise operations
+        of :meth:`_masked_step` make eight (on this CPU 4.6x faster for 4 members of TD3's
+        HalfCheetah critic, 0.8 against 3.7 ms; docs/performance.md)."""
+        self.steps += active
+        beta1, beta2 = _BETAS
+        for row in active.nonzero().flatten().tolist():
+            torch._fused_adam_(
+                [flat[row] for flat in self.flats],
+                [grad[row] for grad in grads],
+                [first[row] for first, _ in self.moments],
+                [second[row] for _, second in self.moments],
+                [],
+                [self.steps[row]] * len(self.flats),
+                lr=self.lr[row],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=0.0,
+                eps=_EPS,
+                amsgrad=False,
+                maximize=False,
+            )
+
+    def _masked_step(
+        self,
+        grads: list[torch.Tensor],
+        active: torch.Tensor,
+        used: Sequence[torch.Tensor | None],
+    ) -> None:
+        """The step written out, for losses that left some parameters without a gradient
+        (``used``), which it skips."""
         beta1, beta2 = _BETAS
         self.steps += active
         taken = self.steps.clamp(min=1.0)
@@ -116,10 +154,9 @@ class StackedAdam:
         correction = (1 - beta2**taken).sqrt().unsqueeze(1)
         first_weight = ((1 - beta1) * active).unsqueeze(1)
         second_weight = ((1 - beta2) * active).unsqueeze(1)
-        columns = used or [None] * len(self.flats)
         for index, (flat, grad) in enumerate(zip(self.flats, grads, strict=True)):
             first, second = self.moments[index]
-            mask = columns[index]
+            mask = used[index]
             weights = [w if mask is None else w * mask for w in (first_weight, second_weight)]
             first.lerp_(grad, weights[0])
             second.lerp_(grad * grad, weights[1])
