@@ -32,6 +32,13 @@ parameters' (:meth:`~agile_rl.runtime.group.MemberGroup.minimise`).
 gradient, and lets inductor fuse the pass (masking after ReLU, it saved a boolean mask that
 made the fused kernel 5x slower with probes on this CPU; see docs/performance.md).
 
+**Calls.** A pass takes the stacked network's flat ``[k, P]`` parameters and splits them
+inside the graph (:attr:`Program.parameters` says how), so that a call checks a handful of
+tensors and the gradient comes back as one ``[k, P]`` tensor; each program, grad mode and
+probing is a compiled function of its own, which keeps dynamo's per-call guard checks to the
+tensors and grad mode (:func:`compiled_forward`). ReLU takes its gradient from its output
+(:class:`_ReLU`): inductor would store a boolean mask, which its CPU kernels write slowly.
+
 What is not compiled runs eagerly: networks with convolutions (their arithmetic dwarfs the
 launches), recurrent or noisy layers, and borrowed encoders.
 """
@@ -447,8 +454,8 @@ def resolve(mode: str, device: torch.device) -> bool:
     return AUTO.get(device.type, False)
 
 
-#: Where "auto" compiles, by device type: nowhere yet. On the CPU measured the compiled update
-#: won only for the larger groups of layer-normed networks (docs/performance.md: 1.16x and
-#: 1.30x for 16 DQN and PPO CartPole members, 0.75x and 0.95x for 4, 0.73x for 4 TD3
-#: HalfCheetah members); on CUDA it has not been measured.
+#: Where "auto" compiles, by device type: nowhere yet. On the CPU the compiled update won for
+#: DQN and the larger PPO groups on CartPole and lost for the MuJoCo actor-critics
+#: (docs/performance.md: DQN 1.50x, 1.21x, 1.33x at populations 4, 16, 64; PPO 0.85x, 1.13x,
+#: 1.40x; TD3 0.94x and SAC 0.77x at 4); on CUDA it has not been measured.
 AUTO: dict[str, bool] = {"cpu": False, "cuda": False}
