@@ -319,7 +319,9 @@ class StackedNetwork:
             self.probes += probes.items()
         try:
             forward = compiled_forward(self.program, probes is not None)
-            return forward(self.flat, masks, obs, extra, probes)
+            # without gradients, a trained network's flat reads as a target's (one variant)
+            flat = self.flat if torch.is_grad_enabled() else self.flat.detach()
+            return forward(flat, masks, obs, extra, probes)
         except Exception as error:
             raise failed(error) from error
 
