@@ -231,3 +231,22 @@ def test_a_failed_compilation_is_a_training_error_naming_the_switch(
     assert result.exit_code == 1, result.output
     assert "the compiler crashed" in result.output and "--compile off" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.usefixtures("traced")
+def test_a_backward_pass_that_fails_to_compile_is_a_training_error_too(
+    run: Any, write: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.exc import InductorError
+
+    def broken(graph: Any, inputs: Any) -> Any:  # inductor wraps what fails in its compiler
+        raise InductorError(RuntimeError("no backward today"), None)
+
+    backend = aot_autograd(fw_compiler=lambda graph, inputs: graph, bw_compiler=broken)
+    monkeypatch.setattr(compiled, "compiler", backend)
+    manifest = write("m.yaml", _TINY_DQN)
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
+    assert result.exit_code == 1, result.output
+    assert "no backward today" in result.output and "--compile off" in result.output
+    assert "Traceback" not in result.output

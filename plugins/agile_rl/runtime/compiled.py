@@ -50,7 +50,8 @@ import os
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -428,20 +429,25 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def failed(error: Exception) -> Exception:
-    """``error``, raised by a compiled pass, as a :class:`~agile_cli.TrainingError` where
-    compiling failed (what ``--compile off`` avoids), else ``error`` itself."""
-    from torch._dynamo.exc import BackendCompilerFailed
+@contextmanager
+def reported() -> Iterator[None]:
+    """Inside, a failure of ``torch.compile`` (tracing a pass, or compiling its graph: in the
+    forward pass, or in the backward pass, which inductor may compile when it first runs) is a
+    :class:`~agile_cli.TrainingError` naming ``--compile off``, not torch's traceback."""
+    from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
+    from torch._inductor.exc import InductorError
 
     from agile_cli import TrainingError
 
-    if not isinstance(error, BackendCompilerFailed):
-        return error
-    inner = error.inner_exception
-    return TrainingError(
-        f"--compile on: torch.compile failed: {type(inner).__name__}: {inner}",
-        "train with --compile off: eager passes compute the same",
-    )
+    try:
+        yield
+    except (TorchDynamoException, InductorError) as error:
+        cause = error.inner_exception if isinstance(error, BackendCompilerFailed) else error
+        text = (str(cause).strip().splitlines() or [""])[0][:300]
+        raise TrainingError(
+            f"--compile on: torch.compile failed: {type(cause).__name__}: {text}",
+            "train with --compile off: eager passes compute the same",
+        ) from error
 
 
 def resolve(mode: str, device: torch.device) -> bool:

@@ -30,6 +30,7 @@ import torch
 
 from agile_rl.nn.modules import BorrowedEncoder, EvolvableNetwork
 from agile_rl.nn.neurons import GradientSums, unit_widths
+from agile_rl.runtime.compiled import reported
 from agile_rl.runtime.stacked import (
     StackedNetwork,
     as_stacked,
@@ -300,7 +301,8 @@ class MemberGroup(Group):
         trained = [t for n in networks for t in self.networks[n].trained_tensors()]
         probes = self._take_probes()
         inputs = trained + [probe for _, _, probe in probes]
-        grads = torch.autograd.grad((losses * weight).sum(), inputs, allow_unused=True)
+        with reported():  # a compiled pass's backward may compile as it first runs
+            grads = torch.autograd.grad((losses * weight).sum(), inputs, allow_unused=True)
         for (sums, layer, _), grad in zip(probes, grads[len(trained) :], strict=True):
             if grad is not None:  # a pass of this loss: what its hook would have counted
                 sums.add(layer, grad)

@@ -50,10 +50,10 @@ from agile_rl.runtime.compiled import (
     LAYER_NORM_EPS,
     Masks,
     compiled_forward,
-    failed,
     masked_layer_norm,
     masked_layers,
     program_of,
+    reported,
 )
 
 #: Hidden activations that do not act unit by unit (or carry parameters): not stacked.
@@ -317,13 +317,11 @@ class StackedNetwork:
                 for layer, (mask, _) in masks.items()
             }
             self.probes += probes.items()
-        try:
-            forward = compiled_forward(self.program, probes is not None)
-            # without gradients, a trained network's flat reads as a target's (one variant)
-            flat = self.flat if torch.is_grad_enabled() else self.flat.detach()
+        forward = compiled_forward(self.program, probes is not None)
+        # without gradients, a trained network's flat reads as a target's (one variant)
+        flat = self.flat if torch.is_grad_enabled() else self.flat.detach()
+        with reported():
             return forward(flat, masks, obs, extra, probes)
-        except Exception as error:
-            raise failed(error) from error
 
     @property
     def runs_compiled(self) -> bool:
