@@ -205,17 +205,23 @@ network: {latent_dim: 8, encoder_config: {hidden_size: [8]}, head_config: {hidde
 """
 
 
+def _assert_training_stops(run: Any, write: Any, tmp_path: Path, reason: str) -> None:
+    """A tiny DQN run with ``--compile on`` ends with exit 1, ``reason`` and the
+    ``--compile off`` hint, and no traceback."""
+    manifest = write("m.yaml", _TINY_DQN)
+    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
+    assert result.exit_code == 1, result.output
+    assert reason in result.output and "--compile off" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_compile_on_without_a_compiler_stops_before_training(
     run: Any, write: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agile_rl.training import runners
 
     monkeypatch.setattr(runners, "unavailable", lambda device: "no C++ compiler (g++ not found)")
-    manifest = write("m.yaml", _TINY_DQN)
-    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
-    assert result.exit_code == 1, result.output
-    assert "g++ not found" in result.output and "--compile off" in result.output
-    assert "Traceback" not in result.output
+    _assert_training_stops(run, write, tmp_path, "g++ not found")
 
 
 @pytest.mark.usefixtures("traced")
@@ -226,11 +232,7 @@ def test_a_failed_compilation_is_a_training_error_naming_the_switch(
         raise RuntimeError("the compiler crashed")
 
     monkeypatch.setattr(compiled, "compiler", broken)
-    manifest = write("m.yaml", _TINY_DQN)
-    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
-    assert result.exit_code == 1, result.output
-    assert "the compiler crashed" in result.output and "--compile off" in result.output
-    assert "Traceback" not in result.output
+    _assert_training_stops(run, write, tmp_path, "the compiler crashed")
 
 
 @pytest.mark.usefixtures("traced")
@@ -245,8 +247,4 @@ def test_a_backward_pass_that_fails_to_compile_is_a_training_error_too(
 
     backend = aot_autograd(fw_compiler=lambda graph, inputs: graph, bw_compiler=broken)
     monkeypatch.setattr(compiled, "compiler", backend)
-    manifest = write("m.yaml", _TINY_DQN)
-    result = run("train", str(manifest), "--run-dir", str(tmp_path / "run"), "--compile", "on")
-    assert result.exit_code == 1, result.output
-    assert "no backward today" in result.output and "--compile off" in result.output
-    assert "Traceback" not in result.output
+    _assert_training_stops(run, write, tmp_path, "no backward today")

@@ -434,14 +434,16 @@ def reported() -> Iterator[None]:
     """Inside, a failure of ``torch.compile`` (tracing a pass, or compiling its graph: in the
     forward pass, or in the backward pass, which inductor may compile when it first runs) is a
     :class:`~agile_cli.TrainingError` naming ``--compile off``, not torch's traceback."""
-    from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
-    from torch._inductor.exc import InductorError
-
-    from agile_cli import TrainingError
-
     try:
         yield
-    except (TorchDynamoException, InductorError) as error:
+    except Exception as error:  # torch's exception types imported only on a failure's path
+        from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
+        from torch._inductor.exc import InductorError
+
+        from agile_cli import TrainingError
+
+        if not isinstance(error, TorchDynamoException | InductorError):
+            raise
         cause = error.inner_exception if isinstance(error, BackendCompilerFailed) else error
         text = (str(cause).strip().splitlines() or [""])[0][:300]
         raise TrainingError(
