@@ -13,9 +13,9 @@ a group do not change. Every size is symbolic (``dynamic=True``), and every hidd
 its padding mask whether its members' widths differ or not (a mask of ones costs nothing fused
 into the activation), so a group padded differently next generation runs the same compiled
 code: a population compiles once per layout and grad mode, in the first generation
-(:func:`compilations` counts, and the runners report the count in ``metrics.jsonl``; in the
-test run inductor still made one width of one variant static, which compiled one graph more
-in the second generation: docs/performance.md).
+(:func:`compilations` counts, and the runners report the count in ``metrics.jsonl``), and
+once more for a group of one member or a batch of one row where a run has them (see
+:func:`_configure`).
 
 **On disk.** Inductor's graph caches live under :func:`cache_dir` (``~/.cache/agile/compile``
 unless ``TORCHINDUCTOR_CACHE_DIR`` says otherwise), so a second run of a layout loads its
@@ -23,9 +23,12 @@ kernels instead of compiling them.
 
 **Measured units.** Where a member's units' gradients are summed for its dormant-neuron resets
 (:class:`~agile_rl.nn.neurons.GradientSums`), an eager pass hooks each pre-activation; a
-compiled pass instead adds a zero *probe* ``[k, B, W]`` to it (the same values), and the
-group's gradient step asks for the probes' gradients, the pre-activations', beside the
-parameters' (:meth:`~agile_rl.runtime.group.MemberGroup.minimise`).
+compiled pass instead adds a zero *probe* to it (the same values), and the group's gradient
+step asks for the probe's gradient, the pre-activations', beside the parameters'
+(:meth:`~agile_rl.runtime.group.MemberGroup.minimise`). A pass takes one probe ``[k, B, U]``
+for all its measured layers' ``U`` units, split inside the graph as the parameters are: one
+tensor of each layer's own width made inductor specialise one of those widths, which compiled
+the pass again whenever mutations changed it.
 
 **Masks.** A padded unit's pre-activation is zero; where the activation keeps zero at zero
 (:data:`ZERO_AT_ZERO`) the mask is applied before it, which is the same function and
@@ -188,7 +191,9 @@ def masked_layers(program: Program) -> list[str]:
 
 Masks = dict[str, tuple[torch.Tensor, torch.Tensor]]
 Tensors = dict[str, torch.Tensor]
-Forward = Callable[[torch.Tensor, Masks, torch.Tensor, torch.Tensor | None, Tensors | None], Any]
+Forward = Callable[
+    [torch.Tensor, Masks, torch.Tensor, torch.Tensor | None, torch.Tensor | None], Any
+]
 
 #: Activations whose value at zero is zero: masking their input is masking their output.
 ZERO_AT_ZERO = frozenset({"ReLU", "Tanh", "GELU", "ELU", "LeakyReLU", "Identity"})
@@ -200,9 +205,9 @@ def compiled_forward(program: Program, probed: bool) -> Forward:
     """The compiled forward pass of networks of ``program``: called with the stacked flat
     parameters ``[k, P]`` (laid out as :attr:`Program.parameters` says), the masks of
     :func:`masked_layers` (``[k, W]`` and the ``[k]`` count of real units), observations
-    ``[k, B, ...]``, the extra head input or None, and the probes (see the module) added to the
-    pre-activations of the layers :func:`masked_layers` names (None unless ``probed``); returns
-    every head's output ``[k, B, width]``.
+    ``[k, B, ...]``, the extra head input or None, and the probe (see the module) added to the
+    pre-activations of the layers :func:`masked_layers` names, their units side by side in
+    that order (None unless ``probed``); returns every head's output ``[k, B, width]``.
 
     One compiled function per program, grad mode and ``probed``, each its own code object:
     dynamo then keeps one variant per function, and needs to guard only on what can change
@@ -228,13 +233,13 @@ def _compile(program: Program, number: int) -> Forward:
 
     def forward(
         flat: torch.Tensor, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
-        probes: Tensors | None,
+        probe: torch.Tensor | None,
     ) -> Tensors:  # fmt: skip
         obs = obs.reshape(*obs.shape[:2], -1)
         if extra is not None:
             extra = extra.reshape(*extra.shape[:2], -1)
         views = _unflattened(program, flat, masks, obs, extra)
-        pass_ = _Pass(acts, views, masks, probes)
+        pass_ = _Pass(acts, views, masks, None if probe is None else _probes(probe, masks))
         latent = pass_.mlp(program.encoder, obs)
         if extra is not None:
             latent = torch.cat([extra, latent], dim=-1)
@@ -268,10 +273,16 @@ def _unflattened(
     }
 
 
+def _probes(probe: torch.Tensor, masks: Masks) -> Tensors:
+    """The probe ``[k, B, U]`` split into each masked layer's ``[k, B, W]``."""
+    pieces = probe.split([mask.shape[-1] for mask, _ in masks.values()], dim=-1)
+    return dict(zip(masks, pieces, strict=True))
+
+
 def _guarded(guards: list[Any]) -> list[bool]:
     """The guards a compiled pass keeps: grad mode, the symbolic sizes' relations, and each
     input tensor's dtype, device, size, stride and requires_grad. What it drops (the keys of
-    the dicts of masks and probes, whether probes and the extra input are None, the closure)
+    the dict of masks, whether the probe and the extra input are None, the closure)
     is fixed for one compiled function (:func:`compiled_forward`)."""
     return torch.compiler.keep_portable_guards_unsafe(guards)
 
@@ -397,16 +408,19 @@ def cache_dir() -> Path:
 
 
 def _configure() -> None:
-    """Point inductor at :func:`cache_dir`, let one traced function keep every layout's
-    variant, and treat sizes of 1 as any other (set before the first compilation)."""
+    """Point inductor at :func:`cache_dir`, let one traced function keep its variants, and
+    keep sizes symbolic across generations (set before the first compilation)."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir()))
     import torch._dynamo
     import torch.fx.experimental._config as shapes
 
-    # a group of one member, or a batch of one row, is one more size, not a special case
-    # (compiling for size 1 apart would compile again whenever a group splits); and sizes
-    # that happen to be equal (4 members, 4 rows) are not assumed equal next time
-    shapes.backed_size_oblivious = True
+    # Sizes of 1 (a group of one member, a batch of one row) compile a variant of their own,
+    # once. Treating them as any other size (backed_size_oblivious) made every width static
+    # in the passes with gradients: aot_autograd then compiles their backward ahead of the
+    # first call with the forward's saved tensors restrided to concrete strides, and inductor
+    # guards each width to its first value, so each generation's new widths compiled again.
+    shapes.backed_size_oblivious = False
+    # sizes that happen to be equal (4 members, 4 rows) are not assumed equal next time
     shapes.use_duck_shape = False
     config = torch._dynamo.config
     config.recompile_limit = max(config.recompile_limit, _VARIANTS)

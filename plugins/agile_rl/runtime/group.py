@@ -300,12 +300,12 @@ class MemberGroup(Group):
         networks = [n for name in optimizers for n in self._plan(name).networks]
         trained = [t for n in networks for t in self.networks[n].trained_tensors()]
         probes = self._take_probes()
-        inputs = trained + [probe for _, _, probe in probes]
+        inputs = trained + [probe for _, probe in probes]
         with reported():  # a compiled pass's backward may compile as it first runs
             grads = torch.autograd.grad((losses * weight).sum(), inputs, allow_unused=True)
-        for (sums, layer, _), grad in zip(probes, grads[len(trained) :], strict=True):
-            if grad is not None:  # a pass of this loss: what its hook would have counted
-                sums.add(layer, grad)
+        for (stacked, _), grad in zip(probes, grads[len(trained) :], strict=True):
+            if grad is not None:  # a pass of this loss: what its hooks would have counted
+                stacked.count_probe(grad)
         flat_grads, used = self._flat_grads(networks, grads[: len(trained)])
         if max_grad_norm is not None:
             _clip(flat_grads, max_grad_norm)
@@ -317,13 +317,14 @@ class MemberGroup(Group):
         if self.compiled:
             self.compile_passes()
 
-    def _take_probes(self) -> list[tuple[GradientSums, str, torch.Tensor]]:
-        """The probes of compiled passes since the last step, each with where its gradient
-        counts (see :mod:`agile_rl.runtime.compiled`); the networks keep none."""
+    def _take_probes(self) -> list[tuple[StackedNetwork, torch.Tensor]]:
+        """The probes of compiled passes since the last step, each with the network whose
+        units' gradients it measures (see :mod:`agile_rl.runtime.compiled`); the networks
+        keep none."""
         probes = []
         for stacked in self.networks.values():
             if stacked.gradients is not None:
-                probes += [(stacked.gradients, layer, probe) for layer, probe in stacked.probes]
+                probes += [(stacked, probe) for probe in stacked.probes]
             stacked.probes = []
         return probes
 

@@ -195,10 +195,10 @@ class StackedNetwork:
         self.compiled = False
         self.program = program_of(template)
         self._all_masks: Masks | None = None
-        #: Compiled passes' probes whose gradients :attr:`gradients` has yet to count, by
+        #: Compiled passes' probes whose gradients :attr:`gradients` has yet to count
         #: layer (see :mod:`agile_rl.runtime.compiled`): the group's next gradient step
         #: takes them.
-        self.probes: list[tuple[str, torch.Tensor]] = []
+        self.probes: list[torch.Tensor] = []
 
     def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views ``[k, *shape]`` by parameter name of a ``[k, P]`` tensor laid out like
@@ -309,19 +309,24 @@ class StackedNetwork:
         measured, with probes for the group's gradient step (:attr:`probes`)."""
         assert self.program is not None
         masks = self.all_masks()
-        probes = None
+        probe = None
         if self.gradients is not None and torch.is_grad_enabled():
-            shape = (self.size, obs.shape[1])
-            probes = {
-                layer: torch.zeros(*shape, mask.shape[-1], device=obs.device, requires_grad=True)
-                for layer, (mask, _) in masks.items()
-            }
-            self.probes += probes.items()
-        forward = compiled_forward(self.program, probes is not None)
+            units = sum(mask.shape[-1] for mask, _ in masks.values())
+            probe = torch.zeros(self.size, obs.shape[1], units, device=obs.device)
+            self.probes.append(probe.requires_grad_())
+        forward = compiled_forward(self.program, probe is not None)
         # without gradients, a trained network's flat reads as a target's (one variant)
         flat = self.flat if torch.is_grad_enabled() else self.flat.detach()
         with reported():
-            return forward(flat, masks, obs, extra, probes)
+            return forward(flat, masks, obs, extra, probe)
+
+    def count_probe(self, grad: torch.Tensor) -> None:
+        """Add a probe's gradient (:attr:`probes`), each layer's part, to :attr:`gradients`."""
+        assert self.gradients is not None
+        masks = self.all_masks()
+        pieces = grad.split([mask.shape[-1] for mask, _ in masks.values()], dim=-1)
+        for layer, piece in zip(masks, pieces, strict=True):
+            self.gradients.add(layer, piece)
 
     @property
     def runs_compiled(self) -> bool:
