@@ -99,6 +99,19 @@ def test_compiled_passes_equal_eager_ones_for_padded_groups(
             torch.testing.assert_close(mine, theirs, **TOLERANCE)
 
 
+@pytest.mark.parametrize("name", sorted(compiled._FROM_OUTPUT))
+def test_activations_that_take_their_gradient_from_their_output_equal_torch_s(name: str) -> None:
+    x = torch.cat([torch.randn(64, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)])
+    mine, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = compiled._FROM_OUTPUT[name].apply(mine)
+    expected = getattr(torch.nn, name)()(theirs)
+    weights = torch.randn_like(x)
+    (out * weights).sum().backward()
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(mine.grad, theirs.grad)
+
+
 @pytest.mark.usefixtures("traced")
 def test_other_widths_sizes_and_batches_do_not_compile_again() -> None:
     def passes(members: list[Any], rows: int) -> None:
@@ -135,6 +148,28 @@ def test_a_compiled_group_acts_eagerly_until_its_first_gradient_step() -> None:
     learner.learn_batch(batch, rows, torch.ones(3, dtype=torch.bool))
     learner.act(obs, explore=False)
     assert _graphs() > before
+
+
+@pytest.mark.usefixtures("traced")
+def test_compiled_teams_learn_as_eager_ones() -> None:
+    """Multi-agent learners compile through the same passes: MATD3 teams (critics reading
+    every agent's actions, delayed actor updates, one team inactive) over four steps."""
+    from tests.test_maddpg import _team_buffer, _team_population
+
+    members = _team_population("MATD3", policy_freq=[1, 2, 1], batch_size=[16, 24, 8])
+    buffer = _team_buffer(members[0])
+    active = torch.tensor([True, False, True])
+    sizes = [int(m.spec.batch_size) for m in members]
+    twins = [[m.clone(m.index) for m in members] for _ in range(2)]
+    before = _graphs()
+    for teams, compile_ in zip(twins, (True, False), strict=True):
+        learner = type(teams[0]).group_learner(MemberGroup(teams, compiled=compile_))
+        for _ in range(4):
+            batch, rows = buffer.sample_stacked(sizes, [m.generator for m in teams])
+            learner.learn_batch(batch, rows, active)
+        learner.group.write_back()
+    assert _graphs() > before, "the compiled teams ran eagerly"
+    _assert_same_members(*twins)
 
 
 def test_a_compiled_update_equals_the_eager_one_optimiser_state_and_unit_scores_included() -> None:

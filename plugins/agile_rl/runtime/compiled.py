@@ -39,8 +39,9 @@ made the fused kernel 5x slower with probes on this CPU; see docs/performance.md
 inside the graph (:attr:`Program.parameters` says how), so that a call checks a handful of
 tensors and the gradient comes back as one ``[k, P]`` tensor; each program, grad mode and
 probing is a compiled function of its own, which keeps dynamo's per-call guard checks to the
-tensors and grad mode (:func:`compiled_forward`). ReLU takes its gradient from its output
-(:class:`_ReLU`): inductor would store a boolean mask, which its CPU kernels write slowly.
+tensors and grad mode (:func:`compiled_forward`). ReLU, LeakyReLU and ELU take their
+gradients from their outputs (:class:`_FromOutput`): inductor would store a boolean mask, which
+its CPU kernels write slowly.
 
 What is not compiled runs eagerly: networks with convolutions (their arithmetic dwarfs the
 launches), recurrent or noisy layers, and borrowed encoders.
@@ -228,8 +229,7 @@ def _compile(program: Program, number: int) -> Forward:
         name: make_activation(None if name == "Identity" else name)
         for name in _activation_names(program)
     }
-    if "ReLU" in acts:
-        acts["ReLU"] = _ReLU.apply
+    acts.update({name: f.apply for name, f in _FROM_OUTPUT.items() if name in acts})
 
     def forward(
         flat: torch.Tensor, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
@@ -336,25 +336,57 @@ class _Pass:
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
 
-class _ReLU(torch.autograd.Function):
-    """ReLU whose gradient is read off its output. With ``nn.ReLU`` inductor saves the
-    pre-activation's sign as a boolean tensor for the backward pass, and its CPU kernels
-    store booleans 20x slower than eager does (``x <= 0`` on ``[4, 256, 256]``: 5.3 ms compiled
-    against 0.24 ms eager, one thread; as a float, 0.22 ms): the output is saved anyway, for
-    the next layer's weight gradient."""
-
-    @staticmethod
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return x.clamp_min(0.0)
+class _FromOutput(torch.autograd.Function):
+    """An activation whose gradient is read off its output, which is saved anyway (the next
+    layer's weight gradient reads it). Given the input instead, inductor saves the input's
+    sign as a boolean tensor for the backward pass, and its CPU kernels store booleans 20x
+    slower than eager does (``x <= 0`` on ``[4, 256, 256]``: 5.3 ms compiled against 0.24 ms
+    eager, one thread; as a float, 0.22 ms)."""
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         ctx.save_for_backward(output)
 
+
+class _ReLU(_FromOutput):
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.clamp_min(0.0)
+
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         (output,) = ctx.saved_tensors
-        return grad * output.sign()  # 1 where the unit is active, else 0: no boolean
+        return grad * output.sign()  # 1 where the unit is active, else 0
+
+
+class _LeakyReLU(_FromOutput):
+    SLOPE = 0.01  # nn.LeakyReLU's default, which members' layers use
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.leaky_relu(x, _LeakyReLU.SLOPE)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (output,) = ctx.saved_tensors
+        return grad * torch.where(output > 0, 1.0, _LeakyReLU.SLOPE)
+
+
+class _ELU(_FromOutput):
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.elu(x)  # alpha 1, nn.ELU's default
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (output,) = ctx.saved_tensors
+        return torch.where(output > 0, grad, grad * (output + 1.0))  # exp(x) = output + 1
+
+
+#: The activations whose compiled passes take their gradients from their outputs.
+_FROM_OUTPUT: dict[str, type[_FromOutput]] = {
+    "ReLU": _ReLU, "LeakyReLU": _LeakyReLU, "ELU": _ELU,
+}  # fmt: skip
 
 
 def masked_layer_norm(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
