@@ -190,7 +190,7 @@ def masked_layers(program: Program) -> list[str]:
 
 # -- the compiled function -------------------------------------------------------------------
 
-Masks = dict[str, tuple[torch.Tensor, torch.Tensor]]
+Masks = dict[str, torch.Tensor]
 Tensors = dict[str, torch.Tensor]
 Forward = Callable[
     [torch.Tensor, Masks, torch.Tensor, torch.Tensor | None, torch.Tensor | None], Any
@@ -204,8 +204,8 @@ _lock = threading.Lock()
 
 def compiled_forward(program: Program, probed: bool) -> Forward:
     """The compiled forward pass of networks of ``program``: called with the stacked flat
-    parameters ``[k, P]`` (laid out as :attr:`Program.parameters` says), the masks of
-    :func:`masked_layers` (``[k, W]`` and the ``[k]`` count of real units), observations
+    parameters ``[k, P]`` (laid out as :attr:`Program.parameters` says), the masks ``[k, W]``
+    of :func:`masked_layers` (each member's real units 1, its padding 0), observations
     ``[k, B, ...]``, the extra head input or None, and the probe (see the module) added to the
     pre-activations of the layers :func:`masked_layers` names, their units side by side in
     that order (None unless ``probed``); returns every head's output ``[k, B, width]``.
@@ -260,7 +260,7 @@ def _unflattened(
 ) -> Tensors:  # fmt: skip
     """The parameters ``[k, *shape]`` by name, split from ``flat``: split, so that the gradient
     of ``flat`` is their gradients joined (slices of symbolic offsets would scatter)."""
-    widths: dict[Width, Any] = {layer: mask.shape[-1] for layer, (mask, _) in masks.items()}
+    widths: dict[Width, Any] = {layer: mask.shape[-1] for layer, mask in masks.items()}
     widths["in"] = obs.shape[-1]
     widths["head_in"] = widths["encoder.out"] + (0 if extra is None else extra.shape[-1])
     shapes = [[widths[d] if isinstance(d, str) else d for d in dims]
@@ -275,7 +275,7 @@ def _unflattened(
 
 def _probes(probe: torch.Tensor, masks: Masks) -> Tensors:
     """The probe ``[k, B, U]`` split into each masked layer's ``[k, B, W]``."""
-    pieces = probe.split([mask.shape[-1] for mask, _ in masks.values()], dim=-1)
+    pieces = probe.split([mask.shape[-1] for mask in masks.values()], dim=-1)
     return dict(zip(masks, pieces, strict=True))
 
 
@@ -326,10 +326,11 @@ class _Pass:
         return x if self.probes is None else x + self.probes[layer]
 
     def mask(self, layer: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """``layer``'s mask ``[k, 1, W]`` and count ``[k, 1, 1]`` (given ``[k, W]`` and
-        ``[k]``: a literal 1 broadcasts where a size of 1 would not)."""
-        mask, count = self.masks[layer]
-        return mask.unsqueeze(1), count.view(-1, 1, 1)
+        """``layer``'s mask ``[k, 1, W]`` and count of real units ``[k, 1, 1]``, from its
+        ``[k, W]`` mask (one input fewer per layer for dynamo to trace and guard; a literal 1
+        broadcasts where a size of 1 would not)."""
+        mask = self.masks[layer]
+        return mask.unsqueeze(1), mask.sum(-1).view(-1, 1, 1)
 
     def linear(self, layer: str, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.views[f"{layer}.weight"], self.views[f"{layer}.bias"]

@@ -311,7 +311,7 @@ class StackedNetwork:
         masks = self.all_masks()
         probe = None
         if self.gradients is not None and torch.is_grad_enabled():
-            units = sum(mask.shape[-1] for mask, _ in masks.values())
+            units = sum(mask.shape[-1] for mask in masks.values())
             probe = torch.zeros(self.size, obs.shape[1], units, device=obs.device)
             self.probes.append(probe.requires_grad_())
         forward = compiled_forward(self.program, probe is not None)
@@ -324,7 +324,7 @@ class StackedNetwork:
         """Add a probe's gradient (:attr:`probes`), each layer's part, to :attr:`gradients`."""
         assert self.gradients is not None
         masks = self.all_masks()
-        pieces = grad.split([mask.shape[-1] for mask, _ in masks.values()], dim=-1)
+        pieces = grad.split([mask.shape[-1] for mask in masks.values()], dim=-1)
         for layer, piece in zip(masks, pieces, strict=True):
             self.gradients.add(layer, piece)
 
@@ -350,18 +350,17 @@ class StackedNetwork:
         return [self.flat] if self.runs_compiled else list(self.views.values())
 
     def all_masks(self) -> Masks:
-        """The masks a compiled pass takes (``[k, W]``, and ``[k]`` counts): every hidden
-        layer's and the latent's, ones where the members' widths are equal."""
+        """The masks ``[k, W]`` a compiled pass takes: every hidden layer's and the latent's,
+        ones where the members' widths are equal."""
         if self._all_masks is None:
             assert self.program is not None
             masks = {}
             for layer in masked_layers(self.program):
                 width = self.shapes[f"{layer}.weight"][0]
-                mask, count = self.masks.get(layer, (None, None))
-                if mask is None or count is None:
+                mask, _ = self.masks.get(layer, (None, None))
+                if mask is None:
                     mask = torch.ones(self.size, 1, width, device=self.flat.device)
-                    count = torch.full((self.size, 1, 1), float(width), device=self.flat.device)
-                masks[layer] = (mask[:, 0], count.view(-1))
+                masks[layer] = mask[:, 0]
             self._all_masks = masks
         return self._all_masks
 
