@@ -26,9 +26,8 @@ kernels instead of compiling them.
 compiled pass instead adds a zero *probe* to it (the same values), and the group's gradient
 step asks for the probe's gradient, the pre-activations', beside the parameters'
 (:meth:`~agile_rl.runtime.group.MemberGroup.minimise`). A pass takes one probe ``[k, B, U]``
-for all its measured layers' ``U`` units, split inside the graph as the parameters are: one
-tensor of each layer's own width made inductor specialise one of those widths, which compiled
-the pass again whenever mutations changed it.
+for all its measured layers' ``U`` units, split inside the graph as the parameters are (one
+input for dynamo to trace and guard, not one per layer).
 
 **Masks.** A padded unit's pre-activation is zero; where the activation keeps zero at zero
 (:data:`ZERO_AT_ZERO`) the mask is applied before it, which is the same function and
@@ -460,8 +459,8 @@ def _configure() -> None:
     # aot_autograd's cache (the traced forward and backward, on disk) skips graphs that call
     # an autograd.Function (the activations of _FromOutput) unless told: their forward and
     # backward are traced into the graph, so its key changes with their code (checked by hand:
-    # a changed backward missed the cache). Warm, the DQN CartPole passes then compile in
-    # 3.5 s instead of 10.6.
+    # a changed backward missed the cache). Warm, aot_autograd and inductor then take 3.5 s
+    # instead of 10.6 over the DQN CartPole passes.
     import torch._functorch.config
 
     torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True

@@ -195,9 +195,8 @@ class StackedNetwork:
         self.compiled = False
         self.program = program_of(template)
         self._all_masks: Masks | None = None
-        #: Compiled passes' probes whose gradients :attr:`gradients` has yet to count
-        #: layer (see :mod:`agile_rl.runtime.compiled`): the group's next gradient step
-        #: takes them.
+        #: Compiled passes' probes, whose gradients :attr:`gradients` has yet to count (see
+        #: :mod:`agile_rl.runtime.compiled`): the group's next gradient step takes them.
         self.probes: list[torch.Tensor] = []
 
     def views_of(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
