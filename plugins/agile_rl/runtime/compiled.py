@@ -238,7 +238,7 @@ def _compile(program: Program, number: int) -> Forward:
         if extra is not None:
             extra = extra.reshape(*extra.shape[:2], -1)
         views = _unflattened(program, flat, masks, obs, extra)
-        pass_ = _Pass(acts, views, masks, None if probe is None else _probes(probe, masks))
+        pass_ = _Pass(acts, views, masks, None if probe is None else probe_parts(probe, masks))
         latent = pass_.mlp(program.encoder, obs)
         if extra is not None:
             latent = torch.cat([extra, latent], dim=-1)
@@ -272,8 +272,9 @@ def _unflattened(
     }
 
 
-def _probes(probe: torch.Tensor, masks: Masks) -> Tensors:
-    """The probe ``[k, B, U]`` split into each masked layer's ``[k, B, W]``."""
+def probe_parts(probe: torch.Tensor, masks: Masks) -> Tensors:
+    """A probe ``[k, B, U]`` (or its gradient) split into each masked layer's ``[k, B, W]``, by
+    layer: inside a compiled pass, and where the gradient step counts the probe's gradient."""
     pieces = probe.split([mask.shape[-1] for mask in masks.values()], dim=-1)
     return dict(zip(masks, pieces, strict=True))
 

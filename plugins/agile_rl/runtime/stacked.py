@@ -52,6 +52,7 @@ from agile_rl.runtime.compiled import (
     compiled_forward,
     masked_layer_norm,
     masked_layers,
+    probe_parts,
     program_of,
     reported,
 )
@@ -322,9 +323,7 @@ class StackedNetwork:
     def count_probe(self, grad: torch.Tensor) -> None:
         """Add a probe's gradient (:attr:`probes`), each layer's part, to :attr:`gradients`."""
         assert self.gradients is not None
-        masks = self.all_masks()
-        pieces = grad.split([mask.shape[-1] for mask in masks.values()], dim=-1)
-        for layer, piece in zip(masks, pieces, strict=True):
+        for layer, piece in probe_parts(grad, self.all_masks()).items():
             self.gradients.add(layer, piece)
 
     @property
