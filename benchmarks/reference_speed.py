@@ -24,7 +24,7 @@ Set up the reference once (about 2.3 GB on disk, a few minutes), then benchmark:
     .venv/bin/python benchmarks/reference_speed.py configs/training/dqn/cartpole.yaml \\
         configs/training/ppo/cartpole.yaml configs/training/td3/pendulum.yaml \\
         [--max-steps 20000] [--seeds 1 2 3] [--only reference|agile] [--json results.json] \\
-        [--reference-threads N] [--keep]
+        [--set training.pop_size=16] [--compile] [--reference-threads N] [--keep]
 
 ``--setup`` makes the virtualenv, installs the CPU wheel ``torch==2.13.0`` first and then
 ``agilerl==2.58.0`` with a constraints file pinning that torch, so pip never fetches a CUDA
@@ -45,8 +45,12 @@ How each tool runs (the run folder and the temporary manifest live under /tmp):
   step counters (``agent.metrics.steps``) summed. ``--keep`` keeps the logs and run folders.
 
 ``--max-steps N`` writes a copy of each manifest with ``training.max_steps`` set to N and gives
-that same copy to both tools; N must be at least the manifest's ``training.evo_steps``. Neither
-tool's torch threads are forced: each keeps its default. Those defaults differ: agile sets
+that same copy to both tools; N must be at least the manifest's ``training.evo_steps``.
+``--set KEY=VALUE`` (repeatable) sets any other field of that copy, the value read as YAML
+(``--set training.target_score=null`` removes the key, so that both tools run the whole
+budget). ``--compile`` runs agile a second time with ``--compile on`` (``agile-compiled``, its
+ratio in a column of its own, and the seconds it spent compiling from its ``metrics.jsonl``).
+Neither tool's torch threads are forced: each keeps its default. Those defaults differ: agile sets
 torch to one thread for evolvable networks, while AgileRL leaves torch's default (one per
 core, 2 here), which makes every small matrix product pay for thread hand-offs and suffers
 badly when anything else competes for the cores. ``--reference-threads 1`` sets the
@@ -104,7 +108,8 @@ DEFAULT_VENV = Path("/work/refenv")
 TORCH = "torch==2.13.0"
 REFERENCE = ["agilerl==2.58.0", "peft==0.21.0", "transformers==5.14.1"]
 MARKER = "REFERENCE_RESULT "
-TOOLS = ("reference", "agile")
+TOOLS = ("reference", "agile", "agile-compiled")
+AGILE_ARGS = {"agile": [], "agile-compiled": ["--compile", "on"]}
 
 DRIVER = f'''"""Train a manifest with AgileRL's LocalTrainer; print one JSON line of figures."""
 import json, os, random, sys, time
@@ -251,22 +256,30 @@ def run_reference(
     return {**figures, **json.loads(lines[-1][len(MARKER) :])}
 
 
-def run_agile(manifest: Path, seed: int, workdir: Path, agile: str) -> dict[str, Any]:
-    run_dir = workdir / f"agile-{seed}"
+def run_agile(manifest: Path, seed: int, workdir: Path, agile: str, tool: str) -> dict[str, Any]:
+    run_dir = workdir / f"{tool}-{seed}"
     command = [agile, "train", str(manifest), "--quiet", "--seed", str(seed),
-               "--run-dir", str(run_dir)]  # fmt: skip
-    figures, code, output = run_process(command, workdir / f"agile-{seed}.log")
+               "--run-dir", str(run_dir), *AGILE_ARGS[tool]]  # fmt: skip
+    figures, code, output = run_process(command, workdir / f"{tool}-{seed}.log")
     summary_file = run_dir / "summary.json"
     if code != 0 or not summary_file.exists():
         return _failure(code, output)
     summary = json.loads(summary_file.read_text())
+    compiled = _compiled(run_dir / "metrics.jsonl")
     return {
         **figures,
+        **({"compiled_seconds": compiled} if tool == "agile-compiled" else {}),
         "global_steps": summary["global_steps"],
         "train_seconds": summary["wall_seconds"],
         "steps_per_second": summary["steps_per_second"],
         "best_fitness": summary["best_fitness"],
     }
+
+
+def _compiled(metrics: Path) -> float:
+    """Seconds the run spent compiling, summed over its generations' metrics lines."""
+    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return sum(line.get("compiled", {}).get("seconds", 0.0) for line in lines)
 
 
 def _failure(code: int, output: str) -> dict[str, Any]:
@@ -275,21 +288,41 @@ def _failure(code: int, output: str) -> dict[str, Any]:
     return {"error": f"exit {code}", "output_tail": tail}
 
 
-def prepare_manifest(manifest: Path, max_steps: int | None, workdir: Path) -> Path:
-    """The manifest both tools read: the original, or a copy with training.max_steps = N."""
-    if max_steps is None:
+def prepare_manifest(manifest: Path, max_steps: int | None, sets: list[str], workdir: Path) -> Path:
+    """The manifest both tools read: the original, or a copy with training.max_steps = N and
+    each --set KEY=VALUE applied (VALUE read as YAML; null removes the key)."""
+    if max_steps is None and not sets:
         return manifest
     import yaml
 
     content = yaml.safe_load(manifest.read_text())
+    for assignment in sets:
+        _assign(content, assignment)
     training = content.setdefault("training", {})
     evo_steps = training.get("evo_steps") or 0
-    if max_steps < evo_steps:
+    if max_steps is not None and max_steps < evo_steps:
         sys.exit(f"{manifest}: --max-steps {max_steps} is below training.evo_steps {evo_steps}")
-    training["max_steps"] = max_steps
+    if max_steps is not None:
+        training["max_steps"] = max_steps
     copy = workdir / manifest.name
     copy.write_text(yaml.safe_dump(content, sort_keys=False))
     return copy
+
+
+def _assign(content: dict[str, Any], assignment: str) -> None:
+    import yaml
+
+    key, separator, text = assignment.partition("=")
+    if not separator or not key:
+        sys.exit(f"--set {assignment!r}: expected KEY=VALUE, e.g. training.pop_size=16")
+    *parents, leaf = key.split(".")
+    for part in parents:
+        content = content.setdefault(part, {})
+    value = yaml.safe_load(text)
+    if value is None:
+        content.pop(leaf, None)
+    else:
+        content[leaf] = value
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -306,6 +339,8 @@ def print_run(row: dict[str, Any]) -> None:
           f"peak {row['peak_mib']:6.0f} MiB  best {fmt(row['best_fitness'], '.1f')} "
           f"(ever {fmt(row.get('best_ever'), '.1f')})  "
           f"load before {row['load_before']:.1f}")  # fmt: skip
+    if row.get("compiled_seconds") is not None:
+        print(f"            compiling: {row['compiled_seconds']:.1f} s")
     if row.get("dropped"):
         print(f"            dropped for the reference: {row['dropped']}")
     if row.get("workaround"):
@@ -320,27 +355,33 @@ def speed(rows: list[dict[str, Any]], manifest: str, seed: int, tool: str) -> fl
 
 
 def ratio_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per manifest and seed: both speeds and agile / reference."""
+    """One entry per manifest and seed: each tool's speed and each agile run's / reference."""
     table = []
     for manifest, seed in dict.fromkeys((r["manifest"], r["seed"]) for r in rows):
-        ref, ours = (speed(rows, manifest, seed, tool) for tool in TOOLS)
-        ratio = ours / ref if ref and ours else None
-        table.append({"manifest": manifest, "seed": seed, "reference": ref, "agile": ours,
-                      "ratio": ratio})  # fmt: skip
+        entry: dict[str, Any] = {"manifest": manifest, "seed": seed}
+        for tool in TOOLS:
+            entry[tool] = speed(rows, manifest, seed, tool)
+        ref = entry["reference"]
+        for tool in TOOLS[1:]:
+            ours = entry[tool]
+            entry[f"{tool}/ref"] = ours / ref if ref and ours else None
+        table.append(entry)
     return table
 
 
 def print_table(table: list[dict[str, Any]]) -> None:
     width = max(len(entry["manifest"]) for entry in table)
-    print(f"\n{'manifest':<{width}} {'seed':>4} {'reference/s':>12} {'agile/s':>10} "
-          f"{'agile/ref':>10}")  # fmt: skip
+    columns = [c for c in table[0] if c not in ("manifest", "seed")]
+    shown = [c for c in columns if any(e[c] is not None for e in table)]
+    print(f"\n{'manifest':<{width}} {'seed':>4} " + " ".join(f"{c:>18}" for c in shown))
     for e in table:
-        print(f"{e['manifest']:<{width}} {e['seed']:>4} {fmt(e['reference'], ',.0f'):>12} "
-              f"{fmt(e['agile'], ',.0f'):>10} {fmt(e['ratio'], '.2f'):>10}")  # fmt: skip
+        cells = [fmt(e[c], ".2f" if c.endswith("/ref") else ",.0f") for c in shown]
+        print(f"{e['manifest']:<{width}} {e['seed']:>4} " + " ".join(f"{c:>18}" for c in cells))
     for manifest in dict.fromkeys(e["manifest"] for e in table):
-        ratios = [e["ratio"] for e in table if e["manifest"] == manifest and e["ratio"]]
-        if len(ratios) > 1:
-            print(f"{manifest}: median agile/ref {statistics.median(ratios):.2f}")
+        for column in (c for c in shown if c.endswith("/ref")):
+            ratios = [e[column] for e in table if e["manifest"] == manifest and e[column]]
+            if len(ratios) > 1:
+                print(f"{manifest}: median {column} {statistics.median(ratios):.2f}")
 
 
 def find_agile() -> str:
@@ -349,13 +390,16 @@ def find_agile() -> str:
     return found or sys.exit("agile not found: expected .venv/bin/agile or agile on PATH")
 
 
-def prepare_all(manifests: list[Path], max_steps: int | None) -> list[tuple[Path, Path, Path]]:
+def prepare_all(
+    manifests: list[Path], max_steps: int | None, sets: list[str]
+) -> list[tuple[Path, Path, Path]]:
     """(manifest, the copy both tools read, its folder) for each, all made before any run
     so that a --max-steps too small for one manifest stops the benchmark before it starts."""
     workdirs = [Path(tempfile.mkdtemp(prefix=f"reference-speed-{m.stem}-")) for m in manifests]
     try:
         copies = [
-            prepare_manifest(m, max_steps, w) for m, w in zip(manifests, workdirs, strict=True)
+            prepare_manifest(m, max_steps, sets, w)
+            for m, w in zip(manifests, workdirs, strict=True)
         ]
     except SystemExit:
         for workdir in workdirs:
@@ -366,12 +410,14 @@ def prepare_all(manifests: list[Path], max_steps: int | None) -> list[tuple[Path
 
 def benchmark(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every manifest x seed x tool, one process at a time."""
-    tools = [args.only] if args.only else list(TOOLS)
+    tools = [args.only] if args.only else ["reference", "agile"]
+    if args.compile and "agile-compiled" not in tools:
+        tools.append("agile-compiled")
     python = args.venv / "bin" / "python"
     if "reference" in tools and not python.exists():
         sys.exit(f"no reference virtualenv at {args.venv}: run with --setup first")
-    agile = find_agile() if "agile" in tools else ""
-    runs = prepare_all(args.manifests, args.max_steps)
+    agile = find_agile() if any(tool in AGILE_ARGS for tool in tools) else ""
+    runs = prepare_all(args.manifests, args.max_steps, args.set)
     rows = []
     for manifest, copy, workdir in runs:
         print(f"{manifest}  (steps per member: {args.max_steps or 'as written'}; files {workdir})")
@@ -380,7 +426,7 @@ def benchmark(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if tool == "reference":
                     row = run_reference(copy, seed, workdir, args.venv, args.reference_threads)
                 else:
-                    row = run_agile(copy, seed, workdir, agile)
+                    row = run_agile(copy, seed, workdir, agile, tool)
                 row = {"manifest": str(manifest), "seed": seed, "tool": tool, **row}
                 print_run(row)
                 rows.append(row)
@@ -397,7 +443,12 @@ def parse_args() -> argparse.Namespace:
                         help=f"Reference virtualenv (default {DEFAULT_VENV}).")  # fmt: skip
     parser.add_argument("--max-steps", type=int, help="Replace training.max_steps (per member).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="Set a manifest field in the copy both tools read (YAML value; "
+                        "null removes it), e.g. training.pop_size=16. Repeatable.")  # fmt: skip
     parser.add_argument("--only", choices=TOOLS, help="Run one tool only.")
+    parser.add_argument("--compile", action="store_true",
+                        help="Also run agile with --compile on (tool agile-compiled).")  # fmt: skip
     parser.add_argument("--reference-threads", type=int, metavar="N",
                         help="torch threads for the reference (default: torch's own).")  # fmt: skip
     parser.add_argument("--json", type=Path, help="Write the runs and ratios to this file.")
