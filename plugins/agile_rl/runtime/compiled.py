@@ -408,7 +408,7 @@ def compilations() -> tuple[int, float]:
     """How many graphs this process compiled so far, and the seconds compiling them took: the
     first call of each compiled variant past dynamo (aot_autograd's tracing of the forward and
     backward, and compiling or loading their kernels); dynamo's own tracing of the Python
-    before it is not counted (about 5 s warm for the DQN CartPole passes here)."""
+    before it is not counted (2.5-3.5 s more a graph here, warm or cold: docs/performance.md)."""
     return int(_graphs[0]), float(_graphs[1])
 
 
