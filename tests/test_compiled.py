@@ -9,6 +9,7 @@ one trains a run with ``--compile on``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,28 @@ def test_other_widths_sizes_and_batches_do_not_compile_again() -> None:
     assert _graphs() == first
     passes(_unmeasured(_population("DQN", [_arch((16, 16), 16, (16,))])), 5)  # a new layout
     assert _graphs() > first
+
+
+def test_the_seconds_reported_compiling_include_dynamo_s_tracing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seconds in ``metrics.jsonl`` are what compiling cost the run: with a backend that
+    takes no time, nearly all of the compiling call's time is still counted (its tracing)."""
+    _reset()
+    monkeypatch.setattr(compiled, "compiler", lambda graph, inputs: graph.forward)
+    members = _unmeasured(_population("DQN", [_arch((16,), 16, (16,))] * 2))
+    group = MemberGroup(members)
+    group.compile_passes()
+    obs = torch.randn(2, 5, *members[0].observation_space.shape)
+    graphs, seconds = compiled.compilations()
+    start = time.perf_counter()
+    with torch.no_grad():
+        group.net("q")(obs)
+    wall = time.perf_counter() - start
+    after = compiled.compilations()
+    _reset()
+    assert after[0] == graphs + 1
+    assert after[1] - seconds >= 0.9 * wall
 
 
 @pytest.mark.usefixtures("traced")

@@ -250,7 +250,27 @@ def _compile(program: Program, number: int) -> Forward:
         forward.__closure__,
     )  # fmt: skip
     options: dict[str, str | int | bool | Callable[..., Any]] = {"guard_filter_fn": _guarded}
-    return torch.compile(forward, dynamic=True, backend=_counted, options=options)
+    return _timed(torch.compile(forward, dynamic=True, backend=_counted, options=options))
+
+
+def _timed(compiled: Forward) -> Forward:
+    """``compiled``, each call that compiled a graph timed whole into :func:`compilations`:
+    dynamo's tracing, aot_autograd's of the forward and backward (which it compiles ahead of
+    the first backward pass, its sizes being symbolic) and inductor's compiling or loading."""
+
+    def call(
+        flat: torch.Tensor, masks: Masks, obs: torch.Tensor, extra: torch.Tensor | None,
+        probe: torch.Tensor | None,
+    ) -> Tensors:  # fmt: skip
+        graphs = _graphs[0]
+        start = time.perf_counter()
+        try:
+            return compiled(flat, masks, obs, extra, probe)
+        finally:
+            if _graphs[0] != graphs:
+                _graphs[1] += time.perf_counter() - start
+
+    return call
 
 
 def _unflattened(
@@ -406,9 +426,8 @@ _graphs = [0, 0.0]  # graphs compiled in this process, and the seconds it took
 
 def compilations() -> tuple[int, float]:
     """How many graphs this process compiled so far, and the seconds compiling them took: the
-    first call of each compiled variant past dynamo (aot_autograd's tracing of the forward and
-    backward, and compiling or loading their kernels); dynamo's own tracing of the Python
-    before it is not counted (2.5-3.5 s more a graph here, warm or cold: docs/performance.md)."""
+    whole of each call that compiled one (:func:`_timed`), tracing included, which a warm
+    cache on disk does not save (about 3 s of the 3.5-4.5 s a graph took here, warm)."""
     return int(_graphs[0]), float(_graphs[1])
 
 
@@ -423,13 +442,11 @@ compiler: Callable[[torch.fx.GraphModule, list[Any]], Any] = _inductor
 
 
 def _counted(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-    """:data:`compiler`, counted."""
-    start = time.perf_counter()
+    """:data:`compiler`, counted (:func:`_timed` times the call it compiles in)."""
     try:
         return compiler(graph, inputs)
     finally:
         _graphs[0] += 1
-        _graphs[1] += time.perf_counter() - start
 
 
 def cache_dir() -> Path:
