@@ -10,11 +10,13 @@ compiled with the ``aot_eager`` backend, so no kernel is generated and the figur
 alone; each repeat compiles a function with a code object of its own (as agile's are), so
 that it traces afresh, and the first repeat also pays for torch's imports and warm-up::
 
-    python benchmarks/compile_tracing.py [--repeats 3] [--widths 64 72 64 2]
+    python benchmarks/compile_tracing.py [--repeats 3] [--widths 64 72 64 2] [--fake-tensor-cache]
 
 It prints seconds per compile with every size symbolic (``dynamic=True``, how agile compiles,
 so that node and batch-size mutations do not compile again) and with every size fixed
 (``dynamic=False``, one compile per shape), and the median of the repeats after the first.
+Fake tensors' dispatch cache is off, as agile compiles; ``--fake-tensor-cache`` leaves it on
+(torch's default).
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 72, 64, 2])
+    parser.add_argument("--fake-tensor-cache", action="store_true", help="torch's default")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    torch._dynamo.config.fake_tensor_cache_enabled = args.fake_tensor_cache
     shapes.backed_size_oblivious = False  # as agile compiles (compiled._configure)
     shapes.use_duck_shape = False
     for dynamic in (True, False):
