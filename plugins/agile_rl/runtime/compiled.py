@@ -427,7 +427,8 @@ _graphs = [0, 0.0]  # graphs compiled in this process, and the seconds it took
 def compilations() -> tuple[int, float]:
     """How many graphs this process compiled so far, and the seconds compiling them took: the
     whole of each call that compiled one (:func:`_timed`), tracing included, which a warm
-    cache on disk does not save (about 3 s of the 3.5-4.5 s a graph took here, warm)."""
+    cache on disk does not save (most of the 2-3 s a graph took here, warm: see
+    docs/performance.md)."""
     return int(_graphs[0]), float(_graphs[1])
 
 
