@@ -318,6 +318,8 @@ def _assign(content: dict[str, Any], assignment: str) -> None:
     *parents, leaf = key.split(".")
     for part in parents:
         content = content.setdefault(part, {})
+        if not isinstance(content, dict):
+            sys.exit(f"--set {assignment!r}: {part} is not a section of the manifest")
     value = yaml.safe_load(text)
     if value is None:
         content.pop(leaf, None)
