@@ -108,8 +108,8 @@ DEFAULT_VENV = Path("/work/refenv")
 TORCH = "torch==2.13.0"
 REFERENCE = ["agilerl==2.58.0", "peft==0.21.0", "transformers==5.14.1"]
 MARKER = "REFERENCE_RESULT "
-TOOLS = ("reference", "agile", "agile-compiled")
-AGILE_ARGS = {"agile": [], "agile-compiled": ["--compile", "on"]}
+AGILE_ARGS = {"agile": [], "agile-compiled": ["--compile", "on"]}  # agile's runs, their flags
+TOOLS = ("reference", *AGILE_ARGS)
 
 DRIVER = f'''"""Train a manifest with AgileRL's LocalTrainer; print one JSON line of figures."""
 import json, os, random, sys, time
@@ -265,10 +265,10 @@ def run_agile(manifest: Path, seed: int, workdir: Path, agile: str, tool: str) -
     if code != 0 or not summary_file.exists():
         return _failure(code, output)
     summary = json.loads(summary_file.read_text())
-    compiled = _compiled(run_dir / "metrics.jsonl")
+    if "--compile" in AGILE_ARGS[tool]:
+        figures["compiled_seconds"] = _compiled(run_dir / "metrics.jsonl")
     return {
         **figures,
-        **({"compiled_seconds": compiled} if tool == "agile-compiled" else {}),
         "global_steps": summary["global_steps"],
         "train_seconds": summary["wall_seconds"],
         "steps_per_second": summary["steps_per_second"],
@@ -364,7 +364,7 @@ def ratio_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for tool in TOOLS:
             entry[tool] = speed(rows, manifest, seed, tool)
         ref = entry["reference"]
-        for tool in TOOLS[1:]:
+        for tool in AGILE_ARGS:
             ours = entry[tool]
             entry[f"{tool}/ref"] = ours / ref if ref and ours else None
         table.append(entry)
